@@ -1,0 +1,56 @@
+#include "backends/cpu/dnnl_util.h"
+
+#include <cmath>
+#include <limits>
+
+#include "ops/fused_attrs.h"
+
+namespace kiln::cpu {
+
+dnnl::engine& DnnlEngine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& DnnlStream() {
+  thread_local dnnl::stream s(DnnlEngine());
+  return s;
+}
+
+dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type dt) {
+  dnnl::memory::dims d(shape.begin(), shape.end());
+  if (d.empty()) d = {1};
+  dnnl::memory::dims st(d.size(), 1);
+  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * d[i + 1];
+  return dnnl::memory::desc(d, dt, st);
+}
+
+dnnl::memory::desc StridedDesc(const Shape& shape, const Shape& strides, dnnl::memory::data_type dt) {
+  return dnnl::memory::desc(dnnl::memory::dims(shape.begin(), shape.end()), dt,
+                            dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+Status AppendFusedActivation(const ir::Node& node, dnnl::post_ops& ops) {
+  const ir::Attribute* a = node.FindAttr(ops::kActAttr);
+  if (!a) return Status::Ok();
+  const float alpha = node.GetFloat(ops::kActAlphaAttr, 0.f);
+  const float beta = node.GetFloat(ops::kActBetaAttr, 0.f);
+  using alg = dnnl::algorithm;
+  const std::string& t = a->s;
+  const float big = std::numeric_limits<float>::max();
+  if (t == "Relu") ops.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
+  else if (t == "LeakyRelu") ops.append_eltwise(1.f, alg::eltwise_relu, alpha, 0.f);
+  else if (t == "Sigmoid") ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
+  else if (t == "Tanh") ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
+  else if (t == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
+  else if (t == "Clip") ops.append_eltwise(1.f, alg::eltwise_clip_v2, std::isinf(alpha) ? -big : alpha, std::isinf(beta) ? big : beta);
+  else if (t == "HardSigmoid") {
+    ops.append_eltwise(1.f, alg::eltwise_linear, alpha, beta);
+    ops.append_eltwise(1.f, alg::eltwise_clip_v2, 0.f, 1.f);
+  } else {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": unknown fused activation '", t, "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,79 @@
+#include "backends/cpu/kernel.h"
+
+#include <omp.h>
+
+namespace kiln::cpu {
+
+KernelRegistry& KernelRegistry::Get() {
+  static KernelRegistry* r = [] {
+    auto* reg = new KernelRegistry();
+    RegisterElementwiseKernels(*reg);
+    RegisterActivationKernels(*reg);
+    RegisterConvKernels(*reg);
+    RegisterGemmKernels(*reg);
+    RegisterPoolKernels(*reg);
+    RegisterNormKernels(*reg);
+    RegisterShapeKernels(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
+void KernelRegistry::Register(const std::string& op_type, KernelFactory f,
+                              const std::string& domain) {
+  factories_[{op_type, domain}] = std::move(f);
+}
+
+const KernelFactory* KernelRegistry::Find(const std::string& op_type,
+                                          const std::string& domain) const {
+  auto it = factories_.find({op_type, domain == "ai.onnx" ? "" : domain});
+  return it == factories_.end() ? nullptr : &it->second;
+}
+
+Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init) {
+  const KernelFactory* f = KernelRegistry::Get().Find(init.node->op_type(), init.node->domain());
+  if (!f) {
+    return Error(StatusCode::kUnimplemented, init.node->Describe(),
+                 ": no CPU kernel for op '", init.node->op_type(), "'");
+  }
+  auto k = (*f)(init);
+  if (!k.ok()) return k.status().WithContext(init.node->Describe());
+  return k;
+}
+
+Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
+                                            const std::vector<HostTensorPtr>& inputs) {
+  KernelInit init;
+  init.node = &node;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    TensorDesc d;
+    if (inputs[i]) d = {inputs[i]->dtype(), inputs[i]->shape()};
+    init.inputs.push_back(d);
+    init.const_inputs.push_back(inputs[i].get());
+  }
+  for (ir::Value* o : node.outputs()) init.outputs.push_back({o->dtype(), o->shape()});
+  KILN_ASSIGN_OR_RETURN(auto kernel, CreateKernel(init));
+  std::vector<std::shared_ptr<HostTensor>> outs;
+  std::vector<void*> ptrs;
+  for (auto& in : inputs) ptrs.push_back(in ? const_cast<void*>(in->data()) : nullptr);
+  for (auto& d : init.outputs) {
+    auto t = std::make_shared<HostTensor>(d.dtype, d.shape);
+    ptrs.push_back(t->mutable_data());
+    outs.push_back(t);
+  }
+  KernelArgs args{ptrs.data(), static_cast<int>(inputs.size())};
+  KILN_RETURN_IF_ERROR(kernel->Run(args).WithContext(node.Describe()));
+  return std::vector<HostTensorPtr>(outs.begin(), outs.end());
+}
+
+namespace {
+int g_threads = 1;
+}
+
+void SetNumThreads(int n) {
+  g_threads = n < 1 ? 1 : n;
+  omp_set_num_threads(g_threads);
+}
+int NumThreads() { return g_threads; }
+
+}  // namespace kiln::cpu

@@ -1,0 +1,102 @@
+// CPU kernel interface. A kernel is created once per node when a model is
+// loaded (it may prepack weights or build oneDNN primitives then) and run many
+// times. It reads every tensor address from its argument block, so the
+// executor can rebind inputs/outputs by rewriting pointers ("address
+// refresh") without recreating the kernel.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "ir/graph.h"
+
+namespace kiln::cpu {
+
+struct TensorDesc {
+  DType dtype = DType::kUndefined;  // kUndefined: optional input absent
+  Shape shape;
+  std::size_t bytes() const {
+    return static_cast<std::size_t>(NumElements(shape) < 0 ? 0 : NumElements(shape)) *
+           DTypeSize(dtype);
+  }
+  bool present() const { return dtype != DType::kUndefined; }
+};
+
+struct KernelInit {
+  const ir::Node* node = nullptr;
+  std::vector<TensorDesc> inputs;
+  std::vector<TensorDesc> outputs;
+  // Data of inputs that are compile-time constants (weights), else null.
+  std::vector<const HostTensor*> const_inputs;
+  const HostTensor* const_input(int i) const {
+    return i < static_cast<int>(const_inputs.size()) ? const_inputs[i] : nullptr;
+  }
+};
+
+// Pointer block: inputs first, then outputs. Absent optional inputs are null.
+struct KernelArgs {
+  void* const* ptrs;
+  int num_inputs;
+  const void* in(int i) const { return ptrs[i]; }
+  void* out(int i) const { return ptrs[num_inputs + i]; }
+  template <typename T> const T* in_as(int i) const { return static_cast<const T*>(ptrs[i]); }
+  template <typename T> T* out_as(int i) const { return static_cast<T*>(ptrs[num_inputs + i]); }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual Status Run(const KernelArgs& args) = 0;
+};
+
+using KernelFactory = std::function<Result<std::unique_ptr<Kernel>>(const KernelInit&)>;
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& Get();  // every built-in CPU kernel registered
+  void Register(const std::string& op_type, KernelFactory f, const std::string& domain = "");
+  const KernelFactory* Find(const std::string& op_type, const std::string& domain = "") const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, KernelFactory> factories_;
+};
+
+// Creates the kernel for init.node; errors name the node.
+Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init);
+
+// Runs one node eagerly on host tensors (constant folding, tests).
+Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
+                                            const std::vector<HostTensorPtr>& inputs);
+
+// Thread count used by kernels (OpenMP); set per execution by the executor.
+void SetNumThreads(int n);
+int NumThreads();
+
+// A kernel built from a lambda, for simple ops.
+class FnKernel : public Kernel {
+ public:
+  using Fn = std::function<Status(const KernelArgs&)>;
+  explicit FnKernel(Fn fn) : fn_(std::move(fn)) {}
+  Status Run(const KernelArgs& args) override { return fn_(args); }
+ private:
+  Fn fn_;
+};
+inline Result<std::unique_ptr<Kernel>> MakeFn(FnKernel::Fn fn) {
+  return std::unique_ptr<Kernel>(new FnKernel(std::move(fn)));
+}
+
+// Registration hooks, one per kernel family file.
+void RegisterElementwiseKernels(KernelRegistry& r);
+void RegisterActivationKernels(KernelRegistry& r);
+void RegisterConvKernels(KernelRegistry& r);
+void RegisterGemmKernels(KernelRegistry& r);
+void RegisterPoolKernels(KernelRegistry& r);
+void RegisterNormKernels(KernelRegistry& r);
+void RegisterShapeKernels(KernelRegistry& r);
+
+}  // namespace kiln::cpu

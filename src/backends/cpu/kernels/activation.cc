@@ -1,0 +1,157 @@
+// Unary activation kernels and Softmax.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/kernels/util.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Unary float op: f(x) for every element, in parallel chunks.
+template <typename MakeFn>
+KernelFactory FloatUnary(MakeFn make_fn) {
+  return [make_fn](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    const std::int64_t n = NumElements(init.inputs[0].shape);
+    std::unique_ptr<Kernel> k;
+    Status st = DispatchFloat(init.inputs[0].dtype, [&](auto tag) -> Status {
+      using T = typename decltype(tag)::type;
+      auto fn = make_fn(*init.node, Tag<T>{});
+      k = std::make_unique<FnKernel>([n, fn](const KernelArgs& a) {
+        const T* x = a.in_as<T>(0);
+        T* y = a.out_as<T>(0);
+        ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) y[i] = fn(x[i]);
+        });
+        return Status::Ok();
+      });
+      return Status::Ok();
+    });
+    if (!st.ok()) return st;
+    return k;
+  };
+}
+
+#define KILN_UNARY(expr)                                   \
+  [](const ir::Node& node, auto tag) {                     \
+    using T = typename decltype(tag)::type;                \
+    (void)node;                                            \
+    return expr;                                           \
+  }
+
+Result<std::unique_ptr<Kernel>> MakeRelu(const KernelInit& init) {
+  const std::int64_t n = NumElements(init.inputs[0].shape);
+  std::unique_ptr<Kernel> k;
+  Status st = DispatchNumeric(init.inputs[0].dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<FnKernel>([n](const KernelArgs& a) {
+      const T* x = a.in_as<T>(0);
+      T* y = a.out_as<T>(0);
+      ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+      });
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return k;
+}
+
+Result<std::unique_ptr<Kernel>> MakeClip(const KernelInit& init) {
+  const std::int64_t n = NumElements(init.inputs[0].shape);
+  const bool has_min = init.inputs.size() > 1 && init.inputs[1].present();
+  const bool has_max = init.inputs.size() > 2 && init.inputs[2].present();
+  std::unique_ptr<Kernel> k;
+  Status st = DispatchNumeric(init.inputs[0].dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<FnKernel>([n, has_min, has_max](const KernelArgs& a) {
+      const T* x = a.in_as<T>(0);
+      T* y = a.out_as<T>(0);
+      const T lo = has_min ? a.in_as<T>(1)[0] : std::numeric_limits<T>::lowest();
+      const T hi = has_max ? a.in_as<T>(2)[0] : std::numeric_limits<T>::max();
+      ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          T v = x[i];
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(v)) { y[i] = v; continue; }
+          }
+          y[i] = v < lo ? lo : (v > hi ? hi : v);
+        }
+      });
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return k;
+}
+
+Result<std::unique_ptr<Kernel>> MakeSoftmax(const KernelInit& init) {
+  const Shape& s = init.inputs[0].shape;
+  const auto rank = static_cast<std::int64_t>(s.size());
+  const bool v13 = init.node->since_version() >= 13;
+  std::int64_t axis = init.node->GetInt("axis", v13 ? -1 : 1);
+  if (axis < 0) axis += std::max<std::int64_t>(rank, 1);
+  std::int64_t outer = 1, len = 1, inner = 1;
+  for (std::int64_t i = 0; i < rank; ++i) {
+    if (i < axis) outer *= s[i];
+    else if (i == axis || !v13) len *= s[i];  // before 13: the input is coerced to 2-D at axis
+    else inner *= s[i];
+  }
+  std::unique_ptr<Kernel> k;
+  Status st = DispatchFloat(init.inputs[0].dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<FnKernel>([outer, len, inner](const KernelArgs& a) {
+      const T* x = a.in_as<T>(0);
+      T* y = a.out_as<T>(0);
+      ParallelFor(outer * inner, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(len, 1)),
+                  [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+          const std::int64_t o = r / inner, in = r % inner;
+          const T* xr = x + o * len * inner + in;
+          T* yr = y + o * len * inner + in;
+          T mx = -std::numeric_limits<T>::infinity();
+          for (std::int64_t i = 0; i < len; ++i) mx = std::max(mx, xr[i * inner]);
+          T sum = 0;
+          for (std::int64_t i = 0; i < len; ++i) {
+            T v = std::exp(xr[i * inner] - mx);
+            yr[i * inner] = v;
+            sum += v;
+          }
+          const T inv = T(1) / sum;
+          for (std::int64_t i = 0; i < len; ++i) yr[i * inner] *= inv;
+        }
+      });
+      return Status::Ok();
+    });
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return k;
+}
+
+}  // namespace
+
+void RegisterActivationKernels(KernelRegistry& r) {
+  r.Register("Relu", MakeRelu);
+  r.Register("Clip", MakeClip);
+  r.Register("Softmax", MakeSoftmax);
+  r.Register("Sigmoid", FloatUnary(KILN_UNARY([](T x) { return T(1) / (T(1) + std::exp(-x)); })));
+  r.Register("Tanh", FloatUnary(KILN_UNARY([](T x) { return std::tanh(x); })));
+  r.Register("HardSwish", FloatUnary(KILN_UNARY([](T x) {
+    return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5)));
+  })));
+  r.Register("HardSigmoid", FloatUnary([](const ir::Node& node, auto tag) {
+    using T = typename decltype(tag)::type;
+    const T alpha = node.GetFloat("alpha", 0.2f), beta = node.GetFloat("beta", 0.5f);
+    return [alpha, beta](T x) { return std::max(T(0), std::min(T(1), alpha * x + beta)); };
+  }));
+  r.Register("LeakyRelu", FloatUnary([](const ir::Node& node, auto tag) {
+    using T = typename decltype(tag)::type;
+    const T alpha = node.GetFloat("alpha", 0.01f);
+    return [alpha](T x) { return x >= T(0) ? x : alpha * x; };
+  }));
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,95 @@
+// Conv on oneDNN: constant weights are reordered once, at load, into the
+// layout oneDNN's kernel wants; bias and a fused activation ride along.
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels/util.h"
+#include "ops/window.h"
+
+namespace kiln::cpu {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+class ConvKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init) {
+    const ir::Node& node = *init.node;
+    const Shape& x = init.inputs[0].shape;
+    const Shape& w = init.inputs[1].shape;
+    const Shape& y = init.outputs[0].shape;
+    const std::int64_t group = node.GetInt("group", 1);
+    const std::size_t sp = x.size() - 2;
+    KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(node, Shape(x.begin() + 2, x.end()),
+                                                              std::vector<std::int64_t>(w.begin() + 2, w.end()), false));
+    memory::dims strides(win.strides.begin(), win.strides.end());
+    memory::dims dil(sp), pl(win.pads_begin.begin(), win.pads_begin.end()), pr(win.pads_end.begin(), win.pads_end.end());
+    for (std::size_t i = 0; i < sp; ++i) dil[i] = win.dilations[i] - 1;
+    // Weights as [G, O/G, I/G, k...] when grouped.
+    Shape wg = w;
+    if (group > 1) {
+      wg = {group, w[0] / group};
+      wg.insert(wg.end(), w.begin() + 1, w.end());
+    }
+    const memory::desc src_md = PlainDesc(x), dst_md = PlainDesc(y);
+    const memory::desc w_plain = PlainDesc(wg);
+    const HostTensor* wconst = init.const_input(1);
+    const bool has_bias = init.inputs.size() > 2 && init.inputs[2].present();
+    dnnl::post_ops po;
+    KILN_RETURN_IF_ERROR(AppendFusedActivation(node, po));
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    return DnnlCall("Conv", [&] {
+      memory::desc w_md = wconst ? memory::desc(memory::dims(wg.begin(), wg.end()), memory::data_type::f32, tag::any) : w_plain;
+      memory::desc b_md = has_bias ? PlainDesc({w[0]}) : memory::desc();
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                        src_md, w_md, b_md, dst_md, strides, dil, pl, pr);
+      dnnl::convolution_forward::primitive_desc pd(d, attr, DnnlEngine());
+      prim_ = dnnl::convolution_forward(pd);
+      src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
+      dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+      if (wconst) {
+        weights_ = memory(pd.weights_desc(), DnnlEngine());
+        memory plain(w_plain, DnnlEngine(), const_cast<void*>(wconst->data()));
+        dnnl::reorder(plain, weights_).execute(DnnlStream(), plain, weights_);
+        DnnlStream().wait();
+        runtime_weights_ = false;
+      } else {
+        weights_ = memory(w_plain, DnnlEngine(), nullptr);
+        runtime_weights_ = true;
+      }
+      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_}};
+      if (has_bias) {
+        bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
+        args_[DNNL_ARG_BIAS] = bias_;
+      }
+    });
+  }
+
+  Status Run(const KernelArgs& a) override {
+    src_.set_data_handle(const_cast<void*>(a.in(0)));
+    dst_.set_data_handle(a.out(0));
+    if (runtime_weights_) weights_.set_data_handle(const_cast<void*>(a.in(1)));
+    if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
+    prim_.execute(DnnlStream(), args_);
+    DnnlStream().wait();
+    return Status::Ok();
+  }
+
+ private:
+  dnnl::convolution_forward prim_;
+  memory src_, weights_, bias_, dst_;
+  std::unordered_map<int, memory> args_;
+  bool runtime_weights_ = false;
+};
+
+}  // namespace
+
+void RegisterConvKernels(KernelRegistry& r) {
+  r.Register("Conv", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    auto k = std::make_unique<ConvKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init));
+    return std::unique_ptr<Kernel>(std::move(k));
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,178 @@
+// Gemm and MatMul on oneDNN's matmul. Constant B is prepacked at load (with
+// Gemm's alpha folded in); constant C becomes the primitive's bias.
+#include <cstring>
+
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels/util.h"
+
+namespace kiln::cpu {
+namespace {
+
+using dnnl::memory;
+
+class MatMulKernel : public Kernel {
+ public:
+  // a_md/b_md/dst_md describe the (rank-equal) operands; `b_const` (with
+  // `alpha` applied) is prepacked when given. `bias` (already scaled, dims
+  // broadcastable to dst) becomes the primitive's bias when given.
+  Status Init(const ir::Node& node, const memory::desc& a_md, const memory::desc& b_md,
+              const memory::desc& dst_md, const HostTensor* b_const, float alpha,
+              const HostTensor* bias, const Shape& bias_dims) {
+    dnnl::post_ops po;
+    KILN_RETURN_IF_ERROR(AppendFusedActivation(node, po));
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    return DnnlCall(node.op_type().c_str(), [&] {
+      memory::desc w_md = b_const ? memory::desc(b_md.dims(), memory::data_type::f32, memory::format_tag::any) : b_md;
+      memory::desc bias_md = bias ? PlainDesc(bias_dims) : memory::desc();
+      dnnl::matmul::desc d(a_md, w_md, bias_md, dst_md);
+      dnnl::matmul::primitive_desc pd(d, attr, DnnlEngine());
+      prim_ = dnnl::matmul(pd);
+      a_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
+      dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+      if (b_const) {
+        std::vector<float> scaled;
+        const void* src = b_const->data();
+        if (alpha != 1.f) {
+          scaled.assign(b_const->data_as<float>(), b_const->data_as<float>() + b_const->numel());
+          for (float& v : scaled) v *= alpha;
+          src = scaled.data();
+        }
+        b_ = memory(pd.weights_desc(), DnnlEngine());
+        memory plain(b_md, DnnlEngine(), const_cast<void*>(src));
+        dnnl::reorder(plain, b_).execute(DnnlStream(), plain, b_);
+        DnnlStream().wait();
+      } else {
+        b_ = memory(b_md, DnnlEngine(), nullptr);
+        runtime_b_ = true;
+      }
+      args_ = {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, dst_}};
+      if (bias) {
+        bias_ = memory(pd.bias_desc(), DnnlEngine());
+        std::memcpy(bias_.get_data_handle(), bias->data(), bias->nbytes());
+        args_[DNNL_ARG_BIAS] = bias_;
+      }
+    });
+  }
+
+  void Execute(const void* a, const void* b, void* out) {
+    a_.set_data_handle(const_cast<void*>(a));
+    if (runtime_b_) b_.set_data_handle(const_cast<void*>(b));
+    dst_.set_data_handle(out);
+    prim_.execute(DnnlStream(), args_);
+    DnnlStream().wait();
+  }
+
+  Status Run(const KernelArgs& a) override {
+    Execute(a.in(0), a.in(1), a.out(0));
+    return Status::Ok();
+  }
+
+ private:
+  dnnl::matmul prim_;
+  memory a_, b_, bias_, dst_;
+  std::unordered_map<int, memory> args_;
+  bool runtime_b_ = false;
+};
+
+// Gemm: Y = alpha * op(A) op(B) + beta * C.
+class GemmKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init) {
+    const ir::Node& node = *init.node;
+    const Shape& a = init.inputs[0].shape;
+    const Shape& b = init.inputs[1].shape;
+    const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
+    alpha_ = node.GetFloat("alpha", 1.f);
+    beta_ = node.GetFloat("beta", 1.f);
+    m_ = ta ? a[1] : a[0];
+    const std::int64_t k = ta ? a[0] : a[1];
+    n_ = tb ? b[0] : b[1];
+    memory::desc a_md = StridedDesc({m_, k}, ta ? Shape{1, m_} : Shape{k, 1});
+    memory::desc b_md = StridedDesc({k, n_}, tb ? Shape{1, k} : Shape{n_, 1});
+    memory::desc y_md = PlainDesc({m_, n_});
+    const HostTensor* bc = init.const_input(1);
+    has_c_ = init.inputs.size() > 2 && init.inputs[2].present();
+    const HostTensor* cc = has_c_ ? init.const_input(2) : nullptr;
+    std::shared_ptr<HostTensor> bias;
+    Shape bias_dims;
+    if (cc && bc && beta_ != 0.f) {
+      // beta*C as a broadcastable bias [1|M, 1|N].
+      Shape cs = cc->shape();
+      while (cs.size() < 2) cs.insert(cs.begin(), 1);
+      bias_dims = cs;
+      bias = std::make_shared<HostTensor>(DType::kFloat32, cs);
+      for (std::int64_t i = 0; i < cc->numel(); ++i) bias->mutable_data_as<float>()[i] = beta_ * cc->data_as<float>()[i];
+      c_in_primitive_ = true;
+    }
+    scale_after_ = bc ? 1.f : alpha_;
+    if (has_c_ && !c_in_primitive_) {
+      c_shape_ = init.inputs[2].shape;
+      plan_ = MakeBroadcastPlan({m_, n_}, c_shape_, {m_, n_});
+    }
+    return mm_.Init(node, a_md, b_md, y_md, bc, bc ? alpha_ : 1.f, bias.get(), bias_dims);
+  }
+
+  Status Run(const KernelArgs& a) override {
+    float* y = a.out_as<float>(0);
+    mm_.Execute(a.in(0), a.in(1), y);
+    const std::int64_t total = m_ * n_;
+    if (scale_after_ != 1.f) {
+      for (std::int64_t i = 0; i < total; ++i) y[i] *= scale_after_;
+    }
+    if (has_c_ && !c_in_primitive_ && beta_ != 0.f) {
+      const float* c = a.in_as<float>(2);
+      const float beta = beta_;
+      ForEachRow(plan_, [&](std::int64_t o, std::int64_t oa, std::int64_t ob, std::int64_t n,
+                            std::int64_t ia, std::int64_t ib) {
+        (void)oa;
+        (void)ia;
+        for (std::int64_t i = 0; i < n; ++i) y[o + i] += beta * c[ob + i * ib];
+      });
+    }
+    return Status::Ok();
+  }
+
+ private:
+  MatMulKernel mm_;
+  float alpha_ = 1, beta_ = 1, scale_after_ = 1;
+  std::int64_t m_ = 0, n_ = 0;
+  bool has_c_ = false, c_in_primitive_ = false;
+  Shape c_shape_;
+  BroadcastPlan plan_;
+};
+
+Result<std::unique_ptr<Kernel>> MakeMatMul(const KernelInit& init) {
+  Shape a = init.inputs[0].shape, b = init.inputs[1].shape;
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  while (a.size() < b.size()) a.insert(a.begin(), 1);
+  while (b.size() < a.size()) b.insert(b.begin(), 1);
+  Shape y(a.begin(), a.end() - 2);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::max(a[i], b[i]);
+  y.push_back(a[a.size() - 2]);
+  y.push_back(b.back());
+  if (NumElements(y) == 0 || a.back() == 0) {
+    const std::size_t bytes = init.outputs[0].bytes();
+    return MakeFn([bytes](const KernelArgs& args) {
+      std::memset(args.out(0), 0, bytes);
+      return Status::Ok();
+    });
+  }
+  auto k = std::make_unique<MatMulKernel>();
+  KILN_RETURN_IF_ERROR(k->Init(*init.node, PlainDesc(a), PlainDesc(b), PlainDesc(y), init.const_input(1), 1.f, nullptr, {}));
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+void RegisterGemmKernels(KernelRegistry& r) {
+  r.Register("MatMul", MakeMatMul);
+  r.Register("Gemm", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    auto k = std::make_unique<GemmKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init));
+    return std::unique_ptr<Kernel>(std::move(k));
+  });
+}
+
+}  // namespace kiln::cpu

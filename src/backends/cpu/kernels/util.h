@@ -1,0 +1,102 @@
+// Helpers shared by CPU kernel files: type dispatch, broadcasting, threading.
+#pragma once
+
+#include <omp.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+
+namespace kiln::cpu {
+
+template <typename T> struct Tag { using type = T; };
+
+// Calls f(Tag<T>{}) for the C++ type of `t`; error for other types.
+template <typename F>
+Status DispatchNumeric(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f(Tag<float>{});
+    case DType::kFloat64: return f(Tag<double>{});
+    case DType::kInt8: return f(Tag<std::int8_t>{});
+    case DType::kUInt8: return f(Tag<std::uint8_t>{});
+    case DType::kInt16: return f(Tag<std::int16_t>{});
+    case DType::kUInt16: return f(Tag<std::uint16_t>{});
+    case DType::kInt32: return f(Tag<std::int32_t>{});
+    case DType::kUInt32: return f(Tag<std::uint32_t>{});
+    case DType::kInt64: return f(Tag<std::int64_t>{});
+    case DType::kUInt64: return f(Tag<std::uint64_t>{});
+    default: return Error(StatusCode::kUnimplemented, "element type ", DTypeName(t), " is not supported here");
+  }
+}
+template <typename F>
+Status DispatchFloat(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f(Tag<float>{});
+    case DType::kFloat64: return f(Tag<double>{});
+    default: return Error(StatusCode::kUnimplemented, "element type ", DTypeName(t), " is not supported here (float32/float64 only)");
+  }
+}
+
+// Broadcast of two inputs to an output shape, with adjacent dims collapsed.
+struct BroadcastPlan {
+  std::vector<std::int64_t> dims;   // collapsed output dims (at least one)
+  std::vector<std::int64_t> sa, sb; // element strides of a and b (0 = broadcast)
+  std::int64_t total = 0;
+};
+BroadcastPlan MakeBroadcastPlan(const Shape& a, const Shape& b, const Shape& out);
+
+// Runs body(begin, end) over [0, n) on the kernel thread count when n is
+// large enough to pay for the fork.
+template <typename Body>
+void ParallelFor(std::int64_t n, std::int64_t grain, Body&& body) {
+  const int threads = NumThreads();
+  if (threads <= 1 || n < 2 * grain) {
+    body(std::int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const std::int64_t chunk = (n + nt - 1) / nt;
+    const std::int64_t b = t * chunk, e = std::min(n, b + chunk);
+    if (b < e) body(b, e);
+  }
+}
+
+// Walks a broadcast plan: fn(out_offset, a_offset, b_offset, inner_len,
+// inner_stride_a, inner_stride_b) for each innermost row.
+template <typename Fn>
+void ForEachRow(const BroadcastPlan& p, Fn&& fn) {
+  const std::size_t r = p.dims.size();
+  const std::int64_t inner = p.dims[r - 1];
+  const std::int64_t rows = inner ? p.total / inner : 0;
+  ParallelFor(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(inner, 1)),
+              [&](std::int64_t rb, std::int64_t re) {
+    std::vector<std::int64_t> idx(r, 0);
+    std::int64_t rem = rb, oa = 0, ob = 0;
+    for (int d = static_cast<int>(r) - 2; d >= 0; --d) {
+      idx[d] = rem % p.dims[d];
+      rem /= p.dims[d];
+      oa += idx[d] * p.sa[d];
+      ob += idx[d] * p.sb[d];
+    }
+    for (std::int64_t row = rb; row < re; ++row) {
+      fn(row * inner, oa, ob, inner, p.sa[r - 1], p.sb[r - 1]);
+      for (int d = static_cast<int>(r) - 2; d >= 0; --d) {
+        ++idx[d];
+        oa += p.sa[d];
+        ob += p.sb[d];
+        if (idx[d] < p.dims[d]) break;
+        oa -= idx[d] * p.sa[d];
+        ob -= idx[d] * p.sb[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+// Row-major strides of a shape, in elements.
+std::vector<std::int64_t> Strides(const Shape& s);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,2 @@
+#pragma once
+#include "kiln/dtype.h"  // IWYU pragma: export

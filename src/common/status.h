@@ -1,0 +1,2 @@
+#pragma once
+#include "kiln/status.h"  // IWYU pragma: export

@@ -1,0 +1,181 @@
+#include "format/kiln_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "format/graph_json.h"
+
+namespace kiln::format {
+namespace {
+
+std::uint64_t AlignUp(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+
+std::uint32_t HeaderCrc(FileHeader h, const PartitionEntry* table, std::uint32_t n) {
+  h.crc = 0;
+  std::uint32_t c = Crc32(&h, sizeof(h));
+  return Crc32(table, sizeof(PartitionEntry) * n, c);
+}
+
+}  // namespace
+
+std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed) {
+  return static_cast<std::uint32_t>(
+      crc32_z(seed, static_cast<const Bytef*>(data), static_cast<z_size_t>(size)));
+}
+
+Status WriteModelFile(const CompiledModel& model, const std::string& path) {
+  std::string json = SerializeModelJson(model);
+  // Weights blob laid out by the plan.
+  std::vector<std::uint8_t> weights(model.plan.const_size, 0);
+  for (auto& v : model.graph->values()) {
+    if (!v->is_constant()) continue;
+    const plan::Placement& p = model.plan.placements.at(v->name());
+    if (p.offset + p.size > weights.size()) {
+      return Error(StatusCode::kInternal, "constant '", v->name(), "' placed outside the blob");
+    }
+    if (p.size) std::memcpy(weights.data() + p.offset, v->constant()->data(), p.size);
+  }
+  const std::uint32_t n = 2;
+  PartitionEntry table[n] = {};
+  std::uint64_t cursor = sizeof(FileHeader) + sizeof(table);
+  table[0] = {static_cast<std::uint32_t>(PartitionType::kGraph), 0, AlignUp(cursor, 64),
+              json.size(), Crc32(json.data(), json.size()), 0};
+  cursor = table[0].offset + table[0].size;
+  table[1] = {static_cast<std::uint32_t>(PartitionType::kWeights), 0,
+              AlignUp(cursor, kWeightsAlignment), weights.size(),
+              Crc32(weights.data(), weights.size()), 0};
+  FileHeader h = {};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kFormatVersion;
+  h.header_size = sizeof(FileHeader);
+  h.num_partitions = n;
+  h.table_offset = sizeof(FileHeader);
+  h.file_size = table[1].offset + table[1].size;
+  h.crc = HeaderCrc(h, table, n);
+
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return Error(StatusCode::kIoError, "cannot create '", tmp, "': ", std::strerror(errno));
+    auto pad_to = [&](std::uint64_t off) {
+      std::uint64_t pos = static_cast<std::uint64_t>(f.tellp());
+      static const char zeros[4096] = {};
+      while (pos < off) {
+        std::uint64_t k = std::min<std::uint64_t>(off - pos, sizeof(zeros));
+        f.write(zeros, static_cast<std::streamsize>(k));
+        pos += k;
+      }
+    };
+    f.write(reinterpret_cast<const char*>(&h), sizeof(h));
+    f.write(reinterpret_cast<const char*>(table), sizeof(table));
+    pad_to(table[0].offset);
+    f.write(json.data(), static_cast<std::streamsize>(json.size()));
+    pad_to(table[1].offset);
+    f.write(reinterpret_cast<const char*>(weights.data()), static_cast<std::streamsize>(weights.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      return Error(StatusCode::kIoError, "writing '", tmp, "' failed: ", std::strerror(errno));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    std::remove(tmp.c_str());
+    return Error(StatusCode::kIoError, "cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
+  }
+  return Status::Ok();
+}
+
+namespace {
+struct Mapping {
+  void* addr = nullptr;
+  std::size_t size = 0;
+  ~Mapping() {
+    if (addr && size) munmap(addr, size);
+  }
+};
+}  // namespace
+
+Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opts) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error(StatusCode::kNotFound, "cannot open model file '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Error(StatusCode::kInvalidArgument, "'", path, "' is not a regular file");
+  }
+  auto size = static_cast<std::uint64_t>(st.st_size);
+  auto corrupt = [&](const auto&... args) {
+    return Error(StatusCode::kCorrupt, "model file '", path, "': ", args...);
+  };
+  if (size < sizeof(FileHeader)) {
+    close(fd);
+    return corrupt("too small to be a .kiln file (", size, " bytes)");
+  }
+  auto map = std::make_shared<Mapping>();
+  map->addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map->addr == MAP_FAILED) {
+    map->addr = nullptr;
+    return Error(StatusCode::kIoError, "cannot map '", path, "': ", std::strerror(errno));
+  }
+  map->size = size;
+  const auto* base = static_cast<const std::uint8_t*>(map->addr);
+
+  FileHeader h;
+  std::memcpy(&h, base, sizeof(h));
+  if (std::memcmp(h.magic, kMagic, 8) != 0) return corrupt("bad magic (not a .kiln file)");
+  if (h.version != kFormatVersion) return corrupt("format version ", h.version, ", this Kiln reads version ", kFormatVersion);
+  if (h.header_size != sizeof(FileHeader)) return corrupt("header size ", h.header_size, ", expected ", sizeof(FileHeader));
+  if (h.num_partitions == 0 || h.num_partitions > 64) return corrupt("partition count ", h.num_partitions, " out of range 1..64");
+  if (h.file_size != size) return corrupt("header says ", h.file_size, " bytes, file has ", size, " (truncated?)");
+  if (h.table_offset != sizeof(FileHeader) ||
+      h.table_offset + std::uint64_t{h.num_partitions} * sizeof(PartitionEntry) > size) {
+    return corrupt("partition table (offset ", h.table_offset, ") lies outside the file");
+  }
+  std::vector<PartitionEntry> table(h.num_partitions);
+  std::memcpy(table.data(), base + h.table_offset, sizeof(PartitionEntry) * h.num_partitions);
+  if (HeaderCrc(h, table.data(), h.num_partitions) != h.crc) return corrupt("header checksum mismatch");
+  const PartitionEntry* graph_part = nullptr;
+  const PartitionEntry* weights_part = nullptr;
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const PartitionEntry& e = table[i];
+    if (e.offset > size || e.size > size - e.offset) {
+      return corrupt("partition ", i, " [", e.offset, ", +", e.size, ") lies outside the file");
+    }
+    const PartitionEntry** slot = nullptr;
+    if (e.type == static_cast<std::uint32_t>(PartitionType::kGraph)) slot = &graph_part;
+    else if (e.type == static_cast<std::uint32_t>(PartitionType::kWeights)) slot = &weights_part;
+    else return corrupt("partition ", i, " has unknown type ", e.type);
+    if (*slot) return corrupt("partition type ", e.type, " appears twice");
+    *slot = &e;
+  }
+  if (!graph_part || !weights_part) return corrupt("missing graph or weights partition");
+  if (weights_part->offset % kWeightsAlignment != 0) return corrupt("weights partition is not page-aligned");
+  if (Crc32(base + graph_part->offset, graph_part->size) != graph_part->crc) {
+    return corrupt("graph partition checksum mismatch");
+  }
+  if (opts.verify_weights_checksum &&
+      Crc32(base + weights_part->offset, weights_part->size) != weights_part->crc) {
+    return corrupt("weights partition checksum mismatch");
+  }
+  std::string text(reinterpret_cast<const char*>(base + graph_part->offset), graph_part->size);
+  auto model = ParseModelJson(text, base + weights_part->offset, weights_part->size, map);
+  if (!model.ok()) return model.status().WithContext(StrCat("model file '", path, "'"));
+  LoadedFile lf;
+  lf.model = std::move(model).value();
+  lf.mapping = map;
+  lf.file_size = size;
+  return lf;
+}
+
+}  // namespace kiln::format

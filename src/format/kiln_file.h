@@ -1,0 +1,77 @@
+// The .kiln model file.
+//
+// Layout (little-endian):
+//   [0, 64)    FileHeader: magic "KILNMDL\0", format version, partition count,
+//              file size, CRC-32 over the header (crc field zeroed) and table.
+//   [64, ...)  PartitionEntry[num_partitions]: type, offset (64-bit), size,
+//              CRC-32 of the partition's bytes.
+//   partitions: kGraph (JSON: graph, plan, I/O), kWeights (constants blob,
+//              page-aligned so it can be mapped and used in place).
+// Everything is verified on load; any malformed file yields kCorrupt naming
+// the file and what is wrong.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/graph.h"
+#include "plan/memory_plan.h"
+
+namespace kiln::format {
+
+inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
+inline constexpr std::uint32_t kFormatVersion = 1;
+inline constexpr std::uint64_t kWeightsAlignment = 4096;
+
+enum class PartitionType : std::uint32_t { kGraph = 1, kWeights = 2 };
+
+#pragma pack(push, 1)
+struct FileHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t header_size;
+  std::uint32_t num_partitions;
+  std::uint32_t crc;  // CRC-32 of header (this field 0) followed by the table
+  std::uint64_t file_size;
+  std::uint64_t table_offset;
+  std::uint8_t reserved[24];
+};
+struct PartitionEntry {
+  std::uint32_t type;
+  std::uint32_t flags;
+  std::uint64_t offset;
+  std::uint64_t size;
+  std::uint32_t crc;
+  std::uint32_t reserved;
+};
+#pragma pack(pop)
+static_assert(sizeof(FileHeader) == 64);
+static_assert(sizeof(PartitionEntry) == 32);
+
+// A compiled model in memory: the optimised graph and its memory plan.
+struct CompiledModel {
+  std::unique_ptr<ir::Graph> graph;
+  plan::MemoryPlan plan;
+};
+
+// Writes `model` to `path` atomically (temporary name, then rename).
+Status WriteModelFile(const CompiledModel& model, const std::string& path);
+
+// A mapped, verified model file. Constants of the returned graph point into
+// the mapping, which stays alive as long as any of them does.
+struct LoadedFile {
+  CompiledModel model;
+  std::shared_ptr<const void> mapping;
+  std::uint64_t file_size = 0;
+};
+struct ReadOptions {
+  bool verify_weights_checksum = true;
+};
+Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opts = {});
+
+std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed = 0);
+
+}  // namespace kiln::format

@@ -1,0 +1,308 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kiln::ir {
+
+const char* AttributeKindName(Attribute::Kind k) {
+  switch (k) {
+    case Attribute::Kind::kFloat: return "float";
+    case Attribute::Kind::kInt: return "int";
+    case Attribute::Kind::kString: return "string";
+    case Attribute::Kind::kTensor: return "tensor";
+    case Attribute::Kind::kGraph: return "graph";
+    case Attribute::Kind::kFloats: return "floats";
+    case Attribute::Kind::kInts: return "ints";
+    case Attribute::Kind::kStrings: return "strings";
+    case Attribute::Kind::kTensors: return "tensors";
+    case Attribute::Kind::kGraphs: return "graphs";
+    default: return "undefined";
+  }
+}
+
+void Value::set_constant(HostTensorPtr t) {
+  if (t) {
+    dtype_ = t->dtype();
+    shape_ = t->shape();
+  }
+  constant_ = std::move(t);
+}
+
+void Node::SetInput(int i, Value* v) {
+  if (i >= num_inputs()) inputs_.resize(static_cast<std::size_t>(i) + 1, nullptr);
+  Value* old = inputs_[i];
+  if (old) {
+    auto& u = old->uses_;
+    for (auto it = u.begin(); it != u.end(); ++it) {
+      if (it->node == this && it->index == i) { u.erase(it); break; }
+    }
+  }
+  inputs_[i] = v;
+  if (v) v->uses_.push_back({this, i});
+}
+
+void Node::TrimAbsentTrailingInputs() {
+  while (!inputs_.empty() && inputs_.back() == nullptr) inputs_.pop_back();
+}
+
+const Attribute* Node::FindAttr(const std::string& n) const {
+  auto it = attrs_.find(n);
+  return it == attrs_.end() ? nullptr : &it->second;
+}
+
+std::int64_t Node::GetInt(const std::string& n, std::int64_t def) const {
+  const Attribute* a = FindAttr(n);
+  return a ? a->i : def;
+}
+float Node::GetFloat(const std::string& n, float def) const {
+  const Attribute* a = FindAttr(n);
+  return a ? a->f : def;
+}
+std::string Node::GetString(const std::string& n, const std::string& def) const {
+  const Attribute* a = FindAttr(n);
+  return a ? a->s : def;
+}
+std::vector<std::int64_t> Node::GetInts(const std::string& n, std::vector<std::int64_t> def) const {
+  const Attribute* a = FindAttr(n);
+  return a ? a->ints : def;
+}
+std::vector<float> Node::GetFloats(const std::string& n, std::vector<float> def) const {
+  const Attribute* a = FindAttr(n);
+  return a ? a->floats : def;
+}
+
+std::string Node::Describe() const {
+  return StrCat(op_type_, " node '", name_, "'");
+}
+
+std::string Graph::UniqueName(const std::string& base) {
+  std::string b = base.empty() ? std::string("v") : base;
+  if (!by_name_.count(b) && !(parent_ && parent_->LookupValue(b))) return b;
+  int& c = name_counter_[b];
+  std::string n;
+  do {
+    n = StrCat(b, "__", ++c);
+  } while (by_name_.count(n));
+  return n;
+}
+
+Value* Graph::AddValue(const std::string& name, DType dtype, Shape shape) {
+  auto v = std::make_unique<Value>();
+  v->name_ = by_name_.count(name) || name.empty() ? UniqueName(name) : name;
+  v->dtype_ = dtype;
+  v->shape_ = std::move(shape);
+  v->owner_ = this;
+  Value* raw = v.get();
+  by_name_[raw->name_] = raw;
+  values_.push_back(std::move(v));
+  return raw;
+}
+
+Value* Graph::AddConstant(const std::string& name, HostTensorPtr data) {
+  Value* v = AddValue(name);
+  v->set_constant(std::move(data));
+  return v;
+}
+
+Node* Graph::AddNode(const std::string& op_type, const std::string& name,
+                     const std::vector<Value*>& inputs, const std::vector<Value*>& outputs,
+                     const std::string& domain) {
+  auto n = std::make_unique<Node>();
+  n->op_type_ = op_type;
+  n->name_ = name;
+  n->domain_ = domain;
+  n->graph_ = this;
+  Node* raw = n.get();
+  for (std::size_t i = 0; i < inputs.size(); ++i) raw->SetInput(static_cast<int>(i), inputs[i]);
+  for (Value* o : outputs) {
+    raw->outputs_.push_back(o);
+    o->producer_ = raw;
+  }
+  nodes_.push_back(std::move(n));
+  return raw;
+}
+
+void Graph::RemoveNode(Node* n) {
+  for (int i = 0; i < n->num_inputs(); ++i) n->SetInput(i, nullptr);
+  for (Value* o : n->outputs_) {
+    if (o->producer_ == n) o->producer_ = nullptr;
+  }
+  auto it = std::find_if(nodes_.begin(), nodes_.end(),
+                         [n](const std::unique_ptr<Node>& p) { return p.get() == n; });
+  if (it != nodes_.end()) nodes_.erase(it);
+}
+
+void Graph::ReplaceAllUses(Value* from, Value* to) {
+  std::vector<Use> uses = from->uses_;
+  for (const Use& u : uses) u.node->SetInput(u.index, to);
+  for (Value*& o : outputs_) {
+    if (o == from) o = to;
+  }
+  // Subgraphs may capture `from` by pointer.
+  for (auto& n : nodes_) {
+    for (auto& [k, a] : n->attrs_) {
+      auto fix = [&](const std::shared_ptr<Graph>& g) {
+        if (g) {
+          for (auto& sn : g->nodes_) {
+            for (int i = 0; i < sn->num_inputs(); ++i) {
+              if (sn->inputs_[i] == from) sn->SetInput(i, to);
+            }
+          }
+        }
+      };
+      fix(a.g);
+      for (auto& g : a.graphs) fix(g);
+    }
+  }
+}
+
+void Graph::RebindOutput(Node* n, int i, Value* v) {
+  Value* old = n->outputs_[i];
+  if (old && old->producer_ == n) old->producer_ = nullptr;
+  n->outputs_[i] = v;
+  v->producer_ = n;
+}
+
+Status Graph::RenameValue(Value* v, const std::string& new_name) {
+  if (by_name_.count(new_name)) {
+    return Error(StatusCode::kInternal, "cannot rename '", v->name_, "' to '", new_name, "': taken");
+  }
+  by_name_.erase(v->name_);
+  v->name_ = new_name;
+  by_name_[new_name] = v;
+  return Status::Ok();
+}
+
+void Graph::RemoveUnusedValues() {
+  std::unordered_set<const Value*> keep(inputs_.begin(), inputs_.end());
+  keep.insert(outputs_.begin(), outputs_.end());
+  std::vector<std::unique_ptr<Value>> kept;
+  for (auto& v : values_) {
+    if (v->producer_ || !v->uses_.empty() || keep.count(v.get())) {
+      kept.push_back(std::move(v));
+    } else {
+      by_name_.erase(v->name_);
+    }
+  }
+  values_ = std::move(kept);
+}
+
+Value* Graph::FindValue(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Value* Graph::LookupValue(const std::string& name) const {
+  for (const Graph* g = this; g; g = g->parent_) {
+    if (Value* v = g->FindValue(name)) return v;
+  }
+  return nullptr;
+}
+
+bool Graph::IsGraphInput(const Value* v) const {
+  return std::find(inputs_.begin(), inputs_.end(), v) != inputs_.end();
+}
+bool Graph::IsGraphOutput(const Value* v) const {
+  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+}
+
+Status Graph::TopologicalSort() {
+  std::unordered_map<const Node*, int> pending;
+  std::vector<Node*> ready;
+  std::unordered_map<const Node*, std::size_t> original_pos;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) original_pos[nodes_[i].get()] = i;
+  for (auto& n : nodes_) {
+    std::set<const Node*> deps;
+    for (Value* in : n->inputs_) {
+      if (in && in->producer_ && in->owner_ == this) deps.insert(in->producer_);
+    }
+    pending[n.get()] = static_cast<int>(deps.size());
+    if (deps.empty()) ready.push_back(n.get());
+  }
+  // Stable: among ready nodes keep the original order (min position first).
+  std::vector<Node*> order;
+  auto cmp = [&](Node* a, Node* b) { return original_pos[a] > original_pos[b]; };
+  std::make_heap(ready.begin(), ready.end(), cmp);
+  while (!ready.empty()) {
+    std::pop_heap(ready.begin(), ready.end(), cmp);
+    Node* n = ready.back();
+    ready.pop_back();
+    order.push_back(n);
+    std::set<Node*> users;
+    for (Value* o : n->outputs_) {
+      for (const Use& u : o->uses_) {
+        if (u.node->graph_ == this) users.insert(u.node);
+      }
+    }
+    for (Node* u : users) {
+      if (--pending[u] == 0) {
+        ready.push_back(u);
+        std::push_heap(ready.begin(), ready.end(), cmp);
+      }
+    }
+  }
+  if (order.size() != nodes_.size()) {
+    for (auto& n : nodes_) {
+      if (pending[n.get()] > 0) {
+        return Error(StatusCode::kInvalidArgument, "graph '", name_,
+                     "' has a cycle or a use of an undefined value at ", n->Describe());
+      }
+    }
+  }
+  std::unordered_map<const Node*, std::unique_ptr<Node>> owned;
+  for (auto& n : nodes_) owned[n.get()] = std::move(n);
+  nodes_.clear();
+  for (Node* n : order) nodes_.push_back(std::move(owned[n]));
+  return Status::Ok();
+}
+
+Status Graph::Verify() const {
+  std::unordered_set<const Value*> defined;
+  for (const Graph* g = parent_; g; g = g->parent_) {
+    for (auto& v : g->values_) defined.insert(v.get());  // captured values
+  }
+  std::set<std::string> names;
+  for (auto& v : values_) {
+    if (!names.insert(v->name_).second) {
+      return Error(StatusCode::kInvalidArgument, "graph '", name_, "': duplicate value name '",
+                   v->name_, "'");
+    }
+    if (v->is_constant() || IsGraphInput(v.get())) {
+      if (v->producer_) {
+        return Error(StatusCode::kInvalidArgument, "graph '", name_, "': value '", v->name_,
+                     "' is a constant or graph input but is also produced by ",
+                     v->producer_->Describe());
+      }
+      defined.insert(v.get());
+    }
+  }
+  for (auto& n : nodes_) {
+    for (std::size_t i = 0; i < n->inputs_.size(); ++i) {
+      Value* in = n->inputs_[i];
+      if (in && !defined.count(in)) {
+        return Error(StatusCode::kInvalidArgument, n->Describe(), ": input ", i, " '",
+                     in->name_, "' is used before it is defined (or is never defined)");
+      }
+    }
+    for (Value* o : n->outputs_) {
+      if (!o) return Error(StatusCode::kInvalidArgument, n->Describe(), ": null output");
+      if (o->producer_ != n.get()) {
+        return Error(StatusCode::kInvalidArgument, n->Describe(), ": output '", o->name_,
+                     "' has a different producer");
+      }
+      defined.insert(o);
+    }
+  }
+  for (Value* o : outputs_) {
+    if (!defined.count(o)) {
+      return Error(StatusCode::kInvalidArgument, "graph '", name_, "': output '", o->name_,
+                   "' is never produced");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,193 @@
+// Kiln's intermediate representation: a small, verifiable dataflow graph.
+//
+// A Graph owns its Values and Nodes. A Value is produced by at most one Node
+// (or is a graph input, or a constant with data); Nodes refer to Values by
+// pointer, and each Value keeps its list of uses so passes can rewrite the
+// graph locally. Subgraphs (attribute kind kGraph) may refer to Values of an
+// enclosing graph ("captured" values).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace kiln::ir {
+
+class Graph;
+class Node;
+
+struct Attribute {
+  enum class Kind { kUndefined, kFloat, kInt, kString, kTensor, kGraph,
+                    kFloats, kInts, kStrings, kTensors, kGraphs };
+  Kind kind = Kind::kUndefined;
+  float f = 0;
+  std::int64_t i = 0;
+  std::string s;
+  HostTensorPtr t;
+  std::shared_ptr<Graph> g;
+  std::vector<float> floats;
+  std::vector<std::int64_t> ints;
+  std::vector<std::string> strings;
+  std::vector<HostTensorPtr> tensors;
+  std::vector<std::shared_ptr<Graph>> graphs;
+
+  static Attribute Int(std::int64_t v) { Attribute a; a.kind = Kind::kInt; a.i = v; return a; }
+  static Attribute Float(float v) { Attribute a; a.kind = Kind::kFloat; a.f = v; return a; }
+  static Attribute String(std::string v) { Attribute a; a.kind = Kind::kString; a.s = std::move(v); return a; }
+  static Attribute Ints(std::vector<std::int64_t> v) { Attribute a; a.kind = Kind::kInts; a.ints = std::move(v); return a; }
+  static Attribute Floats(std::vector<float> v) { Attribute a; a.kind = Kind::kFloats; a.floats = std::move(v); return a; }
+  static Attribute Tensor(HostTensorPtr v) { Attribute a; a.kind = Kind::kTensor; a.t = std::move(v); return a; }
+};
+const char* AttributeKindName(Attribute::Kind k);
+
+struct Use {
+  Node* node;
+  int index;  // input slot of `node`
+};
+
+class Value {
+ public:
+  const std::string& name() const { return name_; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  void set_dtype(DType t) { dtype_ = t; }
+  void set_shape(Shape s) { shape_ = std::move(s); }
+  // Symbolic dim names from the model (empty string = none), parallel to shape.
+  std::vector<std::string>& dim_params() { return dim_params_; }
+  const std::vector<std::string>& dim_params() const { return dim_params_; }
+
+  Node* producer() const { return producer_; }
+  const std::vector<Use>& uses() const { return uses_; }
+  // Constant data (weights, folded values); null for computed values.
+  const HostTensorPtr& constant() const { return constant_; }
+  bool is_constant() const { return constant_ != nullptr; }
+  void set_constant(HostTensorPtr t);
+  Graph* owner() const { return owner_; }
+
+ private:
+  friend class Graph;
+  friend class Node;
+  std::string name_;
+  DType dtype_ = DType::kUndefined;
+  Shape shape_;
+  std::vector<std::string> dim_params_;
+  Node* producer_ = nullptr;
+  std::vector<Use> uses_;
+  HostTensorPtr constant_;
+  Graph* owner_ = nullptr;
+};
+
+class Node {
+ public:
+  const std::string& name() const { return name_; }
+  const std::string& op_type() const { return op_type_; }
+  const std::string& domain() const { return domain_; }
+  // The ONNX operator-set version whose definition this node follows.
+  int since_version() const { return since_version_; }
+  void set_since_version(int v) { since_version_ = v; }
+  void set_op_type(std::string t) { op_type_ = std::move(t); }
+
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  // Optional inputs that are absent are null.
+  Value* input(int i) const { return i < num_inputs() ? inputs_[i] : nullptr; }
+  Value* output(int i) const { return outputs_[i]; }
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  void SetInput(int i, Value* v);   // grows the input list if needed
+  void AddInput(Value* v) { SetInput(num_inputs(), v); }
+  void TrimAbsentTrailingInputs();
+
+  std::map<std::string, Attribute>& attrs() { return attrs_; }
+  const std::map<std::string, Attribute>& attrs() const { return attrs_; }
+  bool HasAttr(const std::string& n) const { return attrs_.count(n) != 0; }
+  const Attribute* FindAttr(const std::string& n) const;
+  std::int64_t GetInt(const std::string& n, std::int64_t def) const;
+  float GetFloat(const std::string& n, float def) const;
+  std::string GetString(const std::string& n, const std::string& def) const;
+  std::vector<std::int64_t> GetInts(const std::string& n, std::vector<std::int64_t> def = {}) const;
+  std::vector<float> GetFloats(const std::string& n, std::vector<float> def = {}) const;
+  void SetAttr(const std::string& n, Attribute a) { attrs_[n] = std::move(a); }
+
+  Graph* graph() const { return graph_; }
+  // "Conv 'conv1'" — for error messages.
+  std::string Describe() const;
+
+ private:
+  friend class Graph;
+  std::string name_, op_type_, domain_;
+  int since_version_ = 0;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::map<std::string, Attribute> attrs_;
+  Graph* graph_ = nullptr;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  // Default-domain opset version of the model this graph came from.
+  int opset() const { return opset_; }
+  void set_opset(int v) { opset_ = v; }
+  Graph* parent() const { return parent_; }
+  void set_parent(Graph* p) { parent_ = p; }
+
+  // Creates a value with a name unique in this graph (a suffix is added if
+  // `name` is taken or empty).
+  Value* AddValue(const std::string& name, DType dtype = DType::kUndefined, Shape shape = {});
+  Value* AddConstant(const std::string& name, HostTensorPtr data);
+  Node* AddNode(const std::string& op_type, const std::string& name,
+                const std::vector<Value*>& inputs, const std::vector<Value*>& outputs,
+                const std::string& domain = "");
+  // Removes a node; its outputs stay (without producer) until RemoveUnusedValues.
+  void RemoveNode(Node* n);
+  // Redirects every use of `from` (and graph outputs) to `to`.
+  void ReplaceAllUses(Value* from, Value* to);
+  // Makes `v` the i-th output of `n` (v must have no producer); the old
+  // output loses its producer.
+  void RebindOutput(Node* n, int i, Value* v);
+  // Renames a value (the new name must be free).
+  Status RenameValue(Value* v, const std::string& new_name);
+  // Drops values with no producer, no uses, not inputs/outputs (incl. constants).
+  void RemoveUnusedValues();
+
+  Value* FindValue(const std::string& name) const;          // this graph only
+  Value* LookupValue(const std::string& name) const;        // this graph, then parents
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  std::vector<Value*>& inputs() { return inputs_; }
+  std::vector<Value*>& outputs() { return outputs_; }
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  bool IsGraphInput(const Value* v) const;
+  bool IsGraphOutput(const Value* v) const;
+
+  // Orders nodes so every producer precedes its users; error on a cycle.
+  Status TopologicalSort();
+  // Structural checks: unique names, defined-before-use, single producer,
+  // inputs/outputs present. Messages name the node and value at fault.
+  Status Verify() const;
+  std::string UniqueName(const std::string& base);
+
+ private:
+  std::string name_;
+  int opset_ = 0;
+  Graph* parent_ = nullptr;
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value*> inputs_, outputs_;
+  std::map<std::string, Value*> by_name_;
+  std::map<std::string, int> name_counter_;
+};
+
+}  // namespace kiln::ir

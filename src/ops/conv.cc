@@ -1,0 +1,48 @@
+// Conv.
+#include "ops/common_infer.h"
+#include "ops/window.h"
+
+namespace kiln::ops {
+namespace {
+
+Status InferConv(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 2));
+  const Shape& x = c.in_shape(0);
+  const Shape& w = c.in_shape(1);
+  if (x.size() < 3) return c.Fail("input X must have rank >= 3 (N, C, spatial...), has shape ", ShapeToString(x));
+  if (w.size() != x.size()) return c.Fail("weight W has rank ", w.size(), ", expected ", x.size(), " like X");
+  const std::int64_t group = c.node().GetInt("group", 1);
+  if (group < 1) return c.Fail("attribute 'group' must be >= 1, found ", group);
+  if (x[1] >= 0 && w[1] >= 0 && x[1] != w[1] * group) {
+    return c.Fail("input channels ", x[1], " != W dim 1 (", w[1], ") x group (", group, ")");
+  }
+  if (w[0] >= 0 && w[0] % group != 0) return c.Fail("output channels ", w[0], " not divisible by group ", group);
+  std::vector<std::int64_t> kernel(w.begin() + 2, w.end());
+  if (auto ks = c.node().GetInts("kernel_shape"); !ks.empty() && ks != kernel) {
+    return c.Fail("attribute 'kernel_shape' ", ShapeToString(ks), " does not match W's spatial dims ", ShapeToString(kernel));
+  }
+  if (c.has_input(2) && (c.in_shape(2).size() != 1 || (w[0] >= 0 && c.in_shape(2)[0] != w[0]))) {
+    return c.Fail("bias B must have shape [", w[0], "], has ", ShapeToString(c.in_shape(2)));
+  }
+  KILN_ASSIGN_OR_RETURN(Window win, ComputeWindow(c.node(), Shape(x.begin() + 2, x.end()), kernel, false));
+  Shape out = {x[0], w[0]};
+  out.insert(out.end(), win.out.begin(), win.out.end());
+  c.SetOutput(0, c.in_dtype(0), out);
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterConvOps(OpRegistry& r) {
+  OpDef d;
+  d.type = "Conv";
+  d.versions = {1, 11};
+  d.min_inputs = 2;
+  d.max_inputs = 3;
+  d.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
+  d.input_types = {DType::kFloat32};
+  d.infer = InferConv;
+  r.Register(d);
+}
+
+}  // namespace kiln::ops

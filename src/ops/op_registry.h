@@ -1,0 +1,91 @@
+// Operator definitions: what an op is (inputs, attributes, ONNX versions) and
+// how its output types and shapes follow from its inputs. Kernels live apart,
+// in backends/<device>/kernels; one op family per file here and there.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/graph.h"
+
+namespace kiln::ops {
+
+// Passed to an op's shape/type inference. Inputs may be absent (optional).
+class InferContext {
+ public:
+  explicit InferContext(ir::Node& node) : node_(node) {}
+  ir::Node& node() { return node_; }
+  int num_inputs() const { return node_.num_inputs(); }
+  int num_outputs() const { return node_.num_outputs(); }
+  bool has_input(int i) const { return node_.input(i) != nullptr; }
+  DType in_dtype(int i) const { return node_.input(i)->dtype(); }
+  const Shape& in_shape(int i) const { return node_.input(i)->shape(); }
+  // Constant data of input i when known at compile time, else null.
+  const HostTensor* in_const(int i) const {
+    ir::Value* v = node_.input(i);
+    return v && v->constant() ? v->constant().get() : nullptr;
+  }
+  void SetOutput(int i, DType t, Shape s) {
+    node_.output(i)->set_dtype(t);
+    node_.output(i)->set_shape(std::move(s));
+  }
+  // An INVALID_ARGUMENT error that names the node.
+  template <typename... Args>
+  Status Fail(const Args&... args) const {
+    return Error(StatusCode::kInvalidArgument, node_.Describe(), ": ", args...);
+  }
+  // Normalises a possibly negative axis against `rank`; error names attribute.
+  Result<int> Axis(std::int64_t axis, std::size_t rank, const char* what) const;
+
+ private:
+  ir::Node& node_;
+};
+
+struct OpDef {
+  std::string type;
+  std::string domain;          // "" = ai.onnx
+  std::vector<int> versions;   // ONNX since-versions implemented, ascending
+  int min_inputs = 1, max_inputs = 1;
+  int min_outputs = 1, max_outputs = 1;
+  std::set<std::string> attributes;  // every attribute name the op accepts
+  // Types accepted for input 0 (empty = any supported type).
+  std::set<DType> input_types;
+  // Optional: rewrites an older version's form into the canonical one (e.g.
+  // attribute-borne axes into a constant input). Runs once, at import.
+  std::function<Status(ir::Node&, ir::Graph&)> normalize;
+  std::function<Status(InferContext&)> infer;
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& Get();  // every built-in op registered
+  void Register(OpDef def);
+  const OpDef* Find(const std::string& type, const std::string& domain = "") const;
+  std::vector<std::string> Types() const;  // sorted, default domain only
+
+ private:
+  std::map<std::pair<std::string, std::string>, OpDef> defs_;
+};
+
+// Checks the node against its definition (arity, attributes, version, input
+// type), then runs inference. Errors name the node, attribute or input.
+Status InferNode(ir::Node& node);
+
+// Common inference helpers.
+Result<Shape> BroadcastShapes(const Shape& a, const Shape& b);
+
+// Registration hooks, one per op family file.
+void RegisterElementwiseOps(OpRegistry& r);
+void RegisterActivationOps(OpRegistry& r);
+void RegisterConvOps(OpRegistry& r);
+void RegisterGemmOps(OpRegistry& r);
+void RegisterPoolOps(OpRegistry& r);
+void RegisterNormOps(OpRegistry& r);
+void RegisterShapeOps(OpRegistry& r);
+void RegisterInternalOps(OpRegistry& r);
+
+}  // namespace kiln::ops

@@ -1,0 +1,58 @@
+// Graph-boundary fix-ups and the final resolvedness check.
+//
+// A model output that is a graph input, a constant, or listed twice gets its
+// own Identity node, so every output has a buffer written by a kernel.
+#include <algorithm>
+#include <set>
+
+#include "ops/op_registry.h"
+#include "passes/pass_manager.h"
+
+namespace kiln::passes {
+
+Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions&) {
+  std::set<const ir::Value*> seen;
+  for (std::size_t j = 0; j < g.outputs().size(); ++j) {
+    ir::Value* v = g.outputs()[j];
+    bool needs = v->is_constant() || g.IsGraphInput(v) || seen.count(v);
+    seen.insert(v);
+    if (!needs) continue;
+    std::string name = v->name();
+    ir::Value* out = nullptr;
+    if (v->is_constant() && std::count(g.outputs().begin(), g.outputs().end(), v) == 1) {
+      // Keep the model's output name on the output; the constant is renamed.
+      KILN_RETURN_IF_ERROR(g.RenameValue(v, g.UniqueName(name + "_const")));
+      out = g.AddValue(name, v->dtype(), v->shape());
+    } else {
+      out = g.AddValue(g.UniqueName(name + "_out"), v->dtype(), v->shape());
+    }
+    ir::Node* n = g.AddNode("Identity", g.UniqueName("boundary_identity_" + name), {v}, {out});
+    n->set_since_version(16);
+    g.outputs()[j] = out;
+    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+  }
+  return Status::Ok();
+}
+
+Status CheckResolved(ir::Graph& g, const PassOptions&) {
+  for (auto& v : g.values()) {
+    if (v->dtype() == DType::kUndefined) {
+      return Error(StatusCode::kInvalidArgument, "value '", v->name(), "' has no element type",
+                   v->producer() ? " (produced by " + v->producer()->Describe() + ")" : "");
+    }
+    if (!IsStatic(v->shape())) {
+      std::string dims;
+      for (std::size_t i = 0; i < v->dim_params().size(); ++i) {
+        if (!v->dim_params()[i].empty()) dims += (dims.empty() ? "" : ", ") + v->dim_params()[i];
+      }
+      return Error(StatusCode::kInvalidArgument, "cannot resolve the shape of '", v->name(), "' ",
+                   ShapeToString(v->shape()),
+                   v->producer() ? " (produced by " + v->producer()->Describe() + ")" : " (a model input)",
+                   dims.empty() ? "" : "; symbolic dims: " + dims,
+                   "; give fixed input shapes with --input-shape \"name:d0,d1,...\"");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,156 @@
+// Fusions: Conv+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
+// activation fusion into one kernel (oneDNN post-ops).
+#include <cmath>
+
+#include "ops/op_registry.h"
+#include "passes/pass_manager.h"
+
+namespace kiln::passes {
+namespace {
+
+bool OnlyUse(const ir::Graph& g, const ir::Value* v, const ir::Node* user) {
+  return !g.IsGraphOutput(v) && v->uses().size() == 1 && v->uses()[0].node == user;
+}
+
+const ir::Node* SoleConsumer(const ir::Graph& g, const ir::Value* v) {
+  if (g.IsGraphOutput(v) || v->uses().size() != 1) return nullptr;
+  return v->uses()[0].node;
+}
+
+bool IsF32Const(const ir::Value* v) {
+  return v && v->is_constant() && v->dtype() == DType::kFloat32;
+}
+
+// Replaces `second` (whose input 0 is first's only output) by making `first`
+// produce second's output.
+void Absorb(ir::Graph& g, ir::Node* first, ir::Node* second) {
+  ir::Value* out = second->output(0);
+  g.RemoveNode(second);
+  g.RebindOutput(first, 0, out);
+}
+
+}  // namespace
+
+Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
+  std::vector<ir::Node*> bns;
+  for (auto& n : g.nodes()) {
+    if (n->op_type() == "BatchNormalization" && n->domain().empty()) bns.push_back(n.get());
+  }
+  for (ir::Node* bn : bns) {
+    ir::Value* x = bn->input(0);
+    ir::Node* conv = x->producer();
+    if (!conv || conv->op_type() != "Conv" || !conv->domain().empty() || !OnlyUse(g, x, bn)) continue;
+    if (bn->num_outputs() != 1 || bn->GetInt("training_mode", 0) != 0) continue;
+    if (!IsF32Const(conv->input(1)) || (conv->input(2) && !IsF32Const(conv->input(2)))) continue;
+    bool consts = true;
+    for (int i = 1; i < 5; ++i) consts &= IsF32Const(bn->input(i));
+    if (!consts || x->dtype() != DType::kFloat32) continue;
+    const HostTensor& w = *conv->input(1)->constant();
+    const std::int64_t oc = w.shape()[0];
+    const std::int64_t per = w.numel() / oc;
+    const float eps = bn->GetFloat("epsilon", 1e-5f);
+    const float* scale = bn->input(1)->constant()->data_as<float>();
+    const float* shift = bn->input(2)->constant()->data_as<float>();
+    const float* mean = bn->input(3)->constant()->data_as<float>();
+    const float* var = bn->input(4)->constant()->data_as<float>();
+    const float* b0 = conv->input(2) ? conv->input(2)->constant()->data_as<float>() : nullptr;
+    auto nw = std::make_shared<HostTensor>(DType::kFloat32, w.shape());
+    auto nb = std::make_shared<HostTensor>(DType::kFloat32, Shape{oc});
+    for (std::int64_t o = 0; o < oc; ++o) {
+      const double f = static_cast<double>(scale[o]) / std::sqrt(static_cast<double>(var[o]) + eps);
+      for (std::int64_t k = 0; k < per; ++k) {
+        nw->mutable_data_as<float>()[o * per + k] = static_cast<float>(w.data_as<float>()[o * per + k] * f);
+      }
+      const double b = b0 ? b0[o] : 0.0;
+      nb->mutable_data_as<float>()[o] = static_cast<float>((b - mean[o]) * f + shift[o]);
+    }
+    conv->SetInput(1, g.AddConstant(conv->input(1)->name() + "_bnfold", nw));
+    conv->SetInput(2, g.AddConstant(conv->name() + "_bias_bnfold", nb));
+    Absorb(g, conv, bn);
+  }
+  return Status::Ok();
+}
+
+Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
+  // 1. MatMul(A[M,K], const B[K,N]) + Add(const bias[N] or [1,N]) -> Gemm.
+  std::vector<ir::Node*> nodes;
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  for (ir::Node* mm : nodes) {
+    if (mm->op_type() != "MatMul" || !mm->domain().empty()) continue;
+    ir::Value* a = mm->input(0);
+    ir::Value* b = mm->input(1);
+    if (a->shape().size() != 2 || !IsF32Const(b) || b->shape().size() != 2) continue;
+    const ir::Node* add_c = SoleConsumer(g, mm->output(0));
+    if (!add_c || add_c->op_type() != "Add") continue;
+    auto* add = const_cast<ir::Node*>(add_c);
+    ir::Value* bias = add->input(0) == mm->output(0) ? add->input(1) : add->input(0);
+    const std::int64_t n = b->shape()[1];
+    if (!IsF32Const(bias) || NumElements(bias->shape()) != n || bias->shape().size() > 2 ||
+        (bias->shape().size() == 2 && bias->shape()[0] != 1)) {
+      continue;
+    }
+    mm->set_op_type("Gemm");
+    mm->set_since_version(13);
+    mm->SetInput(2, bias);
+    Absorb(g, mm, add);
+  }
+  // 2. Conv + Add(const per-channel bias) when the Conv has none.
+  nodes.clear();
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  for (ir::Node* conv : nodes) {
+    if (conv->op_type() != "Conv" || !conv->domain().empty() || conv->input(2)) continue;
+    const ir::Node* add_c = SoleConsumer(g, conv->output(0));
+    if (!add_c || add_c->op_type() != "Add" || conv->output(0)->shape().size() < 3) continue;
+    auto* add = const_cast<ir::Node*>(add_c);
+    ir::Value* bias = add->input(0) == conv->output(0) ? add->input(1) : add->input(0);
+    const auto& ys = conv->output(0)->shape();
+    const std::int64_t c = ys[1];
+    if (!IsF32Const(bias) || NumElements(bias->shape()) != c || bias->shape().size() > ys.size()) continue;
+    // Must broadcast along the channel axis only: shape [..., C, 1, 1].
+    const auto& bs = bias->shape();
+    bool per_channel = bs.size() >= ys.size() - 1;
+    for (std::size_t i = 0; per_channel && i < bs.size(); ++i) {
+      std::size_t axis = ys.size() - bs.size() + i;
+      per_channel = axis == 1 ? bs[i] == c : bs[i] == 1;
+    }
+    if (!per_channel) continue;
+    auto flat = std::make_shared<HostTensor>(DType::kFloat32, Shape{c},
+                                             bias->constant()->data(), bias->constant());
+    conv->SetInput(2, g.AddConstant(bias->name() + "_flat", flat));
+    Absorb(g, conv, add);
+  }
+  // 3. Conv/Gemm + activation.
+  nodes.clear();
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  for (ir::Node* op : nodes) {
+    if ((op->op_type() != "Conv" && op->op_type() != "Gemm") || !op->domain().empty()) continue;
+    if (op->HasAttr(kActAttr) || op->output(0)->dtype() != DType::kFloat32) continue;
+    const ir::Node* act_c = SoleConsumer(g, op->output(0));
+    if (!act_c || !act_c->domain().empty()) continue;
+    auto* act = const_cast<ir::Node*>(act_c);
+    const std::string& t = act->op_type();
+    float alpha = 0, beta = 0;
+    if (t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "HardSwish") {
+    } else if (t == "LeakyRelu") {
+      alpha = act->GetFloat("alpha", 0.01f);
+    } else if (t == "HardSigmoid") {
+      alpha = act->GetFloat("alpha", 0.2f);
+      beta = act->GetFloat("beta", 0.5f);
+    } else if (t == "Clip") {
+      ir::Value* lo = act->input(1);
+      ir::Value* hi = act->input(2);
+      if ((lo && !IsF32Const(lo)) || (hi && !IsF32Const(hi))) continue;
+      alpha = lo ? lo->constant()->data_as<float>()[0] : -INFINITY;
+      beta = hi ? hi->constant()->data_as<float>()[0] : INFINITY;
+    } else {
+      continue;
+    }
+    op->SetAttr(kActAttr, ir::Attribute::String(t));
+    op->SetAttr(kActAlphaAttr, ir::Attribute::Float(alpha));
+    op->SetAttr(kActBetaAttr, ir::Attribute::Float(beta));
+    Absorb(g, op, act);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::passes

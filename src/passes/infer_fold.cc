@@ -1,0 +1,85 @@
+// Shape inference and constant folding, in one topological sweep so that
+// shape arithmetic (Shape -> Gather -> Concat -> Reshape) folds completely.
+#include <algorithm>
+
+#include "backends/cpu/kernel.h"
+#include "ops/op_registry.h"
+#include "passes/pass_manager.h"
+
+namespace kiln::passes {
+namespace {
+
+bool HasSubgraph(const ir::Node& n) {
+  for (auto& [k, a] : n.attrs()) {
+    if (a.g || !a.graphs.empty()) return true;
+  }
+  return false;
+}
+
+// Shape of a statically shaped input needs no data.
+HostTensorPtr FoldShape(const ir::Node& n) {
+  const ir::Value* in = n.input(0);
+  if (!in || !IsStatic(in->shape())) return nullptr;
+  const auto& s = in->shape();
+  auto rank = static_cast<std::int64_t>(s.size());
+  std::int64_t start = n.GetInt("start", 0), end = n.GetInt("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<std::int64_t>(start, 0, rank);
+  end = std::clamp<std::int64_t>(end, 0, rank);
+  std::int64_t len = std::max<std::int64_t>(end - start, 0);
+  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{len});
+  for (std::int64_t i = 0; i < len; ++i) t->mutable_data_as<std::int64_t>()[i] = s[start + i];
+  return t;
+}
+
+}  // namespace
+
+Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
+  // Unknown input dims cannot be resolved later: say so now, by name.
+  for (ir::Value* in : g.inputs()) {
+    if (IsStatic(in->shape()) && !(in->dim_params().size() == 1 && in->dim_params()[0] == "<unknown rank>")) continue;
+    std::string dims;
+    for (std::size_t i = 0; i < in->shape().size(); ++i) {
+      if (in->shape()[i] >= 0) continue;
+      const std::string& p = i < in->dim_params().size() ? in->dim_params()[i] : std::string();
+      dims += StrCat(dims.empty() ? "" : ", ", "dim ", i, p.empty() ? "" : " ('" + p + "')");
+    }
+    return Error(StatusCode::kInvalidArgument, "model input '", in->name(), "' has unresolved dims ",
+                 ShapeToString(in->shape()), dims.empty() ? " (unknown rank)" : " (" + dims + ")",
+                 "; fix them with --input-shape \"", in->name(), ":d0,d1,...\"");
+  }
+  std::vector<ir::Node*> order;
+  for (auto& n : g.nodes()) order.push_back(n.get());
+  for (ir::Node* n : order) {
+    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+    if (opts.disabled.count("fold")) continue;
+    std::vector<HostTensorPtr> folded;
+    if (n->op_type() == "Shape" && n->domain().empty()) {
+      if (auto t = FoldShape(*n)) folded.push_back(t);
+    } else if (!HasSubgraph(*n) && n->domain().empty()) {
+      bool all_const = true;
+      std::uint64_t out_bytes = 0;
+      std::vector<HostTensorPtr> ins;
+      for (ir::Value* in : n->inputs()) {
+        if (in && !in->is_constant()) all_const = false;
+        ins.push_back(in ? in->constant() : nullptr);
+      }
+      for (ir::Value* o : n->outputs()) {
+        std::int64_t e = NumElements(o->shape());
+        if (e < 0) all_const = false;
+        else out_bytes += static_cast<std::uint64_t>(e) * DTypeSize(o->dtype());
+      }
+      if (all_const && out_bytes <= opts.fold_limit_bytes) {
+        KILN_ASSIGN_OR_RETURN(folded, cpu::EvalNode(*n, ins));
+      }
+    }
+    if (folded.empty()) continue;
+    std::vector<ir::Value*> outs = n->outputs();
+    g.RemoveNode(n);
+    for (std::size_t i = 0; i < outs.size(); ++i) outs[i]->set_constant(folded[i]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::passes

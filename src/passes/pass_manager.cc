@@ -1,0 +1,50 @@
+#include "passes/pass_manager.h"
+
+namespace kiln::passes {
+
+PassManager PassManager::Default() {
+  PassManager pm;
+  pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
+  pm.Add({"dce", "simplify", false, EliminateDeadCode});
+  pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
+  pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});
+  pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
+  pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});
+  pm.Add({"check-resolved", "finalize", true, CheckResolved});
+  return pm;
+}
+
+std::vector<std::string> PassManager::Names() const {
+  std::vector<std::string> out;
+  for (auto& p : passes_) out.push_back(p.phase + "/" + p.name);
+  return out;
+}
+
+Status PassManager::Run(ir::Graph& g, const PassOptions& opts, std::vector<std::string>* log) const {
+  for (const std::string& d : opts.disabled) {
+    bool found = false;
+    for (auto& p : passes_) {
+      if (p.name == d || p.phase == d) {
+        found = true;
+        if (p.required) {
+          return Error(StatusCode::kInvalidArgument, "pass '", p.name, "' is required and cannot be disabled");
+        }
+      }
+    }
+    if (!found) return Error(StatusCode::kInvalidArgument, "unknown pass or phase '", d, "'");
+  }
+  for (auto& p : passes_) {
+    if (opts.disabled.count(p.name) || opts.disabled.count(p.phase)) {
+      if (log) log->push_back(StrCat(p.phase, "/", p.name, ": disabled"));
+      continue;
+    }
+    std::size_t before = g.nodes().size();
+    Status st = p.run(g, opts);
+    if (!st.ok()) return st;
+    KILN_RETURN_IF_ERROR(g.Verify().WithContext(StrCat("after pass '", p.name, "'")));
+    if (log) log->push_back(StrCat(p.phase, "/", p.name, ": ", before, " -> ", g.nodes().size(), " nodes"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln::passes

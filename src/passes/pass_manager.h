@@ -1,0 +1,58 @@
+// The pass manager: named passes grouped in phases, each switchable by name.
+//
+// Phases run in order: "infer" (shape inference and constant folding),
+// "simplify" (dead-code elimination), "fuse" (Conv+BatchNorm folding, bias and
+// activation fusion), "finalize" (boundary Identity insertion, checks that
+// every dim is resolved). Memory planning follows as a separate step.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ir/graph.h"
+#include "ops/fused_attrs.h"
+
+namespace kiln::passes {
+
+struct PassOptions {
+  std::set<std::string> disabled;       // pass names to skip
+  std::uint64_t fold_limit_bytes = 64u << 20;  // largest constant folding may create
+};
+
+struct Pass {
+  std::string name;
+  std::string phase;
+  bool required = false;  // cannot be disabled (correctness depends on it)
+  std::function<Status(ir::Graph&, const PassOptions&)> run;
+};
+
+class PassManager {
+ public:
+  // The default pipeline.
+  static PassManager Default();
+  void Add(Pass p) { passes_.push_back(std::move(p)); }
+  // Runs every enabled pass; errors name the pass. `log` (optional) receives
+  // one line per pass with node counts.
+  Status Run(ir::Graph& g, const PassOptions& opts, std::vector<std::string>* log = nullptr) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::vector<Pass> passes_;
+};
+
+// The passes (one file each).
+Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts);
+Status EliminateDeadCode(ir::Graph& g, const PassOptions& opts);
+Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
+Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
+Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
+Status CheckResolved(ir::Graph& g, const PassOptions& opts);
+
+using ops::kActAttr;
+using ops::kActAlphaAttr;
+using ops::kActBetaAttr;
+
+}  // namespace kiln::passes

@@ -1,0 +1,109 @@
+// kiln::Model: the runtime entry point over a mapped .kiln file.
+#include <memory>
+
+#include "backends/cpu/kernel.h"
+#include "format/kiln_file.h"
+#include "kiln/runtime.h"
+#include "ops/op_registry.h"
+#include "runtime/executor.h"
+
+namespace kiln {
+namespace {
+
+class ModelImpl final : public Model {
+ public:
+  const std::vector<TensorInfo>& inputs() const override { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const override { return outputs_; }
+  std::uint64_t arena_bytes() const override { return file_.model.plan.arena_size; }
+  std::uint64_t weight_bytes() const override { return file_.model.plan.const_size; }
+  void set_threads(int threads) override { threads_ = threads < 1 ? 1 : threads; }
+  const ExecutionStats& last_stats() const override { return stats_; }
+
+  Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
+    KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));
+    KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
+    io_.clear();
+    for (auto& t : ins) io_.push_back(t.data);
+    for (auto& t : outs) io_.push_back(t.data);
+    cpu::SetNumThreads(threads_);
+    return executor_->Run(io_, &stats_);
+  }
+
+  static Result<std::unique_ptr<Model>> Create(const std::string& path, const LoadOptions& opts) {
+    format::ReadOptions ro;
+    ro.verify_weights_checksum = opts.verify_weights_checksum;
+    KILN_ASSIGN_OR_RETURN(format::LoadedFile file, format::ReadModelFile(path, ro));
+    std::unique_ptr<ModelImpl> m(new ModelImpl());
+    m->file_ = std::move(file);
+    m->threads_ = opts.threads < 1 ? 1 : opts.threads;
+    ir::Graph& g = *m->file_.model.graph;
+    // Re-check every node against its definition: a file that passed its
+    // checksums may still come from another Kiln version.
+    for (auto& n : g.nodes()) {
+      std::vector<std::pair<DType, Shape>> declared;
+      for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
+      Status st = ops::InferNode(*n);
+      if (!st.ok()) return st.WithContext(StrCat("model file '", path, "'"));
+      for (int j = 0; j < n->num_outputs(); ++j) {
+        ir::Value* o = n->output(j);
+        if (o->dtype() != declared[j].first || o->shape() != declared[j].second) {
+          return Error(StatusCode::kCorrupt, "model file '", path, "': ", n->Describe(), " output '",
+                       o->name(), "' is recorded as ", DTypeName(declared[j].first),
+                       ShapeToString(declared[j].second), " but infers to ", DTypeName(o->dtype()),
+                       ShapeToString(o->shape()));
+        }
+      }
+    }
+    auto info = [](const ir::Value* v) {
+      return TensorInfo{v->name(), v->dtype(), v->shape(),
+                        static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype())};
+    };
+    for (ir::Value* v : g.inputs()) m->inputs_.push_back(info(v));
+    for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));
+    cpu::SetNumThreads(m->threads_);
+    auto ex = runtime::Executor::Create(g, m->file_.model.plan);
+    if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
+    m->executor_ = std::move(ex).value();
+    return std::unique_ptr<Model>(std::move(m));
+  }
+
+ private:
+  static Status Check(const char* what, const std::vector<TensorInfo>& want,
+                      const std::vector<TensorRef>& got) {
+    if (want.size() != got.size()) {
+      return Error(StatusCode::kInvalidArgument, "expected ", want.size(), " ", what, "s, got ",
+                   got.size());
+    }
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const TensorInfo& w = want[i];
+      const TensorRef& g = got[i];
+      if (g.dtype != w.dtype) {
+        return Error(StatusCode::kInvalidArgument, what, " ", i, " '", w.name, "': expected dtype ",
+                     DTypeName(w.dtype), ", got ", DTypeName(g.dtype));
+      }
+      if (g.shape != w.shape) {
+        return Error(StatusCode::kInvalidArgument, what, " ", i, " '", w.name, "': expected shape ",
+                     ShapeToString(w.shape), ", got ", ShapeToString(g.shape));
+      }
+      if (!g.data && w.bytes) {
+        return Error(StatusCode::kInvalidArgument, what, " ", i, " '", w.name, "': null buffer");
+      }
+    }
+    return Status::Ok();
+  }
+
+  format::LoadedFile file_;
+  std::unique_ptr<runtime::Executor> executor_;
+  std::vector<TensorInfo> inputs_, outputs_;
+  std::vector<void*> io_;
+  int threads_ = 1;
+  ExecutionStats stats_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& opts) {
+  return ModelImpl::Create(path, opts);
+}
+
+}  // namespace kiln

@@ -1,0 +1,365 @@
+// The `kiln` command line: compile, run, inspect, bench, ops.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+
+#include "api/compiler.h"
+#include "format/kiln_file.h"
+#include "frontend/onnx/onnx_import.h"
+#include "kiln/runtime.h"
+#include "ops/op_registry.h"
+#include "tools/npy.h"
+
+namespace {
+
+using kiln::Status;
+using kiln::StatusCode;
+using nlohmann::json;
+
+int Fail(const Status& s) {
+  std::cerr << "kiln: error: " << s.ToString() << "\n";
+  return 1;
+}
+
+std::string HumanBytes(std::uint64_t b) {
+  char buf[64];
+  if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+// ---- inputs ----------------------------------------------------------------
+
+kiln::HostTensor RandomTensor(const kiln::TensorInfo& info, unsigned seed) {
+  kiln::HostTensor t(info.dtype, info.shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> real(-1.f, 1.f);
+  std::uniform_int_distribution<int> small(0, 9);
+  const std::int64_t n = t.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    switch (info.dtype) {
+      case kiln::DType::kFloat32: t.mutable_data_as<float>()[i] = real(rng); break;
+      case kiln::DType::kFloat64: t.mutable_data_as<double>()[i] = real(rng); break;
+      case kiln::DType::kFloat16: t.mutable_data_as<std::uint16_t>()[i] = kiln::FloatToHalf(real(rng)); break;
+      case kiln::DType::kInt64: t.mutable_data_as<std::int64_t>()[i] = small(rng); break;
+      case kiln::DType::kInt32: t.mutable_data_as<std::int32_t>()[i] = small(rng); break;
+      case kiln::DType::kBool: t.mutable_data_as<std::uint8_t>()[i] = small(rng) & 1; break;
+      default: static_cast<std::uint8_t*>(t.mutable_data())[i * kiln::DTypeSize(info.dtype)] = static_cast<std::uint8_t>(small(rng));
+    }
+  }
+  return t;
+}
+
+// Resolves --input NAME=FILE / INDEX=FILE against the model; fills the rest
+// with seeded random data.
+kiln::Result<std::vector<kiln::HostTensor>> PrepareInputs(const kiln::Model& model,
+                                                          const std::vector<std::string>& specs,
+                                                          unsigned seed, bool verbose) {
+  const auto& infos = model.inputs();
+  std::vector<std::optional<kiln::HostTensor>> given(infos.size());
+  for (const std::string& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return kiln::Error(StatusCode::kInvalidArgument, "--input '", spec, "' is not NAME=FILE.npy or INDEX=FILE.npy");
+    }
+    std::string key = spec.substr(0, eq), file = spec.substr(eq + 1);
+    int idx = -1;
+    for (std::size_t i = 0; i < infos.size(); ++i) {
+      if (infos[i].name == key) idx = static_cast<int>(i);
+    }
+    if (idx < 0 && !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit)) {
+      idx = std::stoi(key);
+      if (idx >= static_cast<int>(infos.size())) {
+        return kiln::Error(StatusCode::kInvalidArgument, "--input index ", idx, " is out of range: the model has ",
+                           infos.size(), " input(s)");
+      }
+    }
+    if (idx < 0) {
+      std::string names;
+      for (auto& i : infos) names += (names.empty() ? "" : ", ") + i.name;
+      return kiln::Error(StatusCode::kInvalidArgument, "--input names '", key,
+                         "', which is not an input of the model (inputs: ", names, ")");
+    }
+    KILN_ASSIGN_OR_RETURN(kiln::HostTensor t, kiln::npy::Load(file));
+    const auto& info = infos[idx];
+    if (t.dtype() != info.dtype) {
+      return kiln::Error(StatusCode::kInvalidArgument, "input ", idx, " '", info.name, "' from '", file,
+                         "': expected dtype ", kiln::DTypeName(info.dtype), ", found ", kiln::DTypeName(t.dtype()));
+    }
+    if (t.shape() != info.shape) {
+      return kiln::Error(StatusCode::kInvalidArgument, "input ", idx, " '", info.name, "' from '", file,
+                         "': expected shape ", kiln::ShapeToString(info.shape), ", found ",
+                         kiln::ShapeToString(t.shape()));
+    }
+    given[idx] = std::move(t);
+  }
+  std::vector<kiln::HostTensor> out;
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    if (given[i]) {
+      out.push_back(std::move(*given[i]));
+    } else {
+      if (verbose) {
+        std::cerr << "kiln: input " << i << " '" << infos[i].name << "' not given: using seeded random "
+                  << kiln::DTypeName(infos[i].dtype) << kiln::ShapeToString(infos[i].shape) << "\n";
+      }
+      out.push_back(RandomTensor(infos[i], seed + static_cast<unsigned>(i)));
+    }
+  }
+  return out;
+}
+
+struct Bound {
+  std::vector<kiln::HostTensor> outputs;
+  std::vector<kiln::TensorRef> in_refs, out_refs;
+};
+
+Bound Bind(const kiln::Model& model, std::vector<kiln::HostTensor>& inputs) {
+  Bound b;
+  for (auto& t : inputs) b.in_refs.push_back({const_cast<void*>(t.data()), t.dtype(), t.shape()});
+  for (auto& info : model.outputs()) b.outputs.emplace_back(info.dtype, info.shape);
+  for (auto& t : b.outputs) b.out_refs.push_back({t.mutable_data(), t.dtype(), t.shape()});
+  return b;
+}
+
+// ---- commands --------------------------------------------------------------
+
+int Compile(const std::string& model, const std::string& output, const std::string& shapes,
+            const std::vector<std::string>& disable, bool verbose) {
+  kiln::CompileOptions opts;
+  if (!shapes.empty()) {
+    auto parsed = kiln::onnx_frontend::ParseInputShapes(shapes);
+    if (!parsed.ok()) return Fail(parsed.status());
+    opts.input_shapes = parsed.value();
+  }
+  opts.passes.disabled.insert(disable.begin(), disable.end());
+  kiln::CompileReport report;
+  auto t0 = std::chrono::steady_clock::now();
+  auto m = kiln::CompileOnnxFile(model, opts, &report);
+  if (!m.ok()) return Fail(m.status());
+  Status st = kiln::format::WriteModelFile(m.value(), output);
+  if (!st.ok()) return Fail(st);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (verbose) {
+    for (auto& l : report.pass_log) std::cout << "  pass " << l << "\n";
+  }
+  const auto& plan = m.value().plan;
+  std::cout << "compiled " << model << " -> " << output << " in " << static_cast<int>(ms) << " ms: "
+            << m.value().graph->nodes().size() << " nodes, weights " << HumanBytes(plan.const_size)
+            << ", arena " << HumanBytes(plan.arena_size) << "\n";
+  return 0;
+}
+
+void PrintTensorSummary(const std::string& label, const kiln::HostTensor& t) {
+  std::cout << label << " " << kiln::DTypeName(t.dtype()) << kiln::ShapeToString(t.shape());
+  const std::int64_t n = t.numel();
+  if (n > 0 && t.dtype() != kiln::DType::kString) {
+    double mn = INFINITY, mx = -INFINITY, sum = 0;
+    std::int64_t arg = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      double v = t.GetAsDouble(i);
+      if (v > mx) { mx = v; arg = i; }
+      mn = std::min(mn, v);
+      sum += v;
+    }
+    std::cout << "  min " << mn << "  max " << mx << " (at " << arg << ")  mean " << sum / n << "  first:";
+    for (std::int64_t i = 0; i < std::min<std::int64_t>(n, 5); ++i) std::cout << " " << t.GetAsDouble(i);
+  }
+  std::cout << "\n";
+}
+
+int Run(const std::string& path, const std::vector<std::string>& input_specs, const std::string& out_dir,
+        int threads, bool verify_weights) {
+  kiln::LoadOptions lo;
+  lo.threads = threads;
+  lo.verify_weights_checksum = verify_weights;
+  auto t0 = std::chrono::steady_clock::now();
+  auto model = kiln::Model::Load(path, lo);
+  if (!model.ok()) return Fail(model.status());
+  double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto inputs = PrepareInputs(*model.value(), input_specs, 0, true);
+  if (!inputs.ok()) return Fail(inputs.status());
+  Bound b = Bind(*model.value(), inputs.value());
+  auto t1 = std::chrono::steady_clock::now();
+  Status st = model.value()->Execute(b.in_refs, b.out_refs);
+  if (!st.ok()) return Fail(st);
+  double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) return Fail(kiln::Error(StatusCode::kIoError, "cannot create output directory '", out_dir, "': ", ec.message()));
+  }
+  for (std::size_t i = 0; i < b.outputs.size(); ++i) {
+    PrintTensorSummary(kiln::StrCat("output ", i, " '", model.value()->outputs()[i].name, "'"), b.outputs[i]);
+    if (!out_dir.empty()) {
+      std::string file = (std::filesystem::path(out_dir) / kiln::StrCat("output_", i, ".npy")).string();
+      Status s = kiln::npy::Save(file, b.outputs[i]);
+      if (!s.ok()) return Fail(s);
+    }
+  }
+  std::printf("load %.2f ms, first run %.3f ms (%d thread%s)%s\n", load_ms, run_ms, threads,
+              threads == 1 ? "" : "s", out_dir.empty() ? "" : (", outputs written to " + out_dir).c_str());
+  return 0;
+}
+
+json InspectJson(const kiln::format::LoadedFile& f) {
+  const auto& g = *f.model.graph;
+  const auto& p = f.model.plan;
+  json ins = json::array(), outs = json::array(), nodes = json::array();
+  std::map<std::string, int> counts;
+  for (auto* v : g.inputs()) ins.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()}});
+  for (auto* v : g.outputs()) outs.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()}});
+  for (auto& n : g.nodes()) {
+    counts[n->op_type()]++;
+    json attrs = json::object();
+    for (auto& [k, a] : n->attrs()) {
+      if (k.rfind("kiln.", 0) == 0) attrs[k] = a.kind == kiln::ir::Attribute::Kind::kString ? json(a.s) : a.kind == kiln::ir::Attribute::Kind::kFloat ? json(a.f) : json(a.i);
+    }
+    nodes.push_back({{"name", n->name()}, {"op", n->op_type()}, {"fused", attrs}});
+  }
+  return json{{"file_size", f.file_size},
+              {"inputs", ins},
+              {"outputs", outs},
+              {"num_nodes", g.nodes().size()},
+              {"op_counts", counts},
+              {"nodes", nodes},
+              {"memory", {{"arena_bytes", p.arena_size},
+                          {"no_reuse_bytes", p.no_reuse_size},
+                          {"lower_bound_bytes", p.lower_bound},
+                          {"weights_bytes", p.const_size},
+                          {"arena_over_lower_bound", p.lower_bound ? double(p.arena_size) / p.lower_bound : 1.0}}}};
+}
+
+int Inspect(const std::string& path, bool as_json) {
+  auto f = kiln::format::ReadModelFile(path);
+  if (!f.ok()) return Fail(f.status());
+  json j = InspectJson(f.value());
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << path << " (" << HumanBytes(j["file_size"]) << ")\n";
+  for (const char* k : {"inputs", "outputs"}) {
+    std::cout << k << ":\n";
+    for (auto& t : j[k]) {
+      std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>()
+                << kiln::ShapeToString(t["shape"].get<kiln::Shape>()) << "\n";
+    }
+  }
+  std::cout << "ops (" << j["num_nodes"] << " nodes):\n";
+  for (auto& [op, c] : j["op_counts"].items()) std::cout << "  " << op << " x" << c << "\n";
+  auto& m = j["memory"];
+  std::cout << "memory plan:\n"
+            << "  arena (planned)        " << HumanBytes(m["arena_bytes"]) << "\n"
+            << "  lower bound (max live) " << HumanBytes(m["lower_bound_bytes"]) << "\n"
+            << "  no reuse (sum)         " << HumanBytes(m["no_reuse_bytes"]) << "\n"
+            << "  arena / lower bound    " << m["arena_over_lower_bound"].get<double>() << "\n"
+            << "  weights                " << HumanBytes(m["weights_bytes"]) << "\n";
+  return 0;
+}
+
+int Bench(const std::string& path, const std::vector<std::string>& input_specs, int runs, int warmup,
+          int threads, bool as_json) {
+  kiln::LoadOptions lo;
+  lo.threads = threads;
+  auto model = kiln::Model::Load(path, lo);
+  if (!model.ok()) return Fail(model.status());
+  auto inputs = PrepareInputs(*model.value(), input_specs, 0, !as_json);
+  if (!inputs.ok()) return Fail(inputs.status());
+  Bound b = Bind(*model.value(), inputs.value());
+  for (int i = 0; i < warmup; ++i) {
+    Status st = model.value()->Execute(b.in_refs, b.out_refs);
+    if (!st.ok()) return Fail(st);
+  }
+  const bool bar = isatty(STDERR_FILENO) && !as_json;
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = model.value()->Execute(b.in_refs, b.out_refs);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!st.ok()) return Fail(st);
+    if (bar) {
+      int w = 30, done = (i + 1) * w / runs;
+      std::fprintf(stderr, "\r[%s%s] %d/%d", std::string(done, '#').c_str(), std::string(w - done, '.').c_str(), i + 1, runs);
+      if (i + 1 == runs) std::fprintf(stderr, "\n");
+    }
+  }
+  std::vector<double> s = ms;
+  std::sort(s.begin(), s.end());
+  auto pct = [&](double p) { return s[std::min<std::size_t>(s.size() - 1, static_cast<std::size_t>(p * (s.size() - 1) + 0.5))]; };
+  double median = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
+  if (as_json) {
+    std::cout << json{{"model", path}, {"runs", runs}, {"warmup", warmup}, {"threads", threads},
+                      {"median_ms", median}, {"p90_ms", pct(0.9)}, {"min_ms", s.front()}, {"max_ms", s.back()}}.dump()
+              << "\n";
+  } else {
+    std::printf("%s: %d runs, %d thread%s: median %.3f ms, p90 %.3f ms, min %.3f ms\n", path.c_str(), runs,
+                threads, threads == 1 ? "" : "s", median, pct(0.9), s.front());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: compile ONNX models to .kiln files and run them"};
+  app.require_subcommand(1);
+
+  std::string model, output, shapes, path, out_dir;
+  std::vector<std::string> inputs, disable;
+  int threads = 1, runs = 50, warmup = 5;
+  bool as_json = false, verbose = false, no_verify = false;
+
+  auto* compile = app.add_subcommand("compile", "compile an ONNX model into a .kiln file");
+  compile->add_option("--model", model, "ONNX model")->required();
+  compile->add_option("--output", output, "output .kiln file")->required();
+  compile->add_option("--input-shape", shapes, "fix input shapes: \"x:1,3,224,224;y:1,8\"");
+  compile->add_option("--disable-pass", disable, "skip a pass or phase by name (repeatable)");
+  compile->add_flag("-v,--verbose", verbose, "print the pass log");
+
+  auto* run = app.add_subcommand("run", "run a .kiln model once");
+  run->add_option("model", path, ".kiln file")->required();
+  run->add_option("--input", inputs, "NAME=FILE.npy or INDEX=FILE.npy (repeatable)");
+  run->add_option("--output-dir", out_dir, "write output_<i>.npy here");
+  run->add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 256));
+  run->add_flag("--no-verify-weights", no_verify, "skip the weights checksum at load");
+
+  auto* inspect = app.add_subcommand("inspect", "describe a .kiln model");
+  inspect->add_option("model", path, ".kiln file")->required();
+  inspect->add_flag("--json", as_json, "JSON output");
+
+  auto* bench = app.add_subcommand("bench", "time repeated runs of a .kiln model");
+  bench->add_option("model", path, ".kiln file")->required();
+  bench->add_option("--input", inputs, "NAME=FILE.npy or INDEX=FILE.npy (repeatable)");
+  bench->add_option("--runs", runs, "timed runs")->check(CLI::Range(1, 1000000));
+  bench->add_option("--warmup", warmup, "untimed runs first")->check(CLI::Range(0, 1000000));
+  bench->add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 256));
+  bench->add_flag("--json", as_json, "one JSON object: median_ms, p90_ms, min_ms");
+
+  auto* ops = app.add_subcommand("ops", "list supported ONNX operators");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (*compile) return Compile(model, output, shapes, disable, verbose);
+  if (*run) return Run(path, inputs, out_dir, threads, !no_verify);
+  if (*inspect) return Inspect(path, as_json);
+  if (*bench) return Bench(path, inputs, runs, warmup, threads, as_json);
+  if (*ops) {
+    for (auto& t : kiln::ops::OpRegistry::Get().Types()) std::cout << t << "\n";
+    return 0;
+  }
+  return 1;
+}
