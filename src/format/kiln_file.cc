@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -160,6 +161,24 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
     *slot = &e;
   }
   if (!graph_part || !weights_part) return corrupt("missing graph or weights partition");
+  // Every byte outside the header, table and partitions is zero padding.
+  {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> used = {
+        {0, h.table_offset + std::uint64_t{h.num_partitions} * sizeof(PartitionEntry)}};
+    for (const PartitionEntry& e : table) used.emplace_back(e.offset, e.offset + e.size);
+    std::sort(used.begin(), used.end());
+    std::uint64_t cursor = 0;
+    for (auto& [b, e] : used) {
+      if (b < cursor) return corrupt("partitions overlap at offset ", b);
+      for (std::uint64_t i = cursor; i < b; ++i) {
+        if (base[i] != 0) return corrupt("non-zero padding byte at offset ", i);
+      }
+      cursor = e;
+    }
+    for (std::uint64_t i = cursor; i < size; ++i) {
+      if (base[i] != 0) return corrupt("non-zero trailing byte at offset ", i);
+    }
+  }
   if (weights_part->offset % kWeightsAlignment != 0) return corrupt("weights partition is not page-aligned");
   if (Crc32(base + graph_part->offset, graph_part->size) != graph_part->crc) {
     return corrupt("graph partition checksum mismatch");

@@ -6,3 +6,9 @@ inline constexpr const char* kActAttr = "kiln.activation";      // string: Relu,
 inline constexpr const char* kActAlphaAttr = "kiln.act_alpha";  // float
 inline constexpr const char* kActBetaAttr = "kiln.act_beta";    // float
 }  // namespace kiln::ops
+
+namespace kiln::ops {
+// Set (=1) by the layout pass on Conv/pooling nodes whose data input and
+// output are channels-last (NHWC) tensors; shapes are physical.
+inline constexpr const char* kNhwcAttr = "kiln.nhwc";
+}  // namespace kiln::ops

@@ -9,6 +9,7 @@ PassManager PassManager::Default() {
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});
   pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
+  pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});
   pm.Add({"check-resolved", "finalize", true, CheckResolved});
   return pm;

@@ -50,6 +50,7 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
+Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);
 
 using ops::kActAttr;
 using ops::kActAlphaAttr;

@@ -2,6 +2,7 @@
 // layout oneDNN's kernel wants; bias and a fused activation ride along.
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
+#include "ops/fused_attrs.h"
 #include "ops/window.h"
 
 namespace kiln::cpu {
@@ -14,9 +15,14 @@ class ConvKernel : public Kernel {
  public:
   Status Init(const KernelInit& init) {
     const ir::Node& node = *init.node;
-    const Shape& x = init.inputs[0].shape;
+    const bool nhwc = node.GetInt(ops::kNhwcAttr, 0) != 0;
+    Shape x = init.inputs[0].shape;
     const Shape& w = init.inputs[1].shape;
-    const Shape& y = init.outputs[0].shape;
+    Shape y = init.outputs[0].shape;
+    if (nhwc) {  // physical NHWC -> logical NCHW dims
+      x = {x[0], x[3], x[1], x[2]};
+      y = {y[0], y[3], y[1], y[2]};
+    }
     const std::int64_t group = node.GetInt("group", 1);
     const std::size_t sp = x.size() - 2;
     KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(node, Shape(x.begin() + 2, x.end()),
@@ -30,7 +36,8 @@ class ConvKernel : public Kernel {
       wg = {group, w[0] / group};
       wg.insert(wg.end(), w.begin() + 1, w.end());
     }
-    const memory::desc src_md = PlainDesc(x), dst_md = PlainDesc(y);
+    const memory::desc src_md = nhwc ? memory::desc(memory::dims(x.begin(), x.end()), memory::data_type::f32, tag::nhwc) : PlainDesc(x);
+    const memory::desc dst_md = nhwc ? memory::desc(memory::dims(y.begin(), y.end()), memory::data_type::f32, tag::nhwc) : PlainDesc(y);
     const memory::desc w_plain = PlainDesc(wg);
     const HostTensor* wconst = init.const_input(1);
     const bool has_bias = init.inputs.size() > 2 && init.inputs[2].present();

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""The kiln CLI on bad input: every case must exit 1 with a clear message
+naming the culprit, never crash (signal) and never leave a broken file."""
+import argparse
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+KILN = None
+WORK = None
+
+
+def kiln(*args):
+    p = subprocess.run([KILN, *map(str, args)], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def save(model, name):
+    path = os.path.join(WORK, name)
+    onnx.save(model, path)
+    return path
+
+
+def relu_model(shape=(1, 4), dim_param=None, extra_opsets=()):
+    dims = [dim_param if (dim_param and i == 0) else d for i, d in enumerate(shape)]
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+    ops = [helper.make_opsetid("", 13)] + [helper.make_opsetid(d, 1) for d in extra_opsets]
+    return helper.make_model(g, opset_imports=ops)
+
+
+class CliBadInput(unittest.TestCase):
+    def assertCleanError(self, rc, out, *needles):
+        self.assertEqual(rc, 1, f"expected exit 1 (clean error), got {rc}:\n{out}")
+        self.assertIn("error", out)
+        for n in needles:
+            self.assertIn(n, out)
+
+    def test_malformed_onnx(self):
+        path = os.path.join(WORK, "garbage.onnx")
+        with open(path, "wb") as f:
+            f.write(os.urandom(1000))
+        rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "g.kiln"))
+        self.assertCleanError(rc, out, "garbage.onnx")
+        self.assertFalse(os.path.exists(os.path.join(WORK, "g.kiln")))
+
+    def test_truncated_onnx(self):
+        good = save(relu_model(), "trunc_src.onnx")
+        with open(good, "rb") as f:
+            data = f.read()
+        path = os.path.join(WORK, "trunc.onnx")
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+        rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "t.kiln"))
+        self.assertCleanError(rc, out, "trunc.onnx")
+
+    def test_missing_model(self):
+        rc, out = kiln("compile", "--model", os.path.join(WORK, "nope.onnx"), "--output", os.path.join(WORK, "n.kiln"))
+        self.assertCleanError(rc, out, "nope.onnx")
+
+    def test_unsupported_ops_reported_together(self):
+        g = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["a"], name="ok"),
+             helper.make_node("Det", ["a"], ["b"], name="first_bad"),
+             helper.make_node("MyOp", ["b"], ["y"], name="second_bad", domain="com.example")],
+            "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.example", 1)])
+        rc, out = kiln("compile", "--model", save(m, "unsup.onnx"), "--output", os.path.join(WORK, "u.kiln"))
+        self.assertCleanError(rc, out, "2 unsupported", "Det", "first_bad", "MyOp", "com.example", "second_bad")
+
+    def test_unused_domain_import_is_fine(self):
+        path = save(relu_model(extra_opsets=["com.microsoft", "ai.onnx.ml"]), "unused_domain.onnx")
+        rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "ud.kiln"))
+        self.assertEqual(rc, 0, out)
+
+    def test_unresolved_dims_and_input_shape(self):
+        path = save(relu_model(dim_param="batch"), "dyn.onnx")
+        out_path = os.path.join(WORK, "dyn.kiln")
+        rc, out = kiln("compile", "--model", path, "--output", out_path)
+        self.assertCleanError(rc, out, "'x'", "batch", "--input-shape")
+        rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:3,4")
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "nope:3,4")
+        self.assertCleanError(rc, out, "'nope'", "not an input")
+        rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:3,5")
+        self.assertCleanError(rc, out, "dim 1", "fixed to 4")
+        rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:3,a")
+        self.assertCleanError(rc, out, "'a'")
+
+    def test_bad_attribute_names_node(self):
+        g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="c1", strides=[0, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        rc, out = kiln("compile", "--model", save(m, "badattr.onnx"), "--output", os.path.join(WORK, "b.kiln"))
+        self.assertCleanError(rc, out, "c1", "strides")
+
+    def test_run_input_errors(self):
+        path = save(relu_model(), "relu.onnx")
+        k = os.path.join(WORK, "relu.kiln")
+        self.assertEqual(kiln("compile", "--model", path, "--output", k)[0], 0)
+        good = os.path.join(WORK, "in_good.npy")
+        np.save(good, np.ones((1, 4), np.float32))
+        rc, out = kiln("run", k, "--input", f"x={good}", "--output-dir", os.path.join(WORK, "o"))
+        self.assertEqual(rc, 0, out)
+        np.testing.assert_array_equal(np.load(os.path.join(WORK, "o", "output_0.npy")), np.ones((1, 4), np.float32))
+        bad_shape = os.path.join(WORK, "in_shape.npy")
+        np.save(bad_shape, np.ones((2, 4), np.float32))
+        self.assertCleanError(*kiln("run", k, "--input", f"x={bad_shape}"), "expected shape [1,4]", "[2,4]")
+        bad_type = os.path.join(WORK, "in_type.npy")
+        np.save(bad_type, np.ones((1, 4), np.float64))
+        self.assertCleanError(*kiln("run", k, "--input", f"x={bad_type}"), "float32", "float64")
+        self.assertCleanError(*kiln("run", k, "--input", f"y={good}"), "'y'", "not an input")
+        self.assertCleanError(*kiln("run", k, "--input", f"3={good}"), "index 3", "1 input")
+        self.assertCleanError(*kiln("run", k, "--input", "x=/nonexistent.npy"), "/nonexistent.npy")
+        junk = os.path.join(WORK, "junk.npy")
+        with open(junk, "wb") as f:
+            f.write(b"not numpy")
+        self.assertCleanError(*kiln("run", k, "--input", f"x={junk}"), "junk.npy")
+
+    def test_corrupted_kiln(self):
+        path = save(relu_model(), "relu2.onnx")
+        k = os.path.join(WORK, "relu2.kiln")
+        self.assertEqual(kiln("compile", "--model", path, "--output", k)[0], 0)
+        data = bytearray(open(k, "rb").read())
+        bad = os.path.join(WORK, "bad.kiln")
+        for i in list(range(0, 128, 7)) + [200, len(data) - 1]:
+            d = bytearray(data)
+            d[i] ^= 0xFF
+            open(bad, "wb").write(d)
+            for cmd in ("run", "inspect"):
+                rc, out = kiln(cmd, bad)
+                self.assertCleanError(rc, out, "bad.kiln")
+        open(bad, "wb").write(data[:100])
+        self.assertCleanError(*kiln("run", bad), "bad.kiln")
+        self.assertCleanError(*kiln("run", os.path.join(WORK, "missing.kiln")), "missing.kiln")
+
+    def test_failed_compile_keeps_existing_output(self):
+        good = save(relu_model(), "keep.onnx")
+        k = os.path.join(WORK, "keep.kiln")
+        self.assertEqual(kiln("compile", "--model", good, "--output", k)[0], 0)
+        before = open(k, "rb").read()
+        bad = os.path.join(WORK, "keep_bad.onnx")
+        open(bad, "wb").write(b"\x08\x07garbage")
+        self.assertEqual(kiln("compile", "--model", bad, "--output", k)[0], 1)
+        self.assertEqual(open(k, "rb").read(), before)
+        self.assertEqual([f for f in os.listdir(WORK) if ".tmp" in f], [])
+
+
+def main():
+    global KILN, WORK
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--work", required=True)
+    args, rest = ap.parse_known_args()
+    KILN, WORK = os.path.abspath(args.kiln), os.path.abspath(args.work)
+    os.makedirs(WORK, exist_ok=True)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()

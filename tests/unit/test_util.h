@@ -1,0 +1,49 @@
+// Helpers for unit tests: build small graphs, constants, temp paths.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/compiler.h"
+#include "common/tensor.h"
+#include "ir/graph.h"
+
+namespace kiln::test {
+
+inline HostTensorPtr F32(Shape s, std::vector<float> v) {
+  auto t = std::make_shared<HostTensor>(DType::kFloat32, std::move(s));
+  std::copy(v.begin(), v.end(), t->mutable_data_as<float>());
+  return t;
+}
+
+inline HostTensorPtr I64(Shape s, std::vector<std::int64_t> v) {
+  auto t = std::make_shared<HostTensor>(DType::kInt64, std::move(s));
+  std::copy(v.begin(), v.end(), t->mutable_data_as<std::int64_t>());
+  return t;
+}
+
+// A fresh directory under the system temp dir, removed at destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kiln_test_XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+// Sets since_version to the latest version Kiln implements for each node.
+void SetLatestVersions(ir::Graph& g);
+
+}  // namespace kiln::test
