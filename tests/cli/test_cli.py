@@ -20,6 +20,16 @@ def kiln(*args):
     return p.returncode, p.stdout + p.stderr
 
 
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
 def save(model, name):
     path = os.path.join(WORK, name)
     onnx.save(model, path)
@@ -130,28 +140,82 @@ class CliBadInput(unittest.TestCase):
         path = save(relu_model(), "relu2.onnx")
         k = os.path.join(WORK, "relu2.kiln")
         self.assertEqual(kiln("compile", "--model", path, "--output", k)[0], 0)
-        data = bytearray(open(k, "rb").read())
+        data = bytearray(read(k))
         bad = os.path.join(WORK, "bad.kiln")
         for i in list(range(0, 128, 7)) + [200, len(data) - 1]:
             d = bytearray(data)
             d[i] ^= 0xFF
-            open(bad, "wb").write(d)
+            write(bad, d
             for cmd in ("run", "inspect"):
                 rc, out = kiln(cmd, bad)
                 self.assertCleanError(rc, out, "bad.kiln")
-        open(bad, "wb").write(data[:100])
+        write(bad, data[:100]
         self.assertCleanError(*kiln("run", bad), "bad.kiln")
         self.assertCleanError(*kiln("run", os.path.join(WORK, "missing.kiln")), "missing.kiln")
+
+    def external_model(self, subdir, location, make_file=True):
+        """Gemm y = x W + b with W stored as ONNX external data at `location`."""
+        d = os.path.join(WORK, subdir)
+        os.makedirs(d, exist_ok=True)
+        w = np.arange(12, dtype=np.float32).reshape(3, 4)
+        wt = numpy_helper.from_array(w, "w")
+        wt.ClearField("raw_data")
+        wt.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", location), ("offset", "0"), ("length", str(w.nbytes))):
+            e = wt.external_data.add()
+            e.key, e.value = k, v
+        if make_file:
+            with open(os.path.join(d, "w.bin"), "wb") as f:
+                f.write(w.tobytes())
+        g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [wt])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        path = os.path.join(d, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(m.SerializeToString())
+        return path, w
+
+    def test_external_data_inside_model_dir(self):
+        path, w = self.external_model("ext_ok", "w.bin")
+        k = os.path.join(WORK, "ext.kiln")
+        rc, out = kiln("compile", "--model", path, "--output", k)
+        self.assertEqual(rc, 0, out)
+        x = np.array([[1, 2, 3]], np.float32)
+        np.save(os.path.join(WORK, "ext_x.npy"), x)
+        rc, out = kiln("run", k, "--input", "0=" + os.path.join(WORK, "ext_x.npy"), "--output-dir", os.path.join(WORK, "ext_o"))
+        self.assertEqual(rc, 0, out)
+        np.testing.assert_allclose(np.load(os.path.join(WORK, "ext_o", "output_0.npy")), x @ w)
+
+    def test_external_data_path_traversal_refused(self):
+        secret = os.path.join(WORK, "outside.bin")
+        with open(secret, "wb") as f:
+            f.write(np.zeros(12, np.float32).tobytes())
+        for sub, loc, needle in (("ext_dotdot", "../outside.bin", ".."),
+                                 ("ext_nested", "a/../../outside.bin", ".."),
+                                 ("ext_abs", secret, "relative path")):
+            path, _ = self.external_model(sub, loc)
+            rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, sub + ".kiln"))
+            self.assertCleanError(rc, out, needle, "'w'")
+        path, _ = self.external_model("ext_link", "link.bin")
+        link = os.path.join(WORK, "ext_link", "link.bin")
+        if not os.path.lexists(link):
+            os.symlink(secret, link)
+        rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "link.kiln"))
+        self.assertCleanError(rc, out, "outside the model directory")
+        path, _ = self.external_model("ext_missing", "nothere.bin")
+        rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "missing.kiln"))
+        self.assertCleanError(rc, out, "nothere.bin")
 
     def test_failed_compile_keeps_existing_output(self):
         good = save(relu_model(), "keep.onnx")
         k = os.path.join(WORK, "keep.kiln")
         self.assertEqual(kiln("compile", "--model", good, "--output", k)[0], 0)
-        before = open(k, "rb").read()
+        before = read(k)
         bad = os.path.join(WORK, "keep_bad.onnx")
-        open(bad, "wb").write(b"\x08\x07garbage")
+        write(bad, b"\x08\x07garbage"
         self.assertEqual(kiln("compile", "--model", bad, "--output", k)[0], 1)
-        self.assertEqual(open(k, "rb").read(), before)
+        self.assertEqual(read(k), before)
         self.assertEqual([f for f in os.listdir(WORK) if ".tmp" in f], [])
 
 
