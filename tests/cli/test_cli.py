@@ -145,11 +145,11 @@ class CliBadInput(unittest.TestCase):
         for i in list(range(0, 128, 7)) + [200, len(data) - 1]:
             d = bytearray(data)
             d[i] ^= 0xFF
-            write(bad, d
+            write(bad, d)
             for cmd in ("run", "inspect"):
                 rc, out = kiln(cmd, bad)
                 self.assertCleanError(rc, out, "bad.kiln")
-        write(bad, data[:100]
+        write(bad, data[:100])
         self.assertCleanError(*kiln("run", bad), "bad.kiln")
         self.assertCleanError(*kiln("run", os.path.join(WORK, "missing.kiln")), "missing.kiln")
 
@@ -213,7 +213,7 @@ class CliBadInput(unittest.TestCase):
         self.assertEqual(kiln("compile", "--model", good, "--output", k)[0], 0)
         before = read(k)
         bad = os.path.join(WORK, "keep_bad.onnx")
-        write(bad, b"\x08\x07garbage"
+        write(bad, b"\x08\x07garbage")
         self.assertEqual(kiln("compile", "--model", bad, "--output", k)[0], 1)
         self.assertEqual(read(k), before)
         self.assertEqual([f for f in os.listdir(WORK) if ".tmp" in f], [])
