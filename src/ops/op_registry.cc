@@ -24,6 +24,8 @@ OpRegistry& OpRegistry::Get() {
     RegisterPoolOps(*reg);
     RegisterNormOps(*reg);
     RegisterShapeOps(*reg);
+    RegisterUnaryOps(*reg);
+    RegisterReduceOps(*reg);
     RegisterInternalOps(*reg);
     return reg;
   }();

@@ -86,6 +86,8 @@ void RegisterGemmOps(OpRegistry& r);
 void RegisterPoolOps(OpRegistry& r);
 void RegisterNormOps(OpRegistry& r);
 void RegisterShapeOps(OpRegistry& r);
+void RegisterUnaryOps(OpRegistry& r);
+void RegisterReduceOps(OpRegistry& r);
 void RegisterInternalOps(OpRegistry& r);
 
 }  // namespace kiln::ops

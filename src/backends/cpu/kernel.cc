@@ -14,6 +14,8 @@ KernelRegistry& KernelRegistry::Get() {
     RegisterPoolKernels(*reg);
     RegisterNormKernels(*reg);
     RegisterShapeKernels(*reg);
+    RegisterUnaryKernels(*reg);
+    RegisterReduceKernels(*reg);
     return reg;
   }();
   return *r;

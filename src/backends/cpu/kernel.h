@@ -98,5 +98,7 @@ void RegisterGemmKernels(KernelRegistry& r);
 void RegisterPoolKernels(KernelRegistry& r);
 void RegisterNormKernels(KernelRegistry& r);
 void RegisterShapeKernels(KernelRegistry& r);
+void RegisterUnaryKernels(KernelRegistry& r);
+void RegisterReduceKernels(KernelRegistry& r);
 
 }  // namespace kiln::cpu
