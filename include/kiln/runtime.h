@@ -42,6 +42,10 @@ struct TensorRef {
 struct LoadOptions {
   int threads = 1;                      // kernel threads (OpenMP)
   bool verify_weights_checksum = true;  // CRC-32 of the embedded weights
+  // Debug mode: every intermediate gets its own allocation framed by guard
+  // bytes, checked after each kernel; an out-of-bounds write fails the run
+  // with an error naming the node and tensor. Slower; for tests.
+  bool check_bounds = false;
 };
 
 // Per-execution counters.

@@ -2,13 +2,31 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 namespace kiln::runtime {
 
 Executor::~Executor() { std::free(arena_); }
 
 Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph,
-                                                   const plan::MemoryPlan& plan) {
+                                                   const plan::MemoryPlan& plan,
+                                                   bool check_bounds) {
+  // check_bounds: one guarded allocation per arena tensor (views share their
+  // source's), instead of the shared arena.
+  std::unordered_map<const ir::Value*, GuardedBuffer*> guarded_of;
+  std::vector<std::unique_ptr<GuardedBuffer>> owned_guarded;
+  auto guarded = [&](const ir::Value* v, std::uint64_t size) -> GuardedBuffer* {
+    auto it = guarded_of.find(v);
+    if (it != guarded_of.end()) return it->second;
+    auto b = std::make_unique<GuardedBuffer>();
+    b->bytes.assign(size + 2 * GuardedBuffer::kGuard, GuardedBuffer::kPattern);
+    b->size = size;
+    b->name = v->name();
+    GuardedBuffer* raw = b.get();
+    guarded_of[v] = raw;
+    owned_guarded.push_back(std::move(b));
+    return raw;
+  };
   std::unique_ptr<Executor> ex(new Executor());
   const std::size_t num_regions =
       plan::kRegionIoBase + graph.inputs().size() + graph.outputs().size();
@@ -22,7 +40,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph,
   ex->bases_[plan::kRegionArena] = ex->arena_;
 
   for (auto& node : graph.nodes()) {
-    if (node->GetInt(plan::kAliasAttr, 0) == 1) continue;  // view: shares its input's bytes
+    if (node->GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
+      if (check_bounds) {
+        auto it = guarded_of.find(node->input(0));
+        if (it != guarded_of.end()) guarded_of[node->output(0)] = it->second;
+      }
+      continue;
+    }
     Task task;
     task.node = node.get();
     task.num_inputs = node->num_inputs();
@@ -48,6 +72,12 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph,
         return Error(StatusCode::kCorrupt, "value '", v->name(), "' placement [", p.offset, ", +",
                      p.size, ") does not fit region ", p.region);
       }
+      if (check_bounds && p.region == plan::kRegionArena) {
+        GuardedBuffer* b = guarded(v, p.size);
+        task.ptrs[slot] = b->data();
+        if (slot >= static_cast<std::uint32_t>(node->num_inputs())) task.guarded_outputs.push_back(b);
+        return Status::Ok();
+      }
       ex->region_refs_[p.region].push_back({task_index, slot, p.offset});
       task.ptrs[slot] = p.region == plan::kRegionArena ? ex->arena_ + p.offset : nullptr;
       return Status::Ok();
@@ -71,6 +101,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph,
     KILN_ASSIGN_OR_RETURN(task.kernel, cpu::CreateKernel(init));
     ex->tasks_.push_back(std::move(task));
   }
+  ex->guarded_ = std::move(owned_guarded);
   return ex;
 }
 
@@ -90,6 +121,17 @@ Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats) {
     cpu::KernelArgs args{t.ptrs.data(), t.num_inputs};
     Status st = t.kernel->Run(args);
     if (!st.ok()) return st.WithContext(t.node->Describe());
+    for (GuardedBuffer* b : t.guarded_outputs) {
+      for (std::uint64_t i = 0; i < GuardedBuffer::kGuard; ++i) {
+        const bool before = b->bytes[i] != GuardedBuffer::kPattern;
+        const bool after = b->bytes[GuardedBuffer::kGuard + b->size + i] != GuardedBuffer::kPattern;
+        if (before || after) {
+          return Error(StatusCode::kInternal, t.node->Describe(), " wrote out of bounds of tensor '",
+                       b->name, "' (", b->size, " bytes): guard byte ", before ? "before" : "after",
+                       " the buffer was overwritten");
+        }
+      }
+    }
   }
   if (stats) {
     stats->tasks_run = tasks_.size();

@@ -26,8 +26,19 @@ struct SlotRef {
   std::uint64_t offset;
 };
 
+// A separately allocated tensor framed by guard bytes (check_bounds mode).
+struct GuardedBuffer {
+  std::vector<std::uint8_t> bytes;  // kGuard + size + kGuard
+  std::uint64_t size = 0;
+  std::string name;
+  std::uint8_t* data() { return bytes.data() + kGuard; }
+  static constexpr std::uint64_t kGuard = 64;
+  static constexpr std::uint8_t kPattern = 0xA5;
+};
+
 struct Task {
   std::unique_ptr<cpu::Kernel> kernel;
+  std::vector<GuardedBuffer*> guarded_outputs;  // check_bounds mode only
   std::vector<void*> ptrs;  // the argument block: inputs then outputs
   int num_inputs = 0;
   const ir::Node* node = nullptr;
@@ -38,7 +49,8 @@ class Executor {
   // `graph` must outlive the executor. Creates every kernel and allocates the
   // arena (pre-touched so the first run pays no page faults).
   static Result<std::unique_ptr<Executor>> Create(const ir::Graph& graph,
-                                                  const plan::MemoryPlan& plan);
+                                                  const plan::MemoryPlan& plan,
+                                                  bool check_bounds = false);
   ~Executor();
 
   // io[i]: base address of region kRegionIoBase + i (inputs, then outputs).
@@ -51,6 +63,7 @@ class Executor {
   std::vector<std::vector<SlotRef>> region_refs_;  // by region id
   std::vector<std::uint8_t*> bases_;                // current base per region
   std::uint8_t* arena_ = nullptr;
+  std::vector<std::unique_ptr<GuardedBuffer>> guarded_;
   std::uint64_t arena_size_ = 0;
 };
 

@@ -61,7 +61,7 @@ class ModelImpl final : public Model {
     for (ir::Value* v : g.inputs()) m->inputs_.push_back(info(v));
     for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));
     cpu::SetNumThreads(m->threads_);
-    auto ex = runtime::Executor::Create(g, m->file_.model.plan);
+    auto ex = runtime::Executor::Create(g, m->file_.model.plan, opts.check_bounds);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
     m->executor_ = std::move(ex).value();
     return std::unique_ptr<Model>(std::move(m));

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <cstring>
 
 #include "api/compiler.h"
 #include "format/kiln_file.h"
@@ -179,10 +180,11 @@ void PrintTensorSummary(const std::string& label, const kiln::HostTensor& t) {
 }
 
 int Run(const std::string& path, const std::vector<std::string>& input_specs, const std::string& out_dir,
-        int threads, bool verify_weights) {
+        int threads, bool verify_weights, bool check_bounds) {
   kiln::LoadOptions lo;
   lo.threads = threads;
   lo.verify_weights_checksum = verify_weights;
+  lo.check_bounds = check_bounds;
   auto t0 = std::chrono::steady_clock::now();
   auto model = kiln::Model::Load(path, lo);
   if (!model.ok()) return Fail(model.status());
@@ -190,10 +192,30 @@ int Run(const std::string& path, const std::vector<std::string>& input_specs, co
   auto inputs = PrepareInputs(*model.value(), input_specs, 0, true);
   if (!inputs.ok()) return Fail(inputs.status());
   Bound b = Bind(*model.value(), inputs.value());
+  // --check-bounds: outputs go to guarded buffers, checked after the run.
+  constexpr std::size_t kGuard = 64;
+  std::vector<std::vector<std::uint8_t>> guarded;
+  if (check_bounds) {
+    for (std::size_t i = 0; i < b.outputs.size(); ++i) {
+      guarded.emplace_back(b.outputs[i].nbytes() + 2 * kGuard, 0xA5);
+      b.out_refs[i].data = guarded.back().data() + kGuard;
+    }
+  }
   auto t1 = std::chrono::steady_clock::now();
   Status st = model.value()->Execute(b.in_refs, b.out_refs);
   if (!st.ok()) return Fail(st);
   double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  for (std::size_t i = 0; i < guarded.size(); ++i) {
+    const auto& g = guarded[i];
+    const std::size_t n = b.outputs[i].nbytes();
+    for (std::size_t k = 0; k < kGuard; ++k) {
+      if (g[k] != 0xA5 || g[kGuard + n + k] != 0xA5) {
+        return Fail(kiln::Error(StatusCode::kInternal, "a kernel wrote out of bounds of output ", i, " '",
+                                model.value()->outputs()[i].name, "'"));
+      }
+    }
+    std::memcpy(b.outputs[i].mutable_data(), g.data() + kGuard, n);
+  }
   if (!out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
@@ -318,7 +340,7 @@ int main(int argc, char** argv) {
   std::string model, output, shapes, path, out_dir;
   std::vector<std::string> inputs, disable;
   int threads = 1, runs = 50, warmup = 5;
-  bool as_json = false, verbose = false, no_verify = false;
+  bool as_json = false, verbose = false, no_verify = false, check_bounds = false;
 
   auto* compile = app.add_subcommand("compile", "compile an ONNX model into a .kiln file");
   compile->add_option("--model", model, "ONNX model")->required();
@@ -333,6 +355,7 @@ int main(int argc, char** argv) {
   run->add_option("--output-dir", out_dir, "write output_<i>.npy here");
   run->add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 256));
   run->add_flag("--no-verify-weights", no_verify, "skip the weights checksum at load");
+  run->add_flag("--check-bounds", check_bounds, "debug: guard every tensor and catch out-of-bounds writes");
 
   auto* inspect = app.add_subcommand("inspect", "describe a .kiln model");
   inspect->add_option("model", path, ".kiln file")->required();
@@ -354,7 +377,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (*compile) return Compile(model, output, shapes, disable, verbose);
-  if (*run) return Run(path, inputs, out_dir, threads, !no_verify);
+  if (*run) return Run(path, inputs, out_dir, threads, !no_verify, check_bounds);
   if (*inspect) return Inspect(path, as_json);
   if (*bench) return Bench(path, inputs, runs, warmup, threads, as_json);
   if (*ops) {

@@ -151,7 +151,7 @@ def run_case(args, case, tmp_root):
         for ds in data_sets:
             src, dst = os.path.join(case.path, ds), os.path.join(work, ds)
             os.makedirs(dst)
-            cmd = ["run", compiled, "--output-dir", dst]
+            cmd = ["run", compiled, "--output-dir", dst, "--check-bounds"]
             for i, name in enumerate(numbered(src, "input_")):
                 arr = read_pb(os.path.join(src, name))
                 if arr.dtype == object:
