@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -39,6 +40,15 @@ struct TensorRef {
   static TensorRef Of(const float* p, Shape s) { return {const_cast<float*>(p), DType::kFloat32, std::move(s)}; }
 };
 
+namespace weights { class WeightManager; }
+
+// How external weight files are brought to the device.
+enum class WeightLoadMode {
+  kAuto,  // map in place where the device can use host memory (CPU), else copy
+  kMap,   // map the files read-only and use them in place (zero copy)
+  kCopy,  // read in chunks into device memory, reads overlapping copies
+};
+
 struct LoadOptions {
   int threads = 1;                      // kernel threads (OpenMP)
   bool verify_weights_checksum = true;  // CRC-32 of the embedded weights
@@ -46,6 +56,30 @@ struct LoadOptions {
   // bytes, checked after each kernel; an out-of-bounds write fails the run
   // with an error naming the node and tensor. Slower; for tests.
   bool check_bounds = false;
+
+  // External weights (models compiled with external_weight 1 or 2).
+  std::string weight_dir;               // empty: <model dir>/weight
+  WeightLoadMode weight_load_mode = WeightLoadMode::kAuto;
+  std::size_t weight_chunk_bytes = 10u << 20;
+  bool verify_weights = false;          // check every weight's SHA-256
+  // Use `size` bytes at `data`, already filled by the caller, as the contents
+  // of weight file `file_name` instead of reading it (wins over weight_dir).
+  // Kiln never frees it; it must outlive the model. Too small -> error naming
+  // the file, node, required and provided sizes.
+  void SetExternalWeightAddress(const std::string& file_name, void* data, std::size_t size) {
+    user_weight_memory[file_name] = {data, size};
+  }
+  struct UserMemory { void* data; std::size_t size; };
+  std::map<std::string, UserMemory> user_weight_memory;
+};
+
+// Counters of a session's external-weight loading.
+struct WeightStats {
+  std::uint64_t bytes_read = 0;       // read from weight files into device memory
+  std::uint64_t bytes_mapped = 0;     // mapped and used in place
+  std::uint64_t files_opened = 0;
+  std::uint64_t weights_shared = 0;   // weights served from what was already loaded
+  std::uint64_t resident_bytes = 0;   // device memory held for copied weights now
 };
 
 // Per-execution counters.
@@ -77,6 +111,19 @@ class Model {
   virtual Status Execute(const std::vector<TensorRef>& inputs,
                          const std::vector<TensorRef>& outputs) = 0;
   virtual const ExecutionStats& last_stats() const = 0;
+};
+
+// A session: models loaded through it share external weights (each weight is
+// loaded once per device and content, freed when its last model goes).
+class Session {
+ public:
+  Session();
+  ~Session();
+  Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const LoadOptions& opts);
+  WeightStats weight_stats() const;
+
+ private:
+  std::shared_ptr<weights::WeightManager> weights_;
 };
 
 template <typename T>

@@ -1,18 +1,81 @@
 #include "api/compiler.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+
 #include "frontend/onnx/onnx_import.h"
 #include "plan/memory_plan.h"
 
 namespace kiln {
 
+namespace {
+
+std::atomic<int> g_temp_counter{0};
+
+std::string TempWeightDir() {
+  const char* work = std::getenv("KILN_WORK_PATH");
+  std::filesystem::path base = work && *work ? std::filesystem::path(work) : std::filesystem::current_path();
+  return (base / StrCat("tmp_weight_", getpid(), "_", g_temp_counter++)).string();
+}
+
+weights::StoreOptions StoreOpts(const CompileOptions& opts, const ir::Graph& g) {
+  weights::StoreOptions so;
+  so.mode = opts.external_weight;
+  so.model_name = opts.model_name.empty() ? (g.name().empty() ? "model" : g.name()) : opts.model_name;
+  so.writer_threads = opts.weight_writer_threads;
+  return so;
+}
+
+}  // namespace
+
+std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g) {
+  std::vector<ExternalWeightInfo> out;
+  for (auto& n : g.nodes()) {
+    if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
+    out.push_back({n->name(), n->GetString("location", ""), static_cast<std::uint64_t>(n->GetInt("offset", 0)),
+                   static_cast<std::uint64_t>(n->GetInt("length", 0)), n->GetString("kiln.sha256", "")});
+  }
+  return out;
+}
+
+Status MigrateExternalWeights(format::CompiledModel& model, CompileReport& report,
+                              const std::string& final_dir, const CompileOptions& opts) {
+  if (!report.weight_dir_is_temporary || report.weight_dir.empty()) return Status::Ok();
+  KILN_ASSIGN_OR_RETURN(auto records, weights::MigrateWeights(report.weight_dir, final_dir, report.weight_records,
+                                                              StoreOpts(opts, *model.graph)));
+  KILN_RETURN_IF_ERROR(passes::RelocateFileConstants(*model.graph, records));
+  report.weight_records = std::move(records);
+  report.weight_dir = final_dir;
+  report.weight_dir_is_temporary = false;
+  return Status::Ok();
+}
+
 Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,
                                            const CompileOptions& opts, CompileReport* report) {
+  if (opts.external_weight < 0 || opts.external_weight > 2) {
+    return Error(StatusCode::kInvalidArgument, "external_weight must be 0 (embedded), 1 (one file per weight) or 2 "
+                 "(one combined file), got ", opts.external_weight);
+  }
+  if (opts.weight_writer_threads < 1) {
+    return Error(StatusCode::kInvalidArgument, "weight writer threads must be >= 1, got ", opts.weight_writer_threads);
+  }
   std::vector<std::string> log;
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
   KILN_RETURN_IF_ERROR(passes::PassManager::Default().Run(*graph, opts.passes, &log));
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
+  CompileReport local;
+  CompileReport& rep = report ? *report : local;
+  if (opts.external_weight != 0) {
+    rep.weight_dir = opts.external_weight_dir.empty() ? TempWeightDir() : opts.external_weight_dir;
+    rep.weight_dir_is_temporary = opts.external_weight_dir.empty();
+    KILN_ASSIGN_OR_RETURN(rep.weight_records,
+                          passes::ExternalizeConstants(*graph, rep.weight_dir, StoreOpts(opts, *graph), &rep.weight_stats));
+  }
   KILN_ASSIGN_OR_RETURN(plan::MemoryPlan plan, plan::PlanMemory(*graph));
-  if (report) report->pass_log = std::move(log);
+  rep.pass_log = std::move(log);
   format::CompiledModel m;
   m.graph = std::move(graph);
   m.plan = std::move(plan);

@@ -14,11 +14,40 @@ namespace kiln {
 struct CompileOptions {
   std::map<std::string, Shape> input_shapes;  // fixes symbolic/unknown dims
   passes::PassOptions passes;                 // switches by pass or phase name
+  // External weights: 0 = embedded in the .kiln file, 1 = one file per weight
+  // (weight_<sha256>), 2 = one combined file (<model_name>_weight_combined).
+  int external_weight = 0;
+  // Where to write them; empty = a temporary tmp_weight_<pid>_<n> directory
+  // under $KILN_WORK_PATH (else the working directory).
+  std::string external_weight_dir;
+  int weight_writer_threads = 8;
+  std::string model_name;  // mode 2 file prefix; default: the graph's name
+};
+
+// One external weight of a compiled model.
+struct ExternalWeightInfo {
+  std::string node;      // the FileConstant / value name
+  std::string location;  // file, relative to the weight directory
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::string id;        // SHA-256 of the bytes
 };
 
 struct CompileReport {
   std::vector<std::string> pass_log;
+  std::string weight_dir;          // where external weights were written
+  bool weight_dir_is_temporary = false;
+  std::vector<weights::WeightRecord> weight_records;
+  weights::StoreStats weight_stats;
 };
+
+// Lists the FileConstants of a compiled graph.
+std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g);
+
+// Offline compiles: moves weights from a temporary directory to `final_dir`
+// (merging with what is there) and repoints the graph's FileConstants.
+Status MigrateExternalWeights(format::CompiledModel& model, CompileReport& report,
+                              const std::string& final_dir, const CompileOptions& opts);
 
 // Imports, optimises and plans. Errors name file, node, attribute.
 Result<format::CompiledModel> CompileOnnxFile(const std::string& path, const CompileOptions& opts,

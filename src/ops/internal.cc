@@ -1,9 +1,53 @@
-// Internal (domain "kiln") ops created by passes. None yet beyond fused
-// attributes on standard ops.
+// Internal ops (domain "kiln").
+//
+// FileConstant: a constant whose bytes live in an external weight file.
+// Attributes: location (file, relative to the weight directory), offset and
+// length (bytes), dtype (ONNX element type number), shape; optional
+// kiln.sha256 (content hash) and kiln.base_dir (absolute directory, for ONNX
+// external data at compile time). No inputs, one output.
 #include "ops/common_infer.h"
 
 namespace kiln::ops {
+namespace {
 
-void RegisterInternalOps(OpRegistry& r) {}
+Status InferFileConstant(InferContext& c) {
+  const ir::Node& n = c.node();
+  for (const char* a : {"location", "offset", "length", "dtype", "shape"}) {
+    if (!n.HasAttr(a)) return c.Fail("missing attribute '", a, "'");
+  }
+  const auto dtype = static_cast<DType>(n.GetInt("dtype", 0));
+  if (!DTypeSupported(dtype)) return c.Fail("attribute 'dtype' = ", n.GetInt("dtype", 0), " is not a supported type");
+  const Shape shape = n.GetInts("shape");
+  for (auto d : shape) {
+    if (d < 0) return c.Fail("attribute 'shape' has negative dim ", d);
+  }
+  const std::int64_t offset = n.GetInt("offset", -1), length = n.GetInt("length", -1);
+  if (offset < 0 || length < 0) return c.Fail("attributes 'offset'/'length' must be >= 0");
+  // numel * size without overflow
+  unsigned __int128 bytes = DTypeSize(dtype);
+  for (auto d : shape) {
+    bytes *= static_cast<std::uint64_t>(d);
+    if (bytes > (static_cast<unsigned __int128>(1) << 62)) return c.Fail("attribute 'shape' is too large");
+  }
+  if (bytes != static_cast<unsigned __int128>(length)) {
+    return c.Fail("attribute 'length' = ", length, " does not match dtype ", DTypeName(dtype), " x shape ",
+                  ShapeToString(shape), " = ", static_cast<std::uint64_t>(bytes), " bytes");
+  }
+  c.SetOutput(0, dtype, shape);
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterInternalOps(OpRegistry& r) {
+  OpDef d;
+  d.type = "FileConstant";
+  d.domain = "kiln";
+  d.versions = {1};
+  d.min_inputs = d.max_inputs = 0;
+  d.attributes = {"location", "offset", "length", "dtype", "shape"};
+  d.infer = InferFileConstant;
+  r.Register(d);
+}
 
 }  // namespace kiln::ops

@@ -4,6 +4,7 @@ namespace kiln::passes {
 
 PassManager PassManager::Default() {
   PassManager pm;
+  pm.Add({"load-file-constants", "import", true, LoadFileConstants});
   pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
   pm.Add({"dce", "simplify", false, EliminateDeadCode});
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});

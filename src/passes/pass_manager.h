@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "ir/graph.h"
 #include "ops/fused_attrs.h"
+#include "weights/weight_dir.h"
 
 namespace kiln::passes {
 
@@ -51,6 +52,14 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);
+Status LoadFileConstants(ir::Graph& g, const PassOptions& opts);
+
+// Not pipeline passes (they do I/O and return records): external weights.
+Result<std::vector<weights::WeightRecord>> ExternalizeConstants(ir::Graph& g, const std::string& dir,
+                                                                const weights::StoreOptions& opts,
+                                                                weights::StoreStats* stats);
+// Points FileConstants (by kiln.sha256) at `records` (after a migration).
+Status RelocateFileConstants(ir::Graph& g, const std::vector<weights::WeightRecord>& records);
 
 using ops::kActAttr;
 using ops::kActAlphaAttr;

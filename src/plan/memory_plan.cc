@@ -65,12 +65,17 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
   std::unordered_map<const ir::Value*, int> group_of;
   std::vector<Group> groups;
   const auto& nodes = g.nodes();
+  // FileConstant outputs are external weights, resolved at load: no placement.
+  auto external = [](const ir::Value* v) {
+    return v->producer() && v->producer()->op_type() == "FileConstant" && v->producer()->domain() == "kiln";
+  };
   auto in_arena = [&](const ir::Value* v) {
-    return v && !v->is_constant() && !input_index.count(v) && !output_index.count(v);
+    return v && !v->is_constant() && !external(v) && !input_index.count(v) && !output_index.count(v);
   };
   for (int idx = 0; idx < static_cast<int>(nodes.size()); ++idx) {
     ir::Node& n = *nodes[idx];
     n.attrs().erase(kAliasAttr);
+    if (n.op_type() == "FileConstant" && n.domain() == "kiln") continue;
     for (ir::Value* o : n.outputs()) {
       if (!in_arena(o)) continue;
       KILN_ASSIGN_OR_RETURN(std::uint64_t size, value_bytes(o));

@@ -1,4 +1,5 @@
 // kiln::Model: the runtime entry point over a mapped .kiln file.
+#include <filesystem>
 #include <memory>
 
 #include "backends/cpu/kernel.h"
@@ -6,6 +7,7 @@
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
 #include "runtime/executor.h"
+#include "weights/weight_manager.h"
 
 namespace kiln {
 namespace {
@@ -29,7 +31,8 @@ class ModelImpl final : public Model {
     return executor_->Run(io_, &stats_);
   }
 
-  static Result<std::unique_ptr<Model>> Create(const std::string& path, const LoadOptions& opts) {
+  static Result<std::unique_ptr<Model>> Create(const std::string& path, const LoadOptions& opts,
+                                               weights::WeightManager& manager) {
     format::ReadOptions ro;
     ro.verify_weights_checksum = opts.verify_weights_checksum;
     KILN_ASSIGN_OR_RETURN(format::LoadedFile file, format::ReadModelFile(path, ro));
@@ -54,6 +57,7 @@ class ModelImpl final : public Model {
         }
       }
     }
+    KILN_RETURN_IF_ERROR(ResolveExternalWeights(g, path, opts, manager));
     auto info = [](const ir::Value* v) {
       return TensorInfo{v->name(), v->dtype(), v->shape(),
                         static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype())};
@@ -68,6 +72,43 @@ class ModelImpl final : public Model {
   }
 
  private:
+  // Replaces every FileConstant by a constant in device memory.
+  static Status ResolveExternalWeights(ir::Graph& g, const std::string& path, const LoadOptions& opts,
+                                       weights::WeightManager& manager) {
+    std::vector<ir::Node*> fcs;
+    std::vector<weights::WeightRef> refs;
+    for (auto& n : g.nodes()) {
+      if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
+      fcs.push_back(n.get());
+      weights::WeightRef r;
+      r.node = n->name();
+      r.location = n->GetString("location", "");
+      r.offset = static_cast<std::uint64_t>(n->GetInt("offset", 0));
+      r.length = static_cast<std::uint64_t>(n->GetInt("length", 0));
+      r.dtype = n->output(0)->dtype();
+      r.shape = n->output(0)->shape();
+      r.sha256 = n->GetString("kiln.sha256", "");
+      refs.push_back(r);
+    }
+    if (refs.empty()) return Status::Ok();
+    weights::WeightLoadConfig cfg;
+    cfg.weight_dir = opts.weight_dir;
+    cfg.mode = opts.weight_load_mode == WeightLoadMode::kMap ? weights::LoadMode::kMap
+             : opts.weight_load_mode == WeightLoadMode::kCopy ? weights::LoadMode::kCopy : weights::LoadMode::kAuto;
+    cfg.chunk_bytes = opts.weight_chunk_bytes;
+    cfg.verify = opts.verify_weights;
+    for (auto& [f, m] : opts.user_weight_memory) cfg.user_memory[f] = {m.data, m.size};
+    const std::string model_dir = std::filesystem::absolute(path).parent_path().string();
+    auto tensors = manager.Acquire(refs, cfg, model_dir);
+    if (!tensors.ok()) return tensors.status().WithContext(StrCat("loading external weights of '", path, "'"));
+    for (std::size_t i = 0; i < fcs.size(); ++i) {
+      ir::Value* out = fcs[i]->output(0);
+      g.RemoveNode(fcs[i]);
+      out->set_constant(tensors.value()[i]);
+    }
+    return Status::Ok();
+  }
+
   static Status Check(const char* what, const std::vector<TensorInfo>& want,
                       const std::vector<TensorRef>& got) {
     if (want.size() != got.size()) {
@@ -103,7 +144,20 @@ class ModelImpl final : public Model {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& opts) {
-  return ModelImpl::Create(path, opts);
+  weights::WeightManager manager;  // weights stay alive through the model's tensors
+  return ModelImpl::Create(path, opts, manager);
+}
+
+Session::Session() : weights_(std::make_shared<weights::WeightManager>()) {}
+Session::~Session() = default;
+
+Result<std::unique_ptr<Model>> Session::LoadModel(const std::string& path, const LoadOptions& opts) {
+  return ModelImpl::Create(path, opts, *weights_);
+}
+
+WeightStats Session::weight_stats() const {
+  weights::WeightManagerStats s = weights_->stats();
+  return {s.bytes_read, s.bytes_mapped, s.files_opened, s.weights_shared, s.resident_bytes};
 }
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <cstring>
 
 #include "api/compiler.h"
@@ -135,9 +136,20 @@ Bound Bind(const kiln::Model& model, std::vector<kiln::HostTensor>& inputs) {
 
 // ---- commands --------------------------------------------------------------
 
+struct ExternalWeightFlags {
+  int mode = 0;
+  std::string dir;
+  int writer_threads = 8;
+  std::string model_name;
+};
+
 int Compile(const std::string& model, const std::string& output, const std::string& shapes,
-            const std::vector<std::string>& disable, bool verbose) {
+            const std::vector<std::string>& disable, bool verbose, const ExternalWeightFlags& ew) {
   kiln::CompileOptions opts;
+  opts.external_weight = ew.mode;
+  opts.external_weight_dir = ew.dir;
+  opts.weight_writer_threads = ew.writer_threads;
+  opts.model_name = ew.model_name.empty() ? std::filesystem::path(output).stem().string() : ew.model_name;
   if (!shapes.empty()) {
     auto parsed = kiln::onnx_frontend::ParseInputShapes(shapes);
     if (!parsed.ok()) return Fail(parsed.status());
@@ -148,6 +160,12 @@ int Compile(const std::string& model, const std::string& output, const std::stri
   auto t0 = std::chrono::steady_clock::now();
   auto m = kiln::CompileOnnxFile(model, opts, &report);
   if (!m.ok()) return Fail(m.status());
+  if (report.weight_dir_is_temporary) {
+    // Offline compile: weights move next to the model, locations stay relative.
+    auto final_dir = std::filesystem::absolute(output).parent_path() / "weight";
+    Status mv = kiln::MigrateExternalWeights(m.value(), report, final_dir.string(), opts);
+    if (!mv.ok()) return Fail(mv);
+  }
   Status st = kiln::format::WriteModelFile(m.value(), output);
   if (!st.ok()) return Fail(st);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -158,6 +176,12 @@ int Compile(const std::string& model, const std::string& output, const std::stri
   std::cout << "compiled " << model << " -> " << output << " in " << static_cast<int>(ms) << " ms: "
             << m.value().graph->nodes().size() << " nodes, weights " << HumanBytes(plan.const_size)
             << ", arena " << HumanBytes(plan.arena_size) << "\n";
+  if (opts.external_weight != 0) {
+    const auto& s = report.weight_stats;
+    std::cout << "external weights (mode " << opts.external_weight << "): " << s.weights << " constants, " << s.unique
+              << " distinct, " << s.written << " written (" << HumanBytes(s.bytes_written) << "), " << s.reused
+              << " already present, in " << report.weight_dir << "\n";
+  }
   return 0;
 }
 
@@ -180,11 +204,9 @@ void PrintTensorSummary(const std::string& label, const kiln::HostTensor& t) {
 }
 
 int Run(const std::string& path, const std::vector<std::string>& input_specs, const std::string& out_dir,
-        int threads, bool verify_weights, bool check_bounds) {
-  kiln::LoadOptions lo;
-  lo.threads = threads;
-  lo.verify_weights_checksum = verify_weights;
-  lo.check_bounds = check_bounds;
+        kiln::LoadOptions lo) {
+  const int threads = lo.threads;
+  const bool check_bounds = lo.check_bounds;
   auto t0 = std::chrono::steady_clock::now();
   auto model = kiln::Model::Load(path, lo);
   if (!model.ok()) return Fail(model.status());
@@ -249,7 +271,12 @@ json InspectJson(const kiln::format::LoadedFile& f) {
     }
     nodes.push_back({{"name", n->name()}, {"op", n->op_type()}, {"fused", attrs}});
   }
+  json ext = json::array();
+  for (auto& w : kiln::ListExternalWeights(g)) {
+    ext.push_back({{"node", w.node}, {"path", w.location}, {"size", w.size}, {"offset", w.offset}, {"id", w.id}});
+  }
   return json{{"file_size", f.file_size},
+              {"external_weights", ext},
               {"inputs", ins},
               {"outputs", outs},
               {"num_nodes", g.nodes().size()},
@@ -278,6 +305,16 @@ int Inspect(const std::string& path, bool as_json) {
                 << kiln::ShapeToString(t["shape"].get<kiln::Shape>()) << "\n";
     }
   }
+  if (!j["external_weights"].empty()) {
+    std::uint64_t total = 0;
+    std::set<std::string> files;
+    for (auto& w : j["external_weights"]) {
+      total += w["size"].get<std::uint64_t>();
+      files.insert(w["path"].get<std::string>());
+    }
+    std::cout << "external weights: " << j["external_weights"].size() << " (" << HumanBytes(total) << ") in "
+              << files.size() << " file(s) of the weight directory (default: <model dir>/weight)\n";
+  }
   std::cout << "ops (" << j["num_nodes"] << " nodes):\n";
   for (auto& [op, c] : j["op_counts"].items()) std::cout << "  " << op << " x" << c << "\n";
   auto& m = j["memory"];
@@ -291,10 +328,11 @@ int Inspect(const std::string& path, bool as_json) {
 }
 
 int Bench(const std::string& path, const std::vector<std::string>& input_specs, int runs, int warmup,
-          int threads, bool as_json) {
-  kiln::LoadOptions lo;
-  lo.threads = threads;
+          kiln::LoadOptions lo, bool as_json) {
+  const int threads = lo.threads;
+  auto t_load = std::chrono::steady_clock::now();
   auto model = kiln::Model::Load(path, lo);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
   if (!model.ok()) return Fail(model.status());
   auto inputs = PrepareInputs(*model.value(), input_specs, 0, !as_json);
   if (!inputs.ok()) return Fail(inputs.status());
@@ -322,7 +360,8 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   double median = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
   if (as_json) {
     std::cout << json{{"model", path}, {"runs", runs}, {"warmup", warmup}, {"threads", threads},
-                      {"median_ms", median}, {"p90_ms", pct(0.9)}, {"min_ms", s.front()}, {"max_ms", s.back()}}.dump()
+                      {"median_ms", median}, {"p90_ms", pct(0.9)}, {"min_ms", s.front()}, {"max_ms", s.back()},
+                      {"load_ms", load_ms}}.dump()
               << "\n";
   } else {
     std::printf("%s: %d runs, %d thread%s: median %.3f ms, p90 %.3f ms, min %.3f ms\n", path.c_str(), runs,
@@ -348,6 +387,12 @@ int main(int argc, char** argv) {
   compile->add_option("--input-shape", shapes, "fix input shapes: \"x:1,3,224,224;y:1,8\"");
   compile->add_option("--disable-pass", disable, "skip a pass or phase by name (repeatable)");
   compile->add_flag("-v,--verbose", verbose, "print the pass log");
+  ExternalWeightFlags ew;
+  compile->add_option("--external-weight", ew.mode, "0 = embedded (default), 1 = one file per weight, 2 = one combined file")
+      ->check(CLI::IsMember({0, 1, 2}));
+  compile->add_option("--external-weight-dir", ew.dir, "where to write external weights (default: <output dir>/weight)");
+  compile->add_option("--weight-writer-threads", ew.writer_threads, "threads hashing/writing weights")->check(CLI::Range(1, 256));
+  compile->add_option("--model-name", ew.model_name, "mode 2 file prefix (default: output file stem)");
 
   auto* run = app.add_subcommand("run", "run a .kiln model once");
   run->add_option("model", path, ".kiln file")->required();
@@ -368,6 +413,15 @@ int main(int argc, char** argv) {
   bench->add_option("--warmup", warmup, "untimed runs first")->check(CLI::Range(0, 1000000));
   bench->add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 256));
   bench->add_flag("--json", as_json, "one JSON object: median_ms, p90_ms, min_ms");
+  std::string weight_dir, weight_load = "auto";
+  bool verify_sha = false;
+  double chunk_mib = 10;
+  for (CLI::App* sub : {run, bench}) {
+    sub->add_option("--weight-dir", weight_dir, "external weight directory (default: <model dir>/weight)");
+    sub->add_flag("--verify-weights", verify_sha, "check every external weight's SHA-256");
+    sub->add_option("--weight-load", weight_load, "auto | map | copy")->check(CLI::IsMember({"auto", "map", "copy"}));
+    sub->add_option("--weight-chunk-mib", chunk_mib, "chunk size of the copy path")->check(CLI::Range(0.004, 4096.0));
+  }
 
   auto* ops = app.add_subcommand("ops", "list supported ONNX operators");
 
@@ -376,10 +430,19 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (*compile) return Compile(model, output, shapes, disable, verbose);
-  if (*run) return Run(path, inputs, out_dir, threads, !no_verify, check_bounds);
+  kiln::LoadOptions lo;
+  lo.threads = threads;
+  lo.verify_weights_checksum = !no_verify;
+  lo.check_bounds = check_bounds;
+  lo.weight_dir = weight_dir;
+  lo.verify_weights = verify_sha;
+  lo.weight_load_mode = weight_load == "map" ? kiln::WeightLoadMode::kMap
+                      : weight_load == "copy" ? kiln::WeightLoadMode::kCopy : kiln::WeightLoadMode::kAuto;
+  lo.weight_chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
+  if (*compile) return Compile(model, output, shapes, disable, verbose, ew);
+  if (*run) return Run(path, inputs, out_dir, lo);
   if (*inspect) return Inspect(path, as_json);
-  if (*bench) return Bench(path, inputs, runs, warmup, threads, as_json);
+  if (*bench) return Bench(path, inputs, runs, warmup, lo, as_json);
   if (*ops) {
     for (auto& t : kiln::ops::OpRegistry::Get().Types()) std::cout << t << "\n";
     return 0;

@@ -202,7 +202,7 @@ class CliBadInput(unittest.TestCase):
         if not os.path.lexists(link):
             os.symlink(secret, link)
         rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "link.kiln"))
-        self.assertCleanError(rc, out, "outside the model directory")
+        self.assertCleanError(rc, out, "outside the weight directory")
         path, _ = self.external_model("ext_missing", "nothere.bin")
         rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "missing.kiln"))
         self.assertCleanError(rc, out, "nothere.bin")

@@ -47,7 +47,9 @@ std::unique_ptr<ir::Graph> ConvBnRelu() {
 TEST(Pipeline, ConvBatchNormReluFuseIntoOneKernel) {
   test::TempDir dir;
   format::CompiledModel cm;
-  auto model = CompileAndLoad(ConvBnRelu(), dir, &cm);
+  CompileOptions opts;
+  opts.passes.disabled = {"layout"};
+  auto model = CompileAndLoad(ConvBnRelu(), dir, &cm, opts);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ASSERT_EQ(cm.graph->nodes().size(), 1u);
   EXPECT_EQ(cm.graph->nodes()[0]->op_type(), "Conv");
@@ -64,10 +66,23 @@ TEST(Pipeline, FusionCanBeSwitchedOff) {
   test::TempDir dir;
   format::CompiledModel cm;
   CompileOptions opts;
-  opts.passes.disabled = {"fuse"};
+  opts.passes.disabled = {"fuse", "layout"};
   auto model = CompileAndLoad(ConvBnRelu(), dir, &cm, opts);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ(cm.graph->nodes().size(), 3u);
+  std::vector<float> x = {1, 2, 3, 4, -1, 0, 1, 2}, y(8);
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 2, 2, 2})}, {TensorRef::Of(y.data(), {1, 2, 2, 2})}).ok());
+  EXPECT_EQ(y, (std::vector<float>{0, 5, 11, 17, 0, 0, 0, 0}));
+}
+
+TEST(Pipeline, ChannelsLastConvKeepsResults) {
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(ConvBnRelu(), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  int nhwc_convs = 0;
+  for (auto& n : cm.graph->nodes()) nhwc_convs += n->op_type() == "Conv" && n->GetInt("kiln.nhwc", 0) == 1;
+  EXPECT_EQ(nhwc_convs, 1);
   std::vector<float> x = {1, 2, 3, 4, -1, 0, 1, 2}, y(8);
   ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 2, 2, 2})}, {TensorRef::Of(y.data(), {1, 2, 2, 2})}).ok());
   EXPECT_EQ(y, (std::vector<float>{0, 5, 11, 17, 0, 0, 0, 0}));

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "ops/op_registry.h"
+#include "weights/path.h"
 
 namespace kiln::onnx_frontend {
 namespace {
@@ -30,33 +31,6 @@ Result<std::string> ReadFile(const fs::path& p) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-// Resolves an external-data location inside `dir`: no absolute paths, no
-// "..", no symlink leading outside.
-Result<fs::path> ResolveInside(const fs::path& dir, const std::string& location,
-                               const std::string& what) {
-  fs::path loc(location);
-  if (location.empty() || loc.is_absolute()) {
-    return Error(StatusCode::kInvalidArgument, what, ": external data location '", location,
-                 "' must be a relative path inside the model directory");
-  }
-  for (const auto& part : loc) {
-    if (part == "..") {
-      return Error(StatusCode::kInvalidArgument, what, ": external data location '", location,
-                   "' contains '..'");
-    }
-  }
-  std::error_code ec;
-  fs::path root = fs::weakly_canonical(dir, ec);
-  fs::path full = fs::weakly_canonical(dir / loc, ec);
-  if (ec) return Error(StatusCode::kNotFound, what, ": cannot resolve '", location, "'");
-  auto rel = full.lexically_relative(root);
-  if (rel.empty() || *rel.begin() == "..") {
-    return Error(StatusCode::kInvalidArgument, what, ": external data location '", location,
-                 "' resolves outside the model directory (", full.string(), ")");
-  }
-  return full;
 }
 
 template <typename Src, typename Dst>
@@ -97,7 +71,7 @@ Result<HostTensorPtr> ConvertTensor(const onnx::TensorProto& tp, const Ctx& ctx,
                      kv.key(), "' = '", kv.value(), "'");
       }
     }
-    KILN_ASSIGN_OR_RETURN(fs::path file, ResolveInside(ctx.dir, location, ctx.path + ": " + what));
+    KILN_ASSIGN_OR_RETURN(fs::path file, weights::ResolveInside(ctx.dir, location, ctx.path + ": " + what));
     if (has_length && length != nbytes) {
       return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external length ", length,
                    " does not match ", nbytes, " bytes for ", DTypeName(dtype), ShapeToString(shape));
@@ -154,6 +128,53 @@ Result<HostTensorPtr> ConvertTensor(const onnx::TensorProto& tp, const Ctx& ctx,
     }
   }
   return HostTensorPtr(t);
+}
+
+Status AddExternalInitializer(ir::Graph& g, const onnx::TensorProto& tp, const Ctx& ctx) {
+  const std::string what = StrCat(ctx.path, ": initializer '", tp.name(), "'");
+  auto dtype = static_cast<DType>(tp.data_type());
+  if (!DTypeSupported(dtype)) {
+    return Error(StatusCode::kUnimplemented, what, " has element type ",
+                 onnx::TensorProto_DataType_Name(tp.data_type()), ", which Kiln does not support");
+  }
+  std::vector<std::int64_t> shape(tp.dims().begin(), tp.dims().end());
+  std::uint64_t nbytes = DTypeSize(dtype);
+  for (auto d : shape) {
+    if (d < 0) return Error(StatusCode::kInvalidArgument, what, " has negative dim ", d);
+    nbytes *= static_cast<std::uint64_t>(d);
+  }
+  std::string location;
+  std::int64_t offset = 0, length = static_cast<std::int64_t>(nbytes);
+  for (const auto& kv : tp.external_data()) {
+    try {
+      std::size_t used = 0;
+      if (kv.key() == "location") {
+        location = kv.value();
+      } else if (kv.key() == "offset") {
+        offset = std::stoll(kv.value(), &used);
+        if (used != kv.value().size() || offset < 0) throw std::invalid_argument("offset");
+      } else if (kv.key() == "length") {
+        length = std::stoll(kv.value(), &used);
+        if (used != kv.value().size() || length < 0) throw std::invalid_argument("length");
+      }
+    } catch (const std::exception&) {
+      return Error(StatusCode::kInvalidArgument, what, ": bad external data '", kv.key(), "' = '", kv.value(), "'");
+    }
+  }
+  if (static_cast<std::uint64_t>(length) != nbytes) {
+    return Error(StatusCode::kInvalidArgument, what, ": external length ", length, " does not match ", nbytes,
+                 " bytes for ", DTypeName(dtype), ShapeToString(shape));
+  }
+  ir::Value* v = g.AddValue(tp.name(), dtype, shape);
+  ir::Node* n = g.AddNode("FileConstant", tp.name(), {}, {v}, "kiln");
+  n->set_since_version(1);
+  n->SetAttr("location", ir::Attribute::String(location));
+  n->SetAttr("offset", ir::Attribute::Int(offset));
+  n->SetAttr("length", ir::Attribute::Int(length));
+  n->SetAttr("dtype", ir::Attribute::Int(static_cast<std::int64_t>(dtype)));
+  n->SetAttr("shape", ir::Attribute::Ints(shape));
+  n->SetAttr("kiln.base_dir", ir::Attribute::String(ctx.dir.string()));
+  return Status::Ok();
 }
 
 Status SetTypeFromProto(ir::Value* v, const onnx::ValueInfoProto& vi, const Ctx& ctx) {
@@ -267,6 +288,12 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
   for (const auto& init : gp.initializer()) {
     if (!init_names.insert(init.name()).second || g->FindValue(init.name())) {
       return Error(StatusCode::kInvalidArgument, ctx.path, ": duplicate initializer '", init.name(), "'");
+    }
+    if (init.data_location() == onnx::TensorProto::EXTERNAL) {
+      // Kept as a FileConstant; the load-file-constants pass reads it (inside
+      // the model's directory only, bounds-checked).
+      KILN_RETURN_IF_ERROR(AddExternalInitializer(*g, init, ctx));
+      continue;
     }
     KILN_ASSIGN_OR_RETURN(auto t, ConvertTensor(init, ctx, "initializer '" + init.name() + "'"));
     g->AddConstant(init.name(), t);

@@ -1,0 +1,227 @@
+#include "weights/weight_manager.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "weights/path.h"
+#include "weights/sha256.h"
+
+namespace kiln::weights {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A whole weight file resident on the device: mapped, or copied.
+struct Block {
+  runtime::Device* device = nullptr;
+  void* data = nullptr;
+  std::uint64_t size = 0;
+  bool mapped = false;
+  ~Block() {
+    if (!data) return;
+    if (mapped) munmap(data, size);
+    else device->Free(data);
+  }
+};
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { if (fd_ >= 0) close(fd_); }
+  int get() const { return fd_; }
+ private:
+  int fd_;
+};
+
+// Reads [0, size) of fd into device memory at dst in chunks: a reader thread
+// fills one staging buffer while the other is copied to the device.
+Status ChunkedCopy(int fd, runtime::Device& dev, std::uint8_t* dst, std::uint64_t size, std::size_t chunk,
+                   const std::string& path) {
+  if (size == 0) return Status::Ok();
+  chunk = std::max<std::size_t>(chunk, 4096);
+  std::vector<std::uint8_t> staging[2] = {std::vector<std::uint8_t>(std::min<std::uint64_t>(chunk, size)),
+                                          std::vector<std::uint8_t>(std::min<std::uint64_t>(chunk, size))};
+  const std::uint64_t n_chunks = (size + chunk - 1) / chunk;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t filled = 0, consumed = 0;  // chunks read / copied so far
+  Status read_status;
+  std::thread reader([&] {
+    for (std::uint64_t i = 0; i < n_chunks; ++i) {
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait(l, [&] { return i < consumed + 2; });  // a staging buffer is free
+      }
+      const std::uint64_t off = i * chunk, len = std::min<std::uint64_t>(chunk, size - off);
+      std::uint8_t* buf = staging[i % 2].data();
+      std::uint64_t done = 0;
+      while (done < len) {
+        ssize_t r = pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          std::lock_guard<std::mutex> l(mu);
+          read_status = Error(StatusCode::kIoError, "reading '", path, "' at offset ", off + done, " failed",
+                              r == 0 ? " (file shrank?)" : "");
+          filled = n_chunks + 1;
+          cv.notify_all();
+          return;
+        }
+        done += static_cast<std::uint64_t>(r);
+      }
+      std::lock_guard<std::mutex> l(mu);
+      ++filled;
+      cv.notify_all();
+    }
+  });
+  Status copy_status;
+  for (std::uint64_t i = 0; i < n_chunks; ++i) {
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return filled > i; });
+      if (!read_status.ok()) break;
+    }
+    const std::uint64_t off = i * chunk, len = std::min<std::uint64_t>(chunk, size - off);
+    copy_status = dev.CopyFromHost(dst + off, staging[i % 2].data(), len);
+    if (copy_status.ok()) copy_status = dev.Synchronize();
+    std::lock_guard<std::mutex> l(mu);
+    ++consumed;
+    cv.notify_all();
+    if (!copy_status.ok()) {
+      consumed = n_chunks + 2;  // release the reader
+      cv.notify_all();
+      break;
+    }
+  }
+  reader.join();
+  if (!read_status.ok()) return read_status;
+  return copy_status;
+}
+
+}  // namespace
+
+struct WeightManager::Impl {
+  runtime::Device* device;
+  mutable std::mutex mu;
+  std::map<std::string, std::weak_ptr<Block>> blocks;  // "map|copy:" + canonical path
+  std::map<std::string, std::weak_ptr<const HostTensor>> by_hash;
+  std::map<std::pair<std::string, std::uint64_t>, std::weak_ptr<const HostTensor>> by_location;
+  WeightManagerStats stats;
+
+  Result<std::shared_ptr<Block>> LoadFile(const fs::path& path, bool map, const WeightLoadConfig& cfg,
+                                          const std::string& what) {
+    const std::string key = (map ? "map:" : "copy:") + path.string();
+    if (auto b = blocks[key].lock()) return b;
+    Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+      return Error(StatusCode::kNotFound, what, ": cannot open weight file '", path.string(), "': ", std::strerror(errno));
+    }
+    struct stat st {};
+    if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return Error(StatusCode::kInvalidArgument, what, ": '", path.string(), "' is not a regular file");
+    }
+    auto b = std::make_shared<Block>();
+    b->device = device;
+    b->size = static_cast<std::uint64_t>(st.st_size);
+    ++stats.files_opened;
+    if (map) {
+      if (b->size > 0) {
+        void* p = mmap(nullptr, b->size, PROT_READ, MAP_SHARED, fd.get(), 0);
+        if (p == MAP_FAILED) return Error(StatusCode::kIoError, what, ": cannot map '", path.string(), "': ", std::strerror(errno));
+        b->data = p;
+        b->mapped = true;
+      }
+      stats.bytes_mapped += b->size;
+    } else {
+      KILN_ASSIGN_OR_RETURN(b->data, device->Allocate(b->size));
+      KILN_RETURN_IF_ERROR(ChunkedCopy(fd.get(), *device, static_cast<std::uint8_t*>(b->data), b->size,
+                                       cfg.chunk_bytes, path.string()));
+      stats.bytes_read += b->size;
+      stats.resident_bytes += b->size;
+    }
+    blocks[key] = b;
+    return b;
+  }
+};
+
+WeightManager::WeightManager(runtime::Device& device) : impl_(std::make_shared<Impl>()) { impl_->device = &device; }
+WeightManager::~WeightManager() = default;
+
+WeightManagerStats WeightManager::stats() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  WeightManagerStats s = impl_->stats;
+  s.resident_bytes = 0;
+  for (auto& [k, w] : impl_->blocks) {
+    if (auto b = w.lock(); b && !b->mapped) s.resident_bytes += b->size;
+  }
+  return s;
+}
+
+Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<WeightRef>& refs,
+                                                          const WeightLoadConfig& cfg,
+                                                          const std::string& model_dir) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  Impl& im = *impl_;
+  const fs::path dir = cfg.weight_dir.empty() ? fs::path(model_dir) / "weight" : fs::path(cfg.weight_dir);
+  const bool map = cfg.mode == LoadMode::kMap || (cfg.mode == LoadMode::kAuto && im.device->can_map_host_memory());
+  if (cfg.mode == LoadMode::kMap && !im.device->can_map_host_memory()) {
+    return Error(StatusCode::kInvalidArgument, "device '", im.device->name(), "' cannot use mapped weight files in place");
+  }
+  std::vector<HostTensorPtr> out;
+  for (const WeightRef& r : refs) {
+    const std::string what = StrCat("FileConstant node '", r.node, "'");
+    // User memory wins over the directory.
+    auto um = cfg.user_memory.find(r.location);
+    if (um != cfg.user_memory.end()) {
+      const UserWeightMemory& m = um->second;
+      if (r.offset > m.size || r.length > m.size - r.offset) {
+        return Error(StatusCode::kInvalidArgument, "user memory for weight file '", r.location, "' is too small: ", what,
+                     " needs bytes [", r.offset, ", ", r.offset + r.length, ") = ", r.offset + r.length,
+                     " bytes required, ", m.size, " provided");
+      }
+      out.push_back(std::make_shared<HostTensor>(r.dtype, r.shape, static_cast<std::uint8_t*>(m.data) + r.offset, nullptr));
+      continue;
+    }
+    if (!r.sha256.empty()) {
+      if (auto t = im.by_hash[r.sha256].lock(); t && t->dtype() == r.dtype && t->shape() == r.shape) {
+        ++im.stats.weights_shared;
+        out.push_back(t);
+        continue;
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(fs::path path, ResolveInside(dir, r.location, what));
+    const std::pair<std::string, std::uint64_t> loc_key{path.string() + (map ? "|map" : "|copy"), r.offset};
+    if (auto t = im.by_location[loc_key].lock(); t && t->dtype() == r.dtype && t->shape() == r.shape) {
+      ++im.stats.weights_shared;
+      out.push_back(t);
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Block> block, im.LoadFile(path, map, cfg, what));
+    if (r.offset > block->size || r.length > block->size - r.offset) {
+      return Error(StatusCode::kCorrupt, "weight file '", path.string(), "' has ", block->size, " bytes but ", what,
+                   " needs [", r.offset, ", ", r.offset + r.length, ") (truncated?)");
+    }
+    const auto* p = static_cast<const std::uint8_t*>(block->data) + r.offset;
+    if (cfg.verify && !r.sha256.empty()) {
+      if (Sha256Hex(p, r.length) != r.sha256) {
+        return Error(StatusCode::kCorrupt, "weight file '", path.string(), "' bytes [", r.offset, ", ",
+                     r.offset + r.length, ") for ", what, " fail their SHA-256 check (expected ", r.sha256,
+                     "): the file was modified");
+      }
+    }
+    auto t = std::make_shared<HostTensor>(r.dtype, r.shape, p, block);
+    if (!r.sha256.empty()) im.by_hash[r.sha256] = t;
+    im.by_location[loc_key] = t;
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace kiln::weights

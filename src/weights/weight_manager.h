@@ -1,0 +1,80 @@
+// Load-time external weights: find, check, load and share them.
+//
+// A WeightManager belongs to a session (or to one Model when used alone).
+// Every FileConstant of a model is resolved to device memory by the cheapest
+// route allowed:
+//   - user memory registered for its file name (used in place, never freed);
+//   - kMap: the file mapped read-only and used in place (CPU; zero copy);
+//   - kCopy: the file read in chunks into device memory, the read of chunk
+//     i+1 overlapping the copy of chunk i (the GPU path; combined files get
+//     one allocation, single-weight files one each).
+// Within a manager, a weight already resident (same SHA-256, or same file and
+// offset) is not loaded again: models share it, and memory is released when
+// the last model using it goes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+#include "runtime/device.h"
+
+namespace kiln::weights {
+
+enum class LoadMode { kAuto, kMap, kCopy };
+
+struct UserWeightMemory {
+  void* data = nullptr;
+  std::size_t size = 0;
+};
+
+struct WeightLoadConfig {
+  std::string weight_dir;                 // empty: <model dir>/weight
+  LoadMode mode = LoadMode::kAuto;        // kAuto: map if the device can, else copy
+  std::size_t chunk_bytes = 10u << 20;    // kCopy chunk size
+  bool verify = false;                    // check each weight's SHA-256
+  std::map<std::string, UserWeightMemory> user_memory;  // by file name
+};
+
+// One FileConstant to resolve.
+struct WeightRef {
+  std::string node;       // for messages
+  std::string location;   // relative to the weight directory
+  std::uint64_t offset = 0, length = 0;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  std::string sha256;     // may be empty (no dedupe by content, no verify)
+};
+
+struct WeightManagerStats {
+  std::uint64_t bytes_read = 0;       // read from files (copy path) or hashed
+  std::uint64_t bytes_mapped = 0;     // mapped in place
+  std::uint64_t files_opened = 0;
+  std::uint64_t weights_shared = 0;   // resolutions served from memory
+  std::uint64_t resident_bytes = 0;   // device bytes currently held (copies)
+};
+
+class WeightManager {
+ public:
+  explicit WeightManager(runtime::Device& device = runtime::CpuDevice());
+  ~WeightManager();
+  WeightManager(const WeightManager&) = delete;
+  WeightManager& operator=(const WeightManager&) = delete;
+
+  // Resolves `refs` (in order). The returned tensors borrow device memory
+  // kept alive by the tensors themselves. Errors name the node and file.
+  Result<std::vector<HostTensorPtr>> Acquire(const std::vector<WeightRef>& refs,
+                                             const WeightLoadConfig& cfg, const std::string& model_dir);
+  WeightManagerStats stats() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::weights
