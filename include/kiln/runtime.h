@@ -102,6 +102,10 @@ class Model {
   virtual std::uint64_t arena_bytes() const = 0;
   virtual std::uint64_t weight_bytes() const = 0;
   virtual void set_threads(int threads) = 0;
+  // Address at which the model holds constant (weight) `name` — inside the
+  // mapped file, user memory or device memory — or null if there is none.
+  // (Kernels that repack a weight for speed, e.g. Conv, keep a packed copy.)
+  virtual const void* ConstantData(const std::string& name) const = 0;
 
   // Runs the model on caller-owned buffers, in model input/output order.
   // Buffers whose address changed since the last call are rebound by

@@ -20,6 +20,10 @@ class ModelImpl final : public Model {
   std::uint64_t weight_bytes() const override { return file_.model.plan.const_size; }
   void set_threads(int threads) override { threads_ = threads < 1 ? 1 : threads; }
   const ExecutionStats& last_stats() const override { return stats_; }
+  const void* ConstantData(const std::string& name) const override {
+    const ir::Value* v = file_.model.graph->FindValue(name);
+    return v && v->is_constant() ? v->constant()->data() : nullptr;
+  }
 
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));

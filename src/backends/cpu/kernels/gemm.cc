@@ -23,25 +23,21 @@ class MatMulKernel : public Kernel {
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     return DnnlCall(node.op_type().c_str(), [&] {
-      memory::desc w_md = b_const ? memory::desc(b_md.dims(), memory::data_type::f32, memory::format_tag::any) : b_md;
+      // Constant B is used in place (no packing), so mapped or user-provided
+      // weights are read where they lie; only a Gemm alpha forces a scaled copy.
       memory::desc bias_md = bias ? PlainDesc(bias_dims) : memory::desc();
-      dnnl::matmul::desc d(a_md, w_md, bias_md, dst_md);
+      dnnl::matmul::desc d(a_md, b_md, bias_md, dst_md);
       dnnl::matmul::primitive_desc pd(d, attr, DnnlEngine());
       prim_ = dnnl::matmul(pd);
       a_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
-      if (b_const) {
-        std::vector<float> scaled;
-        const void* src = b_const->data();
-        if (alpha != 1.f) {
-          scaled.assign(b_const->data_as<float>(), b_const->data_as<float>() + b_const->numel());
-          for (float& v : scaled) v *= alpha;
-          src = scaled.data();
-        }
-        b_ = memory(pd.weights_desc(), DnnlEngine());
-        memory plain(b_md, DnnlEngine(), const_cast<void*>(src));
-        dnnl::reorder(plain, b_).execute(DnnlStream(), plain, b_);
-        DnnlStream().wait();
+      if (b_const && alpha == 1.f) {
+        b_ = memory(b_md, DnnlEngine(), const_cast<void*>(b_const->data()));
+      } else if (b_const) {
+        // Same strides as b_md: scale element by element.
+        scaled_.assign(b_const->data_as<float>(), b_const->data_as<float>() + b_const->numel());
+        for (float& v : scaled_) v *= alpha;
+        b_ = memory(b_md, DnnlEngine(), scaled_.data());
       } else {
         b_ = memory(b_md, DnnlEngine(), nullptr);
         runtime_b_ = true;
@@ -72,6 +68,7 @@ class MatMulKernel : public Kernel {
   dnnl::matmul prim_;
   memory a_, b_, bias_, dst_;
   std::unordered_map<int, memory> args_;
+  std::vector<float> scaled_;
   bool runtime_b_ = false;
 };
 
