@@ -23,7 +23,9 @@ bool Eligible(const ir::Node& n) {
   const ir::Value* x = n.input(0);
   if (!x || x->dtype() != DType::kFloat32 || x->shape().size() != 4) return false;
   const std::string& t = n.op_type();
-  return t == "Conv";
+  if (t == "Conv") return true;
+  if (t == "MaxPool") return n.num_outputs() == 1 && n.GetInt("storage_order", 0) == 0;
+  return t == "AveragePool" || t == "GlobalAveragePool" || t == "GlobalMaxPool";
 }
 
 bool IsTranspose(const ir::Node* n, const std::vector<std::int64_t>& perm) {
@@ -61,9 +63,15 @@ HostTensorPtr PermuteConstant(const HostTensor& c) {
 
 bool LayoutAgnostic(const ir::Node& n) {
   static const std::set<std::string> kOps = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
-                                             "LeakyRelu", "Add", "Sub", "Mul", "Div"};
+                                             "LeakyRelu", "Add", "Sub", "Mul", "Div", "Concat"};
   return n.domain().empty() && kOps.count(n.op_type()) && n.num_outputs() == 1 &&
          n.output(0)->shape().size() == 4;
+}
+
+// Position of NCHW axis `a` in NHWC.
+std::int64_t NhwcAxis(std::int64_t a) {
+  static const std::int64_t kMap[4] = {0, 3, 1, 2};
+  return kMap[a < 0 ? a + 4 : a];
 }
 
 // Moves NHWC->NCHW Transposes below `n` when all its tensor inputs come
@@ -81,6 +89,13 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     any = true;
   }
   if (!any) return false;
+  if (n->op_type() == "Concat") {
+    // Every input must come through a transpose (no constants to permute).
+    for (ir::Value* in : n->inputs()) {
+      if (!in || in->is_constant()) return false;
+    }
+    n->SetAttr("axis", ir::Attribute::Int(NhwcAxis(n->GetInt("axis", 1))));
+  }
   for (int i = 0; i < n->num_inputs(); ++i) {
     ir::Value* in = n->input(i);
     if (!in) continue;
