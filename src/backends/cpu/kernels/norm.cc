@@ -1,7 +1,161 @@
+// BatchNormalization: y = x * a + b per channel, a = scale / sqrt(var + eps),
+// b = B - mean * a. With constant statistics (inference) a and b are computed
+// once, at load; in training mode from the batch, with the running-statistics
+// outputs. X is viewed as [N, P, inner]: P channels (or, for spatial=0, every
+// element of a sample) each with `inner` contiguous values.
+#include <cmath>
+
 #include "backends/cpu/kernels/util.h"
 
 namespace kiln::cpu {
+namespace {
 
-void RegisterNormKernels(KernelRegistry& r) {}
+// Parameter tensors may be float16/bfloat16/float32/float64 (opset 15).
+std::vector<double> LoadParams(const void* p, DType t, std::int64_t n) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    switch (t) {
+      case DType::kFloat64: v[i] = static_cast<const double*>(p)[i]; break;
+      case DType::kFloat16: v[i] = HalfToFloat(static_cast<const std::uint16_t*>(p)[i]); break;
+      case DType::kBFloat16: v[i] = BFloat16ToFloat(static_cast<const std::uint16_t*>(p)[i]); break;
+      default: v[i] = static_cast<const float*>(p)[i];
+    }
+  }
+  return v;
+}
+
+void StoreParams(void* p, DType t, const std::vector<double>& v) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    switch (t) {
+      case DType::kFloat64: static_cast<double*>(p)[i] = v[i]; break;
+      case DType::kFloat16: static_cast<std::uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v[i])); break;
+      case DType::kBFloat16: static_cast<std::uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v[i])); break;
+      default: static_cast<float*>(p)[i] = static_cast<float>(v[i]);
+    }
+  }
+}
+
+template <typename T>
+class BatchNormKernel : public Kernel {
+ public:
+  explicit BatchNormKernel(const KernelInit& init) : init_(init) {
+    const ir::Node& node = *init.node;
+    const Shape& x = init.inputs[0].shape;
+    const bool spatial = node.GetInt("spatial", 1) != 0;
+    n_ = x[0];
+    p_ = spatial ? x[1] : NumElements(Shape(x.begin() + 1, x.end()));
+    inner_ = spatial ? NumElements(Shape(x.begin() + 2, x.end())) : 1;
+    eps_ = node.GetFloat("epsilon", 1e-5f);
+    momentum_ = node.GetFloat("momentum", 0.9f);
+    training_ = node.since_version() >= 14 ? node.GetInt("training_mode", 0) != 0 : node.num_outputs() > 1;
+    bool consts = !training_;
+    for (int i = 1; i < 5; ++i) consts = consts && init.const_input(i);
+    if (consts) Affine(Param(nullptr, 1), Param(nullptr, 2), Param(nullptr, 3), Param(nullptr, 4));
+    fixed_ = consts;
+  }
+
+  Status Run(const KernelArgs& a) override {
+    const T* x = a.in_as<T>(0);
+    if (!fixed_) {
+      std::vector<double> mean = Param(&a, 3), var = Param(&a, 4);
+      if (training_) {
+        std::vector<double> bm, bv;
+        BatchStats(x, &bm, &bv);
+        Outputs(a, mean, var, bm, bv);
+        mean = bm;
+        var = bv;
+      } else {
+        Outputs(a, mean, var, mean, var);
+      }
+      Affine(Param(&a, 1), Param(&a, 2), mean, var);
+    }
+    T* y = a.out_as<T>(0);
+    const std::int64_t inner = inner_, p = p_;
+    ParallelFor(n_ * p, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(inner, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) {
+        const T s = scale_[r % p], t = shift_[r % p];
+        const T* xr = x + r * inner;
+        T* yr = y + r * inner;
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * s + t;
+      }
+    });
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<double> Param(const KernelArgs* a, int i) const {
+    const void* p = init_.const_input(i) ? init_.const_input(i)->data() : a->in(i);
+    return LoadParams(p, init_.inputs[i].dtype, p_);
+  }
+
+  void Affine(const std::vector<double>& s, const std::vector<double>& b, const std::vector<double>& mean,
+              const std::vector<double>& var) {
+    scale_.resize(p_);
+    shift_.resize(p_);
+    for (std::int64_t c = 0; c < p_; ++c) {
+      const double f = s[c] / std::sqrt(var[c] + eps_);
+      scale_[c] = static_cast<T>(f);
+      shift_[c] = static_cast<T>(b[c] - mean[c] * f);
+    }
+  }
+
+  // Per-channel mean and (population) variance over N and inner.
+  void BatchStats(const T* x, std::vector<double>* mean, std::vector<double>* var) const {
+    mean->assign(p_, 0.0);
+    var->assign(p_, 0.0);
+    const double count = static_cast<double>(n_ * inner_);
+    ParallelFor(p_, 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t c = b; c < e; ++c) {
+        double sum = 0, sq = 0;
+        for (std::int64_t n = 0; n < n_; ++n) {
+          const T* xr = x + (n * p_ + c) * inner_;
+          for (std::int64_t i = 0; i < inner_; ++i) sum += xr[i];
+        }
+        const double m = count > 0 ? sum / count : 0.0;
+        for (std::int64_t n = 0; n < n_; ++n) {
+          const T* xr = x + (n * p_ + c) * inner_;
+          for (std::int64_t i = 0; i < inner_; ++i) sq += (xr[i] - m) * (xr[i] - m);
+        }
+        (*mean)[c] = m;
+        (*var)[c] = count > 0 ? sq / count : 0.0;
+      }
+    });
+  }
+
+  // Outputs 1..: running mean, running var; before opset 14 also the saved
+  // (batch) mean and var.
+  void Outputs(const KernelArgs& a, const std::vector<double>& mean, const std::vector<double>& var,
+               const std::vector<double>& bm, const std::vector<double>& bv) const {
+    const double m = training_ ? momentum_ : 1.0;
+    std::vector<double> rm(p_), rv(p_);
+    for (std::int64_t c = 0; c < p_; ++c) {
+      rm[c] = mean[c] * m + bm[c] * (1 - m);
+      rv[c] = var[c] * m + bv[c] * (1 - m);
+    }
+    const std::vector<double>* vals[] = {&rm, &rv, &bm, &bv};
+    for (std::size_t j = 1; j < init_.outputs.size() && j < 5; ++j) {
+      if (init_.outputs[j].present()) StoreParams(a.out(static_cast<int>(j)), init_.outputs[j].dtype, *vals[j - 1]);
+    }
+  }
+
+  KernelInit init_;
+  std::int64_t n_ = 0, p_ = 0, inner_ = 0;
+  double eps_ = 1e-5, momentum_ = 0.9;
+  bool training_ = false, fixed_ = false;
+  std::vector<T> scale_, shift_;
+};
+
+}  // namespace
+
+void RegisterNormKernels(KernelRegistry& r) {
+  r.Register("BatchNormalization", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    std::unique_ptr<Kernel> k;
+    KILN_RETURN_IF_ERROR(DispatchFloat(init.inputs[0].dtype, [&](auto tag) -> Status {
+      k = std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(init);
+      return Status::Ok();
+    }));
+    return k;
+  });
+}
 
 }  // namespace kiln::cpu

@@ -1,7 +1,276 @@
+// Pooling kernels. Float32 MaxPool/AveragePool run on oneDNN (pooling_v2:
+// dilation, asymmetric pads; ceil_mode as extra end padding). A direct loop
+// covers the rest: the Indices output, other element types, and ceil-mode
+// windows that oneDNN would average over a different count. Global pools are
+// plain reductions.
+#include <array>
+#include <limits>
+
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
+#include "ops/fused_attrs.h"
+#include "ops/window.h"
 
 namespace kiln::cpu {
+namespace {
 
-void RegisterPoolKernels(KernelRegistry& r) {}
+using dnnl::memory;
+
+// Logical NCHW geometry; spatial dims padded to three with leading 1s.
+// Channels-last tensors (kiln.nhwc) keep C innermost.
+struct Geom {
+  std::int64_t n = 1, c = 1;
+  std::array<std::int64_t, 3> in{1, 1, 1}, out{1, 1, 1};
+  bool nhwc = false;
+  std::int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  std::int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  // Element offset of plane (n, c) and the stride between spatial positions.
+  std::int64_t in_base(std::int64_t nc) const { return nhwc ? nc / c * in_size() * c + nc % c : nc * in_size(); }
+  std::int64_t out_base(std::int64_t nc) const { return nhwc ? nc / c * out_size() * c + nc % c : nc * out_size(); }
+  std::int64_t step() const { return nhwc ? c : 1; }
+};
+
+Result<Geom> MakeGeom(const KernelInit& init) {
+  Geom g;
+  g.nhwc = init.node->GetInt(ops::kNhwcAttr, 0) != 0;
+  Shape x = init.inputs[0].shape, y = init.outputs[0].shape;
+  if (g.nhwc) {
+    x = {x[0], x[3], x[1], x[2]};
+    y = {y[0], y[3], y[1], y[2]};
+  }
+  g.n = x[0];
+  g.c = x[1];
+  const std::size_t sp = x.size() - 2;
+  if (sp > 3) return Error(StatusCode::kUnimplemented, "pooling over ", sp, " spatial dims (at most 3 supported)");
+  for (std::size_t i = 0; i < sp; ++i) {
+    g.in[3 - sp + i] = x[2 + i];
+    g.out[3 - sp + i] = y[2 + i];
+  }
+  return g;
+}
+
+// Per spatial dim and output position: the input positions a window reads,
+// and how many of its taps fall inside the padded input (the divisor of
+// AveragePool with count_include_pad).
+struct Taps {
+  std::vector<std::int64_t> pos, begin, span;
+};
+
+std::array<Taps, 3> MakeTaps(const Geom& g, const ops::Window& w) {
+  std::array<Taps, 3> t;
+  const std::size_t sp = w.kernel.size();
+  for (std::size_t d = 0; d < 3; ++d) {
+    const bool real = d >= 3 - sp;
+    const std::size_t k = real ? d - (3 - sp) : 0;
+    const std::int64_t kern = real ? w.kernel[k] : 1, stride = real ? w.strides[k] : 1;
+    const std::int64_t dil = real ? w.dilations[k] : 1, pl = real ? w.pads_begin[k] : 0;
+    const std::int64_t pr = real ? w.pads_end[k] : 0, in = g.in[d];
+    for (std::int64_t o = 0; o < g.out[d]; ++o) {
+      t[d].begin.push_back(static_cast<std::int64_t>(t[d].pos.size()));
+      std::int64_t span = 0;
+      for (std::int64_t i = 0, p = o * stride - pl; i < kern; ++i, p += dil) {
+        span += p >= -pl && p < in + pr;
+        if (p >= 0 && p < in) t[d].pos.push_back(p);
+      }
+      t[d].span.push_back(span);
+    }
+    t[d].begin.push_back(static_cast<std::int64_t>(t[d].pos.size()));
+  }
+  return t;
+}
+
+enum class Mode { kMax, kAvgExclude, kAvgInclude };
+
+template <typename T>
+void PoolLoop(const Geom& g, const std::array<Taps, 3>& t, Mode mode, bool col_major, const T* x, T* y,
+              std::int64_t* indices) {
+  const std::int64_t D = g.in[0], H = g.in[1], W = g.in[2], step = g.step();
+  ParallelFor(g.n * g.c, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t nc = b; nc < e; ++nc) {
+      const T* xp = x + g.in_base(nc);
+      const std::int64_t ob = g.out_base(nc);
+      std::int64_t o = 0;
+      for (std::int64_t od = 0; od < g.out[0]; ++od) {
+        for (std::int64_t oh = 0; oh < g.out[1]; ++oh) {
+          for (std::int64_t ow = 0; ow < g.out[2]; ++ow, ++o) {
+            T best = std::numeric_limits<T>::lowest();
+            std::int64_t arg = -1, count = 0;
+            double sum = 0;
+            for (std::int64_t a = t[0].begin[od]; a < t[0].begin[od + 1]; ++a) {
+              for (std::int64_t bb = t[1].begin[oh]; bb < t[1].begin[oh + 1]; ++bb) {
+                for (std::int64_t cc = t[2].begin[ow]; cc < t[2].begin[ow + 1]; ++cc) {
+                  const std::int64_t s = (t[0].pos[a] * H + t[1].pos[bb]) * W + t[2].pos[cc];
+                  const T v = xp[s * step];
+                  if (mode == Mode::kMax) {
+                    if (arg < 0 || v > best) {
+                      best = v;
+                      arg = col_major ? t[0].pos[a] + t[1].pos[bb] * D + t[2].pos[cc] * D * H : s;
+                    }
+                  } else {
+                    sum += static_cast<double>(v);
+                    ++count;
+                  }
+                }
+              }
+            }
+            T& out = y[ob + o * step];
+            if (mode == Mode::kMax) {
+              out = best;
+              if (indices) indices[ob + o * step] = arg < 0 ? -1 : nc * g.in_size() + arg;
+            } else {
+              const std::int64_t div = mode == Mode::kAvgInclude ? t[0].span[od] * t[1].span[oh] * t[2].span[ow] : count;
+              out = div ? static_cast<T>(sum / static_cast<double>(div)) : T(0);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+class DnnlPoolKernel : public Kernel {
+ public:
+  // Builds the primitive; false (no error) when oneDNN cannot express the
+  // node exactly.
+  bool Init(const Geom& g, const ops::Window& w, Mode mode) {
+    const std::size_t sp = w.kernel.size();
+    memory::dims strides(w.strides.begin(), w.strides.end()), kernel(w.kernel.begin(), w.kernel.end());
+    memory::dims dil(sp), pl(w.pads_begin.begin(), w.pads_begin.end()), pr(sp);
+    for (std::size_t i = 0; i < sp; ++i) {
+      dil[i] = w.dilations[i] - 1;
+      const std::int64_t in = g.in[3 - sp + i], out = g.out[3 - sp + i], ext = w.dilations[i] * (w.kernel[i] - 1) + 1;
+      // oneDNN derives the output size by flooring: adjust the end padding
+      // to give ONNX's (possibly ceil-mode) output size.
+      auto outputs = [&](std::int64_t r) { return (in + pl[i] + r - ext) / w.strides[i] + 1; };
+      pr[i] = w.pads_end[i];
+      if (outputs(pr[i]) != out) pr[i] = (out - 1) * w.strides[i] + ext - in - pl[i];
+      if (pr[i] < 0 || outputs(pr[i]) != out) return false;
+      // Include-padding averages would count the extra padding.
+      if (mode == Mode::kAvgInclude && pr[i] > w.pads_end[i]) return false;
+    }
+    Shape lx = {g.n, g.c}, ly = {g.n, g.c};
+    for (std::size_t i = 0; i < sp; ++i) {
+      lx.push_back(g.in[3 - sp + i]);
+      ly.push_back(g.out[3 - sp + i]);
+    }
+    auto desc = [&](const Shape& s) {
+      return g.nhwc ? memory::desc(memory::dims(s.begin(), s.end()), memory::data_type::f32, memory::format_tag::nhwc)
+                    : PlainDesc(s);
+    };
+    const dnnl::algorithm alg = mode == Mode::kMax        ? dnnl::algorithm::pooling_max
+                                : mode == Mode::kAvgInclude ? dnnl::algorithm::pooling_avg_include_padding
+                                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+    return DnnlCall("pooling", [&] {
+             dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, desc(lx), desc(ly), strides,
+                                              kernel, dil, pl, pr);
+             dnnl::pooling_v2_forward::primitive_desc pd(d, DnnlEngine());
+             prim_ = dnnl::pooling_v2_forward(pd);
+             src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
+             dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+           }).ok();
+  }
+
+  Status Run(const KernelArgs& a) override {
+    src_.set_data_handle(const_cast<void*>(a.in(0)));
+    dst_.set_data_handle(a.out(0));
+    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
+    DnnlStream().wait();
+    return Status::Ok();
+  }
+
+ private:
+  dnnl::pooling_v2_forward prim_;
+  memory src_, dst_;
+};
+
+Result<std::unique_ptr<Kernel>> MakePool(const KernelInit& init) {
+  const ir::Node& node = *init.node;
+  KILN_ASSIGN_OR_RETURN(const Geom g, MakeGeom(init));
+  const Shape& x = init.inputs[0].shape;
+  const Shape spatial = g.nhwc ? Shape{x[1], x[2]} : Shape(x.begin() + 2, x.end());
+  KILN_ASSIGN_OR_RETURN(ops::Window w, ops::ComputeWindow(node, spatial, node.GetInts("kernel_shape"), true));
+  const bool is_max = node.op_type() == "MaxPool";
+  const Mode mode = is_max ? Mode::kMax : node.GetInt("count_include_pad", 0) ? Mode::kAvgInclude : Mode::kAvgExclude;
+  const bool with_indices = init.outputs.size() > 1 && init.outputs[1].present();
+  if (init.inputs[0].dtype == DType::kFloat32 && !with_indices && g.n * g.c * g.out_size() > 0) {
+    auto k = std::make_unique<DnnlPoolKernel>();
+    if (k->Init(g, w, mode)) return std::unique_ptr<Kernel>(std::move(k));
+  }
+  const auto taps = MakeTaps(g, w);
+  const bool col_major = node.GetInt("storage_order", 0) == 1;
+  std::unique_ptr<Kernel> k;
+  KILN_RETURN_IF_ERROR(DispatchNumeric(init.inputs[0].dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<FnKernel>([g, taps, mode, col_major, with_indices](const KernelArgs& a) {
+      PoolLoop(g, taps, mode, col_major, a.in_as<T>(0), a.out_as<T>(0),
+               with_indices ? a.out_as<std::int64_t>(1) : nullptr);
+      return Status::Ok();
+    });
+    return Status::Ok();
+  }));
+  return k;
+}
+
+// Reduces each (n, c) plane of `s` elements; channels-last input keeps C innermost.
+template <typename T>
+void GlobalPool(std::int64_t n, std::int64_t c, std::int64_t s, bool nhwc, bool is_max, const T* x, T* y) {
+  if (!nhwc) {
+    ParallelFor(n * c, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(s, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t p = b; p < e; ++p) {
+        const T* xp = x + p * s;
+        if (is_max) {
+          T m = s ? xp[0] : T(0);
+          for (std::int64_t i = 1; i < s; ++i) m = xp[i] > m ? xp[i] : m;
+          y[p] = m;
+        } else {
+          double sum = 0;
+          for (std::int64_t i = 0; i < s; ++i) sum += xp[i];
+          y[p] = static_cast<T>(s ? sum / static_cast<double>(s) : 0.0);
+        }
+      }
+    });
+    return;
+  }
+  ParallelFor(n, 1, [&](std::int64_t b, std::int64_t e) {
+    std::vector<double> acc(static_cast<std::size_t>(c));
+    for (std::int64_t i = b; i < e; ++i) {
+      const T* xp = x + i * s * c;
+      for (std::int64_t k = 0; k < c; ++k) acc[k] = s ? static_cast<double>(xp[k]) : 0.0;
+      for (std::int64_t j = 1; j < s; ++j) {
+        for (std::int64_t k = 0; k < c; ++k) {
+          const double v = xp[j * c + k];
+          acc[k] = is_max ? std::max(acc[k], v) : acc[k] + v;
+        }
+      }
+      for (std::int64_t k = 0; k < c; ++k) y[i * c + k] = static_cast<T>(is_max || !s ? acc[k] : acc[k] / s);
+    }
+  });
+}
+
+Result<std::unique_ptr<Kernel>> MakeGlobalPool(const KernelInit& init) {
+  const Shape& x = init.inputs[0].shape;
+  const bool nhwc = init.node->GetInt(ops::kNhwcAttr, 0) != 0;
+  const bool is_max = init.node->op_type() == "GlobalMaxPool";
+  const std::int64_t n = x[0], c = nhwc ? x.back() : x[1], s = NumElements(x) / std::max<std::int64_t>(n * c, 1);
+  std::unique_ptr<Kernel> k;
+  KILN_RETURN_IF_ERROR(DispatchFloat(init.inputs[0].dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<FnKernel>([=](const KernelArgs& a) {
+      GlobalPool(n, c, s, nhwc, is_max, a.in_as<T>(0), a.out_as<T>(0));
+      return Status::Ok();
+    });
+    return Status::Ok();
+  }));
+  return k;
+}
+
+}  // namespace
+
+void RegisterPoolKernels(KernelRegistry& r) {
+  r.Register("MaxPool", MakePool);
+  r.Register("AveragePool", MakePool);
+  r.Register("GlobalAveragePool", MakeGlobalPool);
+  r.Register("GlobalMaxPool", MakeGlobalPool);
+}
 
 }  // namespace kiln::cpu

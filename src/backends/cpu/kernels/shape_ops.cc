@@ -1,7 +1,440 @@
+// Data-movement kernels (Identity/Reshape/Flatten/Squeeze/Unsqueeze copies,
+// Transpose, Slice, Concat, Gather, Shape, Constant) and Cast. Data movement
+// works on elements as raw bytes, so every element type is covered.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
 #include "backends/cpu/kernels/util.h"
+#include "ops/shape_ops.h"
 
 namespace kiln::cpu {
+namespace {
 
-void RegisterShapeKernels(KernelRegistry& r) {}
+// Calls f(Tag<U>{}) with an unsigned integer type of `size` bytes.
+template <typename F>
+Status DispatchBySize(std::size_t size, F&& f) {
+  switch (size) {
+    case 1: return f(Tag<std::uint8_t>{});
+    case 2: return f(Tag<std::uint16_t>{});
+    case 4: return f(Tag<std::uint32_t>{});
+    case 8: return f(Tag<std::uint64_t>{});
+    default: return Error(StatusCode::kUnimplemented, "element size ", size, " is not supported");
+  }
+}
+
+void ParallelCopy(void* dst, const void* src, std::size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  constexpr std::int64_t kChunk = 1 << 18;
+  const auto chunks = static_cast<std::int64_t>((bytes + kChunk - 1) / kChunk);
+  ParallelFor(chunks, 4, [&](std::int64_t b, std::int64_t e) {
+    const std::size_t lo = b * kChunk, hi = std::min<std::size_t>(bytes, e * kChunk);
+    std::memcpy(static_cast<char*>(dst) + lo, static_cast<const char*>(src) + lo, hi - lo);
+  });
+}
+
+// Values of integer input i: the compile-time constant if there is one, else
+// read from the argument block (int32 or int64).
+std::vector<std::int64_t> IntsOf(const KernelInit& init, const KernelArgs* a, int i) {
+  if (const HostTensor* t = init.const_input(i)) return t->ToInt64Vector();
+  std::vector<std::int64_t> v(static_cast<std::size_t>(NumElements(init.inputs[i].shape)));
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    v[k] = init.inputs[i].dtype == DType::kInt32 ? a->in_as<std::int32_t>(i)[k] : a->in_as<std::int64_t>(i)[k];
+  }
+  return v;
+}
+
+// Identity, Flatten, Reshape, Squeeze, Unsqueeze: a byte copy (when the
+// planner has not made the output a view of the input).
+Result<std::unique_ptr<Kernel>> MakeCopy(const KernelInit& init) {
+  const std::size_t bytes = init.outputs[0].bytes();
+  const std::string op = init.node->op_type();
+  if (op == "Identity" || op == "Flatten" || init.inputs.size() < 2 || !init.inputs[1].present() || init.const_input(1)) {
+    return MakeFn([bytes](const KernelArgs& a) {
+      ParallelCopy(a.out(0), a.in(0), bytes);
+      return Status::Ok();
+    });
+  }
+  // Shape or axes known only at run time: check them against the plan.
+  const bool allowzero = init.node->GetInt("allowzero", 0) != 0;
+  return MakeFn([bytes, op, allowzero, init](const KernelArgs& a) -> Status {
+    const std::vector<std::int64_t> v = IntsOf(init, &a, 1);
+    const Shape& in = init.inputs[0].shape;
+    KILN_ASSIGN_OR_RETURN(Shape s, op == "Reshape"   ? ops::ReshapeTarget(in, v, allowzero)
+                                   : op == "Squeeze" ? ops::SqueezeShape(in, &v)
+                                                     : ops::UnsqueezeShape(in, v));
+    if (s != init.outputs[0].shape) {
+      return Error(StatusCode::kInvalidArgument, "input 1 gives output shape ", ShapeToString(s),
+                   ", but the model was compiled for ", ShapeToString(init.outputs[0].shape));
+    }
+    ParallelCopy(a.out(0), a.in(0), bytes);
+    return Status::Ok();
+  });
+}
+
+// A strided view of an input, read in row-major order into a contiguous
+// output: out[i...] = in[offset + sum_d i_d * strides_d]. Units: elements.
+struct StridedView {
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> dims, strides;
+};
+
+// Drops size-1 dims and merges dims that are contiguous in the input; leaves
+// at least two dims.
+StridedView Collapse(const StridedView& v) {
+  StridedView c;
+  c.offset = v.offset;
+  for (std::size_t i = 0; i < v.dims.size(); ++i) {
+    if (v.dims[i] == 1) continue;
+    if (!c.dims.empty() && c.strides.back() == v.strides[i] * v.dims[i]) {
+      c.dims.back() *= v.dims[i];
+      c.strides.back() = v.strides[i];
+      continue;
+    }
+    c.dims.push_back(v.dims[i]);
+    c.strides.push_back(v.strides[i]);
+  }
+  while (c.dims.size() < 2) {
+    c.dims.insert(c.dims.begin(), 1);
+    c.strides.insert(c.strides.begin(), 0);
+  }
+  return c;
+}
+
+template <typename E>
+void StridedCopy(const StridedView& v, const E* in, E* out) {
+  const std::size_t r = v.dims.size();
+  const std::int64_t rows = v.dims[r - 2], cols = v.dims[r - 1];
+  const std::int64_t sr = v.strides[r - 2], sc = v.strides[r - 1];
+  std::int64_t outer = 1;
+  for (std::size_t d = 0; d + 2 < r; ++d) outer *= v.dims[d];
+  if (outer * rows * cols == 0) return;
+  in += v.offset;
+  if (sc == 1 && outer * rows == 1) return ParallelCopy(out, in, cols * sizeof(E));
+  constexpr std::int64_t kTile = 32;  // 2-D tiles keep transposes cache friendly
+  const std::int64_t row_tiles = (rows + kTile - 1) / kTile;
+  ParallelFor(outer * row_tiles, std::max<std::int64_t>(1, 16384 / (kTile * cols)), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t w = b; w < e; ++w) {
+      const std::int64_t o = w / row_tiles, i0 = (w % row_tiles) * kTile, i1 = std::min(rows, i0 + kTile);
+      std::int64_t base = 0;
+      for (std::int64_t d = static_cast<std::int64_t>(r) - 3, rem = o; d >= 0; --d) {
+        base += rem % v.dims[d] * v.strides[d];
+        rem /= v.dims[d];
+      }
+      const E* src = in + base;
+      E* dst = out + o * rows * cols;
+      if (sc == 1) {
+        for (std::int64_t i = i0; i < i1; ++i) std::memcpy(dst + i * cols, src + i * sr, cols * sizeof(E));
+        continue;
+      }
+      for (std::int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        const std::int64_t j1 = std::min(cols, j0 + kTile);
+        for (std::int64_t i = i0; i < i1; ++i) {
+          for (std::int64_t j = j0; j < j1; ++j) dst[i * cols + j] = src[i * sr + j * sc];
+        }
+      }
+    }
+  });
+}
+
+Status RunStrided(const StridedView& v, std::size_t esize, const void* in, void* out) {
+  return DispatchBySize(esize, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    StridedCopy(v, static_cast<const E*>(in), static_cast<E*>(out));
+    return Status::Ok();
+  });
+}
+
+Result<std::unique_ptr<Kernel>> MakeTranspose(const KernelInit& init) {
+  const Shape& x = init.inputs[0].shape;
+  const std::size_t r = x.size();
+  std::vector<std::int64_t> perm = init.node->GetInts("perm");
+  if (perm.empty()) {
+    for (std::size_t i = 0; i < r; ++i) perm.push_back(static_cast<std::int64_t>(r - 1 - i));
+  }
+  const std::vector<std::int64_t> st = Strides(x);
+  StridedView v;
+  for (std::int64_t p : perm) {
+    v.dims.push_back(x[p]);
+    v.strides.push_back(st[p]);
+  }
+  v = Collapse(v);
+  const std::size_t esize = DTypeSize(init.inputs[0].dtype);
+  return MakeFn([v, esize](const KernelArgs& a) { return RunStrided(v, esize, a.in(0), a.out(0)); });
+}
+
+class SliceKernel : public Kernel {
+ public:
+  explicit SliceKernel(const KernelInit& init) : init_(init), esize_(DTypeSize(init.inputs[0].dtype)) {
+    for (int i = 1; i < static_cast<int>(init.inputs.size()); ++i) {
+      runtime_ |= init.inputs[i].present() && !init.const_input(i);
+    }
+  }
+  Status Init() { return runtime_ ? Status::Ok() : Plan(nullptr, &view_); }
+  Status Run(const KernelArgs& a) override {
+    if (!runtime_) return RunStrided(view_, esize_, a.in(0), a.out(0));
+    StridedView v;
+    KILN_RETURN_IF_ERROR(Plan(&a, &v));
+    return RunStrided(v, esize_, a.in(0), a.out(0));
+  }
+
+ private:
+  Status Plan(const KernelArgs* a, StridedView* v) const {
+    std::vector<std::vector<std::int64_t>> vals(5);
+    for (int i = 1; i < 5 && i < static_cast<int>(init_.inputs.size()); ++i) {
+      if (init_.inputs[i].present()) vals[i] = IntsOf(init_, a, i);
+    }
+    const Shape& x = init_.inputs[0].shape;
+    KILN_ASSIGN_OR_RETURN(auto plan, ops::SlicePlan(x, vals[1], vals[2], vals[3], vals[4]));
+    const std::vector<std::int64_t> st = Strides(x);
+    Shape out;
+    for (std::size_t d = 0; d < x.size(); ++d) {
+      v->offset += plan[d].start * st[d];
+      v->dims.push_back(plan[d].len);
+      v->strides.push_back(plan[d].step * st[d]);
+      out.push_back(plan[d].len);
+    }
+    if (out != init_.outputs[0].shape) {
+      return Error(StatusCode::kInvalidArgument, "slice bounds give shape ", ShapeToString(out),
+                   ", but the model was compiled for ", ShapeToString(init_.outputs[0].shape));
+    }
+    *v = Collapse(*v);
+    return Status::Ok();
+  }
+
+  KernelInit init_;
+  std::size_t esize_;
+  bool runtime_ = false;
+  StridedView view_;
+};
+
+Result<std::unique_ptr<Kernel>> MakeSlice(const KernelInit& init) {
+  auto k = std::make_unique<SliceKernel>(init);
+  KILN_RETURN_IF_ERROR(k->Init());
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+Result<std::unique_ptr<Kernel>> MakeConcat(const KernelInit& init) {
+  const Shape& y = init.outputs[0].shape;
+  std::int64_t axis = init.node->GetInt("axis", 0);
+  if (axis < 0) axis += static_cast<std::int64_t>(y.size());
+  const std::size_t esize = DTypeSize(init.outputs[0].dtype);
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(y.size()); ++d) {
+    if (d < axis) outer *= y[d];
+    if (d > axis) inner *= y[d];
+  }
+  std::vector<std::size_t> chunk;  // bytes per outer index, per input
+  for (const TensorDesc& in : init.inputs) chunk.push_back(in.shape[axis] * inner * esize);
+  const std::size_t out_chunk = y[axis] * inner * esize;
+  return MakeFn([outer, chunk, out_chunk](const KernelArgs& a) {
+    auto* out = static_cast<char*>(a.out(0));
+    if (outer == 1) {
+      for (std::size_t i = 0, off = 0; i < chunk.size(); off += chunk[i++]) ParallelCopy(out + off, a.in(i), chunk[i]);
+      return Status::Ok();
+    }
+    ParallelFor(outer, std::max<std::int64_t>(1, 65536 / std::max<std::size_t>(out_chunk, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t o = b; o < e; ++o) {
+        std::size_t off = o * out_chunk;
+        for (std::size_t i = 0; i < chunk.size(); off += chunk[i++]) {
+          if (chunk[i]) std::memcpy(out + off, static_cast<const char*>(a.in(i)) + o * chunk[i], chunk[i]);
+        }
+      }
+    });
+    return Status::Ok();
+  });
+}
+
+template <typename I>
+Status GatherRows(const I* idx, std::int64_t count, std::int64_t outer, std::int64_t n, std::size_t row,
+                  const char* data, char* out) {
+  for (std::int64_t j = 0; j < count; ++j) {
+    if (idx[j] < -n || idx[j] >= n) {
+      return Error(StatusCode::kOutOfRange, "index ", static_cast<std::int64_t>(idx[j]), " (element ", j,
+                   " of 'indices') is out of range for an axis of size ", n, " (expected ", -n, "..", n - 1, ")");
+    }
+  }
+  ParallelFor(outer * count, std::max<std::int64_t>(1, 65536 / std::max<std::size_t>(row, 1)), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t w = b; w < e; ++w) {
+      const std::int64_t o = w / count, k = idx[w % count] < 0 ? idx[w % count] + n : idx[w % count];
+      std::memcpy(out + w * row, data + (o * n + k) * row, row);
+    }
+  });
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Kernel>> MakeGather(const KernelInit& init) {
+  const Shape& x = init.inputs[0].shape;
+  std::int64_t axis = init.node->GetInt("axis", 0);
+  if (axis < 0) axis += static_cast<std::int64_t>(x.size());
+  std::int64_t outer = 1;
+  std::size_t row = DTypeSize(init.inputs[0].dtype);
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(x.size()); ++d) {
+    if (d < axis) outer *= x[d];
+    if (d > axis) row *= x[d];
+  }
+  const std::int64_t n = x[axis], count = NumElements(init.inputs[1].shape);
+  const bool i32 = init.inputs[1].dtype == DType::kInt32;
+  return MakeFn([=](const KernelArgs& a) {
+    const auto* data = static_cast<const char*>(a.in(0));
+    auto* out = static_cast<char*>(a.out(0));
+    return i32 ? GatherRows(a.in_as<std::int32_t>(1), count, outer, n, row, data, out)
+               : GatherRows(a.in_as<std::int64_t>(1), count, outer, n, row, data, out);
+  });
+}
+
+Result<std::unique_ptr<Kernel>> MakeShape(const KernelInit& init) {
+  const Shape& x = init.inputs[0].shape;
+  const auto r = static_cast<std::int64_t>(x.size());
+  std::int64_t start = init.node->GetInt("start", 0), end = init.node->GetInt("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<std::int64_t>(start, 0, r);
+  end = std::clamp<std::int64_t>(end, 0, r);
+  std::vector<std::int64_t> dims(x.begin() + start, x.begin() + std::max(start, end));
+  return MakeFn([dims](const KernelArgs& a) {
+    if (!dims.empty()) std::memcpy(a.out(0), dims.data(), dims.size() * sizeof(std::int64_t));
+    return Status::Ok();
+  });
+}
+
+Result<std::unique_ptr<Kernel>> MakeConstant(const KernelInit& init) {
+  if (init.node->attrs().empty()) return Error(StatusCode::kInvalidArgument, "Constant has no value attribute");
+  const auto& [name, attr] = *init.node->attrs().begin();
+  std::vector<std::uint8_t> bytes;
+  auto put = [&bytes](const void* p, std::size_t n) {
+    bytes.assign(static_cast<const std::uint8_t*>(p), static_cast<const std::uint8_t*>(p) + n);
+  };
+  if (name == "value" && attr.t) put(attr.t->data(), attr.t->nbytes());
+  else if (name == "value_float") put(&attr.f, sizeof(float));
+  else if (name == "value_int") put(&attr.i, sizeof(std::int64_t));
+  else if (name == "value_floats") put(attr.floats.data(), attr.floats.size() * sizeof(float));
+  else if (name == "value_ints") put(attr.ints.data(), attr.ints.size() * sizeof(std::int64_t));
+  else return Error(StatusCode::kUnimplemented, "Constant attribute '", name, "' is not supported");
+  return MakeFn([bytes](const KernelArgs& a) {
+    if (!bytes.empty()) std::memcpy(a.out(0), bytes.data(), bytes.size());
+    return Status::Ok();
+  });
+}
+
+// ---- Cast ------------------------------------------------------------------
+
+// Storage types for the element types without a C++ arithmetic equivalent.
+struct Half { std::uint16_t bits; };
+struct BF16 { std::uint16_t bits; };
+struct Bool { std::uint8_t v; };
+
+template <typename F>
+Status DispatchAll(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat16: return f(Tag<Half>{});
+    case DType::kBFloat16: return f(Tag<BF16>{});
+    case DType::kBool: return f(Tag<Bool>{});
+    default: return DispatchNumeric(t, f);
+  }
+}
+
+// To an arithmetic type: half types become float, bool 0/1.
+template <typename T>
+auto Widen(T x) {
+  if constexpr (std::is_same_v<T, Half>) return HalfToFloat(x.bits);
+  else if constexpr (std::is_same_v<T, BF16>) return BFloat16ToFloat(x.bits);
+  else if constexpr (std::is_same_v<T, Bool>) return static_cast<std::uint8_t>(x.v != 0);
+  else return x;
+}
+
+template <typename U, typename W>
+U Narrow(W w) {
+  if constexpr (std::is_same_v<U, Bool>) {
+    return Bool{static_cast<std::uint8_t>(w != W(0))};
+  } else if constexpr (std::is_same_v<U, Half>) {
+    return Half{FloatToHalf(static_cast<float>(w))};
+  } else if constexpr (std::is_same_v<U, BF16>) {
+    // Truncation, as ONNX's reference (and its Cast tests) convert to bfloat16.
+    const float f = static_cast<float>(w);
+    if (f != f) return BF16{0x7fc0};
+    std::uint32_t x;
+    std::memcpy(&x, &f, 4);
+    return BF16{static_cast<std::uint16_t>(x >> 16)};
+  } else if constexpr (std::is_floating_point_v<W> && std::is_unsigned_v<U>) {
+    return static_cast<U>(static_cast<std::int64_t>(w));  // negative values wrap as in C/numpy
+  } else {
+    return static_cast<U>(w);
+  }
+}
+
+// float32 <-> float16 with the F16C instructions, 8 at a time (both round to
+// nearest even, like FloatToHalf).
+__attribute__((target("avx,f16c"))) void F32ToF16(const float* x, std::uint16_t* y, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = FloatToHalf(x[i]);
+}
+__attribute__((target("avx,f16c"))) void F16ToF32(const std::uint16_t* x, float* y, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  }
+  for (; i < n; ++i) y[i] = HalfToFloat(x[i]);
+}
+
+Result<std::unique_ptr<Kernel>> MakeCast(const KernelInit& init) {
+  const DType from = init.inputs[0].dtype, to = init.outputs[0].dtype;
+  const std::int64_t n = NumElements(init.inputs[0].shape);
+  if (from == to) {
+    const std::size_t bytes = init.outputs[0].bytes();
+    return MakeFn([bytes](const KernelArgs& a) {
+      ParallelCopy(a.out(0), a.in(0), bytes);
+      return Status::Ok();
+    });
+  }
+  const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  if (f16c && from == DType::kFloat32 && to == DType::kFloat16) {
+    return MakeFn([n](const KernelArgs& a) {
+      ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) { F32ToF16(a.in_as<float>(0) + b, a.out_as<std::uint16_t>(0) + b, e - b); });
+      return Status::Ok();
+    });
+  }
+  if (f16c && from == DType::kFloat16 && to == DType::kFloat32) {
+    return MakeFn([n](const KernelArgs& a) {
+      ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) { F16ToF32(a.in_as<std::uint16_t>(0) + b, a.out_as<float>(0) + b, e - b); });
+      return Status::Ok();
+    });
+  }
+  std::unique_ptr<Kernel> k;
+  Status st = DispatchAll(from, [&](auto ft) {
+    return DispatchAll(to, [&](auto tt) {
+      using T = typename decltype(ft)::type;
+      using U = typename decltype(tt)::type;
+      k = std::make_unique<FnKernel>([n](const KernelArgs& a) {
+        const T* x = a.in_as<T>(0);
+        U* y = a.out_as<U>(0);
+        ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) y[i] = Narrow<U>(Widen(x[i]));
+        });
+        return Status::Ok();
+      });
+      return Status::Ok();
+    });
+  });
+  if (!st.ok()) return Error(StatusCode::kUnimplemented, "Cast from ", DTypeName(from), " to ", DTypeName(to), " is not supported");
+  return k;
+}
+
+}  // namespace
+
+void RegisterShapeKernels(KernelRegistry& r) {
+  for (const char* op : {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}) r.Register(op, MakeCopy);
+  r.Register("Transpose", MakeTranspose);
+  r.Register("Slice", MakeSlice);
+  r.Register("Concat", MakeConcat);
+  r.Register("Gather", MakeGather);
+  r.Register("Shape", MakeShape);
+  r.Register("Constant", MakeConstant);
+  r.Register("Cast", MakeCast);
+}
 
 }  // namespace kiln::cpu

@@ -1,0 +1,34 @@
+// Shape arithmetic shared by the shape-op definitions (compile-time inference)
+// and their CPU kernels (when the shape-giving input is only known at run
+// time). Errors carry no node name; callers add it.
+#pragma once
+
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace kiln::ops {
+
+// Reshape's output shape for input shape `in` (dims may be -1 = unknown) and
+// the `shape` input's values: 0 copies the input dim (unless allowzero), one
+// -1 is inferred. Unknown dims stay -1.
+Result<Shape> ReshapeTarget(const Shape& in, const std::vector<std::int64_t>& spec, bool allowzero);
+
+// Squeeze's output shape; `axes` null = drop every size-1 dim.
+Result<Shape> SqueezeShape(const Shape& in, const std::vector<std::int64_t>* axes);
+// Unsqueeze's output shape: a 1 at each of `axes` (of the output rank).
+Result<Shape> UnsqueezeShape(const Shape& in, const std::vector<std::int64_t>& axes);
+
+// Slice: per input dim, the first element, the step and the output length.
+struct SliceDim {
+  std::int64_t start = 0, step = 1, len = 0;
+};
+// `axes` empty = 0..n-1, `steps` empty = all 1. Dims of `in` that are unknown
+// and sliced get len -1.
+Result<std::vector<SliceDim>> SlicePlan(const Shape& in, const std::vector<std::int64_t>& starts,
+                                        const std::vector<std::int64_t>& ends,
+                                        std::vector<std::int64_t> axes,
+                                        std::vector<std::int64_t> steps);
+
+}  // namespace kiln::ops

@@ -1,0 +1,215 @@
+// Pooling ops: hand-derived results, Indices, ceil_mode and padding rules,
+// and the oneDNN path (float32) checked against the direct loop (float64).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "node_runner.h"
+
+namespace kiln {
+namespace {
+
+using test::F32T;
+using test::Int;
+using test::Ints;
+using test::NodeRunner;
+using test::Values;
+
+// 1..16 as a 1x1x4x4 image.
+HostTensorPtr Image4x4() {
+  std::vector<float> v(16);
+  std::iota(v.begin(), v.end(), 1.f);
+  return F32T({1, 1, 4, 4}, v);
+}
+
+std::vector<float> Floats(const Result<std::vector<HostTensorPtr>>& r, int j = 0) {
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? Values<float>(r.value()[j]) : std::vector<float>{};
+}
+
+TEST(MaxPool, StridedWithIndices) {
+  NodeRunner r("MaxPool", 12, {Image4x4()}, 2);
+  r.Attr("kernel_shape", Ints({2, 2})).Attr("strides", Ints({2, 2}));
+  auto out = r.Run();
+  EXPECT_EQ(Floats(out), (std::vector<float>{6, 8, 14, 16}));
+  EXPECT_EQ(r.out_shape(1), (Shape{1, 1, 2, 2}));
+  EXPECT_EQ(r.out_dtype(1), DType::kInt64);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(Values<std::int64_t>(out.value()[1]), (std::vector<std::int64_t>{5, 7, 13, 15}));
+}
+
+TEST(MaxPool, ColumnMajorIndices) {
+  NodeRunner r("MaxPool", 12, {Image4x4()}, 2);
+  r.Attr("kernel_shape", Ints({2, 2})).Attr("strides", Ints({2, 2})).Attr("storage_order", Int(1));
+  auto out = r.Run();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  // (h, w) -> h + w * 4: 6 at (1,1), 8 at (1,3), 14 at (3,1), 16 at (3,3).
+  EXPECT_EQ(Values<std::int64_t>(out.value()[1]), (std::vector<std::int64_t>{5, 13, 7, 15}));
+}
+
+TEST(MaxPool, IndicesCountEarlierPlanes) {
+  // Two channels; the second plane's indices start at 16.
+  std::vector<float> v(32);
+  std::iota(v.begin(), v.end(), 0.f);
+  NodeRunner r("MaxPool", 12, {F32T({1, 2, 4, 4}, v)}, 2);
+  r.Attr("kernel_shape", Ints({4, 4}));
+  auto out = r.Run();
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(Values<std::int64_t>(out.value()[1]), (std::vector<std::int64_t>{15, 31}));
+}
+
+TEST(MaxPool, Dilation1D) {
+  NodeRunner r("MaxPool", 12, {F32T({1, 1, 5}, {1, 5, 2, 4, 3})});
+  r.Attr("kernel_shape", Ints({2})).Attr("dilations", Ints({2}));
+  // Windows read (0,2), (1,3), (2,4).
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{2, 5, 3}));
+}
+
+TEST(MaxPool, Uint8WithPadding) {
+  NodeRunner r("MaxPool", 12, {test::Tensor<std::uint8_t>(DType::kUInt8, {1, 1, 1, 3}, {7, 200, 9})});
+  r.Attr("kernel_shape", Ints({1, 2})).Attr("pads", Ints({0, 1, 0, 1}));
+  auto out = r.Run();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(Values<std::uint8_t>(out.value()[0]), (std::vector<std::uint8_t>{7, 200, 200, 9}));
+}
+
+TEST(MaxPool, CeilModeAddsAWindow) {
+  NodeRunner r("MaxPool", 12, {Image4x4()});
+  r.Attr("kernel_shape", Ints({3, 3})).Attr("strides", Ints({2, 2})).Attr("ceil_mode", Int(1));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{11, 12, 15, 16}));
+}
+
+TEST(AveragePool, CeilModeAveragesCoveredElements) {
+  NodeRunner r("AveragePool", 11, {Image4x4()});
+  r.Attr("kernel_shape", Ints({3, 3})).Attr("strides", Ints({2, 2})).Attr("ceil_mode", Int(1));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{6, 7.5f, 12, 13.5f}));
+}
+
+TEST(AveragePool, PaddingCountedOnlyWithCountIncludePad) {
+  // x = [[1,2],[3,4]], 2x2 windows, pads 1 all round: 3x3 output.
+  for (int include : {0, 1}) {
+    NodeRunner r("AveragePool", 11, {F32T({1, 1, 2, 2}, {1, 2, 3, 4})});
+    r.Attr("kernel_shape", Ints({2, 2})).Attr("pads", Ints({1, 1, 1, 1})).Attr("count_include_pad", Int(include));
+    const std::vector<float> want = include ? std::vector<float>{0.25f, 0.75f, 0.5f, 1, 2.5f, 1.5f, 0.75f, 1.75f, 1}
+                                            : std::vector<float>{1, 1.5f, 2, 2, 2.5f, 3, 3, 3.5f, 4};
+    EXPECT_EQ(Floats(r.Run()), want) << "count_include_pad=" << include;
+  }
+}
+
+TEST(AveragePool, CeilModeWithIncludePadDividesByPaddedExtent) {
+  // 1x1x1x5, kernel 2, stride 2, pad_end 0, ceil: last window [4, 6) holds
+  // one element and extends past the padded input: divisor 1, not 2.
+  NodeRunner r("AveragePool", 11, {F32T({1, 1, 1, 5}, {1, 2, 3, 4, 5})});
+  r.Attr("kernel_shape", Ints({1, 2})).Attr("strides", Ints({1, 2})).Attr("ceil_mode", Int(1)).Attr("count_include_pad", Int(1));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{1.5f, 3.5f, 5}));
+}
+
+TEST(AveragePool, SameUpperPadsAtTheEnd) {
+  NodeRunner r("AveragePool", 11, {F32T({1, 1, 3}, {1, 2, 3})});
+  r.Attr("kernel_shape", Ints({2})).Attr("auto_pad", ir::Attribute::String("SAME_UPPER"));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{1.5f, 2.5f, 3}));
+}
+
+TEST(GlobalPools, ReducePerChannel) {
+  const auto x = F32T({1, 2, 2, 2}, {1, 2, 3, 6, -1, -2, -3, -4});
+  NodeRunner avg("GlobalAveragePool", 1, {x});
+  EXPECT_EQ(Floats(avg.Run()), (std::vector<float>{3, -2.5f}));
+  EXPECT_EQ(avg.out_shape(), (Shape{1, 2, 1, 1}));
+  NodeRunner mx("GlobalMaxPool", 1, {x});
+  EXPECT_EQ(Floats(mx.Run()), (std::vector<float>{6, -1}));
+}
+
+// Channels-last nodes (kiln.nhwc, set by the layout pass) hold NHWC tensors.
+TEST(Pool, ChannelsLast) {
+  // Logical channel 0 = [[1,2],[3,4]], channel 1 = [[5,6],[7,8]], stored NHWC.
+  const auto x = F32T({1, 2, 2, 2}, {1, 5, 2, 6, 3, 7, 4, 8});
+  NodeRunner mx("MaxPool", 12, {x}, 2);
+  mx.Attr("kernel_shape", Ints({2, 2})).Attr("kiln.nhwc", Int(1));
+  auto out = mx.Run();
+  EXPECT_EQ(Floats(out), (std::vector<float>{4, 8}));
+  EXPECT_EQ(mx.out_shape(), (Shape{1, 1, 1, 2}));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(Values<std::int64_t>(out.value()[1]), (std::vector<std::int64_t>{3, 7}));  // logical NCHW indices
+  NodeRunner avg("AveragePool", 11, {x});
+  avg.Attr("kernel_shape", Ints({2, 2})).Attr("pads", Ints({0, 0, 1, 1})).Attr("kiln.nhwc", Int(1));
+  EXPECT_EQ(Floats(avg.Run()), (std::vector<float>{2.5f, 6.5f, 3, 7, 3.5f, 7.5f, 4, 8}));
+  NodeRunner gap("GlobalAveragePool", 1, {x});
+  gap.Attr("kiln.nhwc", Int(1));
+  EXPECT_EQ(Floats(gap.Run()), (std::vector<float>{2.5f, 6.5f}));
+  EXPECT_EQ(gap.out_shape(), (Shape{1, 1, 1, 2}));
+}
+
+TEST(Pool, AttributeErrorsNameTheAttribute) {
+  NodeRunner a("MaxPool", 12, {Image4x4()});
+  Status st = a.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'kernel_shape'"), std::string::npos) << st.message();
+  NodeRunner b("MaxPool", 12, {Image4x4()});
+  b.Attr("kernel_shape", Ints({2, 2})).Attr("storage_order", Int(2));
+  st = b.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'storage_order'"), std::string::npos) << st.message();
+  NodeRunner c("AveragePool", 11, {Image4x4()});
+  c.Attr("kernel_shape", Ints({2, 2})).Attr("auto_pad", ir::Attribute::String("SAME"));
+  st = c.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'auto_pad'"), std::string::npos) << st.message();
+  NodeRunner d("MaxPool", 12, {Image4x4()});
+  d.Attr("kernel_shape", Ints({5, 5}));
+  EXPECT_FALSE(d.Infer().ok());
+}
+
+// float32 runs on oneDNN where it can; float64 always on the loop. Both must
+// agree over a sweep of window configurations.
+TEST(Pool, OneDnnAgreesWithLoop) {
+  std::mt19937 rng(7);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int compared = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const int sp = pick(1, 3);
+    const bool is_max = pick(0, 1);
+    Shape shape = {pick(1, 2), pick(1, 3)};
+    std::vector<std::int64_t> kernel, strides, dil, pads(2 * sp);
+    for (int i = 0; i < sp; ++i) {
+      shape.push_back(pick(sp == 3 ? 3 : 4, sp == 3 ? 6 : 9));
+      kernel.push_back(pick(1, 3));
+      strides.push_back(pick(1, 3));
+      dil.push_back(is_max ? pick(1, 2) : 1);
+      pads[i] = pick(0, kernel.back() - 1);
+      pads[i + sp] = pick(0, kernel.back() - 1);
+    }
+    std::vector<float> xf(static_cast<std::size_t>(NumElements(shape)));
+    for (float& v : xf) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<double> xd(xf.begin(), xf.end());
+    const int auto_pad = pick(0, 3);
+    std::vector<std::vector<double>> results;
+    for (DType t : {DType::kFloat32, DType::kFloat64}) {
+      HostTensorPtr x = t == DType::kFloat32 ? F32T(shape, xf) : test::Tensor<double>(DType::kFloat64, shape, xd);
+      NodeRunner r(is_max ? "MaxPool" : "AveragePool", is_max ? 12 : 11, {x});
+      r.Attr("kernel_shape", Ints(kernel)).Attr("strides", Ints(strides));
+      if (is_max) r.Attr("dilations", Ints(dil));
+      else r.Attr("count_include_pad", Int(iter % 2));
+      if (auto_pad == 0) r.Attr("pads", Ints(pads)).Attr("ceil_mode", Int(iter / 2 % 2));
+      else r.Attr("auto_pad", ir::Attribute::String(auto_pad == 1 ? "SAME_UPPER" : auto_pad == 2 ? "SAME_LOWER" : "VALID"));
+      if (!r.Infer().ok()) break;  // window does not fit: skip the configuration
+      auto out = r.Run();
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      const HostTensor& y = *out.value()[0];
+      std::vector<double> v(static_cast<std::size_t>(y.numel()));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = y.GetAsDouble(static_cast<std::int64_t>(i));
+      results.push_back(v);
+    }
+    if (results.size() != 2) continue;
+    ++compared;
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (std::size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_NEAR(results[0][i], results[1][i], 1e-5) << "iteration " << iter << " element " << i;
+    }
+  }
+  EXPECT_GT(compared, 150);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,352 @@
+// Shape and data-movement ops: inference and kernels on small tensors with
+// hand-derived results, and their error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "node_runner.h"
+
+namespace kiln {
+namespace {
+
+using test::F32T;
+using test::I32T;
+using test::I64T;
+using test::Int;
+using test::Ints;
+using test::NodeRunner;
+using test::Values;
+
+constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+
+HostTensorPtr Iota(Shape s) {
+  std::vector<float> v(static_cast<std::size_t>(NumElements(s)));
+  std::iota(v.begin(), v.end(), 0.f);
+  return F32T(std::move(s), v);
+}
+
+std::vector<float> Floats(const Result<std::vector<HostTensorPtr>>& r, int j = 0) {
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? Values<float>(r.value()[j]) : std::vector<float>{};
+}
+
+TEST(Reshape, ZeroCopiesAndMinusOneInfers) {
+  NodeRunner r("Reshape", 14, {Iota({2, 3, 4}), I64T({3}, {4, 0, -1})});
+  auto out = r.Run();
+  EXPECT_EQ(r.out_shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(Floats(out), Values<float>(Iota({24})));
+}
+
+TEST(Reshape, AllowZeroKeepsZeroDims) {
+  NodeRunner r("Reshape", 14, {F32T({0, 3}, {}), I64T({3}, {3, 0, 7})});
+  r.Attr("allowzero", Int(1));
+  ASSERT_TRUE(r.Infer().ok());
+  EXPECT_EQ(r.out_shape(), (Shape{3, 0, 7}));
+}
+
+TEST(Reshape, ElementCountMismatchNamesNodeAndShapes) {
+  NodeRunner r("Reshape", 14, {Iota({2, 3, 4}), I64T({2}, {5, 5})});
+  Status st = r.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Reshape node 'node'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[2,3,4]"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("[5,5]"), std::string::npos) << st.message();
+}
+
+TEST(Reshape, TwoMinusOnesAreRejected) {
+  NodeRunner r("Reshape", 13, {Iota({2, 3}), I64T({2}, {-1, -1})});
+  EXPECT_FALSE(r.Infer().ok());
+}
+
+TEST(Reshape, RuntimeShapeLeavesDimsUnknown) {
+  NodeRunner r("Reshape", 14, {Iota({2, 3}), {DType::kInt64, {3}}});
+  ASSERT_TRUE(r.Infer().ok());
+  EXPECT_EQ(r.out_shape(), (Shape{-1, -1, -1}));
+}
+
+TEST(Flatten, AxisSplitsDims) {
+  NodeRunner a("Flatten", 13, {Iota({2, 3, 4})});
+  a.Attr("axis", Int(-1));
+  ASSERT_TRUE(a.Infer().ok());
+  EXPECT_EQ(a.out_shape(), (Shape{6, 4}));
+  NodeRunner b("Flatten", 13, {Iota({2, 3, 4})});
+  b.Attr("axis", Int(0));
+  EXPECT_EQ(Floats(b.Run()), Values<float>(Iota({24})));
+  EXPECT_EQ(b.out_shape(), (Shape{1, 24}));
+  NodeRunner c("Flatten", 13, {Iota({2, 3, 4})});
+  c.Attr("axis", Int(4));
+  Status st = c.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'axis'"), std::string::npos) << st.message();
+}
+
+TEST(Transpose, DefaultReversesDims) {
+  NodeRunner r("Transpose", 13, {Iota({2, 3})});
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(r.out_shape(), (Shape{3, 2}));
+  EXPECT_EQ(r.node().GetInts("perm"), (std::vector<std::int64_t>{1, 0}));  // made explicit
+}
+
+TEST(Transpose, Permutes3D) {
+  // x[a][b][c] = 6a + 3b + c (shape [2,2,3]); y = x.transpose(2, 0, 1): y[c][a][b]
+  NodeRunner r("Transpose", 13, {Iota({2, 2, 3})});
+  r.Attr("perm", Ints({2, 0, 1}));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11}));
+  EXPECT_EQ(r.out_shape(), (Shape{3, 2, 2}));
+}
+
+TEST(Transpose, LargeInt8MatrixUsesTiles) {
+  std::vector<std::int8_t> x(70 * 45);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::int8_t>(i * 7);
+  NodeRunner r("Transpose", 13, {test::Tensor<std::int8_t>(DType::kInt8, {70, 45}, x)});
+  auto out = r.Run();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  auto y = Values<std::int8_t>(out.value()[0]);
+  for (int i = 0; i < 45; ++i) {
+    for (int j = 0; j < 70; ++j) ASSERT_EQ(y[i * 70 + j], x[j * 45 + i]);
+  }
+}
+
+TEST(Transpose, NonPermutationIsRejected) {
+  NodeRunner r("Transpose", 13, {Iota({2, 3})});
+  r.Attr("perm", Ints({0, 0}));
+  Status st = r.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'perm'"), std::string::npos) << st.message();
+}
+
+TEST(Concat, NegativeAxis) {
+  NodeRunner r("Concat", 13, {F32T({2, 1}, {0, 1}), F32T({2, 2}, {10, 11, 12, 13})});
+  r.Attr("axis", Int(-1));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{0, 10, 11, 1, 12, 13}));
+  EXPECT_EQ(r.out_shape(), (Shape{2, 3}));
+}
+
+TEST(Concat, BadAxisAndMismatchedDims) {
+  NodeRunner a("Concat", 13, {Iota({2, 2}), Iota({2, 2})});
+  a.Attr("axis", Int(2));
+  Status st = a.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'axis'"), std::string::npos) << st.message();
+  NodeRunner b("Concat", 13, {Iota({2, 2}), Iota({3, 2})});
+  b.Attr("axis", Int(1));
+  EXPECT_FALSE(b.Infer().ok());
+}
+
+TEST(Gather, NegativeIndicesAndInt32) {
+  NodeRunner a("Gather", 13, {Iota({3, 2}), I32T({2}, {-1, 0})});
+  EXPECT_EQ(Floats(a.Run()), (std::vector<float>{4, 5, 0, 1}));
+  NodeRunner b("Gather", 13, {Iota({3, 2}), I64T({1, 2}, {1, 1})});
+  b.Attr("axis", Int(1));
+  EXPECT_EQ(Floats(b.Run()), (std::vector<float>{1, 1, 3, 3, 5, 5}));
+  EXPECT_EQ(b.out_shape(), (Shape{3, 1, 2}));
+}
+
+TEST(Gather, IndexOutOfRange) {
+  // Constant indices: caught by inference, naming the node.
+  NodeRunner a("Gather", 13, {Iota({3, 2}), I64T({1}, {3})});
+  Status st = a.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Gather node 'node'"), std::string::npos) << st.message();
+  // Runtime indices: caught by the kernel.
+  NodeRunner b("Gather", 13, {Iota({3, 2}), {DType::kInt64, {2}}});
+  auto out = b.Run({I64T({2}, {0, -4})});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(out.status().message().find("-4"), std::string::npos) << out.status().message();
+}
+
+TEST(Unsqueeze, AttributeFormIsNormalisedToInput) {
+  NodeRunner r("Unsqueeze", 11, {Iota({3})});
+  r.Attr("axes", Ints({0, -1}));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(r.out_shape(), (Shape{1, 3, 1}));
+  EXPECT_FALSE(r.node().HasAttr("axes"));
+  EXPECT_EQ(r.node().num_inputs(), 2);
+}
+
+TEST(Unsqueeze, DuplicateAxesAreRejected) {
+  NodeRunner r("Unsqueeze", 13, {Iota({3}), I64T({2}, {1, -2})});  // both mean axis 1 of rank 3
+  EXPECT_FALSE(r.Infer().ok());
+}
+
+TEST(Squeeze, AllOnesOrGivenAxes) {
+  NodeRunner a("Squeeze", 13, {Iota({1, 3, 1})});
+  ASSERT_TRUE(a.Infer().ok());
+  EXPECT_EQ(a.out_shape(), (Shape{3}));
+  NodeRunner b("Squeeze", 1, {Iota({1, 3, 1})});
+  b.Attr("axes", Ints({-1}));
+  EXPECT_EQ(Floats(b.Run()), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(b.out_shape(), (Shape{1, 3}));
+  NodeRunner c("Squeeze", 13, {Iota({1, 3, 1}), I64T({1}, {1})});
+  Status st = c.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("axis 1 of size 3"), std::string::npos) << st.message();
+}
+
+TEST(Slice, ClampsAndHandlesExtremeEnds) {
+  NodeRunner a("Slice", 13, {Iota({10}), I64T({1}, {-3}), I64T({1}, {kMax})});
+  EXPECT_EQ(Floats(a.Run()), (std::vector<float>{7, 8, 9}));
+  NodeRunner b("Slice", 13, {Iota({10}), I64T({1}, {-1}), I64T({1}, {kMin}), nullptr, I64T({1}, {-3})});
+  EXPECT_EQ(Floats(b.Run()), (std::vector<float>{9, 6, 3, 0}));
+  NodeRunner c("Slice", 13, {Iota({10}), I64T({1}, {20}), I64T({1}, {30})});
+  ASSERT_TRUE(c.Infer().ok());
+  EXPECT_EQ(c.out_shape(), (Shape{0}));
+}
+
+TEST(Slice, AxesAndStepsOn2D) {
+  // x = [[0..4], [5..9], [10..14]]; rows 2 then 0 (step -2), columns 1, 3.
+  NodeRunner r("Slice", 13, {Iota({3, 5}), I32T({2}, {1, 2}), I32T({2}, {4, -4}), I32T({2}, {1, 0}),
+                             I32T({2}, {2, -2})});
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{11, 13, 1, 3}));
+  EXPECT_EQ(r.out_shape(), (Shape{2, 2}));
+}
+
+TEST(Slice, Version1AttributesAreNormalised) {
+  NodeRunner r("Slice", 1, {Iota({3, 5})});
+  r.Attr("starts", Ints({1})).Attr("ends", Ints({3})).Attr("axes", Ints({1}));
+  EXPECT_EQ(Floats(r.Run()), (std::vector<float>{1, 2, 6, 7, 11, 12}));
+}
+
+TEST(Slice, ZeroStepIsRejected) {
+  NodeRunner r("Slice", 13, {Iota({4}), I64T({1}, {0}), I64T({1}, {4}), I64T({1}, {0}), I64T({1}, {0})});
+  Status st = r.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Slice node 'node'"), std::string::npos) << st.message();
+}
+
+// A kernel for `n` as if none of its inputs were compile-time constants
+// (output shapes as planned, e.g. from declared model shapes).
+Result<std::unique_ptr<cpu::Kernel>> RuntimeKernel(const ir::Node* n) {
+  cpu::KernelInit init;
+  init.node = n;
+  for (const ir::Value* v : n->inputs()) {
+    init.inputs.push_back({v->dtype(), v->shape()});
+    init.const_inputs.push_back(nullptr);
+  }
+  for (const ir::Value* v : n->outputs()) init.outputs.push_back({v->dtype(), v->shape()});
+  return cpu::CreateKernel(init);
+}
+
+TEST(Slice, RuntimeBoundsAreReadByTheKernel) {
+  ir::Graph g;
+  ir::Value* x = g.AddValue("x", DType::kFloat32, {10});
+  ir::Value* s = g.AddValue("s", DType::kInt64, {1});
+  ir::Value* e = g.AddValue("e", DType::kInt32, {1});
+  ir::Node* n = g.AddNode("Slice", "slice", {x, s, e}, {g.AddValue("y", DType::kFloat32, {3})});
+  n->set_since_version(13);
+  auto k = RuntimeKernel(n);
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  std::vector<float> xv(10), yv(3);
+  std::iota(xv.begin(), xv.end(), 0.f);
+  std::int64_t start = -3;
+  std::int32_t end = 100;
+  void* ptrs[] = {xv.data(), &start, &end, yv.data()};
+  ASSERT_TRUE(k.value()->Run({ptrs, 3}).ok());
+  EXPECT_EQ(yv, (std::vector<float>{7, 8, 9}));
+  start = 0;  // 10 elements: not what the output was planned for
+  EXPECT_FALSE(k.value()->Run({ptrs, 3}).ok());
+}
+
+TEST(Squeeze, RuntimeAxesAreCheckedAgainstThePlan) {
+  ir::Graph g;
+  ir::Value* x = g.AddValue("x", DType::kFloat32, {1, 2, 1});
+  ir::Value* axes = g.AddValue("axes", DType::kInt64, {1});
+  ir::Node* n = g.AddNode("Squeeze", "sq", {x, axes}, {g.AddValue("y", DType::kFloat32, {2, 1})});
+  n->set_since_version(13);
+  auto k = RuntimeKernel(n);
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  std::vector<float> xv = {3, 4}, yv(2);
+  std::int64_t axis = 0;
+  void* ptrs[] = {xv.data(), &axis, yv.data()};
+  ASSERT_TRUE(k.value()->Run({ptrs, 2}).ok());
+  EXPECT_EQ(yv, xv);
+  axis = -1;  // gives [1,2]
+  EXPECT_FALSE(k.value()->Run({ptrs, 2}).ok());
+}
+
+TEST(Cast, FloatToIntTruncatesAndHalfTypesRoundTrip) {
+  NodeRunner a("Cast", 13, {F32T({3}, {1.7f, -1.7f, 0.f})});
+  a.Attr("to", Int(static_cast<int>(DType::kInt32)));
+  auto ia = a.Run();
+  ASSERT_TRUE(ia.ok()) << ia.status().ToString();
+  EXPECT_EQ(Values<std::int32_t>(ia.value()[0]), (std::vector<std::int32_t>{1, -1, 0}));
+  NodeRunner b("Cast", 13, {F32T({3}, {1.7f, -1.7f, 0.f})});
+  b.Attr("to", Int(static_cast<int>(DType::kBool)));
+  auto bb = b.Run();
+  ASSERT_TRUE(bb.ok());
+  EXPECT_EQ(Values<std::uint8_t>(bb.value()[0]), (std::vector<std::uint8_t>{1, 1, 0}));
+  NodeRunner h("Cast", 13, {F32T({2}, {0.5f, 65504.f})});
+  h.Attr("to", Int(static_cast<int>(DType::kFloat16)));
+  auto hh = h.Run();
+  ASSERT_TRUE(hh.ok());
+  EXPECT_EQ(Values<std::uint16_t>(hh.value()[0]), (std::vector<std::uint16_t>{0x3800, 0x7bff}));
+  // bfloat16 keeps the top 16 bits (truncation, as ONNX's reference does).
+  NodeRunner bf("Cast", 13, {F32T({1}, {1.00781238f})});  // 0x3f80ffff
+  bf.Attr("to", Int(static_cast<int>(DType::kBFloat16)));
+  auto bfo = bf.Run();
+  ASSERT_TRUE(bfo.ok());
+  EXPECT_EQ(Values<std::uint16_t>(bfo.value()[0]), (std::vector<std::uint16_t>{0x3f80}));
+}
+
+TEST(Cast, Float16VectorPathMatchesScalarConversion) {
+  std::vector<float> x;
+  for (int e = -30; e <= 17; ++e) {
+    for (float m : {1.f, 1.0004883f, 1.3337f, 1.9995117f, -1.5f}) x.push_back(std::ldexp(m, e));
+  }
+  x.push_back(std::numeric_limits<float>::infinity());
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(0.f);
+  NodeRunner r("Cast", 13, {F32T({static_cast<std::int64_t>(x.size())}, x)});
+  r.Attr("to", Int(static_cast<int>(DType::kFloat16)));
+  auto out = r.Run();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const auto h = Values<std::uint16_t>(out.value()[0]);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(h[i], FloatToHalf(x[i])) << x[i];
+  NodeRunner back("Cast", 13, {out.value()[0]});
+  back.Attr("to", Int(static_cast<int>(DType::kFloat32)));
+  auto f = back.Run();
+  ASSERT_TRUE(f.ok());
+  const auto y = Values<float>(f.value()[0]);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], HalfToFloat(h[i])) << h[i];
+}
+
+TEST(Cast, Version1StringTypeNameAndStringTarget) {
+  NodeRunner a("Cast", 1, {I64T({2}, {3, -2})});
+  a.Attr("to", ir::Attribute::String("DOUBLE"));
+  auto out = a.Run();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(Values<double>(out.value()[0]), (std::vector<double>{3, -2}));
+  NodeRunner s("Cast", 13, {Iota({2})});
+  s.Attr("to", Int(static_cast<int>(DType::kString)));
+  Status st = s.Infer();
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("'to'"), std::string::npos) << st.message();
+}
+
+TEST(Shape, StartAndEnd) {
+  NodeRunner r("Shape", 15, {Iota({2, 3, 4, 5})});
+  r.Attr("start", Int(1)).Attr("end", Int(-1));
+  auto out = r.Run();
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(Values<std::int64_t>(out.value()[0]), (std::vector<std::int64_t>{3, 4}));
+}
+
+TEST(IdentityAndConstant, CopyValues) {
+  NodeRunner id("Identity", 16, {I64T({2}, {7, -7})});
+  auto a = id.Run();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(Values<std::int64_t>(a.value()[0]), (std::vector<std::int64_t>{7, -7}));
+  NodeRunner c("Constant", 13, {});
+  c.Attr("value_ints", Ints({4, 5, 6}));
+  auto b = c.Run();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(c.out_shape(), (Shape{3}));
+  EXPECT_EQ(Values<std::int64_t>(b.value()[0]), (std::vector<std::int64_t>{4, 5, 6}));
+}
+
+}  // namespace
+}  // namespace kiln
