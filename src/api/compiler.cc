@@ -86,6 +86,7 @@ Result<format::CompiledModel> CompileOnnxFile(const std::string& path, const Com
                                               CompileReport* report) {
   onnx_frontend::ImportOptions io;
   io.input_shapes = opts.input_shapes;
+  io.constant_inputs = opts.constant_inputs;
   KILN_ASSIGN_OR_RETURN(auto g, onnx_frontend::ImportOnnxFile(path, io));
   auto m = CompileGraph(std::move(g), opts, report);
   if (!m.ok()) return m.status().WithContext(path);

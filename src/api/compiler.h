@@ -13,6 +13,7 @@ namespace kiln {
 
 struct CompileOptions {
   std::map<std::string, Shape> input_shapes;  // fixes symbolic/unknown dims
+  std::map<std::string, HostTensorPtr> constant_inputs;  // inputs baked in as constants
   passes::PassOptions passes;                 // switches by pass or phase name
   // External weights: 0 = embedded in the .kiln file, 1 = one file per weight
   // (weight_<sha256>), 2 = one combined file (<model_name>_weight_combined).

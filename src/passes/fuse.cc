@@ -41,6 +41,7 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
     ir::Node* conv = x->producer();
     if (!conv || conv->op_type() != "Conv" || !conv->domain().empty() || !OnlyUse(g, x, bn)) continue;
     if (bn->num_outputs() != 1 || bn->GetInt("training_mode", 0) != 0) continue;
+    if (bn->GetInt("spatial", 1) != 1) continue;  // BatchNormalization-7 spatial=0: per-element statistics
     if (!IsF32Const(conv->input(1)) || (conv->input(2) && !IsF32Const(conv->input(2)))) continue;
     bool consts = true;
     for (int i = 1; i < 5; ++i) consts &= IsF32Const(bn->input(i));

@@ -165,6 +165,9 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
     if (t->op_type() != "Transpose" || !t->domain().empty()) continue;
     const Shape& s = t->input(0)->shape();
     std::vector<std::int64_t> perm = t->GetInts("perm");
+    if (!t->HasAttr("perm")) {  // default: reverse the dims
+      for (std::int64_t i = static_cast<std::int64_t>(s.size()) - 1; i >= 0; --i) perm.push_back(i);
+    }
     std::vector<std::int64_t> moved;
     for (std::int64_t p : perm) {
       if (s[p] != 1) moved.push_back(p);

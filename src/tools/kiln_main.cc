@@ -95,6 +95,10 @@ kiln::Result<std::vector<kiln::HostTensor>> PrepareInputs(const kiln::Model& mod
     }
     KILN_ASSIGN_OR_RETURN(kiln::HostTensor t, kiln::npy::Load(file));
     const auto& info = infos[idx];
+    if (info.dtype == kiln::DType::kBFloat16 && t.dtype() == kiln::DType::kUInt16) {
+      // NumPy has no bfloat16: accept its raw bits as uint16.
+      t = kiln::HostTensor(kiln::DType::kBFloat16, t.shape(), t.data(), std::make_shared<kiln::HostTensor>(t));
+    }
     if (t.dtype() != info.dtype) {
       return kiln::Error(StatusCode::kInvalidArgument, "input ", idx, " '", info.name, "' from '", file,
                          "': expected dtype ", kiln::DTypeName(info.dtype), ", found ", kiln::DTypeName(t.dtype()));
@@ -144,7 +148,8 @@ struct ExternalWeightFlags {
 };
 
 int Compile(const std::string& model, const std::string& output, const std::string& shapes,
-            const std::vector<std::string>& disable, bool verbose, const ExternalWeightFlags& ew) {
+            const std::vector<std::string>& disable, const std::vector<std::string>& const_inputs, bool verbose,
+            const ExternalWeightFlags& ew) {
   kiln::CompileOptions opts;
   opts.external_weight = ew.mode;
   opts.external_weight_dir = ew.dir;
@@ -156,6 +161,15 @@ int Compile(const std::string& model, const std::string& output, const std::stri
     opts.input_shapes = parsed.value();
   }
   opts.passes.disabled.insert(disable.begin(), disable.end());
+  for (const std::string& spec : const_inputs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Fail(kiln::Error(StatusCode::kInvalidArgument, "--const-input '", spec, "' is not NAME=FILE.npy"));
+    }
+    auto t = kiln::npy::Load(spec.substr(eq + 1));
+    if (!t.ok()) return Fail(t.status());
+    opts.constant_inputs[spec.substr(0, eq)] = std::make_shared<kiln::HostTensor>(std::move(t).value());
+  }
   kiln::CompileReport report;
   auto t0 = std::chrono::steady_clock::now();
   auto m = kiln::CompileOnnxFile(model, opts, &report);
@@ -386,6 +400,8 @@ int main(int argc, char** argv) {
   compile->add_option("--output", output, "output .kiln file")->required();
   compile->add_option("--input-shape", shapes, "fix input shapes: \"x:1,3,224,224;y:1,8\"");
   compile->add_option("--disable-pass", disable, "skip a pass or phase by name (repeatable)");
+  std::vector<std::string> const_inputs;
+  compile->add_option("--const-input", const_inputs, "NAME=FILE.npy: bake an input's value in as a constant (repeatable)");
   compile->add_flag("-v,--verbose", verbose, "print the pass log");
   ExternalWeightFlags ew;
   compile->add_option("--external-weight", ew.mode, "0 = embedded (default), 1 = one file per weight, 2 = one combined file")
@@ -439,7 +455,7 @@ int main(int argc, char** argv) {
   lo.weight_load_mode = weight_load == "map" ? kiln::WeightLoadMode::kMap
                       : weight_load == "copy" ? kiln::WeightLoadMode::kCopy : kiln::WeightLoadMode::kAuto;
   lo.weight_chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
-  if (*compile) return Compile(model, output, shapes, disable, verbose, ew);
+  if (*compile) return Compile(model, output, shapes, disable, const_inputs, verbose, ew);
   if (*run) return Run(path, inputs, out_dir, lo);
   if (*inspect) return Inspect(path, as_json);
   if (*bench) return Bench(path, inputs, runs, warmup, lo, as_json);

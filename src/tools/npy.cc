@@ -88,6 +88,7 @@ Status Save(const std::string& path, const HostTensor& t) {
   for (auto& d : kDescrs) {
     if (d.dtype == t.dtype()) code = d.code;
   }
+  if (t.dtype() == DType::kBFloat16) code = "<u2";  // NumPy has no bfloat16: raw bits, as ONNX's tools do
   if (!code) return Error(StatusCode::kUnimplemented, "cannot save ", DTypeName(t.dtype()), " as .npy");
   std::ostringstream shape;
   shape << '(';

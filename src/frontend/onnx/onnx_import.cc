@@ -307,6 +307,26 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     if (g->FindValue(in.name())) {
       return Error(StatusCode::kInvalidArgument, ctx.path, ": duplicate graph input '", in.name(), "'");
     }
+    if (opts && opts->constant_inputs.count(in.name())) {
+      const HostTensorPtr& t = opts->constant_inputs.at(in.name());
+      ir::Value* v = g->AddValue(in.name());
+      KILN_RETURN_IF_ERROR(SetTypeFromProto(v, in, ctx));
+      if (v->dtype() != t->dtype()) {
+        return Error(StatusCode::kInvalidArgument, "--const-input '", in.name(), "': the model declares ",
+                     DTypeName(v->dtype()), ", the value is ", DTypeName(t->dtype()));
+      }
+      const Shape& decl = v->shape();
+      bool ok = decl.size() == t->shape().size() || (v->dim_params().size() == 1 && v->dim_params()[0] == "<unknown rank>");
+      for (std::size_t i = 0; ok && i < decl.size() && i < t->shape().size(); ++i) ok = decl[i] < 0 || decl[i] == t->shape()[i];
+      if (!ok) {
+        return Error(StatusCode::kInvalidArgument, "--const-input '", in.name(), "': the model declares shape ",
+                     ShapeToString(decl), ", the value has ", ShapeToString(t->shape()));
+      }
+      v->set_constant(t);
+      v->dim_params().clear();
+      used_shape_overrides.insert(in.name());
+      continue;
+    }
     ir::Value* v = g->AddValue(in.name());
     KILN_RETURN_IF_ERROR(SetTypeFromProto(v, in, ctx));
     if (opts) {
@@ -334,6 +354,11 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     g->inputs().push_back(v);
   }
   if (opts) {
+    for (auto& [name, t] : opts->constant_inputs) {
+      if (!used_shape_overrides.count(name)) {
+        return Error(StatusCode::kInvalidArgument, "--const-input names '", name, "', which is not an input of the model");
+      }
+    }
     for (auto& [name, s] : opts->input_shapes) {
       if (!used_shape_overrides.count(name)) {
         std::string names;

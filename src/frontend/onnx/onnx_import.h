@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/tensor.h"
 #include "ir/graph.h"
 
 namespace kiln::onnx_frontend {
@@ -20,6 +21,9 @@ inline constexpr int kMaxOpset = 17;
 
 struct ImportOptions {
   std::map<std::string, Shape> input_shapes;  // by graph input name
+  // Graph inputs replaced by these values (they become constants, so shapes
+  // that depend on them resolve at compile time). By input name.
+  std::map<std::string, HostTensorPtr> constant_inputs;
 };
 
 Result<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path,
