@@ -26,6 +26,10 @@ OpRegistry& OpRegistry::Get() {
     RegisterShapeOps(*reg);
     RegisterUnaryOps(*reg);
     RegisterReduceOps(*reg);
+    RegisterTensorOpsOps(*reg);
+    RegisterConvTransposeOps(*reg);
+    RegisterResizeOps(*reg);
+    RegisterRnnOps(*reg);
     RegisterInternalOps(*reg);
     return reg;
   }();

@@ -88,6 +88,10 @@ void RegisterNormOps(OpRegistry& r);
 void RegisterShapeOps(OpRegistry& r);
 void RegisterUnaryOps(OpRegistry& r);
 void RegisterReduceOps(OpRegistry& r);
+void RegisterTensorOpsOps(OpRegistry& r);
+void RegisterConvTransposeOps(OpRegistry& r);
+void RegisterResizeOps(OpRegistry& r);
+void RegisterRnnOps(OpRegistry& r);
 void RegisterInternalOps(OpRegistry& r);
 
 }  // namespace kiln::ops

@@ -16,6 +16,10 @@ KernelRegistry& KernelRegistry::Get() {
     RegisterShapeKernels(*reg);
     RegisterUnaryKernels(*reg);
     RegisterReduceKernels(*reg);
+    RegisterTensorOpsKernels(*reg);
+    RegisterConvTransposeKernels(*reg);
+    RegisterResizeKernels(*reg);
+    RegisterRnnKernels(*reg);
     return reg;
   }();
   return *r;

@@ -100,5 +100,9 @@ void RegisterNormKernels(KernelRegistry& r);
 void RegisterShapeKernels(KernelRegistry& r);
 void RegisterUnaryKernels(KernelRegistry& r);
 void RegisterReduceKernels(KernelRegistry& r);
+void RegisterTensorOpsKernels(KernelRegistry& r);
+void RegisterConvTransposeKernels(KernelRegistry& r);
+void RegisterResizeKernels(KernelRegistry& r);
+void RegisterRnnKernels(KernelRegistry& r);
 
 }  // namespace kiln::cpu
