@@ -4,135 +4,375 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "runtime/stream_impl.h"
+
 namespace kiln::runtime {
+namespace {
 
-Executor::~Executor() { std::free(arena_); }
+class EagerCtx final : public EagerExecuteContext {
+ public:
+  EagerCtx(std::vector<ArgBlock>& blocks, std::vector<std::vector<std::uint8_t>>& workspaces, CustomNode& cn,
+           std::vector<void*> in, std::vector<void*> out, Stream& stream)
+      : blocks_(blocks), workspaces_(workspaces), cn_(cn), in_(std::move(in)), out_(std::move(out)),
+        stream_(stream), attrs_(*cn.node) {}
+  const std::string& node_name() const override { return cn_.node->name(); }
+  int num_inputs() const override { return static_cast<int>(cn_.inputs.size()); }
+  int num_outputs() const override { return static_cast<int>(cn_.outputs.size()); }
+  const OpAttributes& attributes() const override { return attrs_; }
+  Result<DeviceTensor> GetInputTensor(int i) override {
+    if (i < 0 || i >= num_inputs()) return Range("GetInputTensor", i, num_inputs());
+    const Binding& b = cn_.inputs[i];
+    return DeviceTensor{in_[i], b.dtype, b.shape, b.bytes};
+  }
+  Result<DeviceTensor> MallocOutputTensor(int i) override {
+    if (i < 0 || i >= num_outputs()) return Range("MallocOutputTensor", i, num_outputs());
+    const Binding& b = cn_.outputs[i];
+    return DeviceTensor{out_[i], b.dtype, b.shape, b.bytes};
+  }
+  Result<void*> MallocWorkspace(std::size_t bytes) override {
+    workspaces_.emplace_back(bytes + 64);
+    return static_cast<void*>(workspaces_.back().data());
+  }
+  Result<const void*> MallocReadOnlyDevArgs(const void* host_args, std::size_t size) override {
+    if (!host_args || size == 0) {
+      return Error(StatusCode::kInvalidArgument, "node '", node_name(), "': MallocReadOnlyDevArgs needs a non-empty block");
+    }
+    ArgBlock b;
+    b.host.assign(static_cast<const std::uint8_t*>(host_args), static_cast<const std::uint8_t*>(host_args) + size);
+    b.dev = b.host;
+    cn_.blocks.push_back(static_cast<int>(blocks_.size()));
+    blocks_.push_back(std::move(b));
+    return static_cast<const void*>(blocks_.back().dev.data());
+  }
+  Stream& GetStream() override { return stream_; }
 
-Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph,
-                                                   const plan::MemoryPlan& plan,
-                                                   bool check_bounds) {
-  // check_bounds: one guarded allocation per arena tensor (views share their
-  // source's), instead of the shared arena.
-  std::unordered_map<const ir::Value*, GuardedBuffer*> guarded_of;
-  std::vector<std::unique_ptr<GuardedBuffer>> owned_guarded;
-  auto guarded = [&](const ir::Value* v, std::uint64_t size) -> GuardedBuffer* {
-    auto it = guarded_of.find(v);
-    if (it != guarded_of.end()) return it->second;
-    auto b = std::make_unique<GuardedBuffer>();
-    b->bytes.assign(size + 2 * GuardedBuffer::kGuard, GuardedBuffer::kPattern);
-    b->size = size;
-    b->name = v->name();
-    GuardedBuffer* raw = b.get();
-    guarded_of[v] = raw;
-    owned_guarded.push_back(std::move(b));
-    return raw;
-  };
+ private:
+  Status Range(const char* fn, int i, int n) const {
+    return Error(StatusCode::kOutOfRange, "node '", node_name(), "': ", fn, "(", i, "): index out of range 0..", n - 1);
+  }
+  std::vector<ArgBlock>& blocks_;
+  std::vector<std::vector<std::uint8_t>>& workspaces_;
+  CustomNode& cn_;
+  std::vector<void*> in_, out_;
+  Stream& stream_;
+  custom::NodeAttributes attrs_;
+};
+
+class UpdaterCtx final : public ArgsUpdaterContext {
+ public:
+  UpdaterCtx(std::vector<ArgBlock>& blocks, const CustomNode& cn, std::vector<void*> in, std::vector<void*> out)
+      : blocks_(blocks), cn_(cn), in_(std::move(in)), out_(std::move(out)) {}
+  const std::string& node_name() const override { return cn_.node->name(); }
+  int num_inputs() const override { return static_cast<int>(cn_.inputs.size()); }
+  int num_outputs() const override { return static_cast<int>(cn_.outputs.size()); }
+  Result<DeviceTensor> GetInputTensor(int i) override {
+    if (i < 0 || i >= num_inputs()) return Range("GetInputTensor", i, num_inputs());
+    const Binding& b = cn_.inputs[i];
+    return DeviceTensor{in_[i], b.dtype, b.shape, b.bytes};
+  }
+  Result<DeviceTensor> GetOutputTensor(int i) override {
+    if (i < 0 || i >= num_outputs()) return Range("GetOutputTensor", i, num_outputs());
+    const Binding& b = cn_.outputs[i];
+    return DeviceTensor{out_[i], b.dtype, b.shape, b.bytes};
+  }
+  Result<void*> GetKernelArgs(Placement placement, int index) override {
+    if (index < 0 || index >= static_cast<int>(cn_.blocks.size())) {
+      return Range("GetKernelArgs", index, static_cast<int>(cn_.blocks.size()));
+    }
+    ArgBlock& b = blocks_[cn_.blocks[index]];
+    return static_cast<void*>(placement == Placement::kHost ? b.host.data() : b.dev.data());
+  }
+  std::size_t num_kernel_args() const override { return cn_.blocks.size(); }
+
+ private:
+  Status Range(const char* fn, int i, int n) const {
+    return Error(StatusCode::kOutOfRange, "node '", node_name(), "': ", fn, "(", i, "): index out of range 0..", n - 1);
+  }
+  std::vector<ArgBlock>& blocks_;
+  const CustomNode& cn_;
+  std::vector<void*> in_, out_;
+};
+
+}  // namespace
+
+Executor::~Executor() {
+  std::free(arena_);
+  for (void* p : placeholders_) std::free(p);
+}
+
+void* Executor::Address(const Binding& b) const {
+  if (b.region < 0) return b.fixed;
+  return bases_[b.region] ? bases_[b.region] + b.offset : nullptr;
+}
+
+Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const plan::MemoryPlan& plan,
+                                                   const ExecutorOptions& opts) {
   std::unique_ptr<Executor> ex(new Executor());
-  const std::size_t num_regions =
-      plan::kRegionIoBase + graph.inputs().size() + graph.outputs().size();
+  const std::size_t n_in = graph.inputs().size();
+  const std::size_t num_regions = plan::kRegionIoBase + n_in + graph.outputs().size();
   ex->region_refs_.resize(num_regions);
   ex->bases_.assign(num_regions, nullptr);
   ex->arena_size_ = plan.arena_size;
   ex->arena_ = static_cast<std::uint8_t*>(
       std::aligned_alloc(plan::kAlignment, (plan.arena_size + plan::kAlignment) / plan::kAlignment * plan::kAlignment));
   if (!ex->arena_) return Error(StatusCode::kInternal, "cannot allocate arena of ", plan.arena_size, " bytes");
-  std::memset(ex->arena_, 0, plan.arena_size);
+  std::memset(ex->arena_, 0, plan.arena_size);  // pre-touch: no page faults in the first run
   ex->bases_[plan::kRegionArena] = ex->arena_;
+  // Stand-ins for the caller's buffers until the first run binds real ones
+  // (custom ops record their launches against them). calloc: untouched pages.
+  for (std::size_t i = 0; i + plan::kRegionIoBase < num_regions; ++i) {
+    const ir::Value* v = i < n_in ? graph.inputs()[i] : graph.outputs()[i - n_in];
+    void* p = std::calloc(1, NumElements(v->shape()) * DTypeSize(v->dtype()) + 64);
+    if (!p) return Error(StatusCode::kInternal, "cannot allocate a stand-in for '", v->name(), "'");
+    ex->placeholders_.push_back(p);
+    ex->bases_[plan::kRegionIoBase + i] = static_cast<std::uint8_t*>(p);
+  }
 
-  for (auto& node : graph.nodes()) {
-    if (node->GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
-      if (check_bounds) {
-        auto it = guarded_of.find(node->input(0));
-        if (it != guarded_of.end()) guarded_of[node->output(0)] = it->second;
+  // check_bounds: one guarded allocation per arena tensor (views share their
+  // source's) instead of the shared arena.
+  std::unordered_map<const ir::Value*, GuardedBuffer*> guarded_of;
+  auto binding = [&](const ir::Value* v, const ir::Node& node) -> Result<Binding> {
+    Binding b;
+    b.dtype = v->dtype();
+    b.shape = v->shape();
+    b.bytes = static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype());
+    if (v->is_constant()) {
+      b.fixed = const_cast<void*>(v->constant()->data());
+      return b;
+    }
+    auto it = plan.placements.find(v->name());
+    if (it == plan.placements.end()) {
+      return Error(StatusCode::kCorrupt, node.Describe(), ": value '", v->name(), "' has no placement");
+    }
+    const plan::Placement& p = it->second;
+    if (p.region <= plan::kRegionConst || static_cast<std::size_t>(p.region) >= num_regions) {
+      return Error(StatusCode::kCorrupt, "value '", v->name(), "' placed in invalid region ", p.region);
+    }
+    if (p.size != b.bytes ||
+        (p.region == plan::kRegionArena && (p.offset > plan.arena_size || p.size > plan.arena_size - p.offset))) {
+      return Error(StatusCode::kCorrupt, "value '", v->name(), "' placement [", p.offset, ", +", p.size,
+                   ") does not fit region ", p.region);
+    }
+    if (opts.check_bounds && p.region == plan::kRegionArena) {
+      GuardedBuffer*& g = guarded_of[v];
+      if (!g) {
+        auto gb = std::make_unique<GuardedBuffer>();
+        gb->bytes.assign(p.size + 2 * GuardedBuffer::kGuard, GuardedBuffer::kPattern);
+        gb->size = p.size;
+        gb->name = v->name();
+        g = gb.get();
+        ex->guarded_.push_back(std::move(gb));
+      }
+      b.fixed = g->data();
+      return b;
+    }
+    b.region = p.region;
+    b.offset = p.offset;
+    return b;
+  };
+
+  for (auto& node_ptr : graph.nodes()) {
+    const ir::Node& node = *node_ptr;
+    if (node.GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
+      if (opts.check_bounds) {
+        auto it = guarded_of.find(node.input(0));
+        if (it != guarded_of.end()) guarded_of[node.output(0)] = it->second;
       }
       continue;
     }
+    if (custom::IsCustomNode(node)) {
+      CustomNode cn;
+      cn.node = &node;
+      cn.op = custom::Find(node.op_type());
+      std::vector<void*> in, out;
+      for (const ir::Value* v : node.inputs()) {
+        if (!v) return Error(StatusCode::kUnimplemented, node.Describe(), ": absent optional inputs are not supported for custom ops");
+        KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
+        in.push_back(ex->Address(b));
+        cn.inputs.push_back(b);
+      }
+      for (const ir::Value* v : node.outputs()) {
+        KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
+        out.push_back(ex->Address(b));
+        cn.outputs.push_back(b);
+      }
+      for (auto* list : {&cn.inputs, &cn.outputs}) {
+        for (const Binding& b : *list) {
+          if (b.region >= plan::kRegionIoBase) cn.regions.insert(b.region);
+        }
+      }
+      Stream* stream = opts.load_stream;
+      if (!stream) {
+        if (!ex->own_load_stream_) {
+          KILN_ASSIGN_OR_RETURN(ex->own_load_stream_, Stream::Create());
+        }
+        stream = ex->own_load_stream_.get();
+      }
+      std::vector<CapturedLaunch> captured;
+      EagerCtx ctx(ex->blocks_, ex->workspaces_, cn, in, out, *stream);
+      stream->impl()->capture = &captured;
+      Status st = cn.op->eager->Execute(ctx);
+      stream->impl()->capture = nullptr;
+      if (!st.ok()) return st.WithContext(StrCat("custom op ", node.Describe(), ": Execute"));
+      if (captured.empty()) {
+        return Error(StatusCode::kInvalidArgument, "custom op ", node.Describe(),
+                     ": Execute launched no kernel on the context's stream");
+      }
+      for (const CapturedLaunch& l : captured) {
+        Task t;
+        t.fn = l.fn;
+        t.fn_args = l.args;
+        t.node = &node;
+        ex->tasks_.push_back(std::move(t));
+      }
+      ex->custom_.push_back(std::move(cn));
+      continue;
+    }
     Task task;
-    task.node = node.get();
-    task.num_inputs = node->num_inputs();
+    task.node = &node;
+    task.num_inputs = node.num_inputs();
+    task.block = static_cast<int>(ex->blocks_.size());
+    const std::size_t n_slots = node.num_inputs() + node.num_outputs();
+    ArgBlock block;
+    block.host.assign(n_slots * sizeof(void*), 0);
+    auto* slots = reinterpret_cast<void**>(block.host.data());
     cpu::KernelInit init;
-    init.node = node.get();
-    const auto task_index = static_cast<std::uint32_t>(ex->tasks_.size());
-    auto bind = [&](const ir::Value* v, std::uint32_t slot) -> Status {
-      auto it = plan.placements.find(v->name());
-      if (v->is_constant()) {
-        task.ptrs[slot] = const_cast<void*>(v->constant()->data());
-        return Status::Ok();
+    init.node = &node;
+    auto bind = [&](const ir::Value* v, std::uint32_t slot, bool output) -> Status {
+      KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
+      slots[slot] = ex->Address(b);
+      if (b.region >= 0) {
+        ex->region_refs_[b.region].push_back({static_cast<std::uint32_t>(task.block), slot, b.offset});
+      } else if (output && opts.check_bounds && !v->is_constant()) {
+        for (auto& g : ex->guarded_) {
+          if (g->data() == b.fixed) task.guarded_outputs.push_back(g.get());
+        }
       }
-      if (it == plan.placements.end()) {
-        return Error(StatusCode::kCorrupt, node->Describe(), ": value '", v->name(), "' has no placement");
-      }
-      const plan::Placement& p = it->second;
-      if (p.region <= plan::kRegionConst || static_cast<std::size_t>(p.region) >= num_regions) {
-        return Error(StatusCode::kCorrupt, "value '", v->name(), "' placed in invalid region ", p.region);
-      }
-      std::uint64_t bytes = static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype());
-      if (p.size != bytes || (p.region == plan::kRegionArena &&
-                              (p.offset > plan.arena_size || p.size > plan.arena_size - p.offset))) {
-        return Error(StatusCode::kCorrupt, "value '", v->name(), "' placement [", p.offset, ", +",
-                     p.size, ") does not fit region ", p.region);
-      }
-      if (check_bounds && p.region == plan::kRegionArena) {
-        GuardedBuffer* b = guarded(v, p.size);
-        task.ptrs[slot] = b->data();
-        if (slot >= static_cast<std::uint32_t>(node->num_inputs())) task.guarded_outputs.push_back(b);
-        return Status::Ok();
-      }
-      ex->region_refs_[p.region].push_back({task_index, slot, p.offset});
-      task.ptrs[slot] = p.region == plan::kRegionArena ? ex->arena_ + p.offset : nullptr;
       return Status::Ok();
     };
-    task.ptrs.assign(node->num_inputs() + node->num_outputs(), nullptr);
-    for (int i = 0; i < node->num_inputs(); ++i) {
-      const ir::Value* v = node->input(i);
+    for (int i = 0; i < node.num_inputs(); ++i) {
+      const ir::Value* v = node.input(i);
       cpu::TensorDesc d;
       if (v) {
         d = {v->dtype(), v->shape()};
-        KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(i)));
+        KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(i), false));
       }
       init.inputs.push_back(d);
       init.const_inputs.push_back(v && v->is_constant() ? v->constant().get() : nullptr);
     }
-    for (int j = 0; j < node->num_outputs(); ++j) {
-      const ir::Value* v = node->output(j);
+    for (int j = 0; j < node.num_outputs(); ++j) {
+      const ir::Value* v = node.output(j);
       init.outputs.push_back({v->dtype(), v->shape()});
-      KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(node->num_inputs() + j)));
+      KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(node.num_inputs() + j), true));
     }
     KILN_ASSIGN_OR_RETURN(task.kernel, cpu::CreateKernel(init));
+    block.dev = block.host;
+    ex->blocks_.push_back(std::move(block));
     ex->tasks_.push_back(std::move(task));
   }
-  ex->guarded_ = std::move(owned_guarded);
   return ex;
 }
 
-Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats) {
-  std::uint64_t refreshed = 0;
+Status Executor::Refresh(const std::vector<void*>& io, std::uint64_t* refreshed) {
+  std::vector<int> changed;
   for (std::size_t i = 0; i < io.size(); ++i) {
-    const std::size_t r = plan::kRegionIoBase + i;
+    const int r = plan::kRegionIoBase + static_cast<int>(i);
     auto* base = static_cast<std::uint8_t*>(io[i]);
     if (bases_[r] == base) continue;
     bases_[r] = base;
+    changed.push_back(r);
     for (const SlotRef& s : region_refs_[r]) {
-      tasks_[s.task].ptrs[s.slot] = base + s.offset;
-      ++refreshed;
+      ArgBlock& b = blocks_[s.block];
+      reinterpret_cast<void**>(b.host.data())[s.index] = base + s.offset;
+      b.dirty = true;
+      ++*refreshed;
     }
   }
+  if (changed.empty() || custom_.empty()) return Status::Ok();
+  for (CustomNode& cn : custom_) {
+    bool touched = false;
+    for (int r : changed) touched |= cn.regions.count(r) != 0;
+    if (!touched) continue;
+    Status st;
+    if (!cn.op->updater) {
+      st = Error(StatusCode::kInternal, "custom op ", cn.node->Describe(),
+                 " is not refreshable (no ArgsUpdater) but reads or writes a model input/output directly");
+    } else {
+      std::vector<void*> in, out;
+      for (const Binding& b : cn.inputs) in.push_back(Address(b));
+      for (const Binding& b : cn.outputs) out.push_back(Address(b));
+      UpdaterCtx ctx(blocks_, cn, std::move(in), std::move(out));
+      st = cn.op->updater->UpdateHostArgs(ctx);
+      if (!st.ok()) st = st.WithContext(StrCat("custom op ", cn.node->Describe(), ": UpdateHostArgs failed"));
+    }
+    if (!st.ok()) {
+      for (int r : changed) bases_[r] = nullptr;  // the next run refreshes again
+      return st;
+    }
+    for (int b : cn.blocks) blocks_[b].dirty = true;
+    *refreshed += cn.blocks.size();
+  }
+  return Status::Ok();
+}
+
+Status Executor::Replay() {
   for (Task& t : tasks_) {
-    cpu::KernelArgs args{t.ptrs.data(), t.num_inputs};
-    Status st = t.kernel->Run(args);
-    if (!st.ok()) return st.WithContext(t.node->Describe());
+    if (t.kernel) {
+      cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs};
+      Status st = t.kernel->Run(args);
+      if (!st.ok()) return st.WithContext(t.node->Describe());
+    } else {
+      t.fn(t.fn_args);
+    }
     for (GuardedBuffer* b : t.guarded_outputs) {
       for (std::uint64_t i = 0; i < GuardedBuffer::kGuard; ++i) {
         const bool before = b->bytes[i] != GuardedBuffer::kPattern;
         const bool after = b->bytes[GuardedBuffer::kGuard + b->size + i] != GuardedBuffer::kPattern;
         if (before || after) {
-          return Error(StatusCode::kInternal, t.node->Describe(), " wrote out of bounds of tensor '",
-                       b->name, "' (", b->size, " bytes): guard byte ", before ? "before" : "after",
+          return Error(StatusCode::kInternal, t.node->Describe(), " wrote out of bounds of tensor '", b->name,
+                       "' (", b->size, " bytes): guard byte ", before ? "before" : "after",
                        " the buffer was overwritten");
         }
       }
     }
   }
+  return Status::Ok();
+}
+
+Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats) {
+  std::uint64_t refreshed = 0;
+  KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
+  for (ArgBlock& b : blocks_) {
+    if (!b.dirty) continue;
+    std::memcpy(b.dev.data(), b.host.data(), b.host.size());
+    b.dirty = false;
+  }
+  KILN_RETURN_IF_ERROR(Replay());
+  if (stats) {
+    stats->tasks_run = tasks_.size();
+    stats->slots_refreshed = refreshed;
+  }
+  return Status::Ok();
+}
+
+Status Executor::Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats) {
+  std::uint64_t refreshed = 0;
+  KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
+  // Snapshot the changed host blocks now: a later refresh must not leak into
+  // this run, and a run in flight keeps reading the device copies untouched
+  // until this task reaches it on the stream.
+  std::vector<std::pair<int, std::vector<std::uint8_t>>> snap;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    if (!blocks_[i].dirty) continue;
+    snap.emplace_back(static_cast<int>(i), blocks_[i].host);
+    blocks_[i].dirty = false;
+  }
+  const int threads = cpu::NumThreads();
+  KILN_RETURN_IF_ERROR(stream.LaunchHostFunc([this, snap = std::move(snap), threads]() {
+    for (auto& [i, bytes] : snap) std::memcpy(blocks_[i].dev.data(), bytes.data(), bytes.size());
+    cpu::SetNumThreads(threads);
+    return Replay();
+  }));
   if (stats) {
     stats->tasks_run = tasks_.size();
     stats->slots_refreshed = refreshed;

@@ -44,6 +44,10 @@ class ModelImpl final : public Model {
     m->file_ = std::move(file);
     m->threads_ = opts.threads < 1 ? 1 : opts.threads;
     ir::Graph& g = *m->file_.model.graph;
+    // External weights first: nodes whose output shape depends on a constant
+    // input's values (Reshape's shape, Slice's starts, ...) only infer once
+    // their FileConstant inputs have become constants.
+    KILN_RETURN_IF_ERROR(ResolveExternalWeights(g, path, opts, manager));
     // Re-check every node against its definition: a file that passed its
     // checksums may still come from another Kiln version.
     for (auto& n : g.nodes()) {
@@ -61,7 +65,6 @@ class ModelImpl final : public Model {
         }
       }
     }
-    KILN_RETURN_IF_ERROR(ResolveExternalWeights(g, path, opts, manager));
     auto info = [](const ir::Value* v) {
       return TensorInfo{v->name(), v->dtype(), v->shape(),
                         static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype())};
@@ -69,7 +72,9 @@ class ModelImpl final : public Model {
     for (ir::Value* v : g.inputs()) m->inputs_.push_back(info(v));
     for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));
     cpu::SetNumThreads(m->threads_);
-    auto ex = runtime::Executor::Create(g, m->file_.model.plan, opts.check_bounds);
+    runtime::ExecutorOptions eo;
+    eo.check_bounds = opts.check_bounds;
+    auto ex = runtime::Executor::Create(g, m->file_.model.plan, eo);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
     m->executor_ = std::move(ex).value();
     return std::unique_ptr<Model>(std::move(m));
@@ -83,6 +88,10 @@ class ModelImpl final : public Model {
     std::vector<weights::WeightRef> refs;
     for (auto& n : g.nodes()) {
       if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
+      // Checks its attributes (length == dtype size x shape) before any file
+      // is touched.
+      Status st = ops::InferNode(*n);
+      if (!st.ok()) return st.WithContext(StrCat("model file '", path, "'"));
       fcs.push_back(n.get());
       weights::WeightRef r;
       r.node = n->name();
