@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <set>
+
+#include "custom/registry.h"
 #include "frontend/onnx/onnx_import.h"
 #include "plan/memory_plan.h"
 
@@ -77,6 +80,11 @@ Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,
   KILN_ASSIGN_OR_RETURN(plan::MemoryPlan plan, plan::PlanMemory(*graph));
   rep.pass_log = std::move(log);
   format::CompiledModel m;
+  std::set<std::string> custom_types;
+  for (auto& n : graph->nodes()) {
+    if (custom::IsCustomNode(*n)) custom_types.insert(n->op_type());
+  }
+  m.custom_op_types.assign(custom_types.begin(), custom_types.end());
   m.graph = std::move(graph);
   m.plan = std::move(plan);
   return m;

@@ -235,6 +235,7 @@ std::string SerializeModelJson(const CompiledModel& model) {
     placements[name] = json::array({p.region, p.offset, p.size});
   }
   json j{{"format", "kiln-graph"},
+         {"custom_ops", model.custom_op_types},
          {"graph", GraphToJson(*model.graph, &model.plan)},
          {"plan", json{{"arena_size", model.plan.arena_size},
                        {"no_reuse_size", model.plan.no_reuse_size},
@@ -258,6 +259,7 @@ Result<CompiledModel> ParseModelJson(const std::string& text, const std::uint8_t
     if (!g.ok()) return g.status().code() == StatusCode::kCorrupt ? g.status()
            : Status(StatusCode::kCorrupt, g.status().message());
     m.graph = std::move(g).value();
+    if (j.contains("custom_ops")) m.custom_op_types = j.at("custom_ops").get<std::vector<std::string>>();
     const json& p = j.at("plan");
     m.plan.arena_size = p.at("arena_size").get<std::uint64_t>();
     m.plan.no_reuse_size = p.at("no_reuse_size").get<std::uint64_t>();

@@ -55,6 +55,9 @@ static_assert(sizeof(PartitionEntry) == 32);
 struct CompiledModel {
   std::unique_ptr<ir::Graph> graph;
   plan::MemoryPlan plan;
+  // Custom op types the graph uses (recorded so a load without their
+  // package fails clearly).
+  std::vector<std::string> custom_op_types;
 };
 
 // Writes `model` to `path` atomically (temporary name, then rename).

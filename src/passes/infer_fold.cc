@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cpu/kernel.h"
+#include "custom/registry.h"
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 
@@ -57,7 +58,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
     std::vector<HostTensorPtr> folded;
     if (n->op_type() == "Shape" && n->domain().empty()) {
       if (auto t = FoldShape(*n)) folded.push_back(t);
-    } else if (!HasSubgraph(*n) && n->domain().empty()) {
+    } else if (!HasSubgraph(*n) && n->domain().empty() && !custom::IsCustomNode(*n)) {
       bool all_const = true;
       std::uint64_t out_bytes = 0;
       std::vector<HostTensorPtr> ins;

@@ -11,6 +11,7 @@ PassManager PassManager::Default() {
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});
   pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
   pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
+  pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});
   pm.Add({"check-resolved", "finalize", true, CheckResolved});
   return pm;

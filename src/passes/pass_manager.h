@@ -53,6 +53,7 @@ Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);
 Status LoadFileConstants(ir::Graph& g, const PassOptions& opts);
+Status InsertIdentityForNonRefreshable(ir::Graph& g, const PassOptions& opts);
 
 // Not pipeline passes (they do I/O and return records): external weights.
 Result<std::vector<weights::WeightRecord>> ExternalizeConstants(ir::Graph& g, const std::string& dir,

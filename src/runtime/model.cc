@@ -3,7 +3,9 @@
 #include <memory>
 
 #include "backends/cpu/kernel.h"
+#include "custom/registry.h"
 #include "format/kiln_file.h"
+#include "kiln/custom_op.h"
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
 #include "runtime/executor.h"
@@ -44,6 +46,20 @@ class ModelImpl final : public Model {
     m->file_ = std::move(file);
     m->threads_ = opts.threads < 1 ? 1 : opts.threads;
     ir::Graph& g = *m->file_.model.graph;
+    if (!m->file_.model.custom_op_types.empty()) {
+      KILN_RETURN_IF_ERROR(LoadCustomOpPackages().WithContext(StrCat("loading '", path, "'")));
+      std::string missing;
+      for (const std::string& t : m->file_.model.custom_op_types) {
+        if (!FindCustomOp(t)) missing += (missing.empty() ? "" : ", ") + t;
+      }
+      if (!missing.empty()) {
+        std::string where;
+        for (const std::string& d : custom::PackageSearchDirs()) where += (where.empty() ? "" : ", ") + d;
+        return Error(StatusCode::kNotFound, "model file '", path, "' uses custom op type(s) ", missing,
+                     " that are not registered; Kiln looked for packages in ",
+                     where.empty() ? std::string("no directory (KILN_CUSTOM_OP_PATH is not set)") : where);
+      }
+    }
     // External weights first: nodes whose output shape depends on a constant
     // input's values (Reshape's shape, Slice's starts, ...) only infer once
     // their FileConstant inputs have become constants.

@@ -1,7 +1,550 @@
+// LSTM, GRU and RNN (float32). The input projection X·Wᵀ of every timestep
+// and both directions is one oneDNN matmul; each step's recurrent product
+// H·Rᵀ is another (GRU without linear_before_reset needs a second one,
+// (r ⊙ H)·Rhᵀ, after the reset gate). The primitives are built at load;
+// constant W and R are reordered once into oneDNN's preferred weights
+// layout, runtime ones are read in place through a transposed view. Gates
+// and state updates are plain loops.
+//
+// sequence_lens: a batch entry past its length writes zeros to Y and keeps
+// its state; the reverse direction of an entry of length L runs L-1 .. 0.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
 
 namespace kiln::cpu {
+namespace {
 
-void RegisterRnnKernels(KernelRegistry& r) {}
+using dnnl::memory;
+
+// ---------------------------------------------------------------------------
+// Activations.
+
+enum class Act { kSigmoid, kTanh, kRelu, kHardSigmoid, kLeakyRelu, kThresholdedRelu, kScaledTanh,
+                 kAffine, kElu, kSoftsign, kSoftplus };
+
+struct ActFn {
+  Act kind = Act::kSigmoid;
+  float alpha = 0.f, beta = 0.f;
+};
+
+// Parses one activation name, consuming alpha/beta values in order for the
+// functions that take them (onnxruntime's convention); defaults otherwise.
+Result<ActFn> ParseAct(const std::string& name, const std::vector<float>& alphas, std::size_t& ai,
+                       const std::vector<float>& betas, std::size_t& bi) {
+  std::string l = name;
+  for (char& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  struct Entry { const char* name; Act kind; bool a, b; float da, db; };
+  static const Entry kTable[] = {
+      {"sigmoid", Act::kSigmoid, false, false, 0, 0},
+      {"tanh", Act::kTanh, false, false, 0, 0},
+      {"relu", Act::kRelu, false, false, 0, 0},
+      {"hardsigmoid", Act::kHardSigmoid, true, true, 0.2f, 0.5f},
+      {"leakyrelu", Act::kLeakyRelu, true, false, 0.01f, 0},
+      {"thresholdedrelu", Act::kThresholdedRelu, true, false, 1.f, 0},
+      {"scaledtanh", Act::kScaledTanh, true, true, 1.f, 1.f},
+      {"affine", Act::kAffine, true, true, 1.f, 0.f},
+      {"elu", Act::kElu, true, false, 1.f, 0},
+      {"softsign", Act::kSoftsign, false, false, 0, 0},
+      {"softplus", Act::kSoftplus, false, false, 0, 0},
+  };
+  for (const Entry& e : kTable) {
+    if (l != e.name) continue;
+    ActFn f{e.kind, e.da, e.db};
+    if (e.a && ai < alphas.size()) f.alpha = alphas[ai++];
+    if (e.b && bi < betas.size()) f.beta = betas[bi++];
+    return f;
+  }
+  return Error(StatusCode::kInvalidArgument, "attribute 'activations': unknown activation '", name, "'");
+}
+
+// p[i] = act(p[i]) for i < n.
+void Apply(const ActFn& f, float* p, std::int64_t n) {
+  const float a = f.alpha, b = f.beta;
+  switch (f.kind) {
+    case Act::kSigmoid:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = 1.f / (1.f + std::exp(-p[i]));
+      break;
+    case Act::kTanh:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = std::tanh(p[i]);
+      break;
+    case Act::kRelu:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = std::max(p[i], 0.f);
+      break;
+    case Act::kHardSigmoid:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = std::min(1.f, std::max(0.f, a * p[i] + b));
+      break;
+    case Act::kLeakyRelu:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] >= 0.f ? p[i] : a * p[i];
+      break;
+    case Act::kThresholdedRelu:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] > a ? p[i] : 0.f;
+      break;
+    case Act::kScaledTanh:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = a * std::tanh(b * p[i]);
+      break;
+    case Act::kAffine:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = a * p[i] + b;
+      break;
+    case Act::kElu:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] >= 0.f ? p[i] : a * (std::exp(p[i]) - 1.f);
+      break;
+    case Act::kSoftsign:
+      for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] / (1.f + std::fabs(p[i]));
+      break;
+    case Act::kSoftplus:
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float x = p[i];
+        p[i] = x > 20.f ? x : std::log1p(std::exp(x));
+      }
+      break;
+  }
+}
+
+inline void Clip(float* p, std::int64_t n, float c) {
+  for (std::int64_t i = 0; i < n; ++i) p[i] = std::min(c, std::max(-c, p[i]));
+}
+
+// ---------------------------------------------------------------------------
+// C[M,N] = A[M,K] · Vᵀ, where V is an [N, K] row-major block of a weights
+// tensor (W or R) at one of several element offsets (one per direction or
+// gate group).
+
+class TransposedMatMul {
+ public:
+  // `const_w`: the whole weights tensor when it is a constant (the blocks are
+  // reordered into oneDNN's layout now), else null (read at run time).
+  Status Init(const char* what, std::int64_t m, std::int64_t k, std::int64_t n, const float* const_w,
+              std::vector<std::int64_t> offsets) {
+    m_ = m;
+    k_ = k;
+    n_ = n;
+    offsets_ = std::move(offsets);
+    if (m == 0 || n == 0 || k == 0) return Status::Ok();  // Run fills zeros / nothing
+    return DnnlCall(what, [&] {
+      const memory::desc src_md = PlainDesc({m, k});
+      const memory::desc dst_md = PlainDesc({m, n});
+      const memory::desc user_w_md = StridedDesc({k, n}, {1, k});
+      const memory::desc w_md = const_w
+          ? memory::desc({k, n}, memory::data_type::f32, memory::format_tag::any)
+          : user_w_md;
+      dnnl::matmul::desc d(src_md, w_md, dst_md);
+      dnnl::matmul::primitive_desc pd(d, DnnlEngine());
+      prim_ = dnnl::matmul(pd);
+      src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
+      dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+      if (const_w) {
+        for (std::int64_t off : offsets_) {
+          memory user(user_w_md, DnnlEngine(), const_cast<float*>(const_w + off));
+          memory packed(pd.weights_desc(), DnnlEngine());
+          dnnl::reorder(user, packed).execute(DnnlStream(), user, packed);
+          DnnlStream().wait();
+          weights_.push_back(packed);
+        }
+      } else {
+        weights_.push_back(memory(pd.weights_desc(), DnnlEngine(), nullptr));
+        runtime_w_ = true;
+      }
+      for (const memory& w : weights_) {
+        args_.push_back({{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_}});
+      }
+    });
+  }
+
+  // `w` is the weights tensor's address (used when it is not constant);
+  // `block` picks the offset given at Init.
+  void Run(const float* a, const float* w, int block, float* c) {
+    if (m_ == 0 || n_ == 0) return;
+    if (k_ == 0) {
+      std::memset(c, 0, static_cast<std::size_t>(m_ * n_) * sizeof(float));
+      return;
+    }
+    src_.set_data_handle(const_cast<float*>(a));
+    dst_.set_data_handle(c);
+    if (runtime_w_) {
+      weights_[0].set_data_handle(const_cast<float*>(w + offsets_[block]));
+      prim_.execute(DnnlStream(), args_[0]);
+    } else {
+      prim_.execute(DnnlStream(), args_[block]);
+    }
+    DnnlStream().wait();
+  }
+
+ private:
+  std::int64_t m_ = 0, k_ = 0, n_ = 0;
+  std::vector<std::int64_t> offsets_;
+  dnnl::matmul prim_;
+  memory src_, dst_;
+  std::vector<memory> weights_;
+  std::vector<std::unordered_map<int, memory>> args_;
+  bool runtime_w_ = false;
+};
+
+// ---------------------------------------------------------------------------
+
+enum class Cell { kLstm, kGru, kRnn };
+
+class RnnKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init) {
+    const ir::Node& n = *init.node;
+    const std::string& op = n.op_type();
+    cell_ = op == "LSTM" ? Cell::kLstm : op == "GRU" ? Cell::kGru : Cell::kRnn;
+    gates_ = cell_ == Cell::kLstm ? 4 : cell_ == Cell::kGru ? 3 : 1;
+    const int acts_per_dir = cell_ == Cell::kLstm ? 3 : cell_ == Cell::kGru ? 2 : 1;
+    for (std::size_t i = 0; i < init.inputs.size(); ++i) {
+      if (init.inputs[i].present() && i != 4 && init.inputs[i].dtype != DType::kFloat32) {
+        return Error(StatusCode::kUnimplemented, "input ", i, " has type ", DTypeName(init.inputs[i].dtype),
+                     "; the CPU kernel supports float32 only");
+      }
+    }
+
+    const std::string direction = n.GetString("direction", "forward");
+    if (direction == "forward") dirs_ = {false};
+    else if (direction == "reverse") dirs_ = {true};
+    else if (direction == "bidirectional") dirs_ = {false, true};
+    else return Error(StatusCode::kInvalidArgument, "attribute 'direction' is '", direction, "'");
+    nd_ = static_cast<int>(dirs_.size());
+    layout_ = n.GetInt("layout", 0);
+    clip_ = n.GetFloat("clip", 0.f);
+    input_forget_ = n.GetInt("input_forget", 0) != 0;
+    linear_before_reset_ = n.GetInt("linear_before_reset", 0) != 0;
+
+    const Shape& x = init.inputs[0].shape;
+    seq_ = layout_ ? x[1] : x[0];
+    batch_ = layout_ ? x[0] : x[1];
+    in_ = x[2];
+    hidden_ = init.inputs[2].shape[2];
+    gh_ = gates_ * hidden_;
+
+    // Activations: the given names (f, g(, h) per direction), or the defaults.
+    std::vector<std::string> names;
+    if (const ir::Attribute* a = n.FindAttr("activations")) names = a->strings;
+    if (names.empty()) {
+      for (int d = 0; d < nd_; ++d) {
+        if (cell_ == Cell::kLstm) names.insert(names.end(), {"Sigmoid", "Tanh", "Tanh"});
+        else if (cell_ == Cell::kGru) names.insert(names.end(), {"Sigmoid", "Tanh"});
+        else names.push_back("Tanh");
+      }
+    }
+    if (names.size() != static_cast<std::size_t>(acts_per_dir * nd_)) {
+      return Error(StatusCode::kInvalidArgument, "attribute 'activations' has ", names.size(),
+                   " names, expected ", acts_per_dir * nd_);
+    }
+    const std::vector<float> alphas = n.GetFloats("activation_alpha");
+    const std::vector<float> betas = n.GetFloats("activation_beta");
+    std::size_t ai = 0, bi = 0;
+    for (const std::string& s : names) {
+      KILN_ASSIGN_OR_RETURN(ActFn f, ParseAct(s, alphas, ai, betas, bi));
+      acts_.push_back(f);
+    }
+
+    auto has = [&](int i) { return static_cast<int>(init.inputs.size()) > i && init.inputs[i].present(); };
+    has_b_ = has(3);
+    has_lens_ = has(4);
+    lens_int64_ = has_lens_ && init.inputs[4].dtype == DType::kInt64;
+    has_h0_ = has(5);
+    has_c0_ = has(6);
+    has_p_ = has(7);
+    num_outputs_ = static_cast<int>(init.outputs.size());
+
+    // Scratch, sized once.
+    const std::size_t bh = static_cast<std::size_t>(batch_ * hidden_);
+    gx_.assign(static_cast<std::size_t>(seq_ * batch_ * nd_ * gh_), 0.f);
+    gates_buf_.assign(static_cast<std::size_t>(batch_ * gh_), 0.f);
+    h_.assign(bh * nd_, 0.f);
+    if (cell_ == Cell::kLstm) c_.assign(bh * nd_, 0.f);
+    if (cell_ == Cell::kGru && !linear_before_reset_) {
+      rh_.assign(bh, 0.f);
+      hh_.assign(bh, 0.f);
+    }
+    bias_.assign(static_cast<std::size_t>(nd_ * gh_), 0.f);
+    rbh_.assign(static_cast<std::size_t>(nd_ * hidden_), 0.f);
+    lens_.assign(static_cast<std::size_t>(batch_), seq_);
+
+    // Matmuls. W: [nd, G*H, I] (all directions in one product); R: [nd, G*H, H].
+    const HostTensor* w_const = init.const_input(1);
+    const HostTensor* r_const = init.const_input(2);
+    const float* wc = w_const ? w_const->data_as<float>() : nullptr;
+    const float* rc = r_const ? r_const->data_as<float>() : nullptr;
+    KILN_RETURN_IF_ERROR(proj_.Init("input projection X·Wᵀ", seq_ * batch_, in_, nd_ * gh_, wc, {0}));
+    std::vector<std::int64_t> r_offsets, rh_offsets;
+    for (int d = 0; d < nd_; ++d) {
+      r_offsets.push_back(d * gh_ * hidden_);
+      rh_offsets.push_back(d * gh_ * hidden_ + 2 * hidden_ * hidden_);
+    }
+    const bool split_gru = cell_ == Cell::kGru && !linear_before_reset_;
+    KILN_RETURN_IF_ERROR(rec_.Init("recurrent product H·Rᵀ", batch_, hidden_,
+                                   split_gru ? 2 * hidden_ : gh_, rc, r_offsets));
+    if (split_gru) {
+      KILN_RETURN_IF_ERROR(rec_h_.Init("recurrent product (r⊙H)·Rhᵀ", batch_, hidden_, hidden_, rc, rh_offsets));
+    }
+    return Status::Ok();
+  }
+
+  Status Run(const KernelArgs& args) override {
+    const float* x = args.in_as<float>(0);
+    const float* w = args.in_as<float>(1);
+    const float* r = args.in_as<float>(2);
+    const float* b = has_b_ ? args.in_as<float>(3) : nullptr;
+    const float* h0 = has_h0_ ? args.in_as<float>(5) : nullptr;
+    const float* c0 = has_c0_ ? args.in_as<float>(6) : nullptr;
+    const float* p = has_p_ ? args.in_as<float>(7) : nullptr;
+    float* y = num_outputs_ > 0 ? args.out_as<float>(0) : nullptr;
+    float* y_h = num_outputs_ > 1 ? args.out_as<float>(1) : nullptr;
+    float* y_c = num_outputs_ > 2 ? args.out_as<float>(2) : nullptr;
+
+    if (has_lens_) {
+      for (std::int64_t i = 0; i < batch_; ++i) {
+        const std::int64_t len = lens_int64_ ? args.in_as<std::int64_t>(4)[i] : args.in_as<std::int32_t>(4)[i];
+        if (len < 0 || len > seq_) {
+          return Error(StatusCode::kInvalidArgument, "input 4 (sequence_lens) has ", len, " for batch entry ", i,
+                       ", expected 0..", seq_, " (seq_length)");
+        }
+        lens_[i] = len;
+      }
+    }
+
+    // Biases: Wb + Rb per gate, except GRU's Rbh with linear_before_reset
+    // (it goes inside r ⊙ (...)).
+    std::fill(bias_.begin(), bias_.end(), 0.f);
+    std::fill(rbh_.begin(), rbh_.end(), 0.f);
+    if (b) {
+      for (int d = 0; d < nd_; ++d) {
+        const float* wb = b + d * 2 * gh_;
+        const float* rb = wb + gh_;
+        float* out = bias_.data() + d * gh_;
+        for (std::int64_t i = 0; i < gh_; ++i) out[i] = wb[i] + rb[i];
+        if (cell_ == Cell::kGru && linear_before_reset_) {
+          for (std::int64_t i = 0; i < hidden_; ++i) {
+            out[2 * hidden_ + i] = wb[2 * hidden_ + i];
+            rbh_[d * hidden_ + i] = rb[2 * hidden_ + i];
+          }
+        }
+      }
+    }
+
+    proj_.Run(x, w, 0, gx_.data());
+
+    for (int d = 0; d < nd_; ++d) {
+      KILN_RETURN_IF_ERROR(RunDirection(d, r, p, h0, c0, y));
+    }
+
+    // Final states.
+    for (int d = 0; d < nd_; ++d) {
+      for (std::int64_t bb = 0; bb < batch_; ++bb) {
+        const std::size_t src = static_cast<std::size_t>((d * batch_ + bb) * hidden_);
+        const std::size_t dst = static_cast<std::size_t>(StateIndex(d, bb));
+        if (y_h) std::memcpy(y_h + dst, h_.data() + src, hidden_ * sizeof(float));
+        if (y_c) {
+          if (cell_ == Cell::kLstm) std::memcpy(y_c + dst, c_.data() + src, hidden_ * sizeof(float));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // Element offset of (direction, batch entry) in initial_h / Y_h / Y_c.
+  std::int64_t StateIndex(int d, std::int64_t b) const {
+    return (layout_ ? b * nd_ + d : d * batch_ + b) * hidden_;
+  }
+  // Element offset of (time, direction, batch entry) in Y.
+  std::int64_t YIndex(std::int64_t t, int d, std::int64_t b) const {
+    return (layout_ ? (b * seq_ + t) * nd_ + d : (t * nd_ + d) * batch_ + b) * hidden_;
+  }
+  // Row of gx_ (the projection of X) for (time, batch entry).
+  std::int64_t XRow(std::int64_t t, std::int64_t b) const { return layout_ ? b * seq_ + t : t * batch_ + b; }
+
+  Status RunDirection(int d, const float* r, const float* p, const float* h0, const float* c0, float* y) {
+    const bool reverse = dirs_[d];
+    const std::int64_t H = hidden_;
+    float* h = h_.data() + d * batch_ * H;
+    float* c = cell_ == Cell::kLstm ? c_.data() + d * batch_ * H : nullptr;
+    for (std::int64_t bb = 0; bb < batch_; ++bb) {
+      if (h0) std::memcpy(h + bb * H, h0 + StateIndex(d, bb), H * sizeof(float));
+      else std::fill(h + bb * H, h + (bb + 1) * H, 0.f);
+      if (c) {
+        if (c0) std::memcpy(c + bb * H, c0 + StateIndex(d, bb), H * sizeof(float));
+        else std::fill(c + bb * H, c + (bb + 1) * H, 0.f);
+      }
+    }
+    const ActFn* act = acts_.data() + d * (cell_ == Cell::kLstm ? 3 : cell_ == Cell::kGru ? 2 : 1);
+    const float* bias = bias_.data() + d * gh_;
+    const float* pi = p ? p + d * 3 * H : nullptr;
+    const float* po = p ? pi + H : nullptr;
+    const float* pf = p ? pi + 2 * H : nullptr;
+    const float* rbh = rbh_.data() + d * H;
+    const std::int64_t gx_stride = nd_ * gh_;
+    const float* gx = gx_.data() + d * gh_;
+    float* g = gates_buf_.data();
+    // Fork only for a lot of gate work per step (a fork costs more than small steps).
+    const std::int64_t grain = std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(gh_, 1));
+
+    for (std::int64_t s = 0; s < seq_; ++s) {
+      // Recurrent product for all entries (finished ones are ignored below).
+      rec_.Run(h, r, d, g);
+      // Time index of entry bb at step s, or -1 when it is past its length.
+      auto time_of = [&](std::int64_t bb) -> std::int64_t {
+        const std::int64_t len = lens_[bb];
+        if (s >= len) return -1;
+        return reverse ? len - 1 - s : s;
+      };
+      // Pre-activations: gate row += projection + bias (no peephole yet).
+      auto add_inputs = [&](std::int64_t bb, std::int64_t t, std::int64_t n_cols) {
+        float* gr = g + bb * (cell_ == Cell::kGru && !linear_before_reset_ ? 2 * H : gh_);
+        const float* xr = gx + XRow(t, bb) * gx_stride;
+        for (std::int64_t i = 0; i < n_cols; ++i) gr[i] += xr[i] + bias[i];
+        return gr;
+      };
+
+      if (cell_ == Cell::kLstm) {
+        ParallelFor(batch_, grain, [&](std::int64_t b0, std::int64_t b1) {
+          for (std::int64_t bb = b0; bb < b1; ++bb) {
+            const std::int64_t t = time_of(bb);
+            if (t < 0) continue;
+            float* gr = add_inputs(bb, t, gh_);
+            float* gi = gr;
+            float* go = gr + H;
+            float* gf = gr + 2 * H;
+            float* gc = gr + 3 * H;
+            float* cp = c + bb * H;
+            if (pi) for (std::int64_t i = 0; i < H; ++i) gi[i] += pi[i] * cp[i];
+            if (clip_ > 0) Clip(gi, H, clip_);
+            Apply(act[0], gi, H);
+            if (input_forget_) {
+              for (std::int64_t i = 0; i < H; ++i) gf[i] = 1.f - gi[i];
+            } else {
+              if (pf) for (std::int64_t i = 0; i < H; ++i) gf[i] += pf[i] * cp[i];
+              if (clip_ > 0) Clip(gf, H, clip_);
+              Apply(act[0], gf, H);
+            }
+            if (clip_ > 0) Clip(gc, H, clip_);
+            Apply(act[1], gc, H);
+            for (std::int64_t i = 0; i < H; ++i) cp[i] = gf[i] * cp[i] + gi[i] * gc[i];
+            if (po) for (std::int64_t i = 0; i < H; ++i) go[i] += po[i] * cp[i];
+            if (clip_ > 0) Clip(go, H, clip_);
+            Apply(act[0], go, H);
+            // h(C) into gc (no longer needed), then H = o ⊙ h(C).
+            std::memcpy(gc, cp, H * sizeof(float));
+            Apply(act[2], gc, H);
+            float* hp = h + bb * H;
+            for (std::int64_t i = 0; i < H; ++i) hp[i] = go[i] * gc[i];
+          }
+        });
+      } else if (cell_ == Cell::kRnn) {
+        ParallelFor(batch_, grain, [&](std::int64_t b0, std::int64_t b1) {
+          for (std::int64_t bb = b0; bb < b1; ++bb) {
+            const std::int64_t t = time_of(bb);
+            if (t < 0) continue;
+            float* gr = add_inputs(bb, t, H);
+            if (clip_ > 0) Clip(gr, H, clip_);
+            Apply(act[0], gr, H);
+            std::memcpy(h + bb * H, gr, H * sizeof(float));
+          }
+        });
+      } else if (linear_before_reset_) {
+        // GRU, h~ = g(Xh·Whᵀ + Wbh + r ⊙ (H·Rhᵀ + Rbh)).
+        ParallelFor(batch_, grain, [&](std::int64_t b0, std::int64_t b1) {
+          for (std::int64_t bb = b0; bb < b1; ++bb) {
+            const std::int64_t t = time_of(bb);
+            if (t < 0) continue;
+            float* gr = g + bb * gh_;
+            const float* xr = gx + XRow(t, bb) * gx_stride;
+            float* gz = gr;
+            float* grr = gr + H;
+            float* gn = gr + 2 * H;
+            for (std::int64_t i = 0; i < 2 * H; ++i) gr[i] += xr[i] + bias[i];
+            if (clip_ > 0) Clip(gr, 2 * H, clip_);
+            Apply(act[0], gr, 2 * H);
+            for (std::int64_t i = 0; i < H; ++i) {
+              gn[i] = xr[2 * H + i] + bias[2 * H + i] + grr[i] * (gn[i] + rbh[i]);
+            }
+            if (clip_ > 0) Clip(gn, H, clip_);
+            Apply(act[1], gn, H);
+            float* hp = h + bb * H;
+            for (std::int64_t i = 0; i < H; ++i) hp[i] = (1.f - gz[i]) * gn[i] + gz[i] * hp[i];
+          }
+        });
+      } else {
+        // GRU, h~ = g(Xh·Whᵀ + (r ⊙ H)·Rhᵀ + Wbh + Rbh): z and r first, then
+        // the second product.
+        float* rh = rh_.data();
+        ParallelFor(batch_, grain, [&](std::int64_t b0, std::int64_t b1) {
+          for (std::int64_t bb = b0; bb < b1; ++bb) {
+            const std::int64_t t = time_of(bb);
+            float* rrow = rh + bb * H;
+            const float* hp = h + bb * H;
+            if (t < 0) {
+              std::fill(rrow, rrow + H, 0.f);
+              continue;
+            }
+            float* gr = add_inputs(bb, t, 2 * H);
+            if (clip_ > 0) Clip(gr, 2 * H, clip_);
+            Apply(act[0], gr, 2 * H);
+            for (std::int64_t i = 0; i < H; ++i) rrow[i] = gr[H + i] * hp[i];
+          }
+        });
+        rec_h_.Run(rh, r, d, hh_.data());
+        ParallelFor(batch_, grain, [&](std::int64_t b0, std::int64_t b1) {
+          for (std::int64_t bb = b0; bb < b1; ++bb) {
+            const std::int64_t t = time_of(bb);
+            if (t < 0) continue;
+            const float* gz = g + bb * 2 * H;
+            float* gn = hh_.data() + bb * H;
+            const float* xr = gx + XRow(t, bb) * gx_stride + 2 * H;
+            for (std::int64_t i = 0; i < H; ++i) gn[i] += xr[i] + bias[2 * H + i];
+            if (clip_ > 0) Clip(gn, H, clip_);
+            Apply(act[1], gn, H);
+            float* hp = h + bb * H;
+            for (std::int64_t i = 0; i < H; ++i) hp[i] = (1.f - gz[i]) * gn[i] + gz[i] * hp[i];
+          }
+        });
+      }
+
+      // Y at step s: each running entry's new state at its time; finished
+      // entries write zeros at time s (covering their tail s >= len).
+      if (y) {
+        for (std::int64_t bb = 0; bb < batch_; ++bb) {
+          const std::int64_t t = time_of(bb);
+          float* dst = y + YIndex(t < 0 ? s : t, d, bb);
+          if (t < 0) std::fill(dst, dst + H, 0.f);
+          else std::memcpy(dst, h + bb * H, H * sizeof(float));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Cell cell_ = Cell::kLstm;
+  int gates_ = 4, nd_ = 1, num_outputs_ = 0;
+  std::vector<bool> dirs_;  // per direction: reverse?
+  std::vector<ActFn> acts_;
+  std::int64_t layout_ = 0, seq_ = 0, batch_ = 0, in_ = 0, hidden_ = 0, gh_ = 0;
+  float clip_ = 0.f;
+  bool input_forget_ = false, linear_before_reset_ = false;
+  bool has_b_ = false, has_lens_ = false, lens_int64_ = false, has_h0_ = false, has_c0_ = false, has_p_ = false;
+  TransposedMatMul proj_, rec_, rec_h_;
+  std::vector<float> gx_, gates_buf_, h_, c_, rh_, hh_, bias_, rbh_;
+  std::vector<std::int64_t> lens_;
+};
+
+Result<std::unique_ptr<Kernel>> MakeRnn(const KernelInit& init) {
+  auto k = std::make_unique<RnnKernel>();
+  KILN_RETURN_IF_ERROR(k->Init(init));
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+}  // namespace
+
+void RegisterRnnKernels(KernelRegistry& r) {
+  r.Register("LSTM", MakeRnn);
+  r.Register("GRU", MakeRnn);
+  r.Register("RNN", MakeRnn);
+}
 
 }  // namespace kiln::cpu

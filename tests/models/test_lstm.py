@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""End-to-end accuracy test: a 2-layer torch.nn.LSTM -> ONNX (opset 13) -> kiln vs PyTorch.
+
+  /usr/bin/python3 tests/models/test_lstm.py --kiln build/kiln --work DIR
+
+Exports the model (random weights, fixed seed) with torch.onnx.export into DIR/lstm/, compiles
+it with `kiln compile`, runs it with `kiln run --input 0=x.npy`, and compares every output
+(Y, h_n, c_n) with PyTorch's (|out - expected| <= atol + rtol * |expected|). Prints one
+PASS/FAIL line with the largest error per output; exits 0 on pass, 1 on failure.
+"""
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+
+
+class TestError(Exception):
+    pass
+
+
+def run(cmd, what, timeout):
+    print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise TestError(f"{what} timed out after {timeout}s")
+    except OSError as e:
+        raise TestError(f"{what}: cannot run {cmd[0]}: {e}")
+    if p.stdout.strip():
+        print(p.stdout.rstrip())
+    if p.returncode != 0:
+        raise TestError(f"{what} failed with exit code {p.returncode}")
+
+
+def export(mdir, args):
+    """Writes model.onnx, x.npy and expected_<i>.npy (Y, h_n, c_n) into mdir."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    model = torch.nn.LSTM(input_size=args.input_size, hidden_size=args.hidden, num_layers=2)
+    model.eval()
+    x = torch.randn(args.seq, args.batch, args.input_size)
+    with torch.no_grad():
+        y, (h, c) = model(x)
+    torch.onnx.export(model, (x,), os.path.join(mdir, "model.onnx"), opset_version=args.opset,
+                      input_names=["x"], output_names=["y", "h_n", "c_n"])
+    np.save(os.path.join(mdir, "x.npy"), x.numpy())
+    for i, t in enumerate((y, h, c)):
+        np.save(os.path.join(mdir, f"expected_{i}.npy"), t.numpy())
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Kiln vs PyTorch accuracy test for a 2-layer LSTM")
+    ap.add_argument("--kiln", required=True, help="path to the kiln binary (e.g. build/kiln)")
+    ap.add_argument("--work", required=True, help="work directory for the export and outputs")
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--opset", type=int, default=13)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=8)
+    ap.add_argument("--input-size", type=int, default=16)
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per step")
+    args = ap.parse_args()
+
+    kiln = os.path.abspath(args.kiln)
+    mdir = os.path.abspath(os.path.join(args.work, "lstm"))
+    kiln_file = os.path.join(mdir, "model.kiln")
+    out_dir = os.path.join(mdir, "kiln_out")
+    names = ("Y", "h_n", "c_n")
+    try:
+        if not os.access(kiln, os.X_OK):
+            raise TestError(f"kiln binary not found or not executable: {kiln}")
+        os.makedirs(out_dir, exist_ok=True)
+        for f in os.listdir(out_dir):
+            os.remove(os.path.join(out_dir, f))
+        if os.path.exists(kiln_file):
+            os.remove(kiln_file)
+        export(mdir, args)
+        run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", kiln_file],
+            "kiln compile", args.timeout)
+        run([kiln, "run", kiln_file, "--input", "0=" + os.path.join(mdir, "x.npy"),
+             "--output-dir", out_dir], "kiln run", args.timeout)
+        ok, parts = True, []
+        for i, name in enumerate(names):
+            out_file = os.path.join(out_dir, f"output_{i}.npy")
+            if not os.path.exists(out_file):
+                raise TestError(f"kiln run wrote no {out_file}")
+            out = np.load(out_file).astype(np.float64)
+            ref = np.load(os.path.join(mdir, f"expected_{i}.npy")).astype(np.float64)
+            if out.shape != ref.shape:
+                raise TestError(f"{name}: shape mismatch: kiln {out.shape} vs PyTorch {ref.shape}")
+            diff = np.abs(out - ref)
+            bad = int(np.count_nonzero(~(diff <= args.atol + args.rtol * np.abs(ref))))
+            ok &= bad == 0
+            parts.append(f"{name} max_abs_err={float(diff.max()):.3g} mismatches={bad}/{ref.size}")
+        msg = ", ".join(parts) + f" (rtol={args.rtol:g}, atol={args.atol:g})"
+    except TestError as e:
+        ok, msg = False, str(e)
+    print(f"{'PASS' if ok else 'FAIL'} lstm (2 layers, seq {args.seq}, batch {args.batch}, "
+          f"hidden {args.hidden}): {msg}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
