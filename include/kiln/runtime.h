@@ -88,6 +88,8 @@ struct ExecutionStats {
   std::uint64_t slots_refreshed = 0;  // argument-block pointers rewritten
 };
 
+class Stream;
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -114,20 +116,81 @@ class Model {
   // dtype or shape.
   virtual Status Execute(const std::vector<TensorRef>& inputs,
                          const std::vector<TensorRef>& outputs) = 0;
+  // The same, queued on `stream` (refresh happens now, the replay when the
+  // stream reaches it). Buffers must stay valid until then.
+  virtual Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& inputs,
+                              const std::vector<TensorRef>& outputs) = 0;
   virtual const ExecutionStats& last_stats() const = 0;
 };
 
+class Graph;   // kiln/graph.h
+class Stream;  // kiln/stream.h
+
+struct SessionOptions {
+  // For graphs added with AddGraph: external weights (0 embedded, 1 one file
+  // per weight, 2 one combined file) and where to write them; without a
+  // directory a temporary tmp_weight_<pid>_<n> is used and removed when the
+  // session ends (a directory you give is never removed).
+  int external_weight = 0;
+  std::string external_weight_dir;
+  int weight_writer_threads = 8;
+  LoadOptions load;  // threads, weight loading for graphs of this session
+};
+
+struct CompiledGraphSummary {
+  std::size_t num_nodes = 0;
+  std::uint64_t arena_bytes = 0, no_reuse_bytes = 0, lower_bound_bytes = 0;
+  std::uint64_t embedded_weight_bytes = 0;
+  struct ExternalWeight {
+    std::string path;  // relative to weight_dir
+    std::uint64_t size = 0, offset = 0;
+    std::string id;    // SHA-256
+  };
+  std::string weight_dir;
+  std::vector<ExternalWeight> external_weights;
+  struct InsertedIdentity {
+    std::string node, for_op, reason;
+  };
+  std::vector<InsertedIdentity> inserted_identities;
+};
+
 // A session: models loaded through it share external weights (each weight is
-// loaded once per device and content, freed when its last model goes).
+// loaded once per device and content, freed when its last model goes), and
+// graphs built in memory are added, compiled, loaded (their task list
+// recorded) and executed by id. Thread-compatible: one caller at a time.
 class Session {
  public:
-  Session();
+  explicit Session(SessionOptions opts = {});
   ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // A compiled .kiln file.
   Result<std::unique_ptr<Model>> LoadModel(const std::string& path, const LoadOptions& opts);
   WeightStats weight_stats() const;
 
+  // Graphs built in memory. These need the compiler library (kiln_compiler).
+  Result<std::uint32_t> AddGraph(Graph&& graph);
+  Status CompileGraph(std::uint32_t id);
+  // Records the task list once (custom ops' Execute runs now, launching on
+  // `stream`); compiles first if needed.
+  Status LoadGraph(std::uint32_t id, Stream* stream = nullptr);
+  // Binds caller-owned buffers (refreshing moved addresses) and queues the
+  // replay on `stream`; returns at once. Buffers must stay valid until the
+  // stream has run it (Stream::Synchronize).
+  Status ExecuteGraphWithStreamAsync(std::uint32_t id, Stream& stream, const std::vector<TensorRef>& inputs,
+                                     const std::vector<TensorRef>& outputs);
+  // Synchronous run on the calling thread (compiles and loads if needed).
+  Status RunGraph(std::uint32_t id, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs);
+  Status RemoveGraph(std::uint32_t id);
+  Result<CompiledGraphSummary> GetCompiledGraphSummary(std::uint32_t id) const;
+  // The loaded graph's model (inputs(), outputs(), last_stats()), or null.
+  Model* GetLoadedGraph(std::uint32_t id) const;
+
+  struct Impl;
+
  private:
-  std::shared_ptr<weights::WeightManager> weights_;
+  std::shared_ptr<Impl> impl_;
 };
 
 template <typename T>

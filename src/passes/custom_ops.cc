@@ -22,7 +22,7 @@ Status InsertIdentityForNonRefreshable(ir::Graph& g, const PassOptions&) {
       ir::Value* in = n->input(i);
       if (!in || !g.IsGraphInput(in)) continue;
       ir::Value* copy = g.AddValue(g.UniqueName(in->name() + "_copy_for_" + n->name()), in->dtype(), in->shape());
-      ir::Node* id = g.AddNode("Identity", g.UniqueName("identity_in_" + n->name()), {in}, {copy});
+      ir::Node* id = g.AddNode("Identity", StrCat("identity_in", i, "_", n->name()), {in}, {copy});
       id->set_since_version(16);
       id->SetAttr("kiln.inserted_for", ir::Attribute::String(n->name()));
       n->SetInput(i, copy);
@@ -32,7 +32,7 @@ Status InsertIdentityForNonRefreshable(ir::Graph& g, const PassOptions&) {
       if (!g.IsGraphOutput(out)) continue;
       ir::Value* inner = g.AddValue(g.UniqueName(out->name() + "_from_" + n->name()), out->dtype(), out->shape());
       g.RebindOutput(n, j, inner);
-      ir::Node* id = g.AddNode("Identity", g.UniqueName("identity_out_" + n->name()), {inner}, {out});
+      ir::Node* id = g.AddNode("Identity", StrCat("identity_out", j, "_", n->name()), {inner}, {out});
       id->set_since_version(16);
       id->SetAttr("kiln.inserted_for", ir::Attribute::String(n->name()));
     }

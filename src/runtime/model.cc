@@ -9,6 +9,7 @@
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
 #include "runtime/executor.h"
+#include "runtime/session_impl.h"
 #include "weights/weight_manager.h"
 
 namespace kiln {
@@ -18,12 +19,12 @@ class ModelImpl final : public Model {
  public:
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
   const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-  std::uint64_t arena_bytes() const override { return file_.model.plan.arena_size; }
-  std::uint64_t weight_bytes() const override { return file_.model.plan.const_size; }
+  std::uint64_t arena_bytes() const override { return model_.plan.arena_size; }
+  std::uint64_t weight_bytes() const override { return model_.plan.const_size; }
   void set_threads(int threads) override { threads_ = threads < 1 ? 1 : threads; }
   const ExecutionStats& last_stats() const override { return stats_; }
   const void* ConstantData(const std::string& name) const override {
-    const ir::Value* v = file_.model.graph->FindValue(name);
+    const ir::Value* v = model_.graph->FindValue(name);
     return v && v->is_constant() ? v->constant()->data() : nullptr;
   }
 
@@ -37,25 +38,35 @@ class ModelImpl final : public Model {
     return executor_->Run(io_, &stats_);
   }
 
-  static Result<std::unique_ptr<Model>> Create(const std::string& path, const LoadOptions& opts,
-                                               weights::WeightManager& manager) {
-    format::ReadOptions ro;
-    ro.verify_weights_checksum = opts.verify_weights_checksum;
-    KILN_ASSIGN_OR_RETURN(format::LoadedFile file, format::ReadModelFile(path, ro));
+  Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
+    KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));
+    KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
+    io_.clear();
+    for (auto& t : ins) io_.push_back(t.data);
+    for (auto& t : outs) io_.push_back(t.data);
+    cpu::SetNumThreads(threads_);
+    return executor_->Enqueue(stream, io_, &stats_);
+  }
+
+  static Result<std::unique_ptr<Model>> Create(format::CompiledModel model, std::shared_ptr<const void> keepalive,
+                                               const LoadOptions& opts, weights::WeightManager& manager,
+                                               const std::string& default_weight_dir, Stream* load_stream,
+                                               const std::string& path) {
     std::unique_ptr<ModelImpl> m(new ModelImpl());
-    m->file_ = std::move(file);
+    m->model_ = std::move(model);
+    m->keepalive_ = std::move(keepalive);
     m->threads_ = opts.threads < 1 ? 1 : opts.threads;
-    ir::Graph& g = *m->file_.model.graph;
-    if (!m->file_.model.custom_op_types.empty()) {
+    ir::Graph& g = *m->model_.graph;
+    if (!m->model_.custom_op_types.empty()) {
       KILN_RETURN_IF_ERROR(LoadCustomOpPackages().WithContext(StrCat("loading '", path, "'")));
       std::string missing;
-      for (const std::string& t : m->file_.model.custom_op_types) {
+      for (const std::string& t : m->model_.custom_op_types) {
         if (!FindCustomOp(t)) missing += (missing.empty() ? "" : ", ") + t;
       }
       if (!missing.empty()) {
         std::string where;
         for (const std::string& d : custom::PackageSearchDirs()) where += (where.empty() ? "" : ", ") + d;
-        return Error(StatusCode::kNotFound, "model file '", path, "' uses custom op type(s) ", missing,
+        return Error(StatusCode::kNotFound, "model '", path, "' uses custom op type(s) ", missing,
                      " that are not registered; Kiln looked for packages in ",
                      where.empty() ? std::string("no directory (KILN_CUSTOM_OP_PATH is not set)") : where);
       }
@@ -63,18 +74,18 @@ class ModelImpl final : public Model {
     // External weights first: nodes whose output shape depends on a constant
     // input's values (Reshape's shape, Slice's starts, ...) only infer once
     // their FileConstant inputs have become constants.
-    KILN_RETURN_IF_ERROR(ResolveExternalWeights(g, path, opts, manager));
+    KILN_RETURN_IF_ERROR(ResolveExternalWeights(g, path, opts, manager, default_weight_dir));
     // Re-check every node against its definition: a file that passed its
     // checksums may still come from another Kiln version.
     for (auto& n : g.nodes()) {
       std::vector<std::pair<DType, Shape>> declared;
       for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
       Status st = ops::InferNode(*n);
-      if (!st.ok()) return st.WithContext(StrCat("model file '", path, "'"));
+      if (!st.ok()) return st.WithContext(StrCat("model '", path, "'"));
       for (int j = 0; j < n->num_outputs(); ++j) {
         ir::Value* o = n->output(j);
         if (o->dtype() != declared[j].first || o->shape() != declared[j].second) {
-          return Error(StatusCode::kCorrupt, "model file '", path, "': ", n->Describe(), " output '",
+          return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " output '",
                        o->name(), "' is recorded as ", DTypeName(declared[j].first),
                        ShapeToString(declared[j].second), " but infers to ", DTypeName(o->dtype()),
                        ShapeToString(o->shape()));
@@ -90,16 +101,25 @@ class ModelImpl final : public Model {
     cpu::SetNumThreads(m->threads_);
     runtime::ExecutorOptions eo;
     eo.check_bounds = opts.check_bounds;
-    auto ex = runtime::Executor::Create(g, m->file_.model.plan, eo);
+    eo.load_stream = load_stream;
+    auto ex = runtime::Executor::Create(g, m->model_.plan, eo);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
     m->executor_ = std::move(ex).value();
     return std::unique_ptr<Model>(std::move(m));
   }
 
- private:
+  static Result<std::unique_ptr<Model>> CreateFromFile(const std::string& path, const LoadOptions& opts,
+                                                       weights::WeightManager& manager) {
+    format::ReadOptions ro;
+    ro.verify_weights_checksum = opts.verify_weights_checksum;
+    KILN_ASSIGN_OR_RETURN(format::LoadedFile file, format::ReadModelFile(path, ro));
+    const std::string dir = (std::filesystem::absolute(path).parent_path() / "weight").string();
+    return Create(std::move(file.model), file.mapping, opts, manager, dir, nullptr, path);
+  }
+
   // Replaces every FileConstant by a constant in device memory.
   static Status ResolveExternalWeights(ir::Graph& g, const std::string& path, const LoadOptions& opts,
-                                       weights::WeightManager& manager) {
+                                       weights::WeightManager& manager, const std::string& default_dir) {
     std::vector<ir::Node*> fcs;
     std::vector<weights::WeightRef> refs;
     for (auto& n : g.nodes()) {
@@ -121,14 +141,13 @@ class ModelImpl final : public Model {
     }
     if (refs.empty()) return Status::Ok();
     weights::WeightLoadConfig cfg;
-    cfg.weight_dir = opts.weight_dir;
+    cfg.weight_dir = opts.weight_dir.empty() ? default_dir : opts.weight_dir;
     cfg.mode = opts.weight_load_mode == WeightLoadMode::kMap ? weights::LoadMode::kMap
              : opts.weight_load_mode == WeightLoadMode::kCopy ? weights::LoadMode::kCopy : weights::LoadMode::kAuto;
     cfg.chunk_bytes = opts.weight_chunk_bytes;
     cfg.verify = opts.verify_weights;
     for (auto& [f, m] : opts.user_weight_memory) cfg.user_memory[f] = {m.data, m.size};
-    const std::string model_dir = std::filesystem::absolute(path).parent_path().string();
-    auto tensors = manager.Acquire(refs, cfg, model_dir);
+    auto tensors = manager.Acquire(refs, cfg, default_dir);
     if (!tensors.ok()) return tensors.status().WithContext(StrCat("loading external weights of '", path, "'"));
     for (std::size_t i = 0; i < fcs.size(); ++i) {
       ir::Value* out = fcs[i]->output(0);
@@ -162,7 +181,8 @@ class ModelImpl final : public Model {
     return Status::Ok();
   }
 
-  format::LoadedFile file_;
+  format::CompiledModel model_;
+  std::shared_ptr<const void> keepalive_;
   std::unique_ptr<runtime::Executor> executor_;
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<void*> io_;
@@ -174,19 +194,40 @@ class ModelImpl final : public Model {
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& opts) {
   weights::WeightManager manager;  // weights stay alive through the model's tensors
-  return ModelImpl::Create(path, opts, manager);
+  return ModelImpl::CreateFromFile(path, opts, manager);
 }
 
-Session::Session() : weights_(std::make_shared<weights::WeightManager>()) {}
+Result<std::unique_ptr<Model>> CreateModel(format::CompiledModel model, std::shared_ptr<const void> keepalive,
+                                           const LoadOptions& opts, weights::WeightManager& manager,
+                                           const std::string& default_weight_dir, Stream* load_stream,
+                                           const std::string& what) {
+  return ModelImpl::Create(std::move(model), std::move(keepalive), opts, manager, default_weight_dir, load_stream,
+                           what);
+}
+
+Session::Impl::~Impl() {
+  graphs.clear();  // models (and their weights) first
+  for (const std::string& d : temp_dirs) {
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
+  }
+}
+
+Session::Session(SessionOptions opts) : impl_(std::make_shared<Impl>()) { impl_->opts = std::move(opts); }
 Session::~Session() = default;
 
 Result<std::unique_ptr<Model>> Session::LoadModel(const std::string& path, const LoadOptions& opts) {
-  return ModelImpl::Create(path, opts, *weights_);
+  return ModelImpl::CreateFromFile(path, opts, *impl_->weights);
 }
 
 WeightStats Session::weight_stats() const {
-  weights::WeightManagerStats s = weights_->stats();
+  weights::WeightManagerStats s = impl_->weights->stats();
   return {s.bytes_read, s.bytes_mapped, s.files_opened, s.weights_shared, s.resident_bytes};
+}
+
+Model* Session::GetLoadedGraph(std::uint32_t id) const {
+  auto it = impl_->graphs.find(id);
+  return it == impl_->graphs.end() ? nullptr : it->second.model.get();
 }
 
 }  // namespace kiln

@@ -1,0 +1,95 @@
+#include "kiln/graph.h"
+
+#include <cstring>
+
+#include "custom/registry.h"
+#include "ir/graph.h"
+#include "ops/op_registry.h"
+
+namespace kiln {
+
+Graph::Graph(std::string name) : g_(std::make_unique<ir::Graph>()) {
+  g_->set_name(std::move(name));
+  g_->set_opset(17);
+}
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+
+namespace {
+ir::Value* ValueOf(ir::Graph& g, Graph::Tensor t) {
+  if (t.id < 0 || t.id >= static_cast<int>(g.values().size())) return nullptr;
+  return g.values()[t.id].get();
+}
+Graph::Tensor HandleOf(const ir::Graph& g, const ir::Value* v) {
+  for (std::size_t i = 0; i < g.values().size(); ++i) {
+    if (g.values()[i].get() == v) return {static_cast<int>(i)};
+  }
+  return {};
+}
+}  // namespace
+
+Graph::Tensor Graph::AddInput(const std::string& name, DType dtype, Shape shape) {
+  ir::Value* v = g_->AddValue(name, dtype, std::move(shape));
+  g_->inputs().push_back(v);
+  return HandleOf(*g_, v);
+}
+
+Result<Graph::Tensor> Graph::AddConstant(const std::string& name, DType dtype, Shape shape, const void* data) {
+  if (!DTypeSupported(dtype)) return Error(StatusCode::kInvalidArgument, "AddConstant '", name, "': unsupported dtype");
+  if (!IsStatic(shape)) return Error(StatusCode::kInvalidArgument, "AddConstant '", name, "': shape must be static");
+  auto t = std::make_shared<HostTensor>(dtype, std::move(shape));
+  if (t->nbytes()) {
+    if (!data) return Error(StatusCode::kInvalidArgument, "AddConstant '", name, "': null data");
+    std::memcpy(t->mutable_data(), data, t->nbytes());
+  }
+  return HandleOf(*g_, g_->AddConstant(name, t));
+}
+
+Result<std::vector<Graph::Tensor>> Graph::AddOp(const std::string& type, const std::vector<Tensor>& inputs,
+                                                const Attributes& attrs, int num_outputs, const std::string& name) {
+  const ops::OpDef* def = ops::OpRegistry::Get().Find(type, "");
+  if (!def) {
+    return Error(StatusCode::kNotFound, "AddOp: op type '", type,
+                 "' is neither a built-in op nor a registered custom op (RegisterCustomOp / LoadCustomOpPackages)");
+  }
+  if (num_outputs < 1) return Error(StatusCode::kInvalidArgument, "AddOp '", type, "': num_outputs must be >= 1");
+  std::vector<ir::Value*> ins;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    ir::Value* v = ValueOf(*g_, inputs[i]);
+    if (!v) return Error(StatusCode::kInvalidArgument, "AddOp '", type, "': input ", i, " is not a tensor of this graph");
+    ins.push_back(v);
+  }
+  const std::string node_name = name.empty() ? StrCat(type, "_", counter_++) : name;
+  std::vector<ir::Value*> outs;
+  for (int j = 0; j < num_outputs; ++j) outs.push_back(g_->AddValue(StrCat(node_name, "_out", j)));
+  ir::Node* n = g_->AddNode(type, node_name, ins, outs, def->domain == "kiln.custom" ? "kiln.custom" : "");
+  n->set_since_version(def->versions.back());
+  for (const auto& [k, v] : attrs) {
+    ir::Attribute a;
+    if (auto* i = std::get_if<std::int64_t>(&v)) a = ir::Attribute::Int(*i);
+    else if (auto* f = std::get_if<float>(&v)) a = ir::Attribute::Float(*f);
+    else if (auto* s = std::get_if<std::string>(&v)) a = ir::Attribute::String(*s);
+    else if (auto* is = std::get_if<std::vector<std::int64_t>>(&v)) a = ir::Attribute::Ints(*is);
+    else a = ir::Attribute::Floats(std::get<std::vector<float>>(v));
+    n->SetAttr(k, a);
+  }
+  std::vector<Tensor> out;
+  for (ir::Value* o : outs) out.push_back(HandleOf(*g_, o));
+  return out;
+}
+
+Status Graph::AddOutput(Tensor t, const std::string& name) {
+  ir::Value* v = ValueOf(*g_, t);
+  if (!v) return Error(StatusCode::kInvalidArgument, "AddOutput: not a tensor of this graph");
+  if (!name.empty() && name != v->name()) {
+    if (g_->FindValue(name)) return Error(StatusCode::kInvalidArgument, "AddOutput: name '", name, "' is taken");
+    KILN_RETURN_IF_ERROR(g_->RenameValue(v, name));
+  }
+  g_->outputs().push_back(v);
+  return Status::Ok();
+}
+
+std::unique_ptr<ir::Graph> Graph::TakeIr() { return std::move(g_); }
+
+}  // namespace kiln
