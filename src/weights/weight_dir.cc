@@ -109,6 +109,23 @@ bool Present(const fs::path& dir, const WeightRecord& r) {
   return !ec && r.offset <= size && r.length <= size - r.offset;
 }
 
+// Drops the entries whose file is gone or no longer covers them (deleted or
+// truncated by hand). Kept, they would be trusted once a new file of that name
+// (or an append to a truncated one) puts other bytes at their offsets.
+// Returns whether any was dropped. Call with the directory lock held.
+bool PruneAbsent(const fs::path& dir, std::map<std::string, WeightRecord>& meta) {
+  bool pruned = false;
+  for (auto it = meta.begin(); it != meta.end();) {
+    if (Present(dir, it->second)) {
+      ++it;
+    } else {
+      it = meta.erase(it);
+      pruned = true;
+    }
+  }
+  return pruned;
+}
+
 template <typename Fn>
 Status ParallelEach(std::size_t n, int threads, Fn fn) {
   std::atomic<std::size_t> next{0};
@@ -144,6 +161,9 @@ Result<std::map<std::string, WeightRecord>> ReadMeta(const std::string& dir) {
     auto j = nlohmann::json::parse(ss.str());
     if (j.at("format").get<std::string>() != "kiln-weights") throw std::runtime_error("unknown format tag");
     for (auto& [h, e] : j.at("weights").items()) {
+      if (!e.at("offset").is_number_unsigned() || !e.at("length").is_number_unsigned()) {
+        throw std::runtime_error("entry '" + h + "' has a negative or non-integer offset/length");
+      }
       WeightRecord r{h, e.at("file").get<std::string>(), e.at("offset").get<std::uint64_t>(),
                      e.at("length").get<std::uint64_t>()};
       if (!IsSha256Hex(h) || !PlainFileName(r.file)) throw std::runtime_error("bad entry '" + h + "'");
@@ -173,6 +193,7 @@ Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir_str,
   }));
   KILN_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(dir_str));
   KILN_ASSIGN_OR_RETURN(auto meta, ReadMeta(dir_str));
+  PruneAbsent(dir, meta);
   StoreStats st;
   st.weights = blobs.size();
   std::map<std::string, std::size_t> todo;  // hash -> first blob index
@@ -267,9 +288,11 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
     // nobody else wrote yet) instead of writing them again.
     KILN_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(to));
     KILN_ASSIGN_OR_RETURN(auto meta, ReadMeta(to));
+    // Entries naming a file that is gone must not survive a file of that name
+    // being moved in.
+    bool changed = PruneAbsent(to, meta);
     std::set<std::string> files;
     for (auto& r : records) files.insert(r.file);
-    bool changed = false;
     for (const std::string& f : files) {
       if (fs::exists(fs::path(to) / f, ec)) continue;
       if (rename((fs::path(from) / f).c_str(), (fs::path(to) / f).c_str()) != 0) continue;  // other fs: Store copies
@@ -280,12 +303,15 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
     }
     if (changed) KILN_RETURN_IF_ERROR(WriteMeta(to, meta));
   }
-  // Whatever could not be moved is read back and stored (deduplicated).
+  // Whatever could not be moved is read back and stored (deduplicated). A
+  // record's offsets are those of its file in `from`: read it there while it
+  // is still there (`to` may hold an unrelated file of the same name, e.g. the
+  // previous compile's <model>_weight_combined); a moved file is in `to`.
   std::vector<HostTensorPtr> blobs;
   for (const WeightRecord& r : records) {
     auto t = std::make_shared<HostTensor>(DType::kUInt8, Shape{static_cast<std::int64_t>(r.length)});
-    fs::path src = fs::path(to) / r.file;
-    if (!fs::exists(src, ec)) src = fs::path(from) / r.file;
+    fs::path src = fs::path(from) / r.file;
+    if (!fs::exists(src, ec)) src = fs::path(to) / r.file;
     std::ifstream f(src, std::ios::binary);
     f.seekg(static_cast<std::streamoff>(r.offset));
     f.read(static_cast<char*>(t->mutable_data()), static_cast<std::streamsize>(r.length));
