@@ -140,6 +140,7 @@ Status RegisterCustomOp(const std::string& op_type, std::unique_ptr<CustomOp> op
   d.max_inputs = 1 << 20;
   d.min_outputs = 1;
   d.max_outputs = 1 << 20;
+  d.any_attributes = true;
   d.infer = custom::InferCustom;
   ops::OpRegistry::Get().Register(d);
   return Status::Ok();

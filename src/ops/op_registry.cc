@@ -44,6 +44,7 @@ void OpRegistry::Register(OpDef def) {
 const OpDef* OpRegistry::Find(const std::string& type, const std::string& domain) const {
   std::string d = domain == "ai.onnx" ? "" : domain;
   auto it = defs_.find({type, d});
+  if (it == defs_.end() && d != "kiln") it = defs_.find({type, "kiln.custom"});  // custom ops: by type
   return it == defs_.end() ? nullptr : &it->second;
 }
 
@@ -77,7 +78,7 @@ Status InferNode(ir::Node& node) {
                  "..", def->max_outputs, " outputs, found ", node.num_outputs());
   }
   for (auto& [name, a] : node.attrs()) {
-    if (!def->attributes.count(name) && name.rfind("kiln.", 0) != 0) {
+    if (!def->any_attributes && !def->attributes.count(name) && name.rfind("kiln.", 0) != 0) {
       return Error(StatusCode::kInvalidArgument, node.Describe(), ": unknown attribute '", name,
                    "'");
     }

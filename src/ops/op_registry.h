@@ -52,6 +52,7 @@ struct OpDef {
   int min_inputs = 1, max_inputs = 1;
   int min_outputs = 1, max_outputs = 1;
   std::set<std::string> attributes;  // every attribute name the op accepts
+  bool any_attributes = false;        // custom ops: attributes are the op's business
   // Types accepted for input 0 (empty = any supported type).
   std::set<DType> input_types;
   // Optional: rewrites an older version's form into the canonical one (e.g.

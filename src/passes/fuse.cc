@@ -82,7 +82,7 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
     ir::Value* b = mm->input(1);
     if (a->shape().size() != 2 || !IsF32Const(b) || b->shape().size() != 2) continue;
     const ir::Node* add_c = SoleConsumer(g, mm->output(0));
-    if (!add_c || add_c->op_type() != "Add") continue;
+    if (!add_c || add_c->op_type() != "Add" || add_c->HasAttr("axis")) continue;  // old-form broadcast: skip
     auto* add = const_cast<ir::Node*>(add_c);
     ir::Value* bias = add->input(0) == mm->output(0) ? add->input(1) : add->input(0);
     const std::int64_t n = b->shape()[1];
@@ -101,7 +101,7 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
   for (ir::Node* conv : nodes) {
     if (conv->op_type() != "Conv" || !conv->domain().empty() || conv->input(2)) continue;
     const ir::Node* add_c = SoleConsumer(g, conv->output(0));
-    if (!add_c || add_c->op_type() != "Add" || conv->output(0)->shape().size() < 3) continue;
+    if (!add_c || add_c->op_type() != "Add" || add_c->HasAttr("axis") || conv->output(0)->shape().size() < 3) continue;
     auto* add = const_cast<ir::Node*>(add_c);
     ir::Value* bias = add->input(0) == conv->output(0) ? add->input(1) : add->input(0);
     const auto& ys = conv->output(0)->shape();

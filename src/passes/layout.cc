@@ -64,8 +64,12 @@ HostTensorPtr PermuteConstant(const HostTensor& c) {
 bool LayoutAgnostic(const ir::Node& n) {
   static const std::set<std::string> kOps = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
                                              "LeakyRelu", "Add", "Sub", "Mul", "Div", "Concat"};
-  return n.domain().empty() && kOps.count(n.op_type()) && n.num_outputs() == 1 &&
-         n.output(0)->shape().size() == 4;
+  if (!n.domain().empty() || !kOps.count(n.op_type()) || n.num_outputs() != 1 ||
+      n.output(0)->shape().size() != 4) {
+    return false;
+  }
+  // Old-form (pre-7) binary ops with an explicit broadcast axis are not.
+  return n.op_type() == "Concat" || !n.HasAttr("axis");
 }
 
 // Position of NCHW axis `a` in NHWC.
