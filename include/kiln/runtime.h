@@ -46,7 +46,8 @@ namespace weights { class WeightManager; }
 enum class WeightLoadMode {
   kAuto,  // map in place where the device can use host memory (CPU), else copy
   kMap,   // map the files read-only and use them in place (zero copy)
-  kCopy,  // read in chunks into device memory, reads overlapping copies
+  kCopy,  // read in chunks into device memory (straight into it where it is host-addressable)
+  kStagedCopy,  // always through staging buffers, reads overlapping copies: the GPU path, on any device
 };
 
 struct LoadOptions {

@@ -144,8 +144,10 @@ class ModelImpl final : public Model {
     if (refs.empty()) return Status::Ok();
     weights::WeightLoadConfig cfg;
     cfg.weight_dir = opts.weight_dir.empty() ? default_dir : opts.weight_dir;
-    cfg.mode = opts.weight_load_mode == WeightLoadMode::kMap ? weights::LoadMode::kMap
-             : opts.weight_load_mode == WeightLoadMode::kCopy ? weights::LoadMode::kCopy : weights::LoadMode::kAuto;
+    cfg.mode = opts.weight_load_mode == WeightLoadMode::kMap            ? weights::LoadMode::kMap
+               : opts.weight_load_mode == WeightLoadMode::kCopy       ? weights::LoadMode::kCopy
+               : opts.weight_load_mode == WeightLoadMode::kStagedCopy ? weights::LoadMode::kStagedCopy
+                                                                      : weights::LoadMode::kAuto;
     cfg.chunk_bytes = opts.weight_chunk_bytes;
     cfg.verify = opts.verify_weights;
     for (auto& [f, m] : opts.user_weight_memory) cfg.user_memory[f] = {m.data, m.size};

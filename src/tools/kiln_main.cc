@@ -435,7 +435,8 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : {run, bench}) {
     sub->add_option("--weight-dir", weight_dir, "external weight directory (default: <model dir>/weight)");
     sub->add_flag("--verify-weights", verify_sha, "check every external weight's SHA-256");
-    sub->add_option("--weight-load", weight_load, "auto | map | copy")->check(CLI::IsMember({"auto", "map", "copy"}));
+    sub->add_option("--weight-load", weight_load, "auto | map | copy | staged (copy through staging buffers, the GPU path)")
+        ->check(CLI::IsMember({"auto", "map", "copy", "staged"}));
     sub->add_option("--weight-chunk-mib", chunk_mib, "chunk size of the copy path")->check(CLI::Range(0.004, 4096.0));
   }
 
@@ -453,7 +454,8 @@ int main(int argc, char** argv) {
   lo.weight_dir = weight_dir;
   lo.verify_weights = verify_sha;
   lo.weight_load_mode = weight_load == "map" ? kiln::WeightLoadMode::kMap
-                      : weight_load == "copy" ? kiln::WeightLoadMode::kCopy : kiln::WeightLoadMode::kAuto;
+                      : weight_load == "copy" ? kiln::WeightLoadMode::kCopy
+                      : weight_load == "staged" ? kiln::WeightLoadMode::kStagedCopy : kiln::WeightLoadMode::kAuto;
   lo.weight_chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
   if (*compile) return Compile(model, output, shapes, disable, const_inputs, verbose, ew);
   if (*run) return Run(path, inputs, out_dir, lo);

@@ -5,9 +5,12 @@
 // route allowed:
 //   - user memory registered for its file name (used in place, never freed);
 //   - kMap: the file mapped read-only and used in place (CPU; zero copy);
-//   - kCopy: the file read in chunks into device memory, the read of chunk
-//     i+1 overlapping the copy of chunk i (the GPU path; combined files get
-//     one allocation, single-weight files one each).
+//   - kCopy: the file read in chunks into device memory (combined files get
+//     one allocation, single-weight files one each). Where device memory is
+//     host-addressable (CPU) the chunks are read straight into it by two
+//     readers; otherwise (and always with kStagedCopy) through two staging
+//     buffers, the read of chunk i+1 overlapping the copy of chunk i: the path
+//     a GPU needs, kept testable on the CPU.
 // Within a manager, a weight already resident (same SHA-256, or same file and
 // offset) is not loaded again: models share it, and memory is released when
 // the last model using it goes.
@@ -26,7 +29,7 @@
 
 namespace kiln::weights {
 
-enum class LoadMode { kAuto, kMap, kCopy };
+enum class LoadMode { kAuto, kMap, kCopy, kStagedCopy };
 
 struct UserWeightMemory {
   void* data = nullptr;

@@ -711,7 +711,7 @@ TEST_F(ExternalWeightsTest, Modes012GiveIdenticalOutputs) {
     auto cm = CompileTo(d.file("m.kiln"), mode, mode ? d.file("weight") : "");
     ASSERT_TRUE(cm.ok()) << cm.status().ToString();
     EXPECT_EQ(ListExternalWeights(*cm.value().graph).size(), mode ? 2u : 0u);
-    for (auto lm : {WeightLoadMode::kAuto, WeightLoadMode::kMap, WeightLoadMode::kCopy}) {
+    for (auto lm : {WeightLoadMode::kAuto, WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
       LoadOptions lo;
       lo.weight_load_mode = lm;
       auto m = Model::Load(d.file("m.kiln"), lo);
@@ -934,7 +934,7 @@ TEST_F(ExternalWeightsTest, MissingWeightFileIsNamed) {
     ASSERT_TRUE(cm.ok());
     const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
     fs::remove(fs::path(d.file("weight")) / w.location);
-    for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy}) {
+    for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
       LoadOptions lo;
       lo.weight_load_mode = lm;
       auto m = Model::Load(d.file("m.kiln"), lo);
@@ -954,7 +954,7 @@ TEST_F(ExternalWeightsTest, TruncatedWeightFileIsNamed) {
     const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
     const fs::path f = fs::path(d.file("weight")) / w.location;
     fs::resize_file(f, w.offset + w.size - 1);
-    for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy}) {
+    for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
       for (bool verify : {false, true}) {
         LoadOptions lo;
         lo.weight_load_mode = lm;
@@ -983,7 +983,7 @@ TEST_F(ExternalWeightsTest, TamperedWeightFileFailsVerificationNamingIt) {
     float three = 3;
     std::memcpy(&bytes[w.offset], &three, 4);
     WriteAll(f, bytes);
-    for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy}) {
+    for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
       LoadOptions lo;
       lo.weight_load_mode = lm;
       lo.verify_weights = true;

@@ -190,6 +190,8 @@ class ExternalWeights(unittest.TestCase):
         for mode, k in kfiles.items():
             variants = [()] if mode == 0 else [(), ("--weight-load", "map"), ("--weight-load", "copy"),
                                                 ("--weight-load", "copy", "--weight-chunk-mib", "0.01"),
+                                                ("--weight-load", "staged"),
+                                                ("--weight-load", "staged", "--weight-chunk-mib", "0.01"),
                                                 ("--verify-weights",)]
             for i, extra in enumerate(variants):
                 outs[(mode, extra)] = run_model(self, k, x_path, os.path.join(WORK, name, f"out_{mode}_{i}"), *extra)
