@@ -1,5 +1,5 @@
 // BatchNormalization: inference, and training mode (batch statistics plus
-// the running-statistics outputs).
+// the running-statistics outputs). LayerNormalization, InstanceNormalization.
 #include "ops/common_infer.h"
 
 namespace kiln::ops {
@@ -37,9 +37,66 @@ Status InferBatchNorm(InferContext& c) {
   return Status::Ok();
 }
 
+Status InferLayerNorm(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 2));
+  const Shape& x = c.in_shape(0);
+  if (x.empty()) return c.Fail("input X must have rank >= 1");
+  KILN_ASSIGN_OR_RETURN(int axis, c.Axis(c.node().GetInt("axis", -1), x.size(), "axis"));
+  const std::int64_t stash = c.node().GetInt("stash_type", 1);
+  if (stash != 1 && stash != 11) return c.Fail("attribute 'stash_type' = ", stash, " is not supported (1 = float, 11 = double)");
+  const Shape inner(x.begin() + axis, x.end());
+  for (int i = 1; i < 3; ++i) {  // Scale and B broadcast to X's normalized dims
+    if (!c.has_input(i)) continue;
+    const Shape& s = c.in_shape(i);
+    bool ok = s.size() <= inner.size();
+    for (std::size_t d = 0; ok && d < s.size(); ++d) {
+      const std::int64_t t = inner[inner.size() - s.size() + d];
+      ok = s[d] == 1 || s[d] < 0 || t < 0 || s[d] == t;
+    }
+    if (!ok) return c.Fail("input ", i, " (", i == 1 ? "Scale" : "B", ") has shape ", ShapeToString(s), ", not broadcastable to the normalized dims ", ShapeToString(inner));
+  }
+  c.SetOutput(0, c.in_dtype(0), x);
+  Shape stat(x.begin(), x.begin() + axis);
+  stat.resize(x.size(), 1);
+  for (int j = 1; j < c.num_outputs(); ++j) c.SetOutput(j, static_cast<DType>(stash), stat);
+  return Status::Ok();
+}
+
+Status InferInstanceNorm(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 2));
+  const Shape& x = c.in_shape(0);
+  if (x.size() < 3) return c.Fail("input must have rank >= 3 (N, C, D1, ...), has shape ", ShapeToString(x));
+  for (int i = 1; i < 3; ++i) {
+    const Shape& s = c.in_shape(i);
+    if (s.size() != 1 || (s[0] >= 0 && x[1] >= 0 && s[0] != x[1])) {
+      return c.Fail("input ", i, " (", i == 1 ? "scale" : "B", ") must have shape [", x[1], "], has ", ShapeToString(s));
+    }
+  }
+  return InferSameAsInput(c);
+}
+
 }  // namespace
 
 void RegisterNormOps(OpRegistry& r) {
+  OpDef ln;
+  ln.type = "LayerNormalization";
+  ln.versions = {17};
+  ln.min_inputs = 2;
+  ln.max_inputs = 3;
+  ln.max_outputs = 3;
+  ln.attributes = {"axis", "epsilon", "stash_type"};
+  ln.input_types = FloatTypes();
+  ln.infer = InferLayerNorm;
+  r.Register(ln);
+  OpDef in;
+  in.type = "InstanceNormalization";
+  in.versions = {1, 6};
+  in.min_inputs = in.max_inputs = 3;
+  in.attributes = {"epsilon", "consumed_inputs"};
+  in.input_types = FloatTypes();
+  in.infer = InferInstanceNorm;
+  r.Register(in);
+
   OpDef d;
   d.type = "BatchNormalization";
   d.versions = {7, 9, 14, 15};

@@ -147,13 +147,16 @@ def graph_inputs(model_path):
 
 
 INT_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}
 
 
 def run_case(args, case, tmp_root):
     """Compile and run one case. Kiln compiles static shapes: when a case feeds
     shape-determining values (Reshape's shape, Slice's starts, ...) as graph
     inputs, its integer inputs are baked in with --const-input (the PASS line
-    says so) and only the remaining inputs are fed at run time."""
+    says so) and only the remaining inputs are fed at run time; if dims still
+    cannot resolve, its float inputs of rank <= 1 (Resize's scales, Range's
+    bounds) are baked in too."""
     work = tempfile.mkdtemp(prefix=case.name + "-", dir=tmp_root)
     try:
         model = os.path.join(case.path, "model.onnx")
@@ -162,17 +165,28 @@ def run_case(args, case, tmp_root):
         inputs = graph_inputs(model)
         frozen = set()
         err = kiln_call(args, ["compile", "--model", model, "--output", compiled], "compile")
-        if err and ("unresolved" in err or "cannot resolve" in err) and len(data_sets) == 1:
+        unresolved = lambda e: e and ("unresolved" in e or "cannot resolve" in e)
+        if unresolved(err) and len(data_sets) == 1:
             src = os.path.join(case.path, data_sets[0])
-            cmd = ["compile", "--model", model, "--output", compiled]
-            for i, name in enumerate(numbered(src, "input_")):
-                if i < len(inputs) and inputs[i][1] in INT_TYPES:
+            # First the integer inputs; if dims still cannot resolve, also the
+            # float inputs of rank <= 1 (Resize's scales, Range's bounds).
+            for kinds, what in ((INT_TYPES, "integer inputs"), (INT_TYPES | FLOAT_TYPES, "integer and small float inputs")):
+                cmd = ["compile", "--model", model, "--output", compiled]
+                tried, frozen = frozen, set()
+                for i, name in enumerate(numbered(src, "input_")):
+                    if i >= len(inputs) or inputs[i][1] not in kinds:
+                        continue
+                    arr = read_pb(os.path.join(src, name))
+                    if inputs[i][1] in FLOAT_TYPES and arr.ndim > 1:
+                        continue
                     npy = os.path.join(work, f"const_{i}.npy")
-                    np.save(npy, read_pb(os.path.join(src, name)), allow_pickle=False)
+                    np.save(npy, arr, allow_pickle=False)
                     cmd += ["--const-input", f"{inputs[i][0]}={npy}"]
                     frozen.add(i)
-            if frozen:
-                err = kiln_call(args, cmd, "compile (integer inputs as constants)")
+                if frozen and frozen != tried:
+                    err = kiln_call(args, cmd, f"compile ({what} as constants)")
+                if not unresolved(err):
+                    break
         if err:
             return "FAIL", err
         for ds in data_sets:
@@ -200,7 +214,7 @@ def run_case(args, case, tmp_root):
                     return "FAIL", f"{ds}: output {i}: {err}"
         note = ""
         if frozen:
-            note = "integer inputs " + ", ".join(inputs[i][0] for i in sorted(frozen)) + " compiled in as constants"
+            note = "inputs " + ", ".join(inputs[i][0] for i in sorted(frozen)) + " compiled in as constants"
         return "PASS", note
     except Exception as e:  # a broken case must not stop the run
         return "FAIL", f"runner error: {type(e).__name__}: {e}"

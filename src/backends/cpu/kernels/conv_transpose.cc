@@ -1,7 +1,101 @@
+// ConvTranspose on oneDNN's deconvolution (float32, 1-D/2-D/3-D, grouped,
+// dilated). ONNX weights [C_in, C_out/group, k...] are described to oneDNN by
+// strides and reordered into its preferred layout: once at load when
+// constant, else on every run. Output padding (extra output at the end) is a
+// negative right padding.
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
+#include "ops/conv_transpose.h"
 
 namespace kiln::cpu {
+namespace {
 
-void RegisterConvTransposeKernels(KernelRegistry& r) {}
+using dnnl::memory;
+
+class ConvTransposeKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init) {
+    const ir::Node& node = *init.node;
+    const Shape& x = init.inputs[0].shape;
+    const Shape& w = init.inputs[1].shape;
+    const Shape& y = init.outputs[0].shape;
+    const std::int64_t group = node.GetInt("group", 1);
+    const std::size_t sp = x.size() - 2;
+    KILN_ASSIGN_OR_RETURN(ops::DeconvGeometry geo, ops::ComputeDeconv(node, Shape(x.begin() + 2, x.end()),
+                                                                      std::vector<std::int64_t>(w.begin() + 2, w.end())));
+    memory::dims strides(geo.strides.begin(), geo.strides.end()), dil(sp);
+    memory::dims pl(geo.pads_begin.begin(), geo.pads_begin.end()), pr(geo.pads_end.begin(), geo.pads_end.end());
+    for (std::size_t i = 0; i < sp; ++i) dil[i] = geo.dilations[i] - 1;
+    // Logical oneDNN weights: [OC, IC, k...] or [G, OC/G, IC/G, k...].
+    const std::vector<std::int64_t> st = Strides(w);
+    const std::int64_t icg = w[0] / group, ocg = w[1];
+    Shape wd, ws;
+    if (group > 1) {
+      wd = {group, ocg, icg};
+      ws = {icg * st[0], st[1], st[0]};
+    } else {
+      wd = {ocg, w[0]};
+      ws = {st[1], st[0]};
+    }
+    wd.insert(wd.end(), w.begin() + 2, w.end());
+    ws.insert(ws.end(), st.begin() + 2, st.end());
+    const memory::desc w_user = StridedDesc(wd, ws);
+    const HostTensor* wconst = init.const_input(1);
+    const bool has_bias = init.inputs.size() > 2 && init.inputs[2].present();
+    return DnnlCall("ConvTranspose", [&] {
+      memory::desc w_any(memory::dims(wd.begin(), wd.end()), memory::data_type::f32, memory::format_tag::any);
+      memory::desc b_md = has_bias ? PlainDesc({y[1]}) : memory::desc();
+      dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                          PlainDesc(x), w_any, b_md, PlainDesc(y), strides, dil, pl, pr);
+      dnnl::deconvolution_forward::primitive_desc pd(d, DnnlEngine());
+      prim_ = dnnl::deconvolution_forward(pd);
+      src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
+      dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+      weights_ = memory(pd.weights_desc(), DnnlEngine());
+      user_w_ = memory(w_user, DnnlEngine(), wconst ? const_cast<void*>(wconst->data()) : nullptr);
+      reorder_ = dnnl::reorder(user_w_, weights_);
+      if (wconst) {
+        reorder_.execute(DnnlStream(), user_w_, weights_);
+        DnnlStream().wait();
+      }
+      runtime_weights_ = !wconst;
+      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_}};
+      if (has_bias) {
+        bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
+        args_[DNNL_ARG_BIAS] = bias_;
+      }
+    });
+  }
+
+  Status Run(const KernelArgs& a) override {
+    if (runtime_weights_) {
+      user_w_.set_data_handle(const_cast<void*>(a.in(1)));
+      reorder_.execute(DnnlStream(), user_w_, weights_);
+    }
+    src_.set_data_handle(const_cast<void*>(a.in(0)));
+    dst_.set_data_handle(a.out(0));
+    if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
+    prim_.execute(DnnlStream(), args_);
+    DnnlStream().wait();
+    return Status::Ok();
+  }
+
+ private:
+  dnnl::deconvolution_forward prim_;
+  dnnl::reorder reorder_;
+  memory src_, weights_, user_w_, bias_, dst_;
+  std::unordered_map<int, memory> args_;
+  bool runtime_weights_ = false;
+};
+
+}  // namespace
+
+void RegisterConvTransposeKernels(KernelRegistry& r) {
+  r.Register("ConvTranspose", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    auto k = std::make_unique<ConvTransposeKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init));
+    return std::unique_ptr<Kernel>(std::move(k));
+  });
+}
 
 }  // namespace kiln::cpu

@@ -3,6 +3,11 @@
 // once, at load; in training mode from the batch, with the running-statistics
 // outputs. X is viewed as [N, P, inner]: P channels (or, for spatial=0, every
 // element of a sample) each with `inner` contiguous values.
+//
+// LayerNormalization: X as [outer, inner] rows, each normalized with its own
+// mean and variance, then Scale and B (broadcast to the row) applied.
+// InstanceNormalization: the same per (n, c) over the spatial dims, with a
+// per-channel scale and bias.
 #include <cmath>
 
 #include "backends/cpu/kernels/util.h"
@@ -145,6 +150,137 @@ class BatchNormKernel : public Kernel {
   std::vector<T> scale_, shift_;
 };
 
+// Parameter input i broadcast (numpy, right-aligned) to `target` dims, as doubles.
+std::vector<double> BroadcastParam(const KernelInit& init, const KernelArgs* a, int i, const Shape& target) {
+  const Shape& s = init.inputs[i].shape;
+  const void* p = init.const_input(i) ? init.const_input(i)->data() : a->in(i);
+  const std::vector<double> v = LoadParams(p, init.inputs[i].dtype, NumElements(s));
+  const std::int64_t n = NumElements(target);
+  std::vector<double> out(static_cast<std::size_t>(n));
+  const std::vector<std::int64_t> st = Strides(s);
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::int64_t rem = k, off = 0;
+    for (std::size_t d = target.size(); d-- > 0;) {
+      const std::int64_t c = rem % target[d];
+      rem /= target[d];
+      const std::size_t sd = d + s.size();
+      if (sd >= target.size() && s[sd - target.size()] != 1) off += c * st[sd - target.size()];
+    }
+    out[k] = v[off];
+  }
+  return out;
+}
+
+// Mean and 1/sqrt(var + eps) of n values (two passes, in double).
+template <typename T>
+void RowStats(const T* x, std::int64_t n, double eps, double* mean, double* inv) {
+  double sum = 0, sq = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += x[i];
+  const double m = n ? sum / n : 0.0;
+  for (std::int64_t i = 0; i < n; ++i) sq += (x[i] - m) * (x[i] - m);
+  *mean = m;
+  *inv = 1.0 / std::sqrt((n ? sq / n : 0.0) + eps);
+}
+
+template <typename T>
+class LayerNormKernel : public Kernel {
+ public:
+  explicit LayerNormKernel(const KernelInit& init) : init_(init) {
+    const Shape& x = init.inputs[0].shape;
+    std::int64_t axis = init.node->GetInt("axis", -1);
+    if (axis < 0) axis += static_cast<std::int64_t>(x.size());
+    inner_shape_ = Shape(x.begin() + axis, x.end());
+    inner_ = NumElements(inner_shape_);
+    outer_ = inner_ ? NumElements(x) / inner_ : 0;
+    eps_ = init.node->GetFloat("epsilon", 1e-5f);
+    has_b_ = init.inputs.size() > 2 && init.inputs[2].present();
+    fixed_ = init.const_input(1) && (!has_b_ || init.const_input(2));
+    if (fixed_) Params(nullptr);
+  }
+
+  Status Run(const KernelArgs& a) override {
+    if (!fixed_) Params(&a);
+    const T* x = a.in_as<T>(0);
+    T* y = a.out_as<T>(0);
+    const int nout = static_cast<int>(init_.outputs.size());
+    ParallelFor(outer_, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(inner_, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) {
+        double mean, inv;
+        RowStats(x + r * inner_, inner_, eps_, &mean, &inv);
+        for (std::int64_t i = 0; i < inner_; ++i) {
+          y[r * inner_ + i] = static_cast<T>((x[r * inner_ + i] - mean) * inv * scale_[i] + bias_[i]);
+        }
+        for (int j = 1; j < nout; ++j) {
+          if (!init_.outputs[j].present()) continue;
+          const double v = j == 1 ? mean : inv;
+          if (init_.outputs[j].dtype == DType::kFloat64) a.out_as<double>(j)[r] = v;
+          else a.out_as<float>(j)[r] = static_cast<float>(v);
+        }
+      }
+    });
+    return Status::Ok();
+  }
+
+ private:
+  void Params(const KernelArgs* a) {
+    scale_ = BroadcastParam(init_, a, 1, inner_shape_);
+    bias_ = has_b_ ? BroadcastParam(init_, a, 2, inner_shape_) : std::vector<double>(inner_, 0.0);
+  }
+
+  KernelInit init_;
+  Shape inner_shape_;
+  std::int64_t inner_ = 0, outer_ = 0;
+  double eps_ = 1e-5;
+  bool has_b_ = false, fixed_ = false;
+  std::vector<double> scale_, bias_;
+};
+
+template <typename T>
+class InstanceNormKernel : public Kernel {
+ public:
+  explicit InstanceNormKernel(const KernelInit& init) : init_(init) {
+    const Shape& x = init.inputs[0].shape;
+    c_ = x[1];
+    inner_ = NumElements(Shape(x.begin() + 2, x.end()));
+    rows_ = x[0] * c_;
+    eps_ = init.node->GetFloat("epsilon", 1e-5f);
+  }
+
+  Status Run(const KernelArgs& a) override {
+    auto param = [&](int i) {
+      const void* p = init_.const_input(i) ? init_.const_input(i)->data() : a.in(i);
+      return LoadParams(p, init_.inputs[i].dtype, c_);
+    };
+    const std::vector<double> scale = param(1), bias = param(2);
+    const T* x = a.in_as<T>(0);
+    T* y = a.out_as<T>(0);
+    ParallelFor(rows_, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(inner_, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) {
+        double mean, inv;
+        RowStats(x + r * inner_, inner_, eps_, &mean, &inv);
+        const double s = scale[r % c_] * inv, t = bias[r % c_];
+        for (std::int64_t i = 0; i < inner_; ++i) y[r * inner_ + i] = static_cast<T>((x[r * inner_ + i] - mean) * s + t);
+      }
+    });
+    return Status::Ok();
+  }
+
+ private:
+  KernelInit init_;
+  std::int64_t c_ = 0, inner_ = 0, rows_ = 0;
+  double eps_ = 1e-5;
+};
+
+template <template <typename> class K>
+Result<std::unique_ptr<Kernel>> MakeFloatKernel(const KernelInit& init) {
+  std::unique_ptr<Kernel> k;
+  KILN_RETURN_IF_ERROR(DispatchFloat(init.inputs[0].dtype, [&](auto tag) -> Status {
+    k = std::make_unique<K<typename decltype(tag)::type>>(init);
+    return Status::Ok();
+  }));
+  return k;
+}
+
 }  // namespace
 
 void RegisterNormKernels(KernelRegistry& r) {
@@ -156,6 +292,8 @@ void RegisterNormKernels(KernelRegistry& r) {
     }));
     return k;
   });
+  r.Register("LayerNormalization", MakeFloatKernel<LayerNormKernel>);
+  r.Register("InstanceNormalization", MakeFloatKernel<InstanceNormKernel>);
 }
 
 }  // namespace kiln::cpu
