@@ -4,36 +4,19 @@
   /usr/bin/python3 tests/models/test_lstm.py --kiln build/kiln --work DIR
 
 Exports the model (random weights, fixed seed) with torch.onnx.export into DIR/lstm/, compiles
-it with `kiln compile`, runs it with `kiln run --input 0=x.npy`, and compares every output
+it with `kiln compile`, checks it with `kiln inspect --json` (input x and outputs y, h_n, c_n
+with static shapes), runs it with `kiln run --input x=x.npy`, and compares every output
 (Y, h_n, c_n) with PyTorch's (|out - expected| <= atol + rtol * |expected|). Prints one
 PASS/FAIL line with the largest error per output; exits 0 on pass, 1 on failure.
 """
 import argparse
 import os
-import shlex
-import subprocess
 import sys
 
 import numpy as np
 
-
-class TestError(Exception):
-    pass
-
-
-def run(cmd, what, timeout):
-    print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise TestError(f"{what} timed out after {timeout}s")
-    except OSError as e:
-        raise TestError(f"{what}: cannot run {cmd[0]}: {e}")
-    if p.stdout.strip():
-        print(p.stdout.rstrip())
-    if p.returncode != 0:
-        raise TestError(f"{what} failed with exit code {p.returncode}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_torchvision_models import TestError, check_inspect, run  # noqa: E402
 
 
 def export(mdir, args):
@@ -84,7 +67,11 @@ def main():
         export(mdir, args)
         run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", kiln_file],
             "kiln compile", args.timeout)
-        run([kiln, "run", kiln_file, "--input", "0=" + os.path.join(mdir, "x.npy"),
+        refs = [np.load(os.path.join(mdir, f"expected_{i}.npy")) for i in range(len(names))]
+        check_inspect(kiln, kiln_file, [("x", "float32", (args.seq, args.batch, args.input_size))],
+                      [(n, "float32", r.shape) for n, r in zip(("y", "h_n", "c_n"), refs)],
+                      args.timeout)
+        run([kiln, "run", kiln_file, "--input", "x=" + os.path.join(mdir, "x.npy"),
              "--output-dir", out_dir], "kiln run", args.timeout)
         ok, parts = True, []
         for i, name in enumerate(names):
@@ -92,7 +79,7 @@ def main():
             if not os.path.exists(out_file):
                 raise TestError(f"kiln run wrote no {out_file}")
             out = np.load(out_file).astype(np.float64)
-            ref = np.load(os.path.join(mdir, f"expected_{i}.npy")).astype(np.float64)
+            ref = refs[i].astype(np.float64)
             if out.shape != ref.shape:
                 raise TestError(f"{name}: shape mismatch: kiln {out.shape} vs PyTorch {ref.shape}")
             diff = np.abs(out - ref)

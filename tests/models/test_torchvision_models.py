@@ -5,11 +5,17 @@
 
 Exports the model with tools/export_torchvision.py into DIR/<model>/ (reused when already
 there and newer than the export script), compiles it with `kiln compile`, runs it with
-`kiln run --input 0=input.npy`, and compares output_0.npy with PyTorch's expected.npy
-(|out - expected| <= atol + rtol * |expected|, as numpy.testing.assert_allclose).
+`kiln run --input input=input.npy`, and compares output_0.npy with PyTorch's expected.npy
+(|out - expected| <= atol + rtol * |expected|, as numpy.testing.assert_allclose). The .kiln is
+also checked with `kiln inspect --json`: one input 'input' float32[1,3,224,224] and one output
+'output' float32 shaped like expected.npy, no unresolved (-1) dims.
 Prints one PASS/FAIL line; exits 0 on pass, 1 on failure.
+
+run(), check_inspect() and compare() are shared with the other model tests (test_bert.py,
+test_lstm.py).
 """
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -26,7 +32,8 @@ class TestError(Exception):
     pass
 
 
-def run(cmd, what, timeout):
+def run(cmd, what, timeout, echo=True):
+    """Runs cmd; returns its stdout+stderr (printed unless echo is False)."""
     print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -35,10 +42,56 @@ def run(cmd, what, timeout):
         raise TestError(f"{what} timed out after {timeout}s")
     except OSError as e:
         raise TestError(f"{what}: cannot run {cmd[0]}: {e}")
-    if p.stdout.strip():
+    if p.stdout.strip() and (echo or p.returncode != 0):
         print(p.stdout.rstrip())
     if p.returncode != 0:
         raise TestError(f"{what} failed with exit code {p.returncode}")
+    return p.stdout
+
+
+def _describe(t):
+    return f"{t.get('name')!r} {t.get('dtype')}{t.get('shape')}"
+
+
+def check_inspect(kiln, kiln_file, inputs, outputs, timeout):
+    """Checks `kiln inspect --json` of kiln_file; returns its parsed JSON.
+
+    inputs / outputs: lists of (name, dtype, shape) the model must have, in order; name or
+    shape None = not checked. Every input and output shape must be fully static (a list of
+    non-negative ints, no -1), whatever is expected."""
+    cmd = [kiln, "inspect", kiln_file, "--json"]
+    text = run(cmd, "kiln inspect --json", timeout, echo=False)
+    try:
+        j = json.loads(text)
+    except ValueError as e:
+        raise TestError(f"kiln inspect --json printed no valid JSON ({e}): {text[:300]!r}")
+    for key, want in (("inputs", inputs), ("outputs", outputs)):
+        got = j.get(key)
+        if not isinstance(got, list):
+            raise TestError(f"kiln inspect --json: no '{key}' list")
+        for t in got:
+            shape = t.get("shape")
+            if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool)
+                                                    and d >= 0 for d in shape)):
+                raise TestError(f"kiln inspect --json: {key[:-1]} {_describe(t)} has an unresolved "
+                                "or invalid shape (want only static dims)")
+        if len(got) != len(want):
+            raise TestError(f"kiln inspect --json: {len(got)} {key} "
+                            f"({', '.join(_describe(t) for t in got)}), expected {len(want)}")
+        for t, (name, dtype, shape) in zip(got, want):
+            if ((name is not None and t.get("name") != name) or t.get("dtype") != dtype
+                    or (shape is not None and t.get("shape") != list(shape))):
+                raise TestError(f"kiln inspect --json: {key[:-1]} {_describe(t)}, expected "
+                                f"{name!r} {dtype}{list(shape) if shape is not None else ''}")
+    n = j.get("num_nodes")
+    counts = j.get("op_counts") or {}
+    if not isinstance(n, int) or n <= 0 or sum(counts.values()) != n or len(j.get("nodes", [])) != n:
+        raise TestError(f"kiln inspect --json: inconsistent node counts (num_nodes={n}, "
+                        f"op_counts total {sum(counts.values())}, nodes {len(j.get('nodes', []))})")
+    print("inspect: " + "; ".join(f"{k}: " + ", ".join(_describe(t) for t in j[k])
+                                  for k in ("inputs", "outputs"))
+          + f"; {n} nodes, arena {j.get('memory', {}).get('arena_bytes')} bytes", flush=True)
+    return j
 
 
 def ensure_export(model, mdir, opset, seed, timeout):
@@ -69,8 +122,9 @@ def compare(out, expected, rtol, atol):
         rel = diff / np.abs(b)
     rel_ok = np.isfinite(rel)
     max_rel = float(rel[rel_ok].max()) if rel_ok.any() else 0.0
+    max_ref = float(np.abs(b[np.isfinite(b)]).max()) if np.isfinite(b).any() else float("nan")
     msg = (f"max_abs_err={max_abs:.3g} max_rel_err={max_rel:.3g} "
-           f"mismatches={n_bad}/{b.size} (rtol={rtol:g}, atol={atol:g})")
+           f"mismatches={n_bad}/{b.size} (rtol={rtol:g}, atol={atol:g}; max|expected|={max_ref:.3g})")
     if n_nan:
         msg += f" non-finite outputs={n_nan}"
     if n_bad:
@@ -108,19 +162,22 @@ def main():
             "kiln compile", args.timeout)
         if not os.path.exists(kiln_file):
             raise TestError(f"kiln compile exited 0 but wrote no {kiln_file}")
+        x = np.load(os.path.join(mdir, "input.npy"), mmap_mode="r")
+        expected = np.load(os.path.join(mdir, "expected.npy"))
+        check_inspect(kiln, kiln_file, [("input", "float32", x.shape)],
+                      [("output", "float32", expected.shape)], args.timeout)
         os.makedirs(out_dir, exist_ok=True)
         out_file = os.path.join(out_dir, "output_0.npy")
         if os.path.exists(out_file):
             os.remove(out_file)
-        cmd = [kiln, "run", kiln_file, "--input", "0=" + os.path.join(mdir, "input.npy"),
+        cmd = [kiln, "run", kiln_file, "--input", "input=" + os.path.join(mdir, "input.npy"),
                "--output-dir", out_dir]
         if args.threads:
             cmd += ["--threads", str(args.threads)]
         run(cmd, "kiln run", args.timeout)
         if not os.path.exists(out_file):
             raise TestError(f"kiln run exited 0 but wrote no {out_file}")
-        ok, msg = compare(np.load(out_file), np.load(os.path.join(mdir, "expected.npy")),
-                          args.rtol, args.atol)
+        ok, msg = compare(np.load(out_file), expected, args.rtol, args.atol)
     except TestError as e:
         ok, msg = False, str(e)
     print(f"{'PASS' if ok else 'FAIL'} {args.model}: {msg}", flush=True)
