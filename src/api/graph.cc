@@ -50,8 +50,12 @@ Result<std::vector<Graph::Tensor>> Graph::AddOp(const std::string& type, const s
                                                 const Attributes& attrs, int num_outputs, const std::string& name) {
   const ops::OpDef* def = ops::OpRegistry::Get().Find(type, "");
   if (!def) {
+    std::string where;
+    for (const std::string& d : custom::PackageSearchDirs()) where += (where.empty() ? "" : ", ") + d;
     return Error(StatusCode::kNotFound, "AddOp: op type '", type,
-                 "' is neither a built-in op nor a registered custom op (RegisterCustomOp / LoadCustomOpPackages)");
+                 "' is neither a built-in op nor a registered custom op (RegisterCustomOp, or a package loaded with "
+                 "LoadCustomOpPackages from ", where.empty() ? std::string("$KILN_CUSTOM_OP_PATH, which is not set") : where,
+                 ")");
   }
   if (num_outputs < 1) return Error(StatusCode::kInvalidArgument, "AddOp '", type, "': num_outputs must be >= 1");
   std::vector<ir::Value*> ins;

@@ -329,6 +329,13 @@ int Inspect(const std::string& path, bool as_json) {
     std::cout << "external weights: " << j["external_weights"].size() << " (" << HumanBytes(total) << ") in "
               << files.size() << " file(s) of the weight directory (default: <model dir>/weight)\n";
   }
+  for (auto& n : j["nodes"]) {
+    if (n["fused"].contains("kiln.inserted_for")) {
+      std::cout << "inserted copy " << n["name"].get<std::string>() << ": custom op '"
+                << n["fused"]["kiln.inserted_for"].get<std::string>()
+                << "' does not implement ArgsUpdater, so this Identity runs every execution\n";
+    }
+  }
   std::cout << "ops (" << j["num_nodes"] << " nodes):\n";
   for (auto& [op, c] : j["op_counts"].items()) std::cout << "  " << op << " x" << c << "\n";
   auto& m = j["memory"];

@@ -277,6 +277,25 @@ TEST(CustomOp, PackageLoadingErrorsSayWhere) {
   unsetenv("KILN_RTC_CACHE_DIR");
 }
 
+TEST(CustomOp, PackageFromCustomOpPathRegistersAndRuns) {
+  setenv("KILN_CUSTOM_OP_PATH", KILN_TEST_PACKAGE_ROOT, 1);
+  Status s = LoadCustomOpPackages();
+  unsetenv("KILN_CUSTOM_OP_PATH");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_NE(FindCustomOp("PkgDouble"), nullptr);
+  Session sess;
+  Graph g("pkg");
+  auto x = g.AddInput("x", DType::kFloat32, {3});
+  auto y = g.AddOp("PkgDouble", {x});
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  ASSERT_TRUE(g.AddOutput(y.value()[0], "y").ok());
+  auto id = sess.AddGraph(std::move(g));
+  ASSERT_TRUE(id.ok());
+  std::vector<float> xv = {1, -2, 3.5f}, yv(3);
+  ASSERT_TRUE(sess.RunGraph(*id, {TensorRef::Of(xv.data(), {3})}, {TensorRef::Of(yv.data(), {3})}).ok());
+  EXPECT_EQ(yv, (std::vector<float>{2, -4, 7}));
+}
+
 TEST(Streams, InOrderEventsAndErrors) {
   auto a = Stream::Create();
   auto b = Stream::Create();
