@@ -113,6 +113,31 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", save(m, "badattr.onnx"), "--output", os.path.join(WORK, "b.kiln"))
         self.assertCleanError(rc, out, "c1", "strides")
 
+    def test_unimplemented_op_version_named(self):
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="old_relu")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 5)])  # Relu-1 (consumed_inputs era)
+        rc, out = kiln("compile", "--model", save(m, "oldrelu.onnx"), "--output", os.path.join(WORK, "o.kiln"))
+        self.assertCleanError(rc, out, "Relu version 1", "old_relu", "implements versions")
+
+    def test_reshape_element_count_mismatch_named(self):
+        g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="bad_reshape")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([4, 2], np.int64), "s")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        rc, out = kiln("compile", "--model", save(m, "badreshape.onnx"), "--output", os.path.join(WORK, "r.kiln"))
+        self.assertCleanError(rc, out, "bad_reshape")
+
+    def test_attribute_value_outside_spec_named(self):
+        g = helper.make_graph([helper.make_node("DepthToSpace", ["x"], ["y"], name="d2s", blocksize=2, mode="XYZ")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        rc, out = kiln("compile", "--model", save(m, "d2s.onnx"), "--output", os.path.join(WORK, "d.kiln"))
+        self.assertCleanError(rc, out, "d2s", "mode")
+
     def test_run_input_errors(self):
         path = save(relu_model(), "relu.onnx")
         k = os.path.join(WORK, "relu.kiln")
