@@ -1,6 +1,7 @@
 // Fusions: Conv+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
 // activation fusion into one kernel (oneDNN post-ops).
 #include <cmath>
+#include <unordered_set>
 
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
@@ -22,9 +23,11 @@ bool IsF32Const(const ir::Value* v) {
 }
 
 // Replaces `second` (whose input 0 is first's only output) by making `first`
-// produce second's output.
-void Absorb(ir::Graph& g, ir::Node* first, ir::Node* second) {
+// produce second's output. `removed` collects deleted nodes so loops over a
+// snapshot of the node list skip them.
+void Absorb(ir::Graph& g, ir::Node* first, ir::Node* second, std::unordered_set<const ir::Node*>& removed) {
   ir::Value* out = second->output(0);
+  removed.insert(second);
   g.RemoveNode(second);
   g.RebindOutput(first, 0, out);
 }
@@ -36,6 +39,7 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
   for (auto& n : g.nodes()) {
     if (n->op_type() == "BatchNormalization" && n->domain().empty()) bns.push_back(n.get());
   }
+  std::unordered_set<const ir::Node*> removed;
   for (ir::Node* bn : bns) {
     ir::Value* x = bn->input(0);
     ir::Node* conv = x->producer();
@@ -67,16 +71,18 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
     }
     conv->SetInput(1, g.AddConstant(conv->input(1)->name() + "_bnfold", nw));
     conv->SetInput(2, g.AddConstant(conv->name() + "_bias_bnfold", nb));
-    Absorb(g, conv, bn);
+    Absorb(g, conv, bn, removed);
   }
   return Status::Ok();
 }
 
 Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
   // 1. MatMul(A[M,K], const B[K,N]) + Add(const bias[N] or [1,N]) -> Gemm.
+  std::unordered_set<const ir::Node*> removed;
   std::vector<ir::Node*> nodes;
   for (auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* mm : nodes) {
+    if (removed.count(mm)) continue;
     if (mm->op_type() != "MatMul" || !mm->domain().empty()) continue;
     ir::Value* a = mm->input(0);
     ir::Value* b = mm->input(1);
@@ -93,12 +99,13 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
     mm->set_op_type("Gemm");
     mm->set_since_version(13);
     mm->SetInput(2, bias);
-    Absorb(g, mm, add);
+    Absorb(g, mm, add, removed);
   }
   // 2. Conv + Add(const per-channel bias) when the Conv has none.
   nodes.clear();
   for (auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* conv : nodes) {
+    if (removed.count(conv)) continue;
     if (conv->op_type() != "Conv" || !conv->domain().empty() || conv->input(2)) continue;
     const ir::Node* add_c = SoleConsumer(g, conv->output(0));
     if (!add_c || add_c->op_type() != "Add" || add_c->HasAttr("axis") || conv->output(0)->shape().size() < 3) continue;
@@ -118,12 +125,13 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
     auto flat = std::make_shared<HostTensor>(DType::kFloat32, Shape{c},
                                              bias->constant()->data(), bias->constant());
     conv->SetInput(2, g.AddConstant(bias->name() + "_flat", flat));
-    Absorb(g, conv, add);
+    Absorb(g, conv, add, removed);
   }
   // 3. Conv/Gemm + activation.
   nodes.clear();
   for (auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* op : nodes) {
+    if (removed.count(op)) continue;
     if ((op->op_type() != "Conv" && op->op_type() != "Gemm") || !op->domain().empty()) continue;
     if (op->HasAttr(kActAttr) || op->output(0)->dtype() != DType::kFloat32) continue;
     const ir::Node* act_c = SoleConsumer(g, op->output(0));
@@ -149,7 +157,7 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
     op->SetAttr(kActAttr, ir::Attribute::String(t));
     op->SetAttr(kActAlphaAttr, ir::Attribute::Float(alpha));
     op->SetAttr(kActBetaAttr, ir::Attribute::Float(beta));
-    Absorb(g, op, act);
+    Absorb(g, op, act, removed);
   }
   return Status::Ok();
 }
