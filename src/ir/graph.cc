@@ -141,22 +141,27 @@ void Graph::ReplaceAllUses(Value* from, Value* to) {
   for (Value*& o : outputs_) {
     if (o == from) o = to;
   }
-  // Subgraphs may capture `from` by pointer.
-  for (auto& n : nodes_) {
-    for (auto& [k, a] : n->attrs_) {
-      auto fix = [&](const std::shared_ptr<Graph>& g) {
-        if (g) {
-          for (auto& sn : g->nodes_) {
+  // Subgraphs (at any depth) may capture `from` by pointer.
+  auto fix_subgraphs = [&](const Graph& g, auto& self) -> void {
+    for (auto& n : g.nodes_) {
+      for (auto& [k, a] : n->attrs_) {
+        std::vector<std::shared_ptr<Graph>> subs = a.graphs;
+        if (a.g) subs.push_back(a.g);
+        for (auto& sg : subs) {
+          for (auto& sn : sg->nodes_) {
             for (int i = 0; i < sn->num_inputs(); ++i) {
               if (sn->inputs_[i] == from) sn->SetInput(i, to);
             }
           }
+          for (Value*& o : sg->outputs_) {
+            if (o == from) o = to;
+          }
+          self(*sg, self);
         }
-      };
-      fix(a.g);
-      for (auto& g : a.graphs) fix(g);
+      }
     }
-  }
+  };
+  fix_subgraphs(*this, fix_subgraphs);
 }
 
 void Graph::RebindOutput(Node* n, int i, Value* v) {
@@ -214,11 +219,33 @@ Status Graph::TopologicalSort() {
   std::vector<Node*> ready;
   std::unordered_map<const Node*, std::size_t> original_pos;
   for (std::size_t i = 0; i < nodes_.size(); ++i) original_pos[nodes_[i].get()] = i;
+  // A node depends on the producers of its inputs and of the values its
+  // subgraphs (at any depth) read from this graph.
+  std::unordered_map<const Node*, std::vector<Node*>> dependents;
+  auto add_sub_deps = [&](const Node& n, std::set<Node*>& deps, auto& self) -> void {
+    for (auto& [k, a] : n.attrs_) {
+      std::vector<std::shared_ptr<Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (auto& sg : subs) {
+        for (auto& sn : sg->nodes_) {
+          for (Value* in : sn->inputs_) {
+            if (in && in->producer_ && in->owner_ == this) deps.insert(in->producer_);
+          }
+          self(*sn, deps, self);
+        }
+        for (Value* o : sg->outputs_) {
+          if (o->producer_ && o->owner_ == this) deps.insert(o->producer_);
+        }
+      }
+    }
+  };
   for (auto& n : nodes_) {
-    std::set<const Node*> deps;
+    std::set<Node*> deps;
     for (Value* in : n->inputs_) {
       if (in && in->producer_ && in->owner_ == this) deps.insert(in->producer_);
     }
+    add_sub_deps(*n, deps, add_sub_deps);
+    for (Node* d : deps) dependents[d].push_back(n.get());
     pending[n.get()] = static_cast<int>(deps.size());
     if (deps.empty()) ready.push_back(n.get());
   }
@@ -231,13 +258,7 @@ Status Graph::TopologicalSort() {
     Node* n = ready.back();
     ready.pop_back();
     order.push_back(n);
-    std::set<Node*> users;
-    for (Value* o : n->outputs_) {
-      for (const Use& u : o->uses_) {
-        if (u.node->graph_ == this) users.insert(u.node);
-      }
-    }
-    for (Node* u : users) {
+    for (Node* u : dependents[n]) {
       if (--pending[u] == 0) {
         ready.push_back(u);
         std::push_heap(ready.begin(), ready.end(), cmp);

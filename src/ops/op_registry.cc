@@ -31,6 +31,7 @@ OpRegistry& OpRegistry::Get() {
     RegisterResizeOps(*reg);
     RegisterRnnOps(*reg);
     RegisterInternalOps(*reg);
+    RegisterControlFlowOps(*reg);
     return reg;
   }();
   return *r;

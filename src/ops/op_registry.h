@@ -94,5 +94,6 @@ void RegisterConvTransposeOps(OpRegistry& r);
 void RegisterResizeOps(OpRegistry& r);
 void RegisterRnnOps(OpRegistry& r);
 void RegisterInternalOps(OpRegistry& r);
+void RegisterControlFlowOps(OpRegistry& r);
 
 }  // namespace kiln::ops

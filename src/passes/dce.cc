@@ -19,6 +19,9 @@ Status EliminateDeadCode(ir::Graph& g, const PassOptions&) {
         for (auto& gg : a.graphs) self(*gg, self);
       }
     }
+    for (ir::Value* o : sg.outputs()) {
+      if (o->owner() != &sg) work.push_back(o);
+    }
   };
   while (!work.empty()) {
     const ir::Value* v = work.back();

@@ -1,6 +1,9 @@
 // Shape inference and constant folding, in one topological sweep so that
 // shape arithmetic (Shape -> Gather -> Concat -> Reshape) folds completely.
+// An If whose condition folds to a constant is replaced by its taken branch,
+// whose nodes are then inferred and folded in turn.
 #include <algorithm>
+#include <deque>
 
 #include "backends/cpu/kernel.h"
 #include "custom/registry.h"
@@ -50,9 +53,32 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
                  ShapeToString(in->shape()), dims.empty() ? " (unknown rank)" : " (" + dims + ")",
                  "; fix them with --input-shape \"", in->name(), ":d0,d1,...\"");
   }
-  std::vector<ir::Node*> order;
-  for (auto& n : g.nodes()) order.push_back(n.get());
-  for (ir::Node* n : order) {
+  std::deque<ir::Node*> work;
+  for (auto& n : g.nodes()) work.push_back(n.get());
+  bool inlined = false;
+  while (!work.empty()) {
+    ir::Node* n = work.front();
+    work.pop_front();
+    if (HasSubgraph(*n)) {
+      const bool fold = !opts.disabled.count("fold");
+      if (fold && n->op_type() == "If" && n->domain().empty() && n->input(0) && n->input(0)->is_constant()) {
+        KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+        KILN_ASSIGN_OR_RETURN(std::vector<ir::Node*> added, InlineConstantIf(g, n));
+        work.insert(work.begin(), added.begin(), added.end());
+        inlined = true;
+        continue;
+      }
+      // Fold inside subgraphs first, so the node infers from folded shapes.
+      for (auto& [k, a] : n->attrs()) {
+        std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+        if (a.g) subs.push_back(a.g);
+        for (auto& sg : subs) {
+          const std::string what = StrCat(n->Describe(), " attribute '", k, "'");
+          KILN_RETURN_IF_ERROR(sg->TopologicalSort().WithContext(what));
+          KILN_RETURN_IF_ERROR(InferShapesAndFold(*sg, opts).WithContext(what));
+        }
+      }
+    }
     KILN_RETURN_IF_ERROR(ops::InferNode(*n));
     if (opts.disabled.count("fold")) continue;
     std::vector<HostTensorPtr> folded;
@@ -80,7 +106,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
     g.RemoveNode(n);
     for (std::size_t i = 0; i < outs.size(); ++i) outs[i]->set_constant(folded[i]);
   }
-  return Status::Ok();
+  return inlined ? g.TopologicalSort() : Status::Ok();
 }
 
 }  // namespace kiln::passes

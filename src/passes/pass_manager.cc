@@ -6,6 +6,7 @@ PassManager PassManager::Default() {
   PassManager pm;
   pm.Add({"load-file-constants", "import", true, LoadFileConstants});
   pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
+  pm.Add({"lower-subgraphs", "infer", true, LowerSubgraphs});
   pm.Add({"dce", "simplify", false, EliminateDeadCode});
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});

@@ -1,8 +1,9 @@
 // The pass manager: named passes grouped in phases, each switchable by name.
 //
-// Phases run in order: "infer" (shape inference and constant folding),
-// "simplify" (dead-code elimination), "fuse" (Conv+BatchNorm folding, bias and
-// activation fusion), "finalize" (boundary Identity insertion, checks that
+// Phases run in order: "infer" (shape inference and constant folding, If
+// with a constant condition inlined; then subgraphs made self-contained and
+// compiled), "simplify" (dead-code elimination), "fuse" (Conv+BatchNorm
+// folding, bias and activation fusion), "finalize" (boundary Identity insertion, checks that
 // every dim is resolved). Memory planning follows as a separate step.
 #pragma once
 
@@ -54,6 +55,10 @@ Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);
 Status LoadFileConstants(ir::Graph& g, const PassOptions& opts);
 Status InsertIdentityForNonRefreshable(ir::Graph& g, const PassOptions& opts);
+Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts);
+// Replaces If node `n` (constant condition) by its taken branch's nodes;
+// returns the nodes added to `g`.
+Result<std::vector<ir::Node*>> InlineConstantIf(ir::Graph& g, ir::Node* n);
 
 // Not pipeline passes (they do I/O and return records): external weights.
 Result<std::vector<weights::WeightRecord>> ExternalizeConstants(ir::Graph& g, const std::string& dir,

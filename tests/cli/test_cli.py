@@ -232,6 +232,41 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "missing.kiln"))
         self.assertCleanError(rc, out, "nothere.bin")
 
+    def if_model(self, then_nodes, then_out, else_shape=(2,)):
+        then_g = helper.make_graph(then_nodes, "then", [], [helper.make_tensor_value_info(then_out, TensorProto.FLOAT, [2])])
+        else_g = helper.make_graph([helper.make_node("Tile", ["x", "reps"], ["e"], name="tile")], "else", [],
+                                   [helper.make_tensor_value_info("e", TensorProto.FLOAT, list(else_shape))])
+        g = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="branchy", then_branch=then_g, else_branch=else_g)],
+                              "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                    helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([else_shape[0] // 2], np.int64), "reps")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+    def test_if_branch_reads_undefined_value(self):
+        m = self.if_model([helper.make_node("Add", ["x", "ghost"], ["t"], name="t_add")], "t")
+        rc, out = kiln("compile", "--model", save(m, "if_ghost.onnx"), "--output", os.path.join(WORK, "ig.kiln"))
+        self.assertCleanError(rc, out, "If node 'branchy' attribute 'then_branch'", "'ghost'", "t_add")
+        m = self.if_model([], "nowhere")
+        rc, out = kiln("compile", "--model", save(m, "if_noout.onnx"), "--output", os.path.join(WORK, "in.kiln"))
+        self.assertCleanError(rc, out, "If node 'branchy' attribute 'then_branch'", "'nowhere'")
+
+    def test_if_runs_and_branch_shapes_must_agree(self):
+        m = self.if_model([helper.make_node("Neg", ["x"], ["t"], name="t_neg")], "t")
+        k = os.path.join(WORK, "if.kiln")
+        rc, out = kiln("compile", "--model", save(m, "if_ok.onnx"), "--output", k)
+        self.assertEqual(rc, 0, out)
+        np.save(os.path.join(WORK, "if_x.npy"), np.array([1, 2], np.float32))
+        for c, want in ((True, [-1, -2]), (False, [1, 2])):
+            np.save(os.path.join(WORK, "if_c.npy"), np.array(c))
+            rc, out = kiln("run", k, "--input", "c=" + os.path.join(WORK, "if_c.npy"), "--input",
+                           "x=" + os.path.join(WORK, "if_x.npy"), "--output-dir", os.path.join(WORK, "if_o"))
+            self.assertEqual(rc, 0, out)
+            np.testing.assert_array_equal(np.load(os.path.join(WORK, "if_o", "output_0.npy")), want)
+        m = self.if_model([helper.make_node("Neg", ["x"], ["t"], name="t_neg")], "t", else_shape=(4,))
+        rc, out = kiln("compile", "--model", save(m, "if_shapes.onnx"), "--output", os.path.join(WORK, "is.kiln"))
+        self.assertCleanError(rc, out, "If node 'branchy'", "then_branch yields shape [2], else_branch [4]")
+
     def test_failed_compile_keeps_existing_output(self):
         good = save(relu_model(), "keep.onnx")
         k = os.path.join(WORK, "keep.kiln")

@@ -20,6 +20,7 @@ KernelRegistry& KernelRegistry::Get() {
     RegisterConvTransposeKernels(*reg);
     RegisterResizeKernels(*reg);
     RegisterRnnKernels(*reg);
+    RegisterControlFlowKernels(*reg);
     return reg;
   }();
   return *r;

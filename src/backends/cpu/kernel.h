@@ -104,5 +104,6 @@ void RegisterTensorOpsKernels(KernelRegistry& r);
 void RegisterConvTransposeKernels(KernelRegistry& r);
 void RegisterResizeKernels(KernelRegistry& r);
 void RegisterRnnKernels(KernelRegistry& r);
+void RegisterControlFlowKernels(KernelRegistry& r);
 
 }  // namespace kiln::cpu

@@ -23,6 +23,7 @@ struct Ctx {
   fs::path dir;           // model directory (external data root)
   int opset = 0;
   std::vector<std::string> unsupported;  // collected, reported together
+  std::string scope;      // "If node 'x' attribute 'then_branch': " inside subgraphs
 };
 
 Result<std::string> ReadFile(const fs::path& p) {
@@ -232,18 +233,17 @@ Result<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& ap, ir::Graph
       }
       break;
     }
-    case onnx::AttributeProto::GRAPH: {
-      a.kind = K::kGraph;
-      KILN_ASSIGN_OR_RETURN(auto g, ConvertGraph(ap.g(), owner, ctx, nullptr));
-      a.g = std::move(g);
-      break;
-    }
+    case onnx::AttributeProto::GRAPH:
     case onnx::AttributeProto::GRAPHS: {
-      a.kind = K::kGraphs;
-      for (const auto& gp : ap.graphs()) {
-        KILN_ASSIGN_OR_RETURN(auto g, ConvertGraph(gp, owner, ctx, nullptr));
-        a.graphs.push_back(std::move(g));
+      a.kind = ap.type() == onnx::AttributeProto::GRAPH ? K::kGraph : K::kGraphs;
+      const std::string outer = ctx.scope;
+      ctx.scope += StrCat(what, " attribute '", ap.name(), "': ");
+      for (int i = 0; i < (a.kind == K::kGraph ? 1 : ap.graphs_size()); ++i) {
+        auto g = ConvertGraph(a.kind == K::kGraph ? ap.g() : ap.graphs(i), owner, ctx, nullptr);
+        if (!g.ok()) return g.status();
+        (a.kind == K::kGraph ? a.g : a.graphs.emplace_back()) = std::move(g).value();
       }
+      ctx.scope = outer;
       break;
     }
     default:
@@ -443,7 +443,7 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
   }
   for (const auto& out : gp.output()) {
     ir::Value* v = g->LookupValue(out.name());
-    if (!v) return Error(StatusCode::kInvalidArgument, ctx.path, ": graph output '", out.name(), "' is never produced");
+    if (!v) return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, "graph output '", out.name(), "' is never produced");
     if (v->dtype() == DType::kUndefined && out.type().has_tensor_type()) {
       v->set_dtype(static_cast<DType>(out.type().tensor_type().elem_type()));
     }
@@ -453,8 +453,8 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     if (!v->producer() && !v->is_constant() && !g->IsGraphInput(v.get()) && !v->uses().empty()) {
       // Only an error if a node of a supported op reads it.
       if (ctx.unsupported.empty()) {
-        return Error(StatusCode::kInvalidArgument, ctx.path, ": value '", v->name(), "' is used by ",
-                     v->uses()[0].node->Describe(), " but never defined");
+        return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, "value '", v->name(),
+                     "' is used by ", v->uses()[0].node->Describe(), " but never defined");
       }
     }
   }

@@ -1,0 +1,116 @@
+// Control flow: If (ONNX versions 1, 11, 13, 16; tensor outputs only).
+//
+// Inputs: cond (one bool), then - after the lower-subgraphs pass - the values
+// its branches capture, in the order of the branches' graph inputs. Each
+// branch (attributes then_branch / else_branch) yields one value per output.
+// With a constant cond only the taken branch is inferred (the infer-and-fold
+// pass inlines it); otherwise both are, and since Kiln plans memory
+// statically they must agree on element type and shape.
+#include "ops/common_infer.h"
+
+namespace kiln::ops {
+namespace {
+
+constexpr const char* kBranches[2] = {"then_branch", "else_branch"};
+
+// Infers a subgraph's nodes in order. Values read from enclosing graphs are
+// visible through their pointers; a value defined nowhere is an error.
+Status InferGraph(ir::Graph& g) {
+  KILN_RETURN_IF_ERROR(g.TopologicalSort());
+  for (auto& n : g.nodes()) {
+    for (int i = 0; i < n->num_inputs(); ++i) {
+      const ir::Value* v = n->input(i);
+      if (!v) continue;
+      const ir::Graph* o = v->owner();
+      const ir::Graph* a = &g;
+      while (a && a != o) a = a->parent();
+      if (!a || (!v->producer() && !v->is_constant() && !o->IsGraphInput(v))) {
+        return Error(StatusCode::kInvalidArgument, n->Describe(), ": input ", i, " '", v->name(),
+                     "' is not defined in this graph or an enclosing one");
+      }
+    }
+    KILN_RETURN_IF_ERROR(InferNode(*n));
+  }
+  return Status::Ok();
+}
+
+Status InferIf(InferContext& c) {
+  ir::Node& n = c.node();
+  if (NumElements(c.in_shape(0)) != 1) {
+    return c.Fail("input 0 'cond' must hold exactly one element, has shape ", ShapeToString(c.in_shape(0)));
+  }
+  const HostTensor* cond = c.in_const(0);
+  const int taken = cond ? (*static_cast<const std::uint8_t*>(cond->data()) ? 0 : 1) : -1;
+  ir::Graph* br[2] = {nullptr, nullptr};
+  for (int b = 0; b < 2; ++b) {
+    const ir::Attribute* a = n.FindAttr(kBranches[b]);
+    if (!a || a->kind != ir::Attribute::Kind::kGraph || !a->g) {
+      return c.Fail("attribute '", kBranches[b], "' is missing or not a graph");
+    }
+    ir::Graph& g = *a->g;
+    if (static_cast<int>(g.outputs().size()) != n.num_outputs()) {
+      return c.Fail("attribute '", kBranches[b], "' has ", g.outputs().size(), " outputs, the node has ",
+                    n.num_outputs());
+    }
+    if (static_cast<int>(g.inputs().size()) != n.num_inputs() - 1) {
+      return c.Fail("attribute '", kBranches[b], "' has ", g.inputs().size(), " inputs, the node passes ",
+                    n.num_inputs() - 1, " captured values");
+    }
+    for (int i = 1; i < n.num_inputs(); ++i) {
+      const ir::Value* in = n.input(i);
+      const ir::Value* gi = g.inputs()[i - 1];
+      if (!in || in->dtype() != gi->dtype() || in->shape() != gi->shape()) {
+        return c.Fail("attribute '", kBranches[b], "' input ", i - 1, " '", gi->name(), "' is ",
+                      DTypeName(gi->dtype()), ShapeToString(gi->shape()), " but the node's input ", i, " is ",
+                      in ? DTypeName(in->dtype()) + ShapeToString(in->shape()) : std::string("absent"));
+      }
+    }
+    if (taken >= 0 && taken != b) continue;
+    br[b] = &g;
+    KILN_RETURN_IF_ERROR(InferGraph(g).WithContext(StrCat(n.Describe(), " attribute '", kBranches[b], "'")));
+  }
+  for (int j = 0; j < n.num_outputs(); ++j) {
+    if (taken >= 0) {
+      const ir::Value* o = br[taken]->outputs()[j];
+      c.SetOutput(j, o->dtype(), o->shape());
+      continue;
+    }
+    const ir::Value* t = br[0]->outputs()[j];
+    const ir::Value* e = br[1]->outputs()[j];
+    if (t->dtype() != e->dtype()) {
+      return c.Fail("output ", j, ": then_branch yields ", DTypeName(t->dtype()), ", else_branch yields ",
+                    DTypeName(e->dtype()), " (the branches must agree)");
+    }
+    Shape s = t->shape();
+    bool same = s.size() == e->shape().size();
+    for (std::size_t d = 0; same && d < s.size(); ++d) {
+      if (s[d] < 0 || e->shape()[d] < 0) s[d] = -1;
+      else same = s[d] == e->shape()[d];
+    }
+    if (!same) {
+      return c.Fail("output ", j, ": then_branch yields shape ", ShapeToString(t->shape()), ", else_branch ",
+                    ShapeToString(e->shape()), "; Kiln plans memory statically, so branches of an If whose "
+                    "condition is not a compile-time constant must yield the same shape");
+    }
+    c.SetOutput(j, t->dtype(), s);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterControlFlowOps(OpRegistry& r) {
+  OpDef d;
+  d.type = "If";
+  d.versions = {1, 11, 13, 16};
+  d.min_inputs = 1;
+  d.max_inputs = 1 << 20;  // cond + captured values (lower-subgraphs)
+  d.min_outputs = 1;
+  d.max_outputs = 1 << 20;
+  d.attributes = {"then_branch", "else_branch"};
+  d.input_types = {DType::kBool};
+  d.infer = InferIf;
+  r.Register(d);
+}
+
+}  // namespace kiln::ops
