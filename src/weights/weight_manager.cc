@@ -222,6 +222,11 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
     }
     if (!r.sha256.empty()) {
       if (auto t = im.by_hash[r.sha256].lock(); t && t->dtype() == r.dtype && t->shape() == r.shape) {
+        // A shared weight is checked for this model too when it asks for it.
+        if (cfg.verify && Sha256Hex(t->data(), r.length) != r.sha256) {
+          return Error(StatusCode::kCorrupt, "shared weight for ", what, " fails its SHA-256 check (expected ",
+                       r.sha256, "): its file was modified after it was first loaded");
+        }
         ++im.stats.weights_shared;
         out.push_back(t);
         continue;
@@ -230,6 +235,11 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
     KILN_ASSIGN_OR_RETURN(fs::path path, ResolveInside(dir, r.location, what));
     const std::pair<std::string, std::uint64_t> loc_key{path.string() + (map ? "|map" : "|copy"), r.offset};
     if (auto t = im.by_location[loc_key].lock(); t && t->dtype() == r.dtype && t->shape() == r.shape) {
+      if (cfg.verify && !r.sha256.empty() && Sha256Hex(t->data(), r.length) != r.sha256) {
+        return Error(StatusCode::kCorrupt, "weight file '", path.string(), "' bytes [", r.offset, ", ",
+                     r.offset + r.length, ") for ", what, " fail their SHA-256 check (expected ", r.sha256,
+                     "): the file was modified");
+      }
       ++im.stats.weights_shared;
       out.push_back(t);
       continue;

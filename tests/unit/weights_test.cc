@@ -1148,6 +1148,31 @@ TEST_F(SessionTest, SharedWeightIsNotReadFromADamagedFileAgain) {
   EXPECT_EQ(RunModel(**b), kNoRelu);
 }
 
+TEST_F(SessionTest, SharedWeightIsVerifiedForAModelThatAsksForIt) {
+  // Model a maps the weights (MAP_SHARED); the files are then modified in
+  // place, which the mapping sees. Model b, served from the session by hash,
+  // asks for verification and must notice.
+  Build(1);
+  Session s;
+  LoadOptions lo;
+  lo.weight_load_mode = WeightLoadMode::kMap;
+  auto a = s.LoadModel(kiln_file("a.kiln"), lo);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  for (auto& e : fs::directory_iterator(weight_dir())) {
+    if (e.path().filename().string().rfind("weight_", 0) != 0) continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    char b = 0;
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x40);
+    f.seekp(0);
+    f.write(&b, 1);
+  }
+  lo.verify_weights = true;
+  auto b = s.LoadModel(kiln_file("b.kiln"), lo);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("SHA-256"), std::string::npos) << b.status().ToString();
+}
+
 // ---- locations that leave the weight directory ---------------------------------------
 
 TEST_F(ExternalWeightsTest, FileConstantLocationsOutsideTheWeightDirectoryAreRefused) {
