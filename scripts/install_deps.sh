@@ -9,7 +9,7 @@ level="${1:-build}"
 
 pkgs=(g++ cmake ninja-build pkg-config
       libonnx-dev libprotobuf-dev protobuf-compiler
-      libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev
+      libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libssl-dev
       python3 python3-numpy python3-onnx)
 if [ "$level" = test ] || [ "$level" = bench ]; then
   pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-torchvision)
