@@ -15,6 +15,26 @@ std::vector<std::int64_t> Strides(const Shape& s) {
   return st;
 }
 
+StridedView CollapseStridedView(const StridedView& v, std::size_t min_dims) {
+  StridedView c;
+  c.offset = v.offset;
+  for (std::size_t i = 0; i < v.dims.size(); ++i) {
+    if (v.dims[i] == 1) continue;
+    if (!c.dims.empty() && c.strides.back() == v.strides[i] * v.dims[i]) {
+      c.dims.back() *= v.dims[i];
+      c.strides.back() = v.strides[i];
+      continue;
+    }
+    c.dims.push_back(v.dims[i]);
+    c.strides.push_back(v.strides[i]);
+  }
+  while (c.dims.size() < min_dims) {
+    c.dims.insert(c.dims.begin(), 1);
+    c.strides.insert(c.strides.begin(), 0);
+  }
+  return c;
+}
+
 BroadcastPlan MakeBroadcastPlan(const Shape& a, const Shape& b, const Shape& out) {
   const std::size_t r = out.size();
   std::vector<std::int64_t> da(r, 1), db(r, 1);

@@ -73,34 +73,7 @@ Result<std::unique_ptr<Kernel>> MakeCopy(const KernelInit& init) {
   });
 }
 
-// A strided view of an input, read in row-major order into a contiguous
-// output: out[i...] = in[offset + sum_d i_d * strides_d]. Units: elements.
-struct StridedView {
-  std::int64_t offset = 0;
-  std::vector<std::int64_t> dims, strides;
-};
-
-// Drops size-1 dims and merges dims that are contiguous in the input; leaves
-// at least two dims.
-StridedView Collapse(const StridedView& v) {
-  StridedView c;
-  c.offset = v.offset;
-  for (std::size_t i = 0; i < v.dims.size(); ++i) {
-    if (v.dims[i] == 1) continue;
-    if (!c.dims.empty() && c.strides.back() == v.strides[i] * v.dims[i]) {
-      c.dims.back() *= v.dims[i];
-      c.strides.back() = v.strides[i];
-      continue;
-    }
-    c.dims.push_back(v.dims[i]);
-    c.strides.push_back(v.strides[i]);
-  }
-  while (c.dims.size() < 2) {
-    c.dims.insert(c.dims.begin(), 1);
-    c.strides.insert(c.strides.begin(), 0);
-  }
-  return c;
-}
+StridedView Collapse(const StridedView& v) { return CollapseStridedView(v, 2); }
 
 template <typename E>
 void StridedCopy(const StridedView& v, const E* in, E* out) {

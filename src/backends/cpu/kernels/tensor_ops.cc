@@ -63,32 +63,9 @@ void StoreScalar(DType t, double v, void* dst) {
 
 // ---- Strided copies ----------------------------------------------------------
 
-// out[i...] = in[offset + sum_d i_d * strides_d], row-major over dims (elements).
-struct View {
-  I64 offset = 0;
-  std::vector<I64> dims, strides;
-};
+using View = StridedView;
 
-// Drops size-1 dims, merges dims contiguous in the input; leaves >= 1 dim.
-View Collapse(const View& v) {
-  View c;
-  c.offset = v.offset;
-  for (std::size_t i = 0; i < v.dims.size(); ++i) {
-    if (v.dims[i] == 1) continue;
-    if (!c.dims.empty() && c.strides.back() == v.strides[i] * v.dims[i]) {
-      c.dims.back() *= v.dims[i];
-      c.strides.back() = v.strides[i];
-      continue;
-    }
-    c.dims.push_back(v.dims[i]);
-    c.strides.push_back(v.strides[i]);
-  }
-  if (c.dims.empty()) {
-    c.dims.push_back(1);
-    c.strides.push_back(0);
-  }
-  return c;
-}
+View Collapse(const View& v) { return CollapseStridedView(v, 1); }
 
 // `dims` of `shape` (row-major) read in the order `perm`.
 View Permuted(const Shape& shape, const std::vector<int>& perm) {

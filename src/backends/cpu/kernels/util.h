@@ -99,4 +99,15 @@ void ForEachRow(const BroadcastPlan& p, Fn&& fn) {
 // Row-major strides of a shape, in elements.
 std::vector<std::int64_t> Strides(const Shape& s);
 
+// A strided view of an input, read in row-major order into a contiguous
+// output: out[i...] = in[offset + sum_d i_d * strides_d]. Units: elements.
+struct StridedView {
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> dims, strides;
+};
+
+// Drops size-1 dims and merges dims that are contiguous in the input; pads
+// with leading (1, stride 0) dims up to `min_dims`.
+StridedView CollapseStridedView(const StridedView& v, std::size_t min_dims);
+
 }  // namespace kiln::cpu
