@@ -45,5 +45,7 @@ using Shape = std::vector<std::int64_t>;  // -1 = unknown dim
 std::int64_t NumElements(const Shape& s);
 bool IsStatic(const Shape& s);
 std::string ShapeToString(const Shape& s);  // "[1,3,224,224]"
+// Data-dependent dims (bit d of dynamic_mask) print as upper bounds: "[<=50,4]".
+std::string ShapeToString(const Shape& s, std::uint64_t dynamic_mask);
 
 }  // namespace kiln

@@ -26,8 +26,13 @@ namespace kiln {
 struct TensorInfo {
   std::string name;
   DType dtype = DType::kUndefined;
-  Shape shape;
-  std::size_t bytes = 0;
+  Shape shape;            // for data-dependent dims: their upper bound
+  std::size_t bytes = 0;  // bytes of `shape` (the buffer to bind)
+  // Bit d set: dim d is data-dependent (outputs after NonZero,
+  // NonMaxSuppression, ...). Bind a buffer of the upper-bound shape; the
+  // run writes the actual tensor densely at its start and
+  // Model::output_shape tells its shape.
+  std::uint64_t dynamic_dims = 0;
 };
 
 // A caller-owned buffer with its claimed type and shape (checked against the
@@ -122,6 +127,9 @@ class Model {
   virtual Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& inputs,
                               const std::vector<TensorRef>& outputs) = 0;
   virtual const ExecutionStats& last_stats() const = 0;
+  // Output i's shape in the last completed run (after ExecuteAsync: once the
+  // stream has run it). Equals outputs()[i].shape unless dynamic_dims is set.
+  virtual Shape output_shape(std::size_t i) const = 0;
 };
 
 class Graph;   // kiln/graph.h

@@ -80,11 +80,14 @@ bool IsStatic(const Shape& s) {
   return true;
 }
 
-std::string ShapeToString(const Shape& s) {
+std::string ShapeToString(const Shape& s) { return ShapeToString(s, 0); }
+
+std::string ShapeToString(const Shape& s, std::uint64_t dynamic_mask) {
   std::ostringstream os;
   os << '[';
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (i) os << ',';
+    if (i < 64 && (dynamic_mask >> i & 1)) os << "<=";
     if (s[i] < 0) os << '?'; else os << s[i];
   }
   os << ']';

@@ -73,6 +73,7 @@ json GraphToJson(const ir::Graph& g, const plan::MemoryPlan* plan) {
   json values = json::array();
   for (auto& v : g.values()) {
     json jv{{"name", v->name()}, {"dtype", static_cast<int>(v->dtype())}, {"shape", v->shape()}};
+    if (v->is_dynamic()) jv["dynamic"] = v->dynamic_mask();
     if (v->is_constant()) {
       if (plan) {
         const plan::Placement& p = plan->placements.at(v->name());
@@ -167,6 +168,7 @@ Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* paren
     auto dtype = static_cast<DType>(jv.at("dtype").get<int>());
     Shape shape = jv.at("shape").get<Shape>();
     ir::Value* v = g->AddValue(name, dtype, shape);
+    if (jv.contains("dynamic")) v->set_dynamic_mask(jv.at("dynamic").get<std::uint64_t>());
     if (jv.contains("const")) {
       const json& c = jv.at("const");
       if (c.contains("hex")) {

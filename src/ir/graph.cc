@@ -27,6 +27,7 @@ void Value::set_constant(HostTensorPtr t) {
   if (t) {
     dtype_ = t->dtype();
     shape_ = t->shape();
+    dynamic_mask_ = 0;  // a constant's extents are known
   }
   constant_ = std::move(t);
 }

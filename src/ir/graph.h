@@ -57,6 +57,12 @@ class Value {
   const Shape& shape() const { return shape_; }
   void set_dtype(DType t) { dtype_ = t; }
   void set_shape(Shape s) { shape_ = std::move(s); }
+  // Data-dependent extents (NonZero, NonMaxSuppression and what follows
+  // them): bit d set means dim d is only known at run time and shape()[d]
+  // is its upper bound (memory is planned for the bound). 0: fully static.
+  std::uint64_t dynamic_mask() const { return dynamic_mask_; }
+  void set_dynamic_mask(std::uint64_t m) { dynamic_mask_ = m; }
+  bool is_dynamic() const { return dynamic_mask_ != 0; }
   // Symbolic dim names from the model (empty string = none), parallel to shape.
   std::vector<std::string>& dim_params() { return dim_params_; }
   const std::vector<std::string>& dim_params() const { return dim_params_; }
@@ -75,6 +81,7 @@ class Value {
   std::string name_;
   DType dtype_ = DType::kUndefined;
   Shape shape_;
+  std::uint64_t dynamic_mask_ = 0;
   std::vector<std::string> dim_params_;
   Node* producer_ = nullptr;
   std::vector<Use> uses_;

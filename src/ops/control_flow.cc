@@ -4,8 +4,11 @@
 // its branches capture, in the order of the branches' graph inputs. Each
 // branch (attributes then_branch / else_branch) yields one value per output.
 // With a constant cond only the taken branch is inferred (the infer-and-fold
-// pass inlines it); otherwise both are, and since Kiln plans memory
-// statically they must agree on element type and shape.
+// pass inlines it); otherwise both are: they must agree on element type and
+// rank, and an extent they disagree on (or that is data-dependent in either)
+// becomes a data-dependent extent of the If's output, bounded by the larger.
+#include <algorithm>
+
 #include "ops/common_infer.h"
 
 namespace kiln::ops {
@@ -59,10 +62,13 @@ Status InferIf(InferContext& c) {
     for (int i = 1; i < n.num_inputs(); ++i) {
       const ir::Value* in = n.input(i);
       const ir::Value* gi = g.inputs()[i - 1];
-      if (!in || in->dtype() != gi->dtype() || in->shape() != gi->shape()) {
+      if (!in || in->dtype() != gi->dtype() || in->shape() != gi->shape() ||
+          in->dynamic_mask() != gi->dynamic_mask()) {
         return c.Fail("attribute '", kBranches[b], "' input ", i - 1, " '", gi->name(), "' is ",
-                      DTypeName(gi->dtype()), ShapeToString(gi->shape()), " but the node's input ", i, " is ",
-                      in ? DTypeName(in->dtype()) + ShapeToString(in->shape()) : std::string("absent"));
+                      DTypeName(gi->dtype()), ShapeToString(gi->shape(), gi->dynamic_mask()),
+                      " but the node's input ", i, " is ",
+                      in ? DTypeName(in->dtype()) + ShapeToString(in->shape(), in->dynamic_mask())
+                         : std::string("absent"));
       }
     }
     if (taken >= 0 && taken != b) continue;
@@ -73,6 +79,7 @@ Status InferIf(InferContext& c) {
     if (taken >= 0) {
       const ir::Value* o = br[taken]->outputs()[j];
       c.SetOutput(j, o->dtype(), o->shape());
+      c.SetOutputDynamic(j, o->dynamic_mask());
       continue;
     }
     const ir::Value* t = br[0]->outputs()[j];
@@ -81,18 +88,25 @@ Status InferIf(InferContext& c) {
       return c.Fail("output ", j, ": then_branch yields ", DTypeName(t->dtype()), ", else_branch yields ",
                     DTypeName(e->dtype()), " (the branches must agree)");
     }
+    // Branches that disagree on an extent (or yield a data-dependent one)
+    // make it data-dependent: memory for the larger, the run reports which.
     Shape s = t->shape();
-    bool same = s.size() == e->shape().size();
-    for (std::size_t d = 0; same && d < s.size(); ++d) {
-      if (s[d] < 0 || e->shape()[d] < 0) s[d] = -1;
-      else same = s[d] == e->shape()[d];
+    if (s.size() != e->shape().size()) {
+      return c.Fail("output ", j, ": then_branch yields rank ", s.size(), " ", ShapeToString(t->shape()),
+                    ", else_branch rank ", e->shape().size(), " ", ShapeToString(e->shape()),
+                    " (the branches must agree on the rank)");
     }
-    if (!same) {
-      return c.Fail("output ", j, ": then_branch yields shape ", ShapeToString(t->shape()), ", else_branch ",
-                    ShapeToString(e->shape()), "; Kiln plans memory statically, so branches of an If whose "
-                    "condition is not a compile-time constant must yield the same shape");
+    std::uint64_t mask = t->dynamic_mask() | e->dynamic_mask();
+    for (std::size_t d = 0; d < s.size(); ++d) {
+      if (s[d] < 0 || e->shape()[d] < 0) {
+        s[d] = -1;
+      } else if (s[d] != e->shape()[d]) {
+        s[d] = std::max(s[d], e->shape()[d]);
+        if (d < 64) mask |= std::uint64_t{1} << d;
+      }
     }
     c.SetOutput(j, t->dtype(), s);
+    c.SetOutputDynamic(j, mask);
   }
   return Status::Ok();
 }

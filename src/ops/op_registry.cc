@@ -32,6 +32,7 @@ OpRegistry& OpRegistry::Get() {
     RegisterRnnOps(*reg);
     RegisterInternalOps(*reg);
     RegisterControlFlowOps(*reg);
+    RegisterDynamicOps(*reg);
     return reg;
   }();
   return *r;
@@ -57,7 +58,78 @@ std::vector<std::string> OpRegistry::Types() const {
   return out;
 }
 
-Status InferNode(ir::Node& node) {
+namespace {
+
+Status CheckAndInfer(ir::Node& node, bool propagate_dynamic);
+
+bool HasSubgraphAttr(const ir::Node& n) {
+  for (auto& [k, a] : n.attrs()) {
+    if (a.g || !a.graphs.empty()) return true;
+  }
+  return false;
+}
+
+std::uint64_t AllDims(std::size_t rank) {
+  return rank >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << rank) - 1;
+}
+
+// Runs the op's inference on a copy of `node` whose dynamic input dims are
+// set by `extent(bound)`; returns the copy's output shapes, or an error.
+Result<std::vector<Shape>> Probe(const ir::Node& node, const OpDef& def,
+                                 std::int64_t (*extent)(std::int64_t)) {
+  ir::Graph scratch;
+  std::vector<ir::Value*> ins, outs;
+  for (ir::Value* v : node.inputs()) {
+    if (!v) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    Shape s = v->shape();
+    for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
+      if (v->dynamic_mask() >> d & 1) s[d] = extent(s[d]);
+    }
+    ir::Value* c = scratch.AddValue(v->name(), v->dtype(), s);
+    if (v->is_constant()) c->set_constant(v->constant());
+    ins.push_back(c);
+  }
+  for (ir::Value* v : node.outputs()) outs.push_back(scratch.AddValue(v->name()));
+  ir::Node* c = scratch.AddNode(node.op_type(), node.name(), ins, outs, node.domain());
+  c->set_since_version(node.since_version());
+  c->attrs() = node.attrs();
+  InferContext ctx(*c);
+  KILN_RETURN_IF_ERROR(def.infer(ctx));
+  std::vector<Shape> shapes;
+  for (ir::Value* o : outs) shapes.push_back(o->shape());
+  return shapes;
+}
+
+Status PropagateDynamic(ir::Node& node, const OpDef& def) {
+  std::vector<std::uint64_t> masks(node.num_outputs(), 0);
+  for (auto extent : {+[](std::int64_t b) { return b + 1; }, +[](std::int64_t b) { return b == 2 ? std::int64_t{3} : std::int64_t{2}; }}) {
+    auto probed = Probe(node, def, extent);
+    for (int j = 0; j < node.num_outputs(); ++j) {
+      const Shape& s = node.output(j)->shape();
+      if (!probed.ok() || probed.value()[j].size() != s.size()) {
+        masks[j] = AllDims(s.size());
+        continue;
+      }
+      for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
+        if (probed.value()[j][d] != s[d]) masks[j] |= std::uint64_t{1} << d;
+      }
+    }
+  }
+  for (int j = 0; j < node.num_outputs(); ++j) node.output(j)->set_dynamic_mask(masks[j]);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status InferNode(ir::Node& node) { return CheckAndInfer(node, true); }
+Status InferNodeShapesOnly(ir::Node& node) { return CheckAndInfer(node, false); }
+
+namespace {
+
+Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
   const OpDef* def = OpRegistry::Get().Find(node.op_type(), node.domain());
   if (!def) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": op '", node.op_type(),
@@ -102,9 +174,34 @@ Status InferNode(ir::Node& node) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": input type ",
                  DTypeName(node.input(0)->dtype()), " is not supported (supported:", os.str(), ")");
   }
+  if (!propagate_dynamic) {
+    InferContext ctx(node);
+    return def->infer(ctx);
+  }
+  const ir::Value* dyn_in = nullptr;
+  int dyn_index = -1;
+  for (int i = 0; i < node.num_inputs() && !dyn_in; ++i) {
+    if (node.input(i) && node.input(i)->is_dynamic()) {
+      dyn_in = node.input(i);
+      dyn_index = i;
+    }
+  }
+  // If passes data-dependent values to its branches (see the If kernel);
+  // other subgraph ops and custom ops take static shapes only.
+  const bool subgraph = HasSubgraphAttr(node) && !(node.op_type() == "If" && node.domain().empty());
+  if (dyn_in && (subgraph || def->any_attributes)) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": input ", dyn_index, " '", dyn_in->name(),
+                 "' has a data-dependent shape ", ShapeToString(dyn_in->shape(), dyn_in->dynamic_mask()),
+                 ", which ", HasSubgraphAttr(node) ? "ops with subgraphs" : "custom ops", " do not accept");
+  }
+  for (ir::Value* o : node.outputs()) o->set_dynamic_mask(0);
   InferContext ctx(node);
-  return def->infer(ctx);
+  KILN_RETURN_IF_ERROR(def->infer(ctx));
+  if (dyn_in && !ctx.sets_dynamic()) return PropagateDynamic(node, *def);
+  return Status::Ok();
 }
+
+}  // namespace
 
 Result<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
   std::size_t r = std::max(a.size(), b.size());

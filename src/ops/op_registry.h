@@ -33,6 +33,20 @@ class InferContext {
     node_.output(i)->set_dtype(t);
     node_.output(i)->set_shape(std::move(s));
   }
+  // Data-dependent dims of input i (see ir::Value::dynamic_mask).
+  std::uint64_t in_dynamic(int i) const {
+    ir::Value* v = node_.input(i);
+    return v ? v->dynamic_mask() : 0;
+  }
+  // For ops whose output extents depend on input values (NonZero,
+  // NonMaxSuppression): output i's shape is an upper bound on the dims in
+  // `mask`. Ops that never call this get their masks derived from their
+  // inputs' by InferNode.
+  void SetOutputDynamic(int i, std::uint64_t mask) {
+    node_.output(i)->set_dynamic_mask(mask);
+    sets_dynamic_ = true;
+  }
+  bool sets_dynamic() const { return sets_dynamic_; }
   // An INVALID_ARGUMENT error that names the node.
   template <typename... Args>
   Status Fail(const Args&... args) const {
@@ -43,6 +57,7 @@ class InferContext {
 
  private:
   ir::Node& node_;
+  bool sets_dynamic_ = false;
 };
 
 struct OpDef {
@@ -74,7 +89,18 @@ class OpRegistry {
 
 // Checks the node against its definition (arity, attributes, version, input
 // type), then runs inference. Errors name the node, attribute or input.
+//
+// Data-dependent extents: an op fed a value with dynamic dims infers on the
+// inputs' upper bounds; which of its output dims are dynamic is found by
+// probing its inference with those input dims changed (to bound + 1 and to
+// a small extent): output dims that follow are dynamic, a probe that fails
+// makes every output dim dynamic. Ops with subgraphs and custom ops do not
+// accept dynamic inputs (error naming the node and the input).
 Status InferNode(ir::Node& node);
+
+// Inference alone (no probing, masks untouched): the runtime's per-run shape
+// computation for nodes fed dynamic values.
+Status InferNodeShapesOnly(ir::Node& node);
 
 // Common inference helpers.
 Result<Shape> BroadcastShapes(const Shape& a, const Shape& b);
@@ -95,5 +121,6 @@ void RegisterResizeOps(OpRegistry& r);
 void RegisterRnnOps(OpRegistry& r);
 void RegisterInternalOps(OpRegistry& r);
 void RegisterControlFlowOps(OpRegistry& r);
+void RegisterDynamicOps(OpRegistry& r);
 
 }  // namespace kiln::ops

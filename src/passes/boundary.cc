@@ -35,6 +35,15 @@ Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions&) {
 }
 
 Status CheckResolved(ir::Graph& g, const PassOptions&) {
+  // Data-dependent extents: passes rewrite nodes locally, so settle every
+  // value's dynamic dims with one more sweep in order — exactly what a
+  // loader recomputes from the file.
+  bool dynamic = false;
+  for (auto& v : g.values()) dynamic |= v->is_dynamic();
+  if (dynamic) {
+    KILN_RETURN_IF_ERROR(g.TopologicalSort());
+    for (auto& n : g.nodes()) KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+  }
   for (auto& v : g.values()) {
     if (v->dtype() == DType::kUndefined) {
       return Error(StatusCode::kInvalidArgument, "value '", v->name(), "' has no element type",

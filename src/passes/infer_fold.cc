@@ -20,7 +20,8 @@ bool HasSubgraph(const ir::Node& n) {
   return false;
 }
 
-// Shape of a statically shaped input needs no data.
+// Shape of a statically shaped input needs no data (nor do its static dims
+// of a tensor with data-dependent extents).
 HostTensorPtr FoldShape(const ir::Node& n) {
   const ir::Value* in = n.input(0);
   if (!in || !IsStatic(in->shape())) return nullptr;
@@ -32,6 +33,9 @@ HostTensorPtr FoldShape(const ir::Node& n) {
   start = std::clamp<std::int64_t>(start, 0, rank);
   end = std::clamp<std::int64_t>(end, 0, rank);
   std::int64_t len = std::max<std::int64_t>(end - start, 0);
+  for (std::int64_t d = start; d < end && d < 64; ++d) {
+    if (in->dynamic_mask() >> d & 1) return nullptr;  // a data-dependent extent: computed at run time
+  }
   auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{len});
   for (std::int64_t i = 0; i < len; ++i) t->mutable_data_as<std::int64_t>()[i] = s[start + i];
   return t;

@@ -178,8 +178,13 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
     }
     if (!std::is_sorted(moved.begin(), moved.end())) continue;
     const Shape& os = t->output(0)->shape();
+    const std::uint64_t dyn = t->output(0)->dynamic_mask();
+    if (dyn & (dyn - 1)) continue;  // two data-dependent dims: not one Reshape target
     auto shape = std::make_shared<HostTensor>(DType::kInt64, Shape{static_cast<std::int64_t>(os.size())});
     std::copy(os.begin(), os.end(), shape->mutable_data_as<std::int64_t>());
+    for (std::size_t d = 0; d < os.size() && d < 64; ++d) {
+      if (dyn >> d & 1) shape->mutable_data_as<std::int64_t>()[d] = -1;  // the run-time extent
+    }
     t->set_op_type("Reshape");
     t->set_since_version(14);
     t->attrs().erase("perm");

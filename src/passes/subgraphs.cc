@@ -147,6 +147,7 @@ Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts) {
           map[v] = sg->AddConstant(v->name(), v->constant());
         } else {
           ir::Value* in = sg->AddValue(v->name(), v->dtype(), v->shape());
+          in->set_dynamic_mask(v->dynamic_mask());  // a data-dependent value stays one inside
           sg->inputs().push_back(in);
           map[v] = in;
         }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "ops/op_registry.h"
 #include "runtime/stream_impl.h"
 
 namespace kiln::runtime {
@@ -108,6 +109,7 @@ void* Executor::Address(const Binding& b) const {
 Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const plan::MemoryPlan& plan,
                                                    const ExecutorOptions& opts) {
   std::unique_ptr<Executor> ex(new Executor());
+  ex->graph_ = &graph;
   const std::size_t n_in = graph.inputs().size();
   const std::size_t num_regions = plan::kRegionIoBase + n_in + graph.outputs().size();
   ex->region_refs_.resize(num_regions);
@@ -171,9 +173,56 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     return b;
   };
 
+  auto shape_id = [&](const ir::Value* v) -> int {
+    if (!v || !v->is_dynamic()) return -1;
+    auto [it, added] = ex->shape_ids_.emplace(v, static_cast<int>(ex->shapes_.size()));
+    if (added) ex->shapes_.push_back(v->shape());
+    return it->second;
+  };
+  // Nodes touching data-dependent extents get a private copy whose input
+  // shapes are set per run.
+  auto make_dynamic = [&](const ir::Node& node) -> std::unique_ptr<DynamicTask> {
+    bool dynamic = false;
+    for (const ir::Value* v : node.inputs()) dynamic |= v && v->is_dynamic();
+    for (const ir::Value* v : node.outputs()) dynamic |= v->is_dynamic();
+    if (!dynamic) return nullptr;
+    auto d = std::make_unique<DynamicTask>();
+    d->scratch = std::make_unique<ir::Graph>();
+    std::vector<ir::Value*> ins, outs;
+    for (const ir::Value* v : node.inputs()) {
+      d->in_ids.push_back(shape_id(v));
+      if (!v) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      ir::Value* c = d->scratch->AddValue(v->name(), v->dtype(), v->shape());
+      if (v->is_constant()) c->set_constant(v->constant());
+      ins.push_back(c);
+    }
+    for (const ir::Value* v : node.outputs()) {
+      d->out_ids.push_back(shape_id(v));
+      d->out_bound_bytes.push_back(static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype()));
+      d->out_static.push_back(v->shape());
+      d->out_masks.push_back(v->dynamic_mask());
+      outs.push_back(d->scratch->AddValue(v->name(), v->dtype(), v->shape()));
+    }
+    d->clone = d->scratch->AddNode(node.op_type(), node.name(), ins, outs, node.domain());
+    d->clone->set_since_version(node.since_version());
+    d->clone->attrs() = node.attrs();
+    d->self_shaped = node.op_type() == "If" && node.domain().empty();
+    return d;
+  };
+
   for (auto& node_ptr : graph.nodes()) {
     const ir::Node& node = *node_ptr;
     if (node.GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
+      if (auto d = make_dynamic(node)) {  // its extents still follow its input's
+        d->alias = true;
+        Task t;
+        t.node = &node;
+        t.dyn = std::move(d);
+        ex->tasks_.push_back(std::move(t));
+      }
       if (opts.check_bounds) {
         auto it = guarded_of.find(node.input(0));
         if (it != guarded_of.end()) guarded_of[node.output(0)] = it->second;
@@ -265,7 +314,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       init.outputs.push_back({v->dtype(), v->shape()});
       KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(node.num_inputs() + j), true));
     }
-    KILN_ASSIGN_OR_RETURN(task.kernel, cpu::CreateKernel(init));
+    task.dyn = make_dynamic(node);
+    if (!task.dyn) {
+      KILN_ASSIGN_OR_RETURN(task.kernel, cpu::CreateKernel(init));
+    }
     block.dev = block.host;
     ex->blocks_.push_back(std::move(block));
     ex->tasks_.push_back(std::move(task));
@@ -315,9 +367,102 @@ Status Executor::Refresh(const std::vector<void*>& io, std::uint64_t* refreshed)
   return Status::Ok();
 }
 
+Shape Executor::ValueShape(const ir::Value* v) const {
+  auto it = shape_ids_.find(v);
+  return it == shape_ids_.end() ? v->shape() : shapes_[it->second];
+}
+
+Status Executor::SetInputShapes(const std::vector<Shape>& shapes) {
+  for (std::size_t i = 0; i < shapes.size() && i < graph_->inputs().size(); ++i) {
+    const ir::Value* v = graph_->inputs()[i];
+    if (shapes[i] == v->shape()) {
+      auto it = shape_ids_.find(v);
+      if (it != shape_ids_.end()) shapes_[it->second] = shapes[i];
+      continue;
+    }
+    const std::int64_t n = NumElements(shapes[i]);
+    if (!v->is_dynamic() || shapes[i].size() != v->shape().size() || n < 0 || n > NumElements(v->shape())) {
+      return Error(StatusCode::kInvalidArgument, "input '", v->name(), "' has shape ", ShapeToString(shapes[i]),
+                   ", expected ", ShapeToString(v->shape(), v->dynamic_mask()));
+    }
+    auto it = shape_ids_.find(v);
+    if (it != shape_ids_.end()) shapes_[it->second] = shapes[i];
+  }
+  return Status::Ok();
+}
+
+Status Executor::RunDynamic(Task& t) {
+  DynamicTask& d = *t.dyn;
+  ir::Node& c = *d.clone;
+  std::vector<Shape> key;
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    ir::Value* v = c.input(i);
+    if (!v) {
+      key.emplace_back();
+      continue;
+    }
+    if (d.in_ids[i] >= 0) v->set_shape(shapes_[d.in_ids[i]]);
+    key.push_back(v->shape());
+  }
+  std::vector<Shape> outs = d.out_static;  // If: its branch reports the extents
+  if (!d.self_shaped) {
+    Status st = ops::InferNodeShapesOnly(c);
+    if (!st.ok()) return st.WithContext(StrCat("at run time, with input shapes from data-dependent extents"));
+    for (std::size_t j = 0; j < outs.size(); ++j) outs[j] = c.output(static_cast<int>(j))->shape();
+  }
+  const std::vector<Shape> in_shapes = key;
+  if (d.self_shaped) key.clear();  // one kernel whatever the shapes
+  auto check = [&](const std::vector<Shape>& shapes) -> Status {
+    for (std::size_t j = 0; j < shapes.size(); ++j) {
+      const ir::Value* o = c.output(static_cast<int>(j));
+      const std::int64_t n = NumElements(shapes[j]);
+      if (n < 0 || static_cast<std::uint64_t>(n) * DTypeSize(o->dtype()) > d.out_bound_bytes[j]) {
+        return Error(StatusCode::kOutOfRange, t.node->Describe(), ": output '", o->name(), "' has run-time shape ",
+                     ShapeToString(shapes[j]), ", larger than its planned bound ",
+                     ShapeToString(d.out_static[j], d.out_masks[j]));
+      }
+      if (d.out_masks[j] == 0 && shapes[j] != d.out_static[j]) {
+        return Error(StatusCode::kInvalidArgument, t.node->Describe(), ": output '", o->name(),
+                     "' has run-time shape ", ShapeToString(shapes[j]), " but was compiled with static shape ",
+                     ShapeToString(d.out_static[j]));
+      }
+    }
+    return Status::Ok();
+  };
+  KILN_RETURN_IF_ERROR(check(outs));
+  if (!d.alias) {
+    auto it = d.kernels.find(key);
+    if (it == d.kernels.end()) {
+      cpu::KernelInit init;
+      init.node = &c;
+      for (int i = 0; i < c.num_inputs(); ++i) {
+        const ir::Value* v = c.input(i);
+        const Shape s = !v ? Shape{} : d.self_shaped ? t.node->input(i)->shape() : v->shape();
+        init.inputs.push_back(v ? cpu::TensorDesc{v->dtype(), s} : cpu::TensorDesc{});
+        init.const_inputs.push_back(v && v->is_constant() ? v->constant().get() : nullptr);
+      }
+      for (std::size_t j = 0; j < outs.size(); ++j) init.outputs.push_back({c.output(static_cast<int>(j))->dtype(), outs[j]});
+      auto k = cpu::CreateKernel(init);
+      if (!k.ok()) return k.status().WithContext(StrCat(t.node->Describe(), " at run time"));
+      if (d.kernels.size() >= 16) d.kernels.clear();  // shapes keep changing: bound the cache
+      it = d.kernels.emplace(key, std::move(k).value()).first;
+    }
+    cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs, outs.data(),
+                         in_shapes.data()};
+    KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
+    KILN_RETURN_IF_ERROR(check(outs));
+  }
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (d.out_ids[j] >= 0) shapes_[d.out_ids[j]] = outs[j];
+  }
+  return Status::Ok();
+}
+
 Status Executor::Replay() {
   for (Task& t : tasks_) {
-    if (t.kernel) {
+    if (t.dyn) {
+      KILN_RETURN_IF_ERROR(RunDynamic(t));
+    } else if (t.kernel) {
       cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs};
       Status st = t.kernel->Run(args);
       if (!st.ok()) return st.WithContext(t.node->Describe());

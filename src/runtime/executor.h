@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <unordered_map>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,7 +56,23 @@ struct Binding {
   std::uint64_t bytes = 0;
 };
 
+// A node fed or producing data-dependent extents: its shapes are inferred
+// per run from the actual input shapes (on a private copy of the node), its
+// kernel is created for those shapes on first sight and cached.
+struct DynamicTask {
+  std::unique_ptr<ir::Graph> scratch;  // owns `clone`
+  ir::Node* clone = nullptr;
+  std::vector<int> in_ids, out_ids;    // Executor::shapes_ index; -1: static or absent
+  std::vector<std::uint64_t> out_bound_bytes;  // planned (upper-bound) bytes
+  std::vector<Shape> out_static;       // compiled shapes of outputs with static extents
+  std::vector<std::uint64_t> out_masks;
+  bool alias = false;                  // a view: shapes only, no kernel
+  bool self_shaped = false;            // If: one kernel for all shapes; it reports its outputs' extents
+  std::map<std::vector<Shape>, std::unique_ptr<cpu::Kernel>> kernels;  // by input shapes
+};
+
 struct Task {
+  std::unique_ptr<DynamicTask> dyn;     // data-dependent shapes (else null)
   std::unique_ptr<cpu::Kernel> kernel;  // built-in
   KernelFn fn = nullptr;                // custom op launch
   const void* fn_args = nullptr;
@@ -97,6 +115,13 @@ class Executor {
   // Refreshes now; queues the block copies and the replay on `stream`.
   Status Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats);
   std::size_t num_tasks() const { return tasks_.size(); }
+  // The shape `v` had in the last completed run: its actual extents if they
+  // are data-dependent (its upper bound before any run), else its static shape.
+  Shape ValueShape(const ir::Value* v) const;
+  // Actual shapes of the graph's inputs for the next run; only inputs with
+  // data-dependent extents (an If branch's captured values) may differ from
+  // their declared shape, within its bound.
+  Status SetInputShapes(const std::vector<Shape>& shapes);
   std::size_t num_blocks() const { return blocks_.size(); }
 
  private:
@@ -104,6 +129,7 @@ class Executor {
   Executor() = default;
   Status Refresh(const std::vector<void*>& io, std::uint64_t* refreshed);
   Status Replay();
+  Status RunDynamic(Task& t);
   void* Address(const Binding& b) const;
 
   std::vector<Task> tasks_;
@@ -117,6 +143,9 @@ class Executor {
   std::vector<void*> placeholders_;                    // I/O stand-ins until the first run
   std::unique_ptr<Stream> own_load_stream_;
   std::uint64_t arena_size_ = 0;
+  const ir::Graph* graph_ = nullptr;
+  std::vector<Shape> shapes_;  // actual shapes of dynamic values
+  std::unordered_map<const ir::Value*, int> shape_ids_;
 };
 
 }  // namespace kiln::runtime

@@ -23,6 +23,10 @@ class ModelImpl final : public Model {
   std::uint64_t weight_bytes() const override { return model_.plan.const_size; }
   void set_threads(int threads) override { threads_ = threads < 1 ? 1 : threads; }
   const ExecutionStats& last_stats() const override { return stats_; }
+  Shape output_shape(std::size_t i) const override {
+    const auto& outs = model_.graph->outputs();
+    return i < outs.size() ? executor_->ValueShape(outs[i]) : Shape{};
+  }
   const void* ConstantData(const std::string& name) const override {
     const ir::Value* v = model_.graph->FindValue(name);
     return v && v->is_constant() ? v->constant()->data() : nullptr;
@@ -78,25 +82,35 @@ class ModelImpl final : public Model {
     // Re-check every node of a file against its definition: a file that
     // passed its checksums may still come from another Kiln version. (A graph
     // compiled in this process is trusted.)
+    for (ir::Value* in : g.inputs()) {
+      if (in->is_dynamic()) {
+        return Error(StatusCode::kCorrupt, "model '", path, "': input '", in->name(),
+                     "' is marked data-dependent; model inputs have static shapes");
+      }
+    }
     for (auto& n : g.nodes()) {
       if (!m->keepalive_) break;
       std::vector<std::pair<DType, Shape>> declared;
+      std::vector<std::uint64_t> declared_masks;
+      for (ir::Value* o : n->outputs()) declared_masks.push_back(o->dynamic_mask());
       for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
       Status st = ops::InferNode(*n);
       if (!st.ok()) return st.WithContext(StrCat("model '", path, "'"));
       for (int j = 0; j < n->num_outputs(); ++j) {
         ir::Value* o = n->output(j);
-        if (o->dtype() != declared[j].first || o->shape() != declared[j].second) {
+        if (o->dtype() != declared[j].first || o->shape() != declared[j].second ||
+            o->dynamic_mask() != declared_masks[j]) {
           return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " output '",
                        o->name(), "' is recorded as ", DTypeName(declared[j].first),
-                       ShapeToString(declared[j].second), " but infers to ", DTypeName(o->dtype()),
-                       ShapeToString(o->shape()));
+                       ShapeToString(declared[j].second, declared_masks[j]), " but infers to ",
+                       DTypeName(o->dtype()), ShapeToString(o->shape(), o->dynamic_mask()));
         }
       }
     }
     auto info = [](const ir::Value* v) {
       return TensorInfo{v->name(), v->dtype(), v->shape(),
-                        static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype())};
+                        static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype()),
+                        v->dynamic_mask()};
     };
     for (ir::Value* v : g.inputs()) m->inputs_.push_back(info(v));
     for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));

@@ -252,6 +252,14 @@ int Run(const std::string& path, const std::vector<std::string>& input_specs, co
     }
     std::memcpy(b.outputs[i].mutable_data(), g.data() + kGuard, n);
   }
+  // Data-dependent outputs: keep the dense prefix of their actual shape.
+  for (std::size_t i = 0; i < b.outputs.size(); ++i) {
+    kiln::Shape actual = model.value()->output_shape(i);
+    if (actual == b.outputs[i].shape()) continue;
+    kiln::HostTensor t(b.outputs[i].dtype(), actual);
+    std::memcpy(t.mutable_data(), b.outputs[i].data(), t.nbytes());
+    b.outputs[i] = std::move(t);
+  }
   if (!out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
@@ -276,7 +284,14 @@ json InspectJson(const kiln::format::LoadedFile& f) {
   json ins = json::array(), outs = json::array(), nodes = json::array();
   std::map<std::string, int> counts;
   for (auto* v : g.inputs()) ins.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()}});
-  for (auto* v : g.outputs()) outs.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()}});
+  for (auto* v : g.outputs()) {
+    json dyn = json::array();  // data-dependent dims: "shape" holds their upper bound
+    for (std::size_t d = 0; d < v->shape().size() && d < 64; ++d) {
+      if (v->dynamic_mask() >> d & 1) dyn.push_back(d);
+    }
+    outs.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()},
+                    {"dynamic_dims", dyn}});
+  }
   for (auto& n : g.nodes()) {
     counts[n->op_type()]++;
     json attrs = json::object();
@@ -315,8 +330,12 @@ int Inspect(const std::string& path, bool as_json) {
   for (const char* k : {"inputs", "outputs"}) {
     std::cout << k << ":\n";
     for (auto& t : j[k]) {
+      std::uint64_t mask = 0;
+      if (t.contains("dynamic_dims")) {
+        for (auto& d : t["dynamic_dims"]) mask |= std::uint64_t{1} << d.get<int>();
+      }
       std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>()
-                << kiln::ShapeToString(t["shape"].get<kiln::Shape>()) << "\n";
+                << kiln::ShapeToString(t["shape"].get<kiln::Shape>(), mask) << "\n";
     }
   }
   if (!j["external_weights"].empty()) {

@@ -251,21 +251,33 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", save(m, "if_noout.onnx"), "--output", os.path.join(WORK, "in.kiln"))
         self.assertCleanError(rc, out, "If node 'branchy' attribute 'then_branch'", "'nowhere'")
 
-    def test_if_runs_and_branch_shapes_must_agree(self):
+    def test_if_runs_and_branch_extents_follow_the_taken_branch(self):
         m = self.if_model([helper.make_node("Neg", ["x"], ["t"], name="t_neg")], "t")
         k = os.path.join(WORK, "if.kiln")
         rc, out = kiln("compile", "--model", save(m, "if_ok.onnx"), "--output", k)
         self.assertEqual(rc, 0, out)
         np.save(os.path.join(WORK, "if_x.npy"), np.array([1, 2], np.float32))
-        for c, want in ((True, [-1, -2]), (False, [1, 2])):
-            np.save(os.path.join(WORK, "if_c.npy"), np.array(c))
-            rc, out = kiln("run", k, "--input", "c=" + os.path.join(WORK, "if_c.npy"), "--input",
-                           "x=" + os.path.join(WORK, "if_x.npy"), "--output-dir", os.path.join(WORK, "if_o"))
-            self.assertEqual(rc, 0, out)
-            np.testing.assert_array_equal(np.load(os.path.join(WORK, "if_o", "output_0.npy")), want)
+        # then: Neg(x) [2]; else: Tile(x, 2) [4] -> the If's output is [<=4]
         m = self.if_model([helper.make_node("Neg", ["x"], ["t"], name="t_neg")], "t", else_shape=(4,))
-        rc, out = kiln("compile", "--model", save(m, "if_shapes.onnx"), "--output", os.path.join(WORK, "is.kiln"))
-        self.assertCleanError(rc, out, "If node 'branchy'", "then_branch yields shape [2], else_branch [4]")
+        k4 = os.path.join(WORK, "is.kiln")
+        rc, out = kiln("compile", "--model", save(m, "if_shapes.onnx"), "--output", k4)
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", k4)
+        self.assertIn("y float32[<=4]", out)
+        for model, cases in ((k, ((True, [-1, -2]), (False, [1, 2]))),
+                             (k4, ((True, [-1, -2]), (False, [1, 2, 1, 2])))):
+            for c, want in cases:
+                np.save(os.path.join(WORK, "if_c.npy"), np.array(c))
+                rc, out = kiln("run", model, "--input", "c=" + os.path.join(WORK, "if_c.npy"), "--input",
+                               "x=" + os.path.join(WORK, "if_x.npy"), "--output-dir", os.path.join(WORK, "if_o"))
+                self.assertEqual(rc, 0, out)
+                np.testing.assert_array_equal(np.load(os.path.join(WORK, "if_o", "output_0.npy")), want)
+        # Branches of different rank: a clear error naming the node.
+        m = self.if_model([helper.make_node("Constant", [], ["ax"], name="t_ax",
+                                            value=numpy_helper.from_array(np.array([0], np.int64))),
+                           helper.make_node("Unsqueeze", ["x", "ax"], ["t"], name="t_unsq")], "t")
+        rc, out = kiln("compile", "--model", save(m, "if_rank.onnx"), "--output", os.path.join(WORK, "ir.kiln"))
+        self.assertCleanError(rc, out, "If node 'branchy'", "then_branch yields rank 2 [1,2], else_branch rank 1 [2]")
 
     def test_failed_compile_keeps_existing_output(self):
         good = save(relu_model(), "keep.onnx")

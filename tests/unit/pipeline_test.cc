@@ -11,16 +11,7 @@
 namespace kiln {
 namespace {
 
-Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const test::TempDir& dir,
-                                              format::CompiledModel* keep = nullptr,
-                                              CompileOptions opts = {}) {
-  test::SetLatestVersions(*g);
-  auto m = CompileGraph(std::move(g), opts);
-  if (!m.ok()) return m.status();
-  KILN_RETURN_IF_ERROR(format::WriteModelFile(m.value(), dir.file("m.kiln")));
-  if (keep) *keep = std::move(m).value();
-  return Model::Load(dir.file("m.kiln"), {});
-}
+using test::CompileAndLoad;
 
 // x[1,2,2,2] -> Conv 1x1 (2->2, W=[[1,2],[3,4]], B=[0.5,-100]) -> BN -> Relu
 std::unique_ptr<ir::Graph> ConvBnRelu() {

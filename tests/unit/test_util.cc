@@ -9,7 +9,20 @@ void SetLatestVersions(ir::Graph& g) {
     if (const ops::OpDef* d = ops::OpRegistry::Get().Find(n->op_type(), n->domain())) {
       n->set_since_version(d->versions.back());
     }
+    for (auto& [k, a] : n->attrs()) {
+      if (a.g) SetLatestVersions(*a.g);
+    }
   }
+}
+
+Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,
+                                              format::CompiledModel* keep, CompileOptions opts) {
+  SetLatestVersions(*g);
+  auto m = CompileGraph(std::move(g), opts);
+  if (!m.ok()) return m.status();
+  KILN_RETURN_IF_ERROR(format::WriteModelFile(m.value(), dir.file("m.kiln")));
+  if (keep) *keep = std::move(m).value();
+  return Model::Load(dir.file("m.kiln"), {});
 }
 
 }  // namespace kiln::test

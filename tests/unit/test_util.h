@@ -11,6 +11,8 @@
 #include "api/compiler.h"
 #include "common/tensor.h"
 #include "ir/graph.h"
+#include "kiln/runtime.h"
+#include "format/kiln_file.h"
 
 namespace kiln::test {
 
@@ -43,7 +45,13 @@ class TempDir {
   std::string path_;
 };
 
-// Sets since_version to the latest version Kiln implements for each node.
+// Sets since_version to the latest version Kiln implements for each node
+// (subgraphs included).
 void SetLatestVersions(ir::Graph& g);
+
+// Compiles `g` (latest op versions), writes dir/m.kiln and loads it back;
+// `keep` receives the compiled model if given.
+Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,
+                                              format::CompiledModel* keep = nullptr, CompileOptions opts = {});
 
 }  // namespace kiln::test

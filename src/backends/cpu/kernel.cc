@@ -1,5 +1,7 @@
 #include "backends/cpu/kernel.h"
 
+#include <cstring>
+
 #include <omp.h>
 
 namespace kiln::cpu {
@@ -21,6 +23,7 @@ KernelRegistry& KernelRegistry::Get() {
     RegisterResizeKernels(*reg);
     RegisterRnnKernels(*reg);
     RegisterControlFlowKernels(*reg);
+    RegisterDynamicKernels(*reg);
     return reg;
   }();
   return *r;
@@ -68,8 +71,21 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
     ptrs.push_back(t->mutable_data());
     outs.push_back(t);
   }
-  KernelArgs args{ptrs.data(), static_cast<int>(inputs.size())};
+  std::vector<Shape> out_shapes;
+  for (auto& d : init.outputs) out_shapes.push_back(d.shape);
+  KernelArgs args{ptrs.data(), static_cast<int>(inputs.size()), out_shapes.data()};
   KILN_RETURN_IF_ERROR(kernel->Run(args).WithContext(node.Describe()));
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    if (out_shapes[j] == outs[j]->shape()) continue;
+    // A data-dependent extent: keep the dense prefix the kernel wrote.
+    if (NumElements(out_shapes[j]) > NumElements(outs[j]->shape())) {
+      return Error(StatusCode::kInternal, node.Describe(), ": output ", j, " shape ", ShapeToString(out_shapes[j]),
+                   " exceeds its bound ", ShapeToString(outs[j]->shape()));
+    }
+    auto t = std::make_shared<HostTensor>(outs[j]->dtype(), out_shapes[j]);
+    std::memcpy(t->mutable_data(), outs[j]->data(), t->nbytes());
+    outs[j] = t;
+  }
   return std::vector<HostTensorPtr>(outs.begin(), outs.end());
 }
 

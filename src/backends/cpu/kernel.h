@@ -42,6 +42,13 @@ struct KernelInit {
 struct KernelArgs {
   void* const* ptrs;
   int num_inputs;
+  // Set only for nodes with data-dependent output extents: holds the inferred
+  // (upper-bound) output shapes on entry; NonZero / NonMaxSuppression store
+  // the actual ones. Their outputs are written densely at the buffer start.
+  Shape* out_shapes = nullptr;
+  // Set with out_shapes: the actual input shapes (for If, whose branches
+  // take data-dependent inputs).
+  const Shape* in_shapes = nullptr;
   const void* in(int i) const { return ptrs[i]; }
   void* out(int i) const { return ptrs[num_inputs + i]; }
   template <typename T> const T* in_as(int i) const { return static_cast<const T*>(ptrs[i]); }
@@ -105,5 +112,6 @@ void RegisterConvTransposeKernels(KernelRegistry& r);
 void RegisterResizeKernels(KernelRegistry& r);
 void RegisterRnnKernels(KernelRegistry& r);
 void RegisterControlFlowKernels(KernelRegistry& r);
+void RegisterDynamicKernels(KernelRegistry& r);
 
 }  // namespace kiln::cpu

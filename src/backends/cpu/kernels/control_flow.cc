@@ -2,7 +2,10 @@
 // every captured value an input), planned and recorded as its own executor
 // when the model loads. A run reads cond and replays the chosen branch with
 // the If's inputs (after cond) and outputs as the branch's I/O regions, so
-// the branch writes straight into the If's output buffers.
+// the branch writes straight into the If's output buffers. With
+// data-dependent extents (an If fed NonZero/NonMaxSuppression results, or
+// branches that disagree on an extent) the executor passes the actual input
+// shapes and the kernel reports the taken branch's output shapes.
 #include "plan/memory_plan.h"
 #include "runtime/executor.h"
 
@@ -50,8 +53,21 @@ class IfKernel final : public Kernel {
     const std::size_t n_cap = static_cast<std::size_t>(a.num_inputs) - 1;
     for (std::size_t i = 0; i < n_cap; ++i) io_[i] = const_cast<void*>(a.in(static_cast<int>(i) + 1));
     for (std::size_t j = n_cap; j < io_.size(); ++j) io_[j] = a.out(static_cast<int>(j - n_cap));
-    Status st = branch_[cond ? 0 : 1].exec->Run(io_, nullptr);
-    return st.ok() ? st : st.WithContext(cond ? "then_branch" : "else_branch");
+    Branch& br = branch_[cond ? 0 : 1];
+    const char* name = cond ? "then_branch" : "else_branch";
+    if (a.in_shapes) {  // data-dependent captured values: tell the branch their extents
+      std::vector<Shape> shapes(a.in_shapes + 1, a.in_shapes + a.num_inputs);
+      Status st = br.exec->SetInputShapes(shapes);
+      if (!st.ok()) return st.WithContext(name);
+    }
+    Status st = br.exec->Run(io_, nullptr);
+    if (!st.ok()) return st.WithContext(name);
+    if (a.out_shapes) {
+      for (std::size_t j = 0; j < br.graph->outputs().size(); ++j) {
+        a.out_shapes[j] = br.exec->ValueShape(br.graph->outputs()[j]);
+      }
+    }
+    return st;
   }
 
  private:

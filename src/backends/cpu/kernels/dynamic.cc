@@ -1,0 +1,162 @@
+// Kernels with data-dependent output extents: NonZero and NonMaxSuppression.
+// Each writes its result densely at the start of its (upper-bound) output
+// buffer and stores the actual shape in KernelArgs::out_shapes.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "backends/cpu/kernel.h"
+
+namespace kiln::cpu {
+namespace {
+
+using I64 = std::int64_t;
+
+Status NeedShapes(const KernelArgs& a, const ir::Node* node) {
+  if (a.out_shapes) return Status::Ok();
+  return Error(StatusCode::kInternal, node->Describe(), ": run without a shape record for its data-dependent output");
+}
+
+// Whether element i of `p` (element type t) is non-zero; floats compare by
+// value (-0 is zero), everything else by its bytes.
+template <typename U>
+bool NonZeroBits(const void* p, I64 i, U value_mask) {
+  return (static_cast<const U*>(p)[i] & value_mask) != 0;
+}
+
+Result<std::unique_ptr<Kernel>> MakeNonZero(const KernelInit& init) {
+  const Shape x = init.inputs[0].shape;
+  const DType t = init.inputs[0].dtype;
+  const I64 n = NumElements(x);
+  const auto rank = static_cast<I64>(x.size());
+  std::function<bool(const void*, I64)> nz;
+  switch (t) {
+    case DType::kFloat32: nz = [](const void* p, I64 i) { return NonZeroBits<std::uint32_t>(p, i, 0x7fffffffu); }; break;
+    case DType::kFloat64:
+      nz = [](const void* p, I64 i) { return NonZeroBits<std::uint64_t>(p, i, 0x7fffffffffffffffull); };
+      break;
+    case DType::kFloat16:
+    case DType::kBFloat16: nz = [](const void* p, I64 i) { return NonZeroBits<std::uint16_t>(p, i, 0x7fff); }; break;
+    default: {
+      const std::size_t size = DTypeSize(t);
+      if (size != 1 && size != 2 && size != 4 && size != 8) {
+        return Error(StatusCode::kUnimplemented, init.node->Describe(), ": element type ", DTypeName(t),
+                     " is not supported");
+      }
+      nz = [size](const void* p, I64 i) {
+        const auto* b = static_cast<const std::uint8_t*>(p) + i * size;
+        for (std::size_t k = 0; k < size; ++k) {
+          if (b[k]) return true;
+        }
+        return false;
+      };
+    }
+  }
+  const ir::Node* node = init.node;
+  return MakeFn([x, n, rank, nz, node](const KernelArgs& a) -> Status {
+    KILN_RETURN_IF_ERROR(NeedShapes(a, node));
+    const void* in = a.in(0);
+    I64 count = 0;
+    for (I64 i = 0; i < n; ++i) count += nz(in, i) ? 1 : 0;
+    I64* out = a.out_as<I64>(0);
+    I64 k = 0;
+    std::vector<I64> coord(x.size(), 0);
+    for (I64 i = 0; i < n; ++i) {
+      if (nz(in, i)) {
+        for (I64 d = 0; d < rank; ++d) out[d * count + k] = coord[d];
+        ++k;
+      }
+      for (I64 d = rank - 1; d >= 0; --d) {  // row-major increment
+        if (++coord[d] < x[d]) break;
+        coord[d] = 0;
+      }
+    }
+    a.out_shapes[0] = {rank, count};
+    return Status::Ok();
+  });
+}
+
+// ONNX Runtime's rule: boxes that do not overlap, or have no area, never
+// suppress each other; otherwise IoU > threshold suppresses.
+bool Suppresses(const float* a, const float* b, bool center, float iou_threshold) {
+  float ay0, ax0, ay1, ax1, by0, bx0, by1, bx1;
+  if (center) {  // [x_center, y_center, width, height]
+    ax0 = a[0] - a[2] / 2; ax1 = a[0] + a[2] / 2; ay0 = a[1] - a[3] / 2; ay1 = a[1] + a[3] / 2;
+    bx0 = b[0] - b[2] / 2; bx1 = b[0] + b[2] / 2; by0 = b[1] - b[3] / 2; by1 = b[1] + b[3] / 2;
+  } else {       // [y1, x1, y2, x2], either diagonal
+    ay0 = std::min(a[0], a[2]); ay1 = std::max(a[0], a[2]); ax0 = std::min(a[1], a[3]); ax1 = std::max(a[1], a[3]);
+    by0 = std::min(b[0], b[2]); by1 = std::max(b[0], b[2]); bx0 = std::min(b[1], b[3]); bx1 = std::max(b[1], b[3]);
+  }
+  const float ix0 = std::max(ax0, bx0), ix1 = std::min(ax1, bx1);
+  const float iy0 = std::max(ay0, by0), iy1 = std::min(ay1, by1);
+  if (ix1 <= ix0 || iy1 <= iy0) return false;
+  const float inter = (ix1 - ix0) * (iy1 - iy0);
+  const float area_a = (ax1 - ax0) * (ay1 - ay0), area_b = (bx1 - bx0) * (by1 - by0);
+  const float uni = area_a + area_b - inter;
+  if (inter <= 0 || area_a <= 0 || area_b <= 0 || uni <= 0) return false;
+  return inter / uni > iou_threshold;
+}
+
+Result<std::unique_ptr<Kernel>> MakeNonMaxSuppression(const KernelInit& init) {
+  const I64 batches = init.inputs[0].shape[0], num_boxes = init.inputs[0].shape[1];
+  const I64 classes = init.inputs[1].shape[1];
+  const bool center = init.node->GetInt("center_point_box", 0) == 1;
+  const bool has_max = init.inputs.size() > 2 && init.inputs[2].present();
+  const bool has_iou = init.inputs.size() > 3 && init.inputs[3].present();
+  const bool has_score = init.inputs.size() > 4 && init.inputs[4].present();
+  const I64 bound = NumElements(init.outputs[0].shape) / 3;
+  const ir::Node* node = init.node;
+  return MakeFn([=](const KernelArgs& a) -> Status {
+    KILN_RETURN_IF_ERROR(NeedShapes(a, node));
+    const I64 max_out = has_max ? std::clamp<I64>(*a.in_as<I64>(2), 0, num_boxes) : 0;
+    const float iou = has_iou ? *a.in_as<float>(3) : 0.f;
+    const float* boxes = a.in_as<float>(0);
+    const float* scores = a.in_as<float>(1);
+    I64* out = a.out_as<I64>(0);
+    I64 selected_total = 0;
+    std::vector<I64> order, selected;
+    for (I64 b = 0; b < batches && max_out > 0; ++b) {
+      for (I64 c = 0; c < classes; ++c) {
+        const float* s = scores + (b * classes + c) * num_boxes;
+        order.clear();
+        for (I64 i = 0; i < num_boxes; ++i) {
+          if (!has_score || s[i] > *a.in_as<float>(4)) order.push_back(i);
+        }
+        // Highest score first; equal scores keep the lower index first.
+        std::stable_sort(order.begin(), order.end(), [s](I64 l, I64 r) { return s[l] > s[r]; });
+        selected.clear();
+        for (I64 i : order) {
+          if (static_cast<I64>(selected.size()) >= max_out) break;
+          const float* box = boxes + (b * num_boxes + i) * 4;
+          bool keep = true;
+          for (I64 j : selected) {
+            if (Suppresses(boxes + (b * num_boxes + j) * 4, box, center, iou)) {
+              keep = false;
+              break;
+            }
+          }
+          if (!keep) continue;
+          selected.push_back(i);
+          if (selected_total >= bound) {
+            return Error(StatusCode::kInternal, node->Describe(), ": more than the planned ", bound, " selections");
+          }
+          out[selected_total * 3 + 0] = b;
+          out[selected_total * 3 + 1] = c;
+          out[selected_total * 3 + 2] = i;
+          ++selected_total;
+        }
+      }
+    }
+    a.out_shapes[0] = {selected_total, 3};
+    return Status::Ok();
+  });
+}
+
+}  // namespace
+
+void RegisterDynamicKernels(KernelRegistry& r) {
+  r.Register("NonZero", MakeNonZero);
+  r.Register("NonMaxSuppression", MakeNonMaxSuppression);
+}
+
+}  // namespace kiln::cpu

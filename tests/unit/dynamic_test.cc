@@ -1,0 +1,232 @@
+// Data-dependent extents (NonZero, NonMaxSuppression and the ops after them):
+// compiled, written to a .kiln, loaded and run several times with inputs that
+// change the extents. Expected values are derived by hand.
+#include <gtest/gtest.h>
+
+#include "format/kiln_file.h"
+#include "kiln/runtime.h"
+#include "kiln/stream.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompileAndLoad;
+
+// x[2,3] -> NonZero -> idx[2,<=6] -> Transpose -> GatherND(x) -> Mul 2 -> y[<=6]
+//                                                        \-> ReduceSum -> s[1] (static)
+std::unique_ptr<ir::Graph> NonZeroChain() {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 3});
+  g->inputs().push_back(x);
+  ir::Value* idx = g->AddValue("idx");
+  ir::Value* idx_t = g->AddValue("idx_t");
+  ir::Value* vals = g->AddValue("vals");
+  ir::Value* y = g->AddValue("y");
+  ir::Value* s = g->AddValue("s");
+  g->AddNode("NonZero", "nz", {x}, {idx});
+  g->AddNode("Transpose", "tr", {idx}, {idx_t})->SetAttr("perm", ir::Attribute::Ints({1, 0}));
+  g->AddNode("GatherND", "gnd", {x, idx_t}, {vals});
+  g->AddNode("Mul", "mul", {vals, g->AddConstant("two", test::F32({}, {2}))}, {y});
+  g->AddNode("ReduceSum", "sum", {y}, {s})->SetAttr("keepdims", ir::Attribute::Int(1));
+  g->outputs() = {idx, y, s};
+  return g;
+}
+
+TEST(Dynamic, ExtentsFollowTheDataOnEveryRun) {
+  test::TempDir dir;
+  auto model = CompileAndLoad(NonZeroChain(), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  ASSERT_EQ(m.outputs().size(), 3u);
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{2, 6}));
+  EXPECT_EQ(m.outputs()[0].dynamic_dims, 0b10u);
+  EXPECT_EQ(m.outputs()[1].shape, (Shape{6}));
+  EXPECT_EQ(m.outputs()[1].dynamic_dims, 0b1u);
+  EXPECT_EQ(m.outputs()[2].shape, (Shape{1}));
+  EXPECT_EQ(m.outputs()[2].dynamic_dims, 0u);
+
+  std::vector<std::int64_t> idx(12, -7);
+  std::vector<float> y(6, -7), s(1, -7);
+  auto run = [&](std::vector<float> x) {
+    return m.Execute({TensorRef::Of(x.data(), {2, 3})},
+                     {TensorRef::Of(idx.data(), {2, 6}), TensorRef::Of(y.data(), {6}), TensorRef::Of(s.data(), {1})});
+  };
+  // Non-zeros at (0,1), (1,0), (1,2): idx rows are the row and column lists.
+  ASSERT_TRUE(run({0, 1, 0, 2, 0, 3}).ok());
+  EXPECT_EQ(m.output_shape(0), (Shape{2, 3}));
+  EXPECT_EQ(m.output_shape(1), (Shape{3}));
+  EXPECT_EQ(m.output_shape(2), (Shape{1}));
+  EXPECT_EQ(std::vector<std::int64_t>(idx.begin(), idx.begin() + 6), (std::vector<std::int64_t>{0, 1, 1, 1, 0, 2}));
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 3), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(s[0], 12.f);
+  // Nothing non-zero (-0 counts as zero): empty extents, sum 0.
+  ASSERT_TRUE(run({0, -0.f, 0, 0, 0, 0}).ok());
+  EXPECT_EQ(m.output_shape(0), (Shape{2, 0}));
+  EXPECT_EQ(m.output_shape(1), (Shape{0}));
+  EXPECT_EQ(s[0], 0.f);
+  // Everything non-zero: the bound itself.
+  ASSERT_TRUE(run({1, 2, 3, 4, 5, 6}).ok());
+  EXPECT_EQ(m.output_shape(1), (Shape{6}));
+  EXPECT_EQ(idx, (std::vector<std::int64_t>{0, 0, 0, 1, 1, 1, 0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(y, (std::vector<float>{2, 4, 6, 8, 10, 12}));
+  EXPECT_EQ(s[0], 42.f);
+  // Back to a shape seen before (its kernels are cached): same answers.
+  ASSERT_TRUE(run({0, 1, 0, 2, 0, 3}).ok());
+  EXPECT_EQ(m.output_shape(1), (Shape{3}));
+  EXPECT_EQ(s[0], 12.f);
+}
+
+TEST(Dynamic, AsyncRunsReportShapesAfterSynchronize) {
+  test::TempDir dir;
+  auto model = CompileAndLoad(NonZeroChain(), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  std::vector<float> x = {5, 0, 0, 0, 0, 7};
+  std::vector<std::int64_t> idx(12);
+  std::vector<float> y(6), s(1);
+  ASSERT_TRUE((*model)
+                  ->ExecuteAsync(**stream, {TensorRef::Of(x.data(), {2, 3})},
+                                 {TensorRef::Of(idx.data(), {2, 6}), TensorRef::Of(y.data(), {6}),
+                                  TensorRef::Of(s.data(), {1})})
+                  .ok());
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+  EXPECT_EQ((*model)->output_shape(1), (Shape{2}));
+  EXPECT_EQ(y[0], 10.f);
+  EXPECT_EQ(y[1], 14.f);
+  EXPECT_EQ(s[0], 24.f);
+}
+
+TEST(Dynamic, ReshapeToAFixedShapeFailsAtRunTimeNamingTheNode) {
+  // NonZero(x)[2,<=4] -> Reshape to [8]: fine when all 4 are non-zero, an
+  // error naming the Reshape otherwise.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
+  g->inputs().push_back(x);
+  ir::Value* idx = g->AddValue("idx");
+  ir::Value* flat = g->AddValue("flat");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("NonZero", "nz", {x}, {idx});
+  g->AddNode("Reshape", "fixed_reshape", {idx, g->AddConstant("shape", test::I64({1}, {4}))}, {flat});
+  g->AddNode("Neg", "neg", {flat}, {y});
+  g->outputs() = {y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<float> all = {1, 2, 3, 4}, some = {1, 0, 3, 4};
+  std::vector<std::int64_t> out(4);
+  // NonZero of a rank-1 input is [1, n]: reshaping to [4] needs n == 4.
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(all.data(), {4})}, {TensorRef::Of(out.data(), {4})}).ok());
+  EXPECT_EQ(out, (std::vector<std::int64_t>{0, -1, -2, -3}));
+  Status st = (*model)->Execute({TensorRef::Of(some.data(), {4})}, {TensorRef::Of(out.data(), {4})});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("fixed_reshape"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("run time"), std::string::npos) << st.ToString();
+}
+
+TEST(Dynamic, NonMaxSuppressionSelectsByHand) {
+  // One batch, two classes, three boxes [y1,x1,y2,x2]:
+  //   b0 = [0,0,1,1], b1 = [0,0.1,1,1.1] (IoU with b0 = 0.9/1.1 = 0.82), b2 = [0,2,1,3] (disjoint)
+  //   class 0 scores .9 .8 .7: b0 kept, b1 suppressed (0.82 > 0.5), b2 kept
+  //   class 1 scores .1 .95 .3: b1 kept, b0 suppressed, b2 kept; score threshold .2 drops b0 anyway
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* boxes = g->AddValue("boxes", DType::kFloat32, {1, 3, 4});
+  ir::Value* scores = g->AddValue("scores", DType::kFloat32, {1, 2, 3});
+  g->inputs() = {boxes, scores};
+  ir::Value* sel = g->AddValue("sel");
+  auto f1 = [&](const char* n, float v) { return g->AddConstant(n, test::F32({1}, {v})); };
+  g->AddNode("NonMaxSuppression", "nms",
+             {boxes, scores, g->AddConstant("max", test::I64({1}, {10})), f1("iou", 0.5f), f1("thr", 0.2f)},
+             {sel});
+  g->outputs() = {sel};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->outputs()[0].shape, (Shape{6, 3}));  // 1 batch x 2 classes x min(10, 3)
+  EXPECT_EQ((*model)->outputs()[0].dynamic_dims, 1u);
+  std::vector<float> b = {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, 2, 1, 3};
+  std::vector<float> sc = {0.9f, 0.8f, 0.7f, 0.1f, 0.95f, 0.3f};
+  std::vector<std::int64_t> out(18, -1);
+  ASSERT_TRUE((*model)
+                  ->Execute({TensorRef::Of(b.data(), {1, 3, 4}), TensorRef::Of(sc.data(), {1, 2, 3})},
+                            {TensorRef::Of(out.data(), {6, 3})})
+                  .ok());
+  ASSERT_EQ((*model)->output_shape(0), (Shape{4, 3}));
+  EXPECT_EQ(std::vector<std::int64_t>(out.begin(), out.begin() + 12),
+            (std::vector<std::int64_t>{0, 0, 0, 0, 0, 2, 0, 1, 1, 0, 1, 2}));
+}
+
+// x[4] -> NonZero -> idx[1,<=4]; If(c): then Identity(idx), else an empty
+// int64[1,0] constant. The If's output is [1,<=4]: the taken branch decides.
+std::unique_ptr<ir::Graph> IfOverNonZero() {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
+  ir::Value* c = g->AddValue("c", DType::kBool, {});
+  g->inputs() = {x, c};
+  ir::Value* idx = g->AddValue("idx");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("NonZero", "nz", {x}, {idx});
+  auto then_b = std::make_shared<ir::Graph>();
+  then_b->set_name("then");
+  then_b->set_parent(g.get());
+  ir::Value* to = then_b->AddValue("then_out");
+  then_b->AddNode("Identity", "then_id", {idx}, {to});  // captures idx
+  then_b->outputs().push_back(to);
+  auto else_b = std::make_shared<ir::Graph>();
+  else_b->set_name("else");
+  else_b->set_parent(g.get());
+  else_b->outputs().push_back(else_b->AddConstant("empty", test::I64({1, 0}, {})));
+  ir::Node* iff = g->AddNode("If", "if_nz", {c}, {y});
+  ir::Attribute t, e;
+  t.kind = e.kind = ir::Attribute::Kind::kGraph;
+  t.g = then_b;
+  e.g = else_b;
+  iff->SetAttr("then_branch", t);
+  iff->SetAttr("else_branch", e);
+  g->outputs() = {y};
+  return g;
+}
+
+TEST(Dynamic, IfPassesDataDependentValuesAndReportsTheTakenBranchsExtent) {
+  test::TempDir dir;
+  auto model = CompileAndLoad(IfOverNonZero(), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{1, 4}));
+  EXPECT_EQ(m.outputs()[0].dynamic_dims, 0b10u);
+  std::vector<float> x = {0, 3, 0, 5};
+  std::vector<std::int64_t> y(4, -1);
+  auto run = [&](bool cond) {
+    std::uint8_t c = cond;
+    return m.Execute({TensorRef::Of(x.data(), {4}), TensorRef{&c, DType::kBool, {}}},
+                     {TensorRef::Of(y.data(), {1, 4})});
+  };
+  ASSERT_TRUE(run(true).ok());
+  EXPECT_EQ(m.output_shape(0), (Shape{1, 2}));
+  EXPECT_EQ(y[0], 1);
+  EXPECT_EQ(y[1], 3);
+  ASSERT_TRUE(run(false).ok());
+  EXPECT_EQ(m.output_shape(0), (Shape{1, 0}));
+  x = {1, 1, 1, 0};
+  ASSERT_TRUE(run(true).ok());
+  EXPECT_EQ(m.output_shape(0), (Shape{1, 3}));
+  EXPECT_EQ(std::vector<std::int64_t>(y.begin(), y.begin() + 3), (std::vector<std::int64_t>{0, 1, 2}));
+}
+
+TEST(Dynamic, IfBranchesOfDifferentRankAreRejectedByName) {
+  auto g = IfOverNonZero();
+  for (auto& n : g->nodes()) {
+    if (n->op_type() != "If") continue;
+    auto& else_b = n->attrs()["else_branch"].g;
+    else_b->outputs()[0] = else_b->AddConstant("empty1d", test::I64({0}, {}));
+  }
+  test::SetLatestVersions(*g);
+  auto m = CompileGraph(std::move(g), {});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("if_nz"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("rank"), std::string::npos) << m.status().ToString();
+}
+
+}  // namespace
+}  // namespace kiln
