@@ -9,6 +9,10 @@
 // 2. The ArgsUpdater sample's op at a tiny size (16 floats): runs that keep
 //    the same buffers vs runs that alternate two buffer sets; the difference
 //    is what an address change adds (compare, UpdateHostArgs, block copy).
+// 3. Data-dependent extents: NonZero on 64 floats, then a chain of N/5 Neg ops
+//    on its [1, <=64] result. Every Neg is a dynamic task (per-run inference on
+//    the actual shape, kernel cache lookup): median time per run / tasks = the
+//    per-task cost of the dynamic path, next to (1)'s static replay.
 // Prints one JSON line per measurement.
 #include <algorithm>
 #include <chrono>
@@ -111,5 +115,36 @@ int main(int argc, char** argv) {
   std::printf("{\"bench\":\"refresh\",\"runs\":%d,\"same_addresses_us\":%.3f,\"moved_addresses_us\":%.3f,"
               "\"refresh_cost_us\":%.3f}\n",
               runs, same_ns / 1e3, moved_ns / 1e3, (moved_ns - same_ns) / 1e3);
+
+  // 3. Dynamic tasks.
+  const int dyn_nodes = std::max(1, nodes / 5);
+  kiln::Graph gd("dynamic_chain");
+  auto dx = gd.AddInput("x", kiln::DType::kFloat32, {64});
+  auto nz = gd.AddOp("NonZero", {dx});
+  if (!nz.ok()) return Fail(nz.status());
+  auto dcur = nz.value()[0];
+  for (int i = 0; i < dyn_nodes; ++i) {
+    auto r = gd.AddOp("Neg", {dcur});
+    if (!r.ok()) return Fail(r.status());
+    dcur = r.value()[0];
+  }
+  if (kiln::Status st = gd.AddOutput(dcur, "y"); !st.ok()) return Fail(st);
+  auto did = s.AddGraph(std::move(gd));
+  if (!did.ok()) return Fail(did.status());
+  std::vector<float> xs(64, 0.f);
+  for (int i = 0; i < 64; i += 2) xs[i] = 1.f;  // 32 non-zeros
+  std::vector<std::int64_t> ys(64);
+  std::vector<kiln::TensorRef> din = {kiln::TensorRef::Of(xs.data(), {64})},
+                               dout = {kiln::TensorRef::Of(ys.data(), {1, 64})};
+  if (kiln::Status st = s.RunGraph(*did, din, dout); !st.ok()) return Fail(st);
+  kiln::Model* dm = s.GetLoadedGraph(*did);
+  const std::int64_t want = dyn_nodes % 2 ? -2 : 2;  // index of the 2nd non-zero, negated N times
+  if (dm->output_shape(0) != kiln::Shape{1, 32} || ys[1] != want) {
+    return Fail(kiln::Error(kiln::StatusCode::kInternal, "wrong dynamic chain result"));
+  }
+  const std::size_t dtasks = dm->last_stats().tasks_run;
+  double dyn_ns = TimeNs(runs, [&](int) { (void)s.RunGraph(*did, din, dout); });
+  std::printf("{\"bench\":\"dynamic\",\"tasks\":%zu,\"runs\":%d,\"run_us\":%.2f,\"ns_per_task\":%.1f}\n",
+              dtasks, runs, dyn_ns / 1e3, dyn_ns / dtasks);
   return 0;
 }

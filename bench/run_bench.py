@@ -2,7 +2,7 @@
 """Latency benchmark: Kiln vs ONNX Runtime (onnxruntime-node) on torchvision models.
 
   /usr/bin/python3 bench/run_bench.py --kiln build/kiln --work DIR
-      [--models resnet18,mobilenet_v2,squeezenet1_0] [--threads 1,2] [--runs 50]
+      [--models resnet18,mobilenet_v2,squeezenet1_0,detector,detector_batched_nms] [--threads 1,2] [--runs 50]
       [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
 
 For each model: export with tools/export_torchvision.py (cached in DIR/<model>/), compile
@@ -27,6 +27,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORT_SCRIPT = os.path.join(REPO, "tools", "export_torchvision.py")
 ORT_BENCH = os.path.join(REPO, "bench", "ort_bench.js")
 EXPORT_FILES = ("model.onnx", "input.npy", "expected.npy")
+DETECTION_SCRIPT = os.path.join(REPO, "tests", "models", "test_detection.py")
+# Pseudo-models: the SSD-style detector of tests/models/test_detection.py (128x128 input, TopK +
+# NonZero + NonMaxSuppression post-processing), with its two NMS exports.
+DETECTORS = {"detector": "offset", "detector_batched_nms": "batched"}
 BEGIN, END = "<!-- bench:latency:begin -->", "<!-- bench:latency:end -->"
 MEM_KEYS = ("arena_bytes", "lower_bound_bytes", "no_reuse_bytes")
 HEADER = ("# Kiln benchmark results\n\n"
@@ -71,6 +75,15 @@ def parse_json(text, what):
             except ValueError:
                 continue
     raise BenchError(f"{what}: no JSON object in output: {text.strip()[-500:]!r}")
+
+
+def export_detector(model, work):
+    """Exports a detector pseudo-model; returns (model dir, input file)."""
+    nms = DETECTORS[model]
+    run([sys.executable, DETECTION_SCRIPT, "--work", work, "--nms", nms,
+         "--export-only"], f"export {model}")
+    mdir = os.path.join(work, "detection_" + nms)
+    return mdir, os.path.join(mdir, "x.npy")
 
 
 def ensure_export(model, mdir):
@@ -163,7 +176,10 @@ def render(args, rows, mem, ort_version, errors):
            f"- Kiln commit {rev}; ONNX Runtime {ort_version} (onnxruntime-node, "
            "graphOptimizationLevel all, sequential, interOpNumThreads 1)",
            f"- Each model: 1x3x224x224 float32 input, random weights with randomised BatchNorm "
-           f"(tools/export_torchvision.py). {args.rounds} interleaved rounds (kiln, ort, kiln, ort, ...), "
+           f"(tools/export_torchvision.py); `detector*`: the SSD-style detector of "
+           f"tests/models/test_detection.py (1x3x128x128, TopK/NonZero/NonMaxSuppression "
+           f"post-processing, data-dependent output extents; `_batched_nms`: torchvision's "
+           f"batched_nms export, an If around the NMS). {args.rounds} interleaved rounds (kiln, ort, kiln, ort, ...), "
            f"each {args.runs} timed runs after {args.warmup} warm-up runs; median/p90 = median over "
            "rounds of each round's value, min = min over rounds. Ratio < 1 means Kiln is faster.",
            "",
@@ -225,7 +241,7 @@ def main():
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--kiln", required=True, help="path to the kiln binary")
     ap.add_argument("--work", required=True, help="work/cache directory (exports, .kiln files)")
-    ap.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet1_0")
+    ap.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet1_0,detector,detector_batched_nms")
     ap.add_argument("--threads", type=int_list, default=[1, 2], help="comma-separated, e.g. 1,2")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per round")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up runs per round")
@@ -245,11 +261,14 @@ def main():
     t_start = time.time()
     for model in models:
         mdir = os.path.abspath(os.path.join(args.work, model))
-        onnx_file, inp = os.path.join(mdir, "model.onnx"), os.path.join(mdir, "input.npy")
-        kfile = os.path.join(mdir, "model.kiln")
+        inp = os.path.join(mdir, "input.npy")
         try:
-            os.makedirs(mdir, exist_ok=True)
-            ensure_export(model, mdir)
+            if model in DETECTORS:
+                mdir, inp = export_detector(model, os.path.abspath(args.work))
+            else:
+                os.makedirs(mdir, exist_ok=True)
+                ensure_export(model, mdir)
+            onnx_file, kfile = os.path.join(mdir, "model.onnx"), os.path.join(mdir, "model.kiln")
             run([kiln, "compile", "--model", onnx_file, "--output", kfile], f"kiln compile {model}")
         except BenchError as e:
             errors.append(f"{model}: {e}")
@@ -258,7 +277,7 @@ def main():
             continue
         mem[model] = kiln_memory(kiln, kfile)
         for threads in args.threads:
-            common = ["--input", "input=" + inp, "--runs", str(args.runs),
+            common = ["--input", "0=" + inp, "--runs", str(args.runs),
                       "--warmup", str(args.warmup), "--threads", str(threads)]
             cmds = {"kiln": [kiln, "bench", kfile] + common + ["--json"],
                     "ort": [args.node, ORT_BENCH, onnx_file] + common}

@@ -406,9 +406,17 @@ Status Executor::RunDynamic(Task& t) {
   }
   std::vector<Shape> outs = d.out_static;  // If: its branch reports the extents
   if (!d.self_shaped) {
-    Status st = ops::InferNodeShapesOnly(c);
-    if (!st.ok()) return st.WithContext(StrCat("at run time, with input shapes from data-dependent extents"));
-    for (std::size_t j = 0; j < outs.size(); ++j) outs[j] = c.output(static_cast<int>(j))->shape();
+    if (d.have_last && d.last_in == key) {
+      outs = d.last_inferred;
+    } else {
+      d.have_last = false;
+      Status st = ops::InferNodeShapesOnly(c);
+      if (!st.ok()) return st.WithContext(StrCat("at run time, with input shapes from data-dependent extents"));
+      for (std::size_t j = 0; j < outs.size(); ++j) outs[j] = c.output(static_cast<int>(j))->shape();
+      d.last_in = key;
+      d.last_inferred = outs;
+      d.have_last = true;
+    }
   }
   const std::vector<Shape> in_shapes = key;
   if (d.self_shaped) key.clear();  // one kernel whatever the shapes

@@ -69,6 +69,10 @@ struct DynamicTask {
   bool alias = false;                  // a view: shapes only, no kernel
   bool self_shaped = false;            // If: one kernel for all shapes; it reports its outputs' extents
   std::map<std::vector<Shape>, std::unique_ptr<cpu::Kernel>> kernels;  // by input shapes
+  // The last run's input shapes and inferred output shapes: the same inputs
+  // skip inference (the common case: extents that repeat).
+  std::vector<Shape> last_in, last_inferred;
+  bool have_last = false;
 };
 
 struct Task {

@@ -138,6 +138,27 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", save(m, "d2s.onnx"), "--output", os.path.join(WORK, "d.kiln"))
         self.assertCleanError(rc, out, "d2s", "mode")
 
+    def test_nms_bad_attribute_and_boxes_named(self):
+        def nms(boxes_shape, center):
+            g = helper.make_graph(
+                [helper.make_node("NonMaxSuppression", ["b", "s", "m"], ["sel"], name="nms1",
+                                  center_point_box=center)], "g",
+                [helper.make_tensor_value_info("b", TensorProto.FLOAT, boxes_shape),
+                 helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 2, 6])],
+                [helper.make_tensor_value_info("sel", TensorProto.INT64, None)],
+                [numpy_helper.from_array(np.array([3], np.int64), "m")])
+            return helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+        rc, out = kiln("compile", "--model", save(nms([1, 6, 4], 2), "nms_c.onnx"), "--output", os.path.join(WORK, "n.kiln"))
+        self.assertCleanError(rc, out, "NonMaxSuppression node 'nms1'", "'center_point_box' = 2", "expected 0 or 1")
+        rc, out = kiln("compile", "--model", save(nms([1, 6, 5], 0), "nms_b.onnx"), "--output", os.path.join(WORK, "n.kiln"))
+        self.assertCleanError(rc, out, "NonMaxSuppression node 'nms1'", "boxes", "[1,6,5]")
+        # A good one: the bound is 1 batch x 2 classes x min(3, 6) = 6 rows, data-dependent.
+        k = os.path.join(WORK, "nms_ok.kiln")
+        rc, out = kiln("compile", "--model", save(nms([1, 6, 4], 0), "nms_ok.onnx"), "--output", k)
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", k)
+        self.assertIn("sel int64[<=6,3]", out)
+
     def test_run_input_errors(self):
         path = save(relu_model(), "relu.onnx")
         k = os.path.join(WORK, "relu.kiln")

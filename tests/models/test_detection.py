@@ -165,7 +165,7 @@ def export(mdir, args):
 
 def main():
     ap = argparse.ArgumentParser(description="Kiln vs PyTorch test for a detector with NMS post-processing")
-    ap.add_argument("--kiln", required=True, help="path to the kiln binary (e.g. build/kiln)")
+    ap.add_argument("--kiln", help="path to the kiln binary (e.g. build/kiln); not needed with --export-only")
     ap.add_argument("--work", required=True, help="work directory for the export and outputs")
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--atol", type=float, default=1e-4)
@@ -176,16 +176,20 @@ def main():
                     help="offset: torchvision.ops.nms on class-offset boxes; batched: "
                          "torchvision.ops.batched_nms, whose export wraps the NMS in an If on the "
                          "candidates' element count (data-dependent values into a branch)")
+    ap.add_argument("--export-only", action="store_true",
+                    help="only write DIR/detection_<nms>/model.onnx and x.npy (for bench/run_bench.py)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per step")
     args = ap.parse_args()
 
-    kiln = os.path.abspath(args.kiln)
+    if not args.kiln and not args.export_only:
+        ap.error("--kiln is required (unless --export-only)")
+    kiln = os.path.abspath(args.kiln or "kiln")
     mdir = os.path.abspath(os.path.join(args.work, "detection_" + args.nms))
     kiln_file = os.path.join(mdir, "model.kiln")
     out_dir = os.path.join(mdir, "kiln_out")
     names = ("boxes", "scores", "det_boxes", "det_scores", "det_labels")
     try:
-        if not os.access(kiln, os.X_OK):
+        if not args.export_only and not os.access(kiln, os.X_OK):
             raise TestError(f"kiln binary not found or not executable: {kiln}")
         os.makedirs(out_dir, exist_ok=True)
         for f in os.listdir(out_dir):
@@ -193,6 +197,9 @@ def main():
         if os.path.exists(kiln_file):
             os.remove(kiln_file)
         candidates, overlapping = export(mdir, args)
+        if args.export_only:
+            print(f"exported {os.path.join(mdir, 'model.onnx')} and x.npy", flush=True)
+            return 0
         run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", kiln_file],
             "kiln compile", args.timeout)
         refs = [np.load(os.path.join(mdir, f"expected_{i}.npy")) for i in range(len(names))]
