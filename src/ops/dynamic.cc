@@ -13,8 +13,10 @@ Status InferNonZero(InferContext& c) {
   const Shape& x = c.in_shape(0);
   const std::int64_t n = NumElements(x);
   if (n < 0) return c.Fail("input 0 has unresolved dims ", ShapeToString(x));
-  c.SetOutput(0, DType::kInt64, {static_cast<std::int64_t>(x.size()), n});
-  c.SetOutputDynamic(0, n > 0 ? 0b10 : 0);  // [rank, <=numel]
+  // [rank, <=numel]; a scalar has one coordinate row (ONNX Runtime and the
+  // ONNX reference both give [1, n]).
+  c.SetOutput(0, DType::kInt64, {std::max<std::int64_t>(static_cast<std::int64_t>(x.size()), 1), n});
+  c.SetOutputDynamic(0, n > 0 ? 0b10 : 0);
   return Status::Ok();
 }
 

@@ -104,9 +104,26 @@ Result<std::vector<Shape>> Probe(const ir::Node& node, const OpDef& def,
 }
 
 Status PropagateDynamic(ir::Node& node, const OpDef& def) {
+  // Extents to try for every dynamic input dim. Larger than the bound and a
+  // small one must infer (else every output dim is dynamic); 0, 1 and
+  // bound - 1 catch functions that are flat elsewhere (Slice [:1], starts
+  // -1); an op that rejects them fails at run time on such data anyway, so
+  // their failures say nothing.
+  struct Try {
+    std::int64_t (*extent)(std::int64_t);
+    bool failure_marks_all;
+  };
+  const Try tries[] = {
+      {+[](std::int64_t b) { return b + 1; }, true},
+      {+[](std::int64_t b) { return b == 2 ? std::int64_t{3} : std::int64_t{2}; }, true},
+      {+[](std::int64_t) { return std::int64_t{0}; }, false},
+      {+[](std::int64_t) { return std::int64_t{1}; }, false},
+      {+[](std::int64_t b) { return b > 0 ? b - 1 : std::int64_t{0}; }, false},
+  };
   std::vector<std::uint64_t> masks(node.num_outputs(), 0);
-  for (auto extent : {+[](std::int64_t b) { return b + 1; }, +[](std::int64_t b) { return b == 2 ? std::int64_t{3} : std::int64_t{2}; }}) {
-    auto probed = Probe(node, def, extent);
+  for (const Try& t : tries) {
+    auto probed = Probe(node, def, t.extent);
+    if (!probed.ok() && !t.failure_marks_all) continue;
     for (int j = 0; j < node.num_outputs(); ++j) {
       const Shape& s = node.output(j)->shape();
       if (!probed.ok() || probed.value()[j].size() != s.size()) {

@@ -92,9 +92,11 @@ class OpRegistry {
 //
 // Data-dependent extents: an op fed a value with dynamic dims infers on the
 // inputs' upper bounds; which of its output dims are dynamic is found by
-// probing its inference with those input dims changed (to bound + 1 and to
-// a small extent): output dims that follow are dynamic, a probe that fails
-// makes every output dim dynamic. Ops with subgraphs and custom ops do not
+// probing its inference with those input dims changed (to bound + 1, a
+// small extent, 0, 1 and bound - 1): output dims that follow are dynamic; a
+// failing probe at bound + 1 or the small extent makes every output dim
+// dynamic (failures at 0, 1, bound - 1 are ignored: such data fails at run
+// time too). Ops with subgraphs and custom ops do not
 // accept dynamic inputs (error naming the node and the input).
 Status InferNode(ir::Node& node);
 

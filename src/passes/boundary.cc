@@ -34,6 +34,24 @@ Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions&) {
   return Status::Ok();
 }
 
+namespace {
+
+// A value with data-dependent extents that `v` is computed from, or null.
+const ir::Value* DynamicAncestor(const ir::Value* v) {
+  std::vector<const ir::Value*> work = {v};
+  std::set<const ir::Value*> seen;
+  while (!work.empty()) {
+    const ir::Value* x = work.back();
+    work.pop_back();
+    if (!x || !seen.insert(x).second) continue;
+    if (x != v && x->is_dynamic()) return x;
+    if (const ir::Node* p = x->producer()) work.insert(work.end(), p->inputs().begin(), p->inputs().end());
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 Status CheckResolved(ir::Graph& g, const PassOptions&) {
   // Data-dependent extents: passes rewrite nodes locally, so settle every
   // value's dynamic dims with one more sweep in order — exactly what a
@@ -50,6 +68,16 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
                    v->producer() ? " (produced by " + v->producer()->Describe() + ")" : "");
     }
     if (!IsStatic(v->shape())) {
+      if (const ir::Value* dyn = DynamicAncestor(v.get())) {
+        return Error(StatusCode::kUnimplemented, "cannot resolve the shape of '", v->name(), "' ",
+                     ShapeToString(v->shape()),
+                     v->producer() ? " (produced by " + v->producer()->Describe() + ")" : std::string(),
+                     ": it depends on the data-dependent extent of '", dyn->name(), "' ",
+                     ShapeToString(dyn->shape(), dyn->dynamic_mask()),
+                     dyn->producer() ? " (produced by " + dyn->producer()->Describe() + ")" : std::string(),
+                     ", and Kiln cannot use a data-dependent extent as a shape (Reshape/Expand/ConstantOfShape "
+                     "targets computed from it)");
+      }
       std::string dims;
       for (std::size_t i = 0; i < v->dim_params().size(); ++i) {
         if (!v->dim_params()[i].empty()) dims += (dims.empty() ? "" : ", ") + v->dim_params()[i];

@@ -420,6 +420,10 @@ Status Executor::RunDynamic(Task& t) {
   }
   const std::vector<Shape> in_shapes = key;
   if (d.self_shaped) key.clear();  // one kernel whatever the shapes
+  // Outputs that are all empty need no kernel (oneDNN rejects some empty
+  // problems, e.g. a Gemm with M = 0): zero detections is a normal run.
+  bool all_empty = !outs.empty();
+  for (const Shape& s : outs) all_empty &= NumElements(s) == 0;
   auto check = [&](const std::vector<Shape>& shapes) -> Status {
     for (std::size_t j = 0; j < shapes.size(); ++j) {
       const ir::Value* o = c.output(static_cast<int>(j));
@@ -430,15 +434,18 @@ Status Executor::RunDynamic(Task& t) {
                      ShapeToString(d.out_static[j], d.out_masks[j]));
       }
       if (d.out_masks[j] == 0 && shapes[j] != d.out_static[j]) {
-        return Error(StatusCode::kInvalidArgument, t.node->Describe(), ": output '", o->name(),
-                     "' has run-time shape ", ShapeToString(shapes[j]), " but was compiled with static shape ",
-                     ShapeToString(d.out_static[j]));
+        std::string ins;
+        for (const Shape& s : in_shapes) ins += (ins.empty() ? "" : ", ") + ShapeToString(s);
+        return Error(StatusCode::kInternal, t.node->Describe(), ": output '", o->name(), "' has run-time shape ",
+                     ShapeToString(shapes[j]), " for input shapes ", ins, ", but Kiln's compile-time analysis of ",
+                     "data-dependent extents judged it static ", ShapeToString(d.out_static[j]),
+                     " (a limitation of that analysis; please report it with the model)");
       }
     }
     return Status::Ok();
   };
   KILN_RETURN_IF_ERROR(check(outs));
-  if (!d.alias) {
+  if (!d.alias && !all_empty) {
     auto it = d.kernels.find(key);
     if (it == d.kernels.end()) {
       cpu::KernelInit init;

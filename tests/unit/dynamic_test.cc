@@ -98,6 +98,114 @@ TEST(Dynamic, AsyncRunsReportShapesAfterSynchronize) {
   EXPECT_EQ(s[0], 24.f);
 }
 
+TEST(Dynamic, ZeroBoundsScalarsAndEmptyInputs) {
+  // NMS without max_output_boxes_per_class selects nothing: a static [0,3];
+  // NonZero of a scalar is [1, n] (ONNX Runtime, ONNX reference); of an empty
+  // [0,3] input a static [2,0].
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* boxes = g->AddValue("boxes", DType::kFloat32, {1, 2, 4});
+  ir::Value* scores = g->AddValue("scores", DType::kFloat32, {1, 1, 2});
+  ir::Value* s = g->AddValue("s", DType::kFloat32, {});
+  ir::Value* e = g->AddValue("e", DType::kFloat32, {0, 3});
+  g->inputs() = {boxes, scores, s, e};
+  ir::Value* sel = g->AddValue("sel");
+  ir::Value* nzs = g->AddValue("nzs");
+  ir::Value* nze = g->AddValue("nze");
+  g->AddNode("NonMaxSuppression", "nms", {boxes, scores}, {sel});
+  g->AddNode("NonZero", "nz_scalar", {s}, {nzs});
+  g->AddNode("NonZero", "nz_empty", {e}, {nze});
+  g->outputs() = {sel, nzs, nze};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{0, 3}));
+  EXPECT_EQ(m.outputs()[0].dynamic_dims, 0u);
+  EXPECT_EQ(m.outputs()[1].shape, (Shape{1, 1}));
+  EXPECT_EQ(m.outputs()[1].dynamic_dims, 0b10u);
+  EXPECT_EQ(m.outputs()[2].shape, (Shape{2, 0}));
+  std::vector<float> b = {0, 0, 1, 1, 0, 0, 1, 1}, sc = {0.9f, 0.8f};
+  std::int64_t dummy = -1, nzs_out = -1;
+  float fdummy = 0;
+  for (float sv : {3.f, 0.f}) {
+    Status st = m.Execute({TensorRef::Of(b.data(), {1, 2, 4}), TensorRef::Of(sc.data(), {1, 1, 2}),
+                           TensorRef::Of(&sv, {}), TensorRef::Of(&fdummy, {0, 3})},
+                          {TensorRef::Of(&dummy, {0, 3}), TensorRef::Of(&nzs_out, {1, 1}),
+                           TensorRef::Of(&dummy, {2, 0})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(m.output_shape(1), (Shape{1, sv != 0 ? 1 : 0}));
+    if (sv != 0) EXPECT_EQ(nzs_out, 0);
+  }
+}
+
+TEST(Dynamic, EmptyExtentsReachGemmAndSliceWithoutError) {
+  // x[2,3] -> NonZero -> [2,<=6] -> Transpose -> Cast float -> Gemm with
+  // W[2,1] = [[1],[10]] -> [<=6,1] (row*1 + col*10 per non-zero); and
+  // NonZero -> Slice [:, 0:1] -> [2,<=1] (the first non-zero's coordinates).
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 3});
+  g->inputs().push_back(x);
+  ir::Value* idx = g->AddValue("idx");
+  ir::Value* tr = g->AddValue("tr");
+  ir::Value* f = g->AddValue("f");
+  ir::Value* y = g->AddValue("y");
+  ir::Value* first = g->AddValue("first");
+  g->AddNode("NonZero", "nz", {x}, {idx});
+  g->AddNode("Transpose", "tr", {idx}, {tr})->SetAttr("perm", ir::Attribute::Ints({1, 0}));
+  g->AddNode("Cast", "cast", {tr}, {f})->SetAttr("to", ir::Attribute::Int(static_cast<int>(DType::kFloat32)));
+  g->AddNode("Gemm", "gemm", {f, g->AddConstant("w", test::F32({2, 1}, {1, 10}))}, {y});
+  g->AddNode("Slice", "first_nz",
+             {idx, g->AddConstant("st", test::I64({1}, {0})), g->AddConstant("en", test::I64({1}, {1})),
+              g->AddConstant("ax", test::I64({1}, {1}))},
+             {first});
+  g->outputs() = {y, first};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].dynamic_dims, 0b1u);
+  EXPECT_EQ(m.outputs()[1].shape, (Shape{2, 1}));
+  EXPECT_EQ(m.outputs()[1].dynamic_dims, 0b10u);  // 0 or 1 columns
+  std::vector<float> yv(6, -1);
+  std::vector<std::int64_t> fv(2, -1);
+  auto run = [&](std::vector<float> xv) {
+    return m.Execute({TensorRef::Of(xv.data(), {2, 3})},
+                     {TensorRef::Of(yv.data(), {6, 1}), TensorRef::Of(fv.data(), {2, 1})});
+  };
+  Status st = run({0, 0, 0, 0, 0, 0});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(m.output_shape(0), (Shape{0, 1}));
+  EXPECT_EQ(m.output_shape(1), (Shape{2, 0}));
+  st = run({0, 0, 0, 0, 0, 7});  // (1, 2)
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(m.output_shape(0), (Shape{1, 1}));
+  EXPECT_EQ(yv[0], 21.f);
+  EXPECT_EQ(m.output_shape(1), (Shape{2, 1}));
+  EXPECT_EQ(fv, (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST(Dynamic, ShapeArithmeticOnADataDependentExtentNamesIt) {
+  // ConstantOfShape(Shape(NonZero(x))): the target shape is data: a compile
+  // error naming the NonZero output, not advice about input shapes.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
+  g->inputs().push_back(x);
+  ir::Value* idx = g->AddValue("idx");
+  ir::Value* shp = g->AddValue("shp");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("NonZero", "nz", {x}, {idx});
+  g->AddNode("Shape", "shape", {idx}, {shp});
+  g->AddNode("ConstantOfShape", "fill", {shp}, {y});
+  g->outputs() = {y};
+  test::SetLatestVersions(*g);
+  auto m = CompileGraph(std::move(g), {});
+  ASSERT_FALSE(m.ok());
+  const std::string msg = m.status().message();
+  EXPECT_NE(msg.find("data-dependent extent of 'idx'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NonZero node 'nz'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("--input-shape"), std::string::npos) << msg;
+}
+
 TEST(Dynamic, ReshapeToAFixedShapeFailsAtRunTimeNamingTheNode) {
   // NonZero(x)[2,<=4] -> Reshape to [8]: fine when all 4 are non-zero, an
   // error naming the Reshape otherwise.

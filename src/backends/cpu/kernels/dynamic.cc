@@ -12,9 +12,16 @@ namespace {
 
 using I64 = std::int64_t;
 
-Status NeedShapes(const KernelArgs& a, const ir::Node* node) {
-  if (a.out_shapes) return Status::Ok();
-  return Error(StatusCode::kInternal, node->Describe(), ": run without a shape record for its data-dependent output");
+// Stores the actual output shape; a node planned with a static output (its
+// bound is 0, so the result is always empty) runs without a shape record.
+Status Report(const KernelArgs& a, Shape actual, const Shape& planned) {
+  if (a.out_shapes) {
+    a.out_shapes[0] = std::move(actual);
+    return Status::Ok();
+  }
+  if (actual == planned) return Status::Ok();
+  return Error(StatusCode::kInternal, "output shape ", ShapeToString(actual), " differs from the planned ",
+               ShapeToString(planned), " and the run has no shape record");
 }
 
 // Whether element i of `p` (element type t) is non-zero; floats compare by
@@ -29,6 +36,8 @@ Result<std::unique_ptr<Kernel>> MakeNonZero(const KernelInit& init) {
   const DType t = init.inputs[0].dtype;
   const I64 n = NumElements(x);
   const auto rank = static_cast<I64>(x.size());
+  const I64 rows = std::max<I64>(rank, 1);  // a scalar has one (zero) coordinate, as in ONNX Runtime
+  const Shape planned = init.outputs[0].shape;
   std::function<bool(const void*, I64)> nz;
   switch (t) {
     case DType::kFloat32: nz = [](const void* p, I64 i) { return NonZeroBits<std::uint32_t>(p, i, 0x7fffffffu); }; break;
@@ -52,18 +61,16 @@ Result<std::unique_ptr<Kernel>> MakeNonZero(const KernelInit& init) {
       };
     }
   }
-  const ir::Node* node = init.node;
-  return MakeFn([x, n, rank, nz, node](const KernelArgs& a) -> Status {
-    KILN_RETURN_IF_ERROR(NeedShapes(a, node));
+  return MakeFn([x, n, rank, rows, nz, planned](const KernelArgs& a) -> Status {
     const void* in = a.in(0);
     I64 count = 0;
     for (I64 i = 0; i < n; ++i) count += nz(in, i) ? 1 : 0;
     I64* out = a.out_as<I64>(0);
     I64 k = 0;
-    std::vector<I64> coord(x.size(), 0);
+    std::vector<I64> coord(rows, 0);
     for (I64 i = 0; i < n; ++i) {
       if (nz(in, i)) {
-        for (I64 d = 0; d < rank; ++d) out[d * count + k] = coord[d];
+        for (I64 d = 0; d < rows; ++d) out[d * count + k] = coord[d];
         ++k;
       }
       for (I64 d = rank - 1; d >= 0; --d) {  // row-major increment
@@ -71,8 +78,7 @@ Result<std::unique_ptr<Kernel>> MakeNonZero(const KernelInit& init) {
         coord[d] = 0;
       }
     }
-    a.out_shapes[0] = {rank, count};
-    return Status::Ok();
+    return Report(a, {rows, count}, planned);
   });
 }
 
@@ -104,10 +110,9 @@ Result<std::unique_ptr<Kernel>> MakeNonMaxSuppression(const KernelInit& init) {
   const bool has_max = init.inputs.size() > 2 && init.inputs[2].present();
   const bool has_iou = init.inputs.size() > 3 && init.inputs[3].present();
   const bool has_score = init.inputs.size() > 4 && init.inputs[4].present();
-  const I64 bound = NumElements(init.outputs[0].shape) / 3;
-  const ir::Node* node = init.node;
+  const Shape planned = init.outputs[0].shape;
+  const I64 bound = NumElements(planned) / 3;
   return MakeFn([=](const KernelArgs& a) -> Status {
-    KILN_RETURN_IF_ERROR(NeedShapes(a, node));
     const I64 max_out = has_max ? std::clamp<I64>(*a.in_as<I64>(2), 0, num_boxes) : 0;
     const float iou = has_iou ? *a.in_as<float>(3) : 0.f;
     const float* boxes = a.in_as<float>(0);
@@ -138,7 +143,7 @@ Result<std::unique_ptr<Kernel>> MakeNonMaxSuppression(const KernelInit& init) {
           if (!keep) continue;
           selected.push_back(i);
           if (selected_total >= bound) {
-            return Error(StatusCode::kInternal, node->Describe(), ": more than the planned ", bound, " selections");
+            return Error(StatusCode::kInternal, "more than the planned ", bound, " selections");
           }
           out[selected_total * 3 + 0] = b;
           out[selected_total * 3 + 1] = c;
@@ -147,8 +152,7 @@ Result<std::unique_ptr<Kernel>> MakeNonMaxSuppression(const KernelInit& init) {
         }
       }
     }
-    a.out_shapes[0] = {selected_total, 3};
-    return Status::Ok();
+    return Report(a, {selected_total, 3}, planned);
   });
 }
 
