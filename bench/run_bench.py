@@ -23,6 +23,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results_md import write_section  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORT_SCRIPT = os.path.join(REPO, "tools", "export_torchvision.py")
 ORT_BENCH = os.path.join(REPO, "bench", "ort_bench.js")
@@ -33,9 +36,6 @@ DETECTION_SCRIPT = os.path.join(REPO, "tests", "models", "test_detection.py")
 DETECTORS = {"detector": "offset", "detector_batched_nms": "batched"}
 BEGIN, END = "<!-- bench:latency:begin -->", "<!-- bench:latency:end -->"
 MEM_KEYS = ("arena_bytes", "lower_bound_bytes", "no_reuse_bytes")
-HEADER = ("# Kiln benchmark results\n\n"
-          "Sections between `<!-- bench:NAME:begin -->` / `<!-- bench:NAME:end -->` markers are\n"
-          "generated and owned by the benchmark scripts that write them; edit outside them.\n")
 
 
 class BenchError(Exception):
@@ -209,23 +209,6 @@ def render(args, rows, mem, ort_version, errors):
     return "\n".join(out) + "\n"
 
 
-def write_section(path, section):
-    text = open(path).read() if os.path.exists(path) else HEADER
-    b, e = text.find(BEGIN), text.find(END)
-    if b != -1 and e != -1 and e > b:
-        text = text[:b] + section.rstrip("\n") + text[e + len(END):]
-    else:
-        if b != -1 or e != -1:
-            log(f"warning: unbalanced {BEGIN} / {END} markers in {path}; appending a new section")
-        text = text.rstrip("\n") + "\n\n" + section
-    if not text.endswith("\n"):
-        text += "\n"
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
 def int_list(s):
     try:
         v = [int(x) for x in s.split(",") if x.strip()]
@@ -306,7 +289,7 @@ def main():
             rows.append((model, threads, k, o))
 
     section = render(args, rows, mem, ort_version, errors)
-    write_section(args.out, section)
+    write_section(args.out, section, BEGIN, END)
     print(section)
     log(f"wrote latency section to {args.out} in {time.time() - t_start:.0f}s")
     return 1 if errors else 0

@@ -38,6 +38,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results_md import write_section  # noqa: E402
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -45,9 +48,6 @@ from onnx import TensorProto, helper
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORT_BENCH = os.path.join(REPO, "bench", "ort_bench.js")
 BEGIN, END = "<!-- bench:weights:begin -->", "<!-- bench:weights:end -->"
-HEADER = ("# Kiln benchmark results\n\n"
-          "Sections between `<!-- bench:NAME:begin -->` / `<!-- bench:NAME:end -->` markers are\n"
-          "generated and owned by the benchmark scripts that write them; edit outside them.\n")
 LAYERS, DIM = 16, 4096
 BLOB = ["--blobs", "16", "--blob-mib", "64"]
 MIB = 1 << 20
@@ -294,20 +294,6 @@ def render(r):
     return "\n".join(out) + "\n"
 
 
-def write_section(path, section):
-    text = open(path).read() if os.path.exists(path) else HEADER
-    b, e = text.find(BEGIN), text.find(END)
-    if b != -1 and e != -1 and e > b:
-        text = text[:b] + section.rstrip("\n") + text[e + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    if not text.endswith("\n"):
-        text += "\n"
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -424,7 +410,7 @@ def main():
                 shutil.rmtree(os.path.join(work, d), ignore_errors=True)
     r["elapsed_s"] = time.time() - t_start
     section = render(r)
-    write_section(ARGS.out, section)
+    write_section(ARGS.out, section, BEGIN, END)
     print(section)
     log(f"wrote the weights section to {ARGS.out} in {r['elapsed_s']:.0f}s")
     return 1 if r["errors"] else 0

@@ -32,6 +32,13 @@ void Value::set_constant(HostTensorPtr t) {
   constant_ = std::move(t);
 }
 
+bool Node::HasSubgraphs() const {
+  for (auto& [k, a] : attrs_) {
+    if (a.g || !a.graphs.empty()) return true;
+  }
+  return false;
+}
+
 void Node::SetInput(int i, Value* v) {
   if (i >= num_inputs()) inputs_.resize(static_cast<std::size_t>(i) + 1, nullptr);
   Value* old = inputs_[i];
@@ -124,6 +131,24 @@ Node* Graph::AddNode(const std::string& op_type, const std::string& name,
   }
   nodes_.push_back(std::move(n));
   return raw;
+}
+
+Node* Graph::AddCopyOf(const Node& n) {
+  std::vector<Value*> ins, outs;
+  for (const Value* v : n.inputs()) {
+    if (!v) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    Value* c = AddValue(v->name(), v->dtype(), v->shape());
+    if (v->is_constant()) c->set_constant(v->constant());
+    ins.push_back(c);
+  }
+  for (const Value* v : n.outputs()) outs.push_back(AddValue(v->name(), v->dtype(), v->shape()));
+  Node* c = AddNode(n.op_type(), n.name(), ins, outs, n.domain());
+  c->set_since_version(n.since_version());
+  c->attrs() = n.attrs();
+  return c;
 }
 
 void Graph::RemoveNode(Node* n) {

@@ -120,6 +120,8 @@ class Node {
   std::vector<std::int64_t> GetInts(const std::string& n, std::vector<std::int64_t> def = {}) const;
   std::vector<float> GetFloats(const std::string& n, std::vector<float> def = {}) const;
   void SetAttr(const std::string& n, Attribute a) { attrs_[n] = std::move(a); }
+  // Whether an attribute holds a subgraph (If's branches).
+  bool HasSubgraphs() const;
 
   Graph* graph() const { return graph_; }
   // "Conv 'conv1'" — for error messages.
@@ -156,6 +158,11 @@ class Graph {
   Node* AddNode(const std::string& op_type, const std::string& name,
                 const std::vector<Value*>& inputs, const std::vector<Value*>& outputs,
                 const std::string& domain = "");
+  // A detached copy of `n` (from any graph): its inputs and outputs become new
+  // values of this graph with the same names, types and shapes (constant
+  // inputs share their data; absent inputs stay absent); same attributes and
+  // version. Shape inference can then run on the copy with other input shapes.
+  Node* AddCopyOf(const Node& n);
   // Removes a node; its outputs stay (without producer) until RemoveUnusedValues.
   void RemoveNode(Node* n);
   // Redirects every use of `from` (and graph outputs) to `to`.

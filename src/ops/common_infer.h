@@ -35,6 +35,20 @@ inline const std::set<DType>& NumericTypes() {
   return s;
 }
 
+// An OpDef with one output (types: accepted for input 0; empty = any).
+inline OpDef Def(const char* type, std::vector<int> versions, int min_in, int max_in, std::set<std::string> attrs,
+                 std::function<Status(InferContext&)> infer, std::set<DType> types = {}) {
+  OpDef d;
+  d.type = type;
+  d.versions = std::move(versions);
+  d.min_inputs = min_in;
+  d.max_inputs = max_in;
+  d.attributes = std::move(attrs);
+  d.input_types = std::move(types);
+  d.infer = std::move(infer);
+  return d;
+}
+
 // Turns attribute `attr` (ints) into a constant int64 input at `index`.
 Status AttrToInput(ir::Node& n, ir::Graph& g, const std::string& attr, int index);
 // Same for a float attribute (scalar float32 constant); absent attr = absent input.

@@ -74,20 +74,8 @@ Status InferNonMaxSuppression(InferContext& c) {
 }  // namespace
 
 void RegisterDynamicOps(OpRegistry& r) {
-  OpDef nz;
-  nz.type = "NonZero";
-  nz.versions = {9, 13};
-  nz.infer = InferNonZero;
-  r.Register(nz);
-
-  OpDef nms;
-  nms.type = "NonMaxSuppression";
-  nms.versions = {10, 11};
-  nms.min_inputs = 2;
-  nms.max_inputs = 5;
-  nms.attributes = {"center_point_box"};
-  nms.infer = InferNonMaxSuppression;
-  r.Register(nms);
+  r.Register(Def("NonZero", {9, 13}, 1, 1, {}, InferNonZero));
+  r.Register(Def("NonMaxSuppression", {10, 11}, 2, 5, {"center_point_box"}, InferNonMaxSuppression));
 }
 
 }  // namespace kiln::ops

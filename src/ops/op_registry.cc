@@ -62,13 +62,6 @@ namespace {
 
 Status CheckAndInfer(ir::Node& node, bool propagate_dynamic);
 
-bool HasSubgraphAttr(const ir::Node& n) {
-  for (auto& [k, a] : n.attrs()) {
-    if (a.g || !a.graphs.empty()) return true;
-  }
-  return false;
-}
-
 std::uint64_t AllDims(std::size_t rank) {
   return rank >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << rank) - 1;
 }
@@ -78,28 +71,20 @@ std::uint64_t AllDims(std::size_t rank) {
 Result<std::vector<Shape>> Probe(const ir::Node& node, const OpDef& def,
                                  std::int64_t (*extent)(std::int64_t)) {
   ir::Graph scratch;
-  std::vector<ir::Value*> ins, outs;
-  for (ir::Value* v : node.inputs()) {
-    if (!v) {
-      ins.push_back(nullptr);
-      continue;
-    }
+  ir::Node* c = scratch.AddCopyOf(node);
+  for (int i = 0; i < node.num_inputs(); ++i) {
+    const ir::Value* v = node.input(i);
+    if (!v || !v->is_dynamic()) continue;
     Shape s = v->shape();
     for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
       if (v->dynamic_mask() >> d & 1) s[d] = extent(s[d]);
     }
-    ir::Value* c = scratch.AddValue(v->name(), v->dtype(), s);
-    if (v->is_constant()) c->set_constant(v->constant());
-    ins.push_back(c);
+    c->input(i)->set_shape(std::move(s));
   }
-  for (ir::Value* v : node.outputs()) outs.push_back(scratch.AddValue(v->name()));
-  ir::Node* c = scratch.AddNode(node.op_type(), node.name(), ins, outs, node.domain());
-  c->set_since_version(node.since_version());
-  c->attrs() = node.attrs();
   InferContext ctx(*c);
   KILN_RETURN_IF_ERROR(def.infer(ctx));
   std::vector<Shape> shapes;
-  for (ir::Value* o : outs) shapes.push_back(o->shape());
+  for (const ir::Value* o : c->outputs()) shapes.push_back(o->shape());
   return shapes;
 }
 
@@ -205,11 +190,11 @@ Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
   }
   // If passes data-dependent values to its branches (see the If kernel);
   // other subgraph ops and custom ops take static shapes only.
-  const bool subgraph = HasSubgraphAttr(node) && !(node.op_type() == "If" && node.domain().empty());
+  const bool subgraph = node.HasSubgraphs() && !(node.op_type() == "If" && node.domain().empty());
   if (dyn_in && (subgraph || def->any_attributes)) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": input ", dyn_index, " '", dyn_in->name(),
                  "' has a data-dependent shape ", ShapeToString(dyn_in->shape(), dyn_in->dynamic_mask()),
-                 ", which ", HasSubgraphAttr(node) ? "ops with subgraphs" : "custom ops", " do not accept");
+                 ", which ", node.HasSubgraphs() ? "ops with subgraphs" : "custom ops", " do not accept");
   }
   for (ir::Value* o : node.outputs()) o->set_dynamic_mask(0);
   InferContext ctx(node);

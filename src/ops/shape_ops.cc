@@ -403,17 +403,6 @@ Status NormalizeCast(ir::Node& n, ir::Graph&) {
   return Error(StatusCode::kInvalidArgument, n.Describe(), ": attribute 'to' = '", to->s, "' is not an element type name");
 }
 
-OpDef Def(const char* type, std::vector<int> versions, int min_in, int max_in, std::set<std::string> attrs,
-          std::function<Status(InferContext&)> infer) {
-  OpDef d;
-  d.type = type;
-  d.versions = std::move(versions);
-  d.min_inputs = min_in;
-  d.max_inputs = max_in;
-  d.attributes = std::move(attrs);
-  d.infer = std::move(infer);
-  return d;
-}
 
 // Moves attribute `attr` of versions before `since` into input `index`.
 std::function<Status(ir::Node&, ir::Graph&)> AttrsToInputs(int since, std::vector<std::pair<std::string, int>> moves) {

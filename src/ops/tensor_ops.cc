@@ -460,18 +460,6 @@ Status InferEinsum(InferContext& c) {
   return Status::Ok();
 }
 
-OpDef Def(const char* type, std::vector<int> versions, int min_in, int max_in, std::set<std::string> attrs,
-          std::function<Status(InferContext&)> infer, std::set<DType> types = {}) {
-  OpDef d;
-  d.type = type;
-  d.versions = std::move(versions);
-  d.min_inputs = min_in;
-  d.max_inputs = max_in;
-  d.attributes = std::move(attrs);
-  d.input_types = std::move(types);
-  d.infer = std::move(infer);
-  return d;
-}
 
 // An int attribute as a 1-element int64 input.
 Status IntAttrToInput(ir::Node& n, ir::Graph& g, const std::string& attr, int index) {

@@ -13,13 +13,6 @@
 namespace kiln::passes {
 namespace {
 
-bool HasSubgraph(const ir::Node& n) {
-  for (auto& [k, a] : n.attrs()) {
-    if (a.g || !a.graphs.empty()) return true;
-  }
-  return false;
-}
-
 // Shape of a statically shaped input needs no data (nor do its static dims
 // of a tensor with data-dependent extents).
 HostTensorPtr FoldShape(const ir::Node& n) {
@@ -63,7 +56,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
   while (!work.empty()) {
     ir::Node* n = work.front();
     work.pop_front();
-    if (HasSubgraph(*n)) {
+    if (n->HasSubgraphs()) {
       const bool fold = !opts.disabled.count("fold");
       if (fold && n->op_type() == "If" && n->domain().empty() && n->input(0) && n->input(0)->is_constant()) {
         KILN_RETURN_IF_ERROR(ops::InferNode(*n));
@@ -88,7 +81,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
     std::vector<HostTensorPtr> folded;
     if (n->op_type() == "Shape" && n->domain().empty()) {
       if (auto t = FoldShape(*n)) folded.push_back(t);
-    } else if (!HasSubgraph(*n) && n->domain().empty() && !custom::IsCustomNode(*n)) {
+    } else if (!n->HasSubgraphs() && n->domain().empty() && !custom::IsCustomNode(*n)) {
       bool all_const = true;
       std::uint64_t out_bytes = 0;
       std::vector<HostTensorPtr> ins;

@@ -188,27 +188,14 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     if (!dynamic) return nullptr;
     auto d = std::make_unique<DynamicTask>();
     d->scratch = std::make_unique<ir::Graph>();
-    std::vector<ir::Value*> ins, outs;
-    for (const ir::Value* v : node.inputs()) {
-      d->in_ids.push_back(shape_id(v));
-      if (!v) {
-        ins.push_back(nullptr);
-        continue;
-      }
-      ir::Value* c = d->scratch->AddValue(v->name(), v->dtype(), v->shape());
-      if (v->is_constant()) c->set_constant(v->constant());
-      ins.push_back(c);
-    }
+    d->clone = d->scratch->AddCopyOf(node);
+    for (const ir::Value* v : node.inputs()) d->in_ids.push_back(shape_id(v));
     for (const ir::Value* v : node.outputs()) {
       d->out_ids.push_back(shape_id(v));
       d->out_bound_bytes.push_back(static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype()));
       d->out_static.push_back(v->shape());
       d->out_masks.push_back(v->dynamic_mask());
-      outs.push_back(d->scratch->AddValue(v->name(), v->dtype(), v->shape()));
     }
-    d->clone = d->scratch->AddNode(node.op_type(), node.name(), ins, outs, node.domain());
-    d->clone->set_since_version(node.since_version());
-    d->clone->attrs() = node.attrs();
     d->self_shaped = node.op_type() == "If" && node.domain().empty();
     return d;
   };
@@ -418,8 +405,8 @@ Status Executor::RunDynamic(Task& t) {
       d.have_last = true;
     }
   }
-  const std::vector<Shape> in_shapes = key;
-  if (d.self_shaped) key.clear();  // one kernel whatever the shapes
+  static const std::vector<Shape> kAnyShapes;
+  const std::vector<Shape>& cache_key = d.self_shaped ? kAnyShapes : key;  // If: one kernel for all shapes
   // Outputs that are all empty need no kernel (oneDNN rejects some empty
   // problems, e.g. a Gemm with M = 0): zero detections is a normal run.
   bool all_empty = !outs.empty();
@@ -435,7 +422,7 @@ Status Executor::RunDynamic(Task& t) {
       }
       if (d.out_masks[j] == 0 && shapes[j] != d.out_static[j]) {
         std::string ins;
-        for (const Shape& s : in_shapes) ins += (ins.empty() ? "" : ", ") + ShapeToString(s);
+        for (const Shape& s : key) ins += (ins.empty() ? "" : ", ") + ShapeToString(s);
         return Error(StatusCode::kInternal, t.node->Describe(), ": output '", o->name(), "' has run-time shape ",
                      ShapeToString(shapes[j]), " for input shapes ", ins, ", but Kiln's compile-time analysis of ",
                      "data-dependent extents judged it static ", ShapeToString(d.out_static[j]),
@@ -446,7 +433,7 @@ Status Executor::RunDynamic(Task& t) {
   };
   KILN_RETURN_IF_ERROR(check(outs));
   if (!d.alias && !all_empty) {
-    auto it = d.kernels.find(key);
+    auto it = d.kernels.find(cache_key);
     if (it == d.kernels.end()) {
       cpu::KernelInit init;
       init.node = &c;
@@ -460,10 +447,10 @@ Status Executor::RunDynamic(Task& t) {
       auto k = cpu::CreateKernel(init);
       if (!k.ok()) return k.status().WithContext(StrCat(t.node->Describe(), " at run time"));
       if (d.kernels.size() >= 16) d.kernels.clear();  // shapes keep changing: bound the cache
-      it = d.kernels.emplace(key, std::move(k).value()).first;
+      it = d.kernels.emplace(cache_key, std::move(k).value()).first;
     }
     cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs, outs.data(),
-                         in_shapes.data()};
+                         key.data()};
     KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
     KILN_RETURN_IF_ERROR(check(outs));
   }

@@ -33,23 +33,25 @@ class ModelImpl final : public Model {
   }
 
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
-    KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));
-    KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
-    io_.clear();
-    for (auto& t : ins) io_.push_back(t.data);
-    for (auto& t : outs) io_.push_back(t.data);
-    cpu::SetNumThreads(threads_);
+    KILN_RETURN_IF_ERROR(Bind(ins, outs));
     return executor_->Run(io_, &stats_);
   }
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
+    KILN_RETURN_IF_ERROR(Bind(ins, outs));
+    return executor_->Enqueue(stream, io_, &stats_);
+  }
+
+  // Checks the caller's buffers and lists their addresses in io_ (inputs,
+  // then outputs) for the executor.
+  Status Bind(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) {
     KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));
     KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
     io_.clear();
     for (auto& t : ins) io_.push_back(t.data);
     for (auto& t : outs) io_.push_back(t.data);
     cpu::SetNumThreads(threads_);
-    return executor_->Enqueue(stream, io_, &stats_);
+    return Status::Ok();
   }
 
   static Result<std::unique_ptr<Model>> Create(format::CompiledModel model, std::shared_ptr<const void> keepalive,

@@ -27,7 +27,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_torchvision_models import TestError, check_inspect, compare, run  # noqa: E402
+from test_torchvision_models import (TestError, check_inspect, compare, load_output,  # noqa: E402
+                                     prepare_run_dirs, run)
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAMES = ("last_hidden_state", "pooler_output")
@@ -166,15 +167,9 @@ def main():
     kiln_file = os.path.join(mdir, "model.kiln")
     out_dir = os.path.join(mdir, "kiln_out")
     try:
-        if not os.access(kiln, os.X_OK):
-            raise TestError(f"kiln binary not found or not executable: {kiln}")
         if args.hidden % args.heads:
             raise TestError(f"--hidden {args.hidden} is not a multiple of --heads {args.heads}")
-        os.makedirs(out_dir, exist_ok=True)
-        for f in os.listdir(out_dir):
-            os.remove(os.path.join(out_dir, f))
-        if os.path.exists(kiln_file):
-            os.remove(kiln_file)
+        prepare_run_dirs(kiln, kiln_file, out_dir)
         shapes, ops = export(mdir, args)
         print(f"exported {os.path.join(mdir, 'model.onnx')}: ops {', '.join(ops)}", flush=True)
         run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", kiln_file],
@@ -191,10 +186,7 @@ def main():
         run(cmd + ["--output-dir", out_dir], "kiln run", args.timeout)
         ok, parts = True, []
         for i, name in enumerate(OUTPUT_NAMES):
-            out_file = os.path.join(out_dir, f"output_{i}.npy")
-            if not os.path.exists(out_file):
-                raise TestError(f"kiln run wrote no {out_file}")
-            good, msg = compare(np.load(out_file), np.load(os.path.join(mdir, f"expected_{i}.npy")),
+            good, msg = compare(load_output(out_dir, i), np.load(os.path.join(mdir, f"expected_{i}.npy")),
                                 args.rtol, args.atol)
             ok &= good
             parts.append(f"{name}: {msg}")

@@ -33,7 +33,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_torchvision_models import TestError, check_inspect, run  # noqa: E402
+from test_torchvision_models import (TestError, check_inspect, compare, load_output,  # noqa: E402
+                                     prepare_run_dirs, run)
 
 NUM_CLASSES, ANCHORS, GRID, K = 4, 3, 8, 48
 IOU_THR, CLASS_OFFSET = 0.45, 4.0
@@ -189,17 +190,13 @@ def main():
     out_dir = os.path.join(mdir, "kiln_out")
     names = ("boxes", "scores", "det_boxes", "det_scores", "det_labels")
     try:
-        if not args.export_only and not os.access(kiln, os.X_OK):
-            raise TestError(f"kiln binary not found or not executable: {kiln}")
-        os.makedirs(out_dir, exist_ok=True)
-        for f in os.listdir(out_dir):
-            os.remove(os.path.join(out_dir, f))
-        if os.path.exists(kiln_file):
-            os.remove(kiln_file)
-        candidates, overlapping = export(mdir, args)
         if args.export_only:
+            os.makedirs(mdir, exist_ok=True)
+            export(mdir, args)
             print(f"exported {os.path.join(mdir, 'model.onnx')} and x.npy", flush=True)
             return 0
+        prepare_run_dirs(kiln, kiln_file, out_dir)
+        candidates, overlapping = export(mdir, args)
         run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", kiln_file],
             "kiln compile", args.timeout)
         refs = [np.load(os.path.join(mdir, f"expected_{i}.npy")) for i in range(len(names))]
@@ -225,21 +222,16 @@ def main():
              "--output-dir", out_dir], "kiln run", args.timeout)
         ok, parts = True, []
         for i, name in enumerate(names):
-            out_file = os.path.join(out_dir, f"output_{i}.npy")
-            if not os.path.exists(out_file):
-                raise TestError(f"kiln run wrote no {out_file}")
-            out, ref = np.load(out_file), refs[i]
+            out, ref = load_output(out_dir, i), refs[i]
             if out.shape != ref.shape:
                 raise TestError(f"{name}: shape mismatch: kiln {out.shape} vs PyTorch {ref.shape}")
             if ref.dtype.kind in "iu":
-                bad = int(np.count_nonzero(out != ref))
-                parts.append(f"{name} {list(out.shape)} mismatches={bad}")
+                good = np.array_equal(out, ref)
+                m = f"mismatches={int(np.count_nonzero(out != ref))}"
             else:
-                diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
-                bad = int(np.count_nonzero(~(diff <= args.atol + args.rtol * np.abs(ref))))
-                err = float(diff.max()) if diff.size else 0.0
-                parts.append(f"{name} {list(out.shape)} max_abs_err={err:.3g} mismatches={bad}")
-            ok &= bad == 0
+                good, m = compare(out, ref, args.rtol, args.atol)
+            ok &= good
+            parts.append(f"{name} {list(out.shape)} {m}")
         if refs[2].shape[0] in (0, candidates):
             raise TestError(f"degenerate case: NMS kept {refs[2].shape[0]} of {candidates} candidates "
                             "(the test needs both kept and suppressed boxes)")

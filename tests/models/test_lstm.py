@@ -16,7 +16,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_torchvision_models import TestError, check_inspect, run  # noqa: E402
+from test_torchvision_models import (TestError, check_inspect, compare, load_output,  # noqa: E402
+                                     prepare_run_dirs, run)
 
 
 def export(mdir, args):
@@ -57,13 +58,7 @@ def main():
     out_dir = os.path.join(mdir, "kiln_out")
     names = ("Y", "h_n", "c_n")
     try:
-        if not os.access(kiln, os.X_OK):
-            raise TestError(f"kiln binary not found or not executable: {kiln}")
-        os.makedirs(out_dir, exist_ok=True)
-        for f in os.listdir(out_dir):
-            os.remove(os.path.join(out_dir, f))
-        if os.path.exists(kiln_file):
-            os.remove(kiln_file)
+        prepare_run_dirs(kiln, kiln_file, out_dir)
         export(mdir, args)
         run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", kiln_file],
             "kiln compile", args.timeout)
@@ -75,18 +70,10 @@ def main():
              "--output-dir", out_dir], "kiln run", args.timeout)
         ok, parts = True, []
         for i, name in enumerate(names):
-            out_file = os.path.join(out_dir, f"output_{i}.npy")
-            if not os.path.exists(out_file):
-                raise TestError(f"kiln run wrote no {out_file}")
-            out = np.load(out_file).astype(np.float64)
-            ref = refs[i].astype(np.float64)
-            if out.shape != ref.shape:
-                raise TestError(f"{name}: shape mismatch: kiln {out.shape} vs PyTorch {ref.shape}")
-            diff = np.abs(out - ref)
-            bad = int(np.count_nonzero(~(diff <= args.atol + args.rtol * np.abs(ref))))
-            ok &= bad == 0
-            parts.append(f"{name} max_abs_err={float(diff.max()):.3g} mismatches={bad}/{ref.size}")
-        msg = ", ".join(parts) + f" (rtol={args.rtol:g}, atol={args.atol:g})"
+            good, m = compare(load_output(out_dir, i), refs[i], args.rtol, args.atol)
+            ok &= good
+            parts.append(f"{name}: {m}")
+        msg = ", ".join(parts)
     except TestError as e:
         ok, msg = False, str(e)
     print(f"{'PASS' if ok else 'FAIL'} lstm (2 layers, seq {args.seq}, batch {args.batch}, "

@@ -104,6 +104,26 @@ def ensure_export(model, mdir, opset, seed, timeout):
          "--opset", str(opset), "--seed", str(seed)], "export", timeout)
 
 
+def prepare_run_dirs(kiln, kiln_file, out_dir):
+    """Checks the kiln binary; empties out_dir and removes an old kiln_file, so nothing stale
+    can pass for this run's result."""
+    if not os.access(kiln, os.X_OK):
+        raise TestError(f"kiln binary not found or not executable: {kiln}")
+    os.makedirs(out_dir, exist_ok=True)
+    for f in os.listdir(out_dir):
+        os.remove(os.path.join(out_dir, f))
+    if os.path.exists(kiln_file):
+        os.remove(kiln_file)
+
+
+def load_output(out_dir, i):
+    """`kiln run`'s i-th output file."""
+    out_file = os.path.join(out_dir, f"output_{i}.npy")
+    if not os.path.exists(out_file):
+        raise TestError(f"kiln run wrote no {out_file}")
+    return np.load(out_file)
+
+
 def compare(out, expected, rtol, atol):
     """Returns (ok, message)."""
     if out.shape != expected.shape:

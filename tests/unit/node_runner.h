@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,12 @@ class NodeRunner {
 };
 
 inline HostTensorPtr F32T(Shape s, std::vector<float> v) { return Tensor<float>(DType::kFloat32, std::move(s), std::move(v)); }
+// float32 0, 1, 2, ... in shape s.
+inline HostTensorPtr Iota(Shape s) {
+  std::vector<float> v(static_cast<std::size_t>(NumElements(s)));
+  std::iota(v.begin(), v.end(), 0.f);
+  return F32T(std::move(s), v);
+}
 inline HostTensorPtr I64T(Shape s, std::vector<std::int64_t> v) { return Tensor<std::int64_t>(DType::kInt64, std::move(s), std::move(v)); }
 inline HostTensorPtr I32T(Shape s, std::vector<std::int32_t> v) { return Tensor<std::int32_t>(DType::kInt32, std::move(s), std::move(v)); }
 

@@ -16,17 +16,13 @@ using test::I32T;
 using test::I64T;
 using test::Int;
 using test::Ints;
+using test::Iota;
 using test::NodeRunner;
 using test::Values;
 
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 
-HostTensorPtr Iota(Shape s) {
-  std::vector<float> v(static_cast<std::size_t>(NumElements(s)));
-  std::iota(v.begin(), v.end(), 0.f);
-  return F32T(std::move(s), v);
-}
 
 std::vector<float> Floats(const Result<std::vector<HostTensorPtr>>& r, int j = 0) {
   EXPECT_TRUE(r.ok()) << r.status().ToString();

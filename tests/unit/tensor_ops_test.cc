@@ -16,14 +16,10 @@ using test::I32T;
 using test::I64T;
 using test::Int;
 using test::Ints;
+using test::Iota;
 using test::NodeRunner;
 using test::Values;
 
-HostTensorPtr Iota(Shape s) {
-  std::vector<float> v(static_cast<std::size_t>(NumElements(s)));
-  std::iota(v.begin(), v.end(), 0.f);
-  return F32T(std::move(s), v);
-}
 
 HostTensorPtr F64T(Shape s, std::vector<double> v) { return test::Tensor<double>(DType::kFloat64, std::move(s), std::move(v)); }
 

@@ -187,13 +187,7 @@ class ResizeKernel : public Kernel {
       });
       return Status::Ok();
     };
-    switch (esize) {
-      case 1: return run(Tag<std::uint8_t>{});
-      case 2: return run(Tag<std::uint16_t>{});
-      case 4: return run(Tag<std::uint32_t>{});
-      case 8: return run(Tag<std::uint64_t>{});
-      default: return Error(StatusCode::kUnimplemented, "element size ", esize, " is not supported");
-    }
+    return DispatchBySize(esize, run);
   }
 
   template <typename T>

@@ -12,17 +12,6 @@
 namespace kiln::cpu {
 namespace {
 
-// Calls f(Tag<U>{}) with an unsigned integer type of `size` bytes.
-template <typename F>
-Status DispatchBySize(std::size_t size, F&& f) {
-  switch (size) {
-    case 1: return f(Tag<std::uint8_t>{});
-    case 2: return f(Tag<std::uint16_t>{});
-    case 4: return f(Tag<std::uint32_t>{});
-    case 8: return f(Tag<std::uint64_t>{});
-    default: return Error(StatusCode::kUnimplemented, "element size ", size, " is not supported");
-  }
-}
 
 void ParallelCopy(void* dst, const void* src, std::size_t bytes) {
   if (dst == src || bytes == 0) return;
@@ -34,16 +23,6 @@ void ParallelCopy(void* dst, const void* src, std::size_t bytes) {
   });
 }
 
-// Values of integer input i: the compile-time constant if there is one, else
-// read from the argument block (int32 or int64).
-std::vector<std::int64_t> IntsOf(const KernelInit& init, const KernelArgs* a, int i) {
-  if (const HostTensor* t = init.const_input(i)) return t->ToInt64Vector();
-  std::vector<std::int64_t> v(static_cast<std::size_t>(NumElements(init.inputs[i].shape)));
-  for (std::size_t k = 0; k < v.size(); ++k) {
-    v[k] = init.inputs[i].dtype == DType::kInt32 ? a->in_as<std::int32_t>(i)[k] : a->in_as<std::int64_t>(i)[k];
-  }
-  return v;
-}
 
 // Identity, Flatten, Reshape, Squeeze, Unsqueeze: a byte copy (when the
 // planner has not made the output a view of the input).
@@ -59,7 +38,7 @@ Result<std::unique_ptr<Kernel>> MakeCopy(const KernelInit& init) {
   // Shape or axes known only at run time: check them against the plan.
   const bool allowzero = init.node->GetInt("allowzero", 0) != 0;
   return MakeFn([bytes, op, allowzero, init](const KernelArgs& a) -> Status {
-    const std::vector<std::int64_t> v = IntsOf(init, &a, 1);
+    const std::vector<std::int64_t> v = IntsOf(init, a, 1);
     const Shape& in = init.inputs[0].shape;
     KILN_ASSIGN_OR_RETURN(Shape s, op == "Reshape"   ? ops::ReshapeTarget(in, v, allowzero)
                                    : op == "Squeeze" ? ops::SqueezeShape(in, &v)
@@ -156,7 +135,9 @@ class SliceKernel : public Kernel {
   Status Plan(const KernelArgs* a, StridedView* v) const {
     std::vector<std::vector<std::int64_t>> vals(5);
     for (int i = 1; i < 5 && i < static_cast<int>(init_.inputs.size()); ++i) {
-      if (init_.inputs[i].present()) vals[i] = IntsOf(init_, a, i);
+      if (!init_.inputs[i].present()) continue;
+      // Without an argument block (planned at creation) every input is constant.
+      vals[i] = a ? IntsOf(init_, *a, i) : init_.const_input(i)->ToInt64Vector();
     }
     const Shape& x = init_.inputs[0].shape;
     KILN_ASSIGN_OR_RETURN(auto plan, ops::SlicePlan(x, vals[1], vals[2], vals[3], vals[4]));

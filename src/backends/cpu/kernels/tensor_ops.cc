@@ -16,17 +16,6 @@ namespace {
 
 using I64 = std::int64_t;
 
-// Calls f(Tag<U>{}) with an unsigned integer type of `size` bytes.
-template <typename F>
-Status DispatchBySize(std::size_t size, F&& f) {
-  switch (size) {
-    case 1: return f(Tag<std::uint8_t>{});
-    case 2: return f(Tag<std::uint16_t>{});
-    case 4: return f(Tag<std::uint32_t>{});
-    case 8: return f(Tag<std::uint64_t>{});
-    default: return Error(StatusCode::kUnimplemented, "element size ", size, " is not supported");
-  }
-}
 
 // Product of dims [b, e) of s (e < 0: to the end).
 I64 Prod(const Shape& s, I64 b = 0, I64 e = -1) {
@@ -36,16 +25,6 @@ I64 Prod(const Shape& s, I64 b = 0, I64 e = -1) {
   return p;
 }
 
-// Values of integer input i: the compile-time constant if there is one, else
-// read from the argument block.
-std::vector<I64> IntsOf(const KernelInit& init, const KernelArgs& a, int i) {
-  if (const HostTensor* t = init.const_input(i)) return t->ToInt64Vector();
-  std::vector<I64> v(static_cast<std::size_t>(NumElements(init.inputs[i].shape)));
-  for (std::size_t k = 0; k < v.size(); ++k) {
-    v[k] = init.inputs[i].dtype == DType::kInt32 ? a.in_as<std::int32_t>(i)[k] : a.in_as<I64>(i)[k];
-  }
-  return v;
-}
 
 // Converts a double to one element of type `t` at `dst`.
 void StoreScalar(DType t, double v, void* dst) {

@@ -29,6 +29,29 @@ Status DispatchNumeric(DType t, F&& f) {
     default: return Error(StatusCode::kUnimplemented, "element type ", DTypeName(t), " is not supported here");
   }
 }
+// Calls f(Tag<U>{}) with an unsigned integer type of `size` bytes.
+template <typename F>
+Status DispatchBySize(std::size_t size, F&& f) {
+  switch (size) {
+    case 1: return f(Tag<std::uint8_t>{});
+    case 2: return f(Tag<std::uint16_t>{});
+    case 4: return f(Tag<std::uint32_t>{});
+    case 8: return f(Tag<std::uint64_t>{});
+    default: return Error(StatusCode::kUnimplemented, "element size ", size, " is not supported");
+  }
+}
+
+// Values of integer input i: the compile-time constant if there is one, else
+// read from the argument block (int32 or int64).
+inline std::vector<std::int64_t> IntsOf(const KernelInit& init, const KernelArgs& a, int i) {
+  if (const HostTensor* t = init.const_input(i)) return t->ToInt64Vector();
+  std::vector<std::int64_t> v(static_cast<std::size_t>(NumElements(init.inputs[i].shape)));
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    v[k] = init.inputs[i].dtype == DType::kInt32 ? a.in_as<std::int32_t>(i)[k] : a.in_as<std::int64_t>(i)[k];
+  }
+  return v;
+}
+
 template <typename F>
 Status DispatchFloat(DType t, F&& f) {
   switch (t) {
