@@ -41,7 +41,8 @@ bool IsInteger(DType t);
 
 using Shape = std::vector<std::int64_t>;  // -1 = unknown dim
 
-// Product of dims; -1 if any dim is unknown, 1 for a scalar.
+// Product of dims; -1 if any dim is unknown, 1 for a scalar, INT64_MAX on
+// overflow (use CheckedNumElements in common/checked.h where a shape is untrusted).
 std::int64_t NumElements(const Shape& s);
 bool IsStatic(const Shape& s);
 std::string ShapeToString(const Shape& s);  // "[1,3,224,224]"

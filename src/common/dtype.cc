@@ -68,7 +68,10 @@ std::int64_t NumElements(const Shape& s) {
   std::int64_t n = 1;
   for (auto d : s) {
     if (d < 0) return -1;
-    n *= d;
+    // Saturates instead of overflowing: shapes that enter the IR are checked
+    // with CheckedNumElements (common/checked.h); this only guards the
+    // arithmetic of shape inference on candidate shapes before that check.
+    if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
   }
   return n;
 }

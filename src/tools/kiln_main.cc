@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <exception>
+#include <new>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -81,11 +84,13 @@ kiln::Result<std::vector<kiln::HostTensor>> PrepareInputs(const kiln::Model& mod
       if (infos[i].name == key) idx = static_cast<int>(i);
     }
     if (idx < 0 && !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit)) {
-      idx = std::stoi(key);
-      if (idx >= static_cast<int>(infos.size())) {
-        return kiln::Error(StatusCode::kInvalidArgument, "--input index ", idx, " is out of range: the model has ",
+      std::size_t v = 0;
+      auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), v);
+      if (ec != std::errc() || end != key.data() + key.size() || v >= infos.size()) {
+        return kiln::Error(StatusCode::kInvalidArgument, "--input index ", key, " is out of range: the model has ",
                            infos.size(), " input(s)");
       }
+      idx = static_cast<int>(v);
     }
     if (idx < 0) {
       std::string names;
@@ -412,7 +417,7 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int RealMain(int argc, char** argv) {
   CLI::App app{"kiln: compile ONNX models to .kiln files and run them"};
   app.require_subcommand(1);
 
@@ -492,4 +497,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   return 1;
+}
+
+// No exception may leave the CLI: an allocation failure or a library error
+// becomes a clean error and exit status 1, never std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return RealMain(argc, argv);
+  } catch (const std::bad_alloc&) {
+    return Fail(kiln::Error(StatusCode::kOutOfRange, "out of memory (an allocation failed)"));
+  } catch (const std::exception& e) {
+    return Fail(kiln::Error(StatusCode::kInternal, "unexpected exception: ", e.what()));
+  } catch (...) {
+    return Fail(kiln::Error(StatusCode::kInternal, "unexpected exception of unknown type"));
+  }
 }
