@@ -1,6 +1,9 @@
 #include "api/compiler.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <cstdlib>
@@ -18,11 +21,58 @@ namespace {
 
 std::atomic<int> g_temp_counter{0};
 
+// Whether `name` is tmp_weight_<pid>_<n> of a process that no longer exists.
+bool IsStaleTempWeightDir(const std::string& name) {
+  const std::string prefix = "tmp_weight_";
+  if (name.rfind(prefix, 0) != 0) return false;
+  const std::string rest = name.substr(prefix.size());
+  const auto us = rest.find('_');
+  if (us == 0 || us == std::string::npos || us > 9 || us + 1 == rest.size()) return false;
+  long pid = 0;
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    if (i == us) continue;
+    if (rest[i] < '0' || rest[i] > '9') return false;
+    if (i < us) pid = pid * 10 + (rest[i] - '0');
+  }
+  if (pid <= 0 || pid == getpid()) return false;
+  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+// A fresh tmp_weight_<pid>_<n> path under $KILN_WORK_PATH (else the working
+// directory). Directories of that form left by processes that are gone
+// (kill -9 during a compile) are removed first.
 std::string TempWeightDir() {
   const char* work = std::getenv("KILN_WORK_PATH");
-  std::filesystem::path base = work && *work ? std::filesystem::path(work) : std::filesystem::current_path();
+  std::error_code ec;
+  std::filesystem::path base = work && *work ? std::filesystem::path(work) : std::filesystem::current_path(ec);
+  if (base.empty()) base = ".";
+  for (std::filesystem::directory_iterator it(base, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (IsStaleTempWeightDir(name) && it->is_directory(ec) && !it->is_symlink(ec)) {
+      std::error_code rm;
+      std::filesystem::remove_all(it->path(), rm);
+    }
+  }
   return (base / StrCat("tmp_weight_", getpid(), "_", g_temp_counter++)).string();
 }
+
+// Removes a temporary weight directory when the compile that made it fails.
+class TempDirGuard {
+ public:
+  explicit TempDirGuard(std::string dir = {}) : dir_(std::move(dir)) {}
+  TempDirGuard(const TempDirGuard&) = delete;
+  TempDirGuard& operator=(const TempDirGuard&) = delete;
+  ~TempDirGuard() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void Set(std::string dir) { dir_ = std::move(dir); }
+  void Keep() { dir_.clear(); }
+
+ private:
+  std::string dir_;
+};
 
 weights::StoreOptions StoreOpts(const CompileOptions& opts, const ir::Graph& g) {
   weights::StoreOptions so;
@@ -47,9 +97,13 @@ std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g) {
 Status MigrateExternalWeights(format::CompiledModel& model, CompileReport& report,
                               const std::string& final_dir, const CompileOptions& opts) {
   if (!report.weight_dir_is_temporary || report.weight_dir.empty()) return Status::Ok();
+  // A failed migration may have moved part of the temporary directory
+  // already: the model is unusable then, and the directory is removed.
+  TempDirGuard guard(report.weight_dir);
   KILN_ASSIGN_OR_RETURN(auto records, weights::MigrateWeights(report.weight_dir, final_dir, report.weight_records,
                                                               StoreOpts(opts, *model.graph)));
   KILN_RETURN_IF_ERROR(passes::RelocateFileConstants(*model.graph, records));
+  guard.Keep();  // MigrateWeights removed it
   report.weight_records = std::move(records);
   report.weight_dir = final_dir;
   report.weight_dir_is_temporary = false;
@@ -71,13 +125,16 @@ Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
   CompileReport local;
   CompileReport& rep = report ? *report : local;
+  TempDirGuard temp_guard;  // a failed compile removes its temporary weight directory
   if (opts.external_weight != 0) {
     rep.weight_dir = opts.external_weight_dir.empty() ? TempWeightDir() : opts.external_weight_dir;
     rep.weight_dir_is_temporary = opts.external_weight_dir.empty();
+    if (rep.weight_dir_is_temporary) temp_guard.Set(rep.weight_dir);
     KILN_ASSIGN_OR_RETURN(rep.weight_records,
                           passes::ExternalizeConstants(*graph, rep.weight_dir, StoreOpts(opts, *graph), &rep.weight_stats));
   }
   KILN_ASSIGN_OR_RETURN(plan::MemoryPlan plan, plan::PlanMemory(*graph));
+  temp_guard.Keep();
   rep.pass_log = std::move(log);
   format::CompiledModel m;
   std::set<std::string> custom_types;
