@@ -61,25 +61,29 @@ const Attribute* Node::FindAttr(const std::string& n) const {
   return it == attrs_.end() ? nullptr : &it->second;
 }
 
+// The typed getters read an attribute only when it has that kind; one of
+// another kind reads as absent. (ONNX attributes of the wrong type are refused
+// at import, naming node, attribute, expected and found type; this keeps any
+// other source, e.g. a hand-edited .kiln, from reading an unrelated field.)
 std::int64_t Node::GetInt(const std::string& n, std::int64_t def) const {
   const Attribute* a = FindAttr(n);
-  return a ? a->i : def;
+  return a && a->kind == Attribute::Kind::kInt ? a->i : def;
 }
 float Node::GetFloat(const std::string& n, float def) const {
   const Attribute* a = FindAttr(n);
-  return a ? a->f : def;
+  return a && a->kind == Attribute::Kind::kFloat ? a->f : def;
 }
 std::string Node::GetString(const std::string& n, const std::string& def) const {
   const Attribute* a = FindAttr(n);
-  return a ? a->s : def;
+  return a && a->kind == Attribute::Kind::kString ? a->s : def;
 }
 std::vector<std::int64_t> Node::GetInts(const std::string& n, std::vector<std::int64_t> def) const {
   const Attribute* a = FindAttr(n);
-  return a ? a->ints : def;
+  return a && a->kind == Attribute::Kind::kInts ? a->ints : def;
 }
 std::vector<float> Node::GetFloats(const std::string& n, std::vector<float> def) const {
   const Attribute* a = FindAttr(n);
-  return a ? a->floats : def;
+  return a && a->kind == Attribute::Kind::kFloats ? a->floats : def;
 }
 
 std::string Node::Describe() const {

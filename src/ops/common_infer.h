@@ -1,9 +1,48 @@
 // Inference helpers shared by op definition files.
 #pragma once
 
+#include <cmath>
+#include <string_view>
+
+#include "common/checked.h"
 #include "ops/op_registry.h"
 
 namespace kiln::ops {
+
+// Shape arithmetic on dims and attribute values from a model that may be
+// hostile: never overflows, never divides by zero. Operands are
+// non-negative; results above kMaxTensorBytes (no dim of a tensor Kiln
+// accepts can be larger) are errors naming the node and `what`.
+inline Result<std::int64_t> MulDims(const InferContext& c, std::int64_t a, std::int64_t b, std::string_view what) {
+  std::int64_t r = 0;
+  if (a < 0 || b < 0 || !CheckedMul(a, b, &r) || r > kMaxTensorBytes) {
+    return c.Fail(what, ": ", a, " x ", b, " is outside 0..", kMaxTensorBytes, " (Kiln's limit per tensor)");
+  }
+  return r;
+}
+inline Result<std::int64_t> AddDims(const InferContext& c, std::int64_t a, std::int64_t b, std::string_view what) {
+  std::int64_t r = 0;
+  if (a < 0 || b < 0 || !CheckedAdd(a, b, &r) || r > kMaxTensorBytes) {
+    return c.Fail(what, ": ", a, " + ", b, " is outside 0..", kMaxTensorBytes, " (Kiln's limit per tensor)");
+  }
+  return r;
+}
+// An attribute value used in shape arithmetic (kernel, stride, dilation,
+// pad, block size, group...): must lie in [lo, kMaxTensorBytes].
+inline Status CheckAttrRange(const InferContext& c, std::string_view attr, std::int64_t v, std::int64_t lo) {
+  if (v < lo || v > kMaxTensorBytes) {
+    return c.Fail("attribute '", attr, "' = ", v, " is out of range (expected ", lo, "..", kMaxTensorBytes, ")");
+  }
+  return Status::Ok();
+}
+// A floating-point extent (Resize scales, Range count): finite and within
+// 0..kMaxTensorBytes before it is converted to an integer.
+inline Result<std::int64_t> DimFromDouble(const InferContext& c, double v, std::string_view what) {
+  if (!std::isfinite(v) || v < 0 || v > static_cast<double>(kMaxTensorBytes)) {
+    return c.Fail(what, " = ", v, " is not an extent in 0..", kMaxTensorBytes, " (Kiln's limit per tensor)");
+  }
+  return static_cast<std::int64_t>(v);
+}
 
 // Output 0 = input 0's type and shape.
 inline Status InferSameAsInput(InferContext& c) {

@@ -18,8 +18,8 @@ Status InferConv(InferContext& c) {
   if (x.size() < 3) return c.Fail("input X must have rank >= 3 (N, C, spatial...), has shape ", ShapeToString(x));
   if (w.size() != x.size()) return c.Fail("weight W has rank ", w.size(), ", expected ", x.size(), " like X");
   const std::int64_t group = c.node().GetInt("group", 1);
-  if (group < 1) return c.Fail("attribute 'group' must be >= 1, found ", group);
-  if (x[1] >= 0 && w[1] >= 0 && x[1] != w[1] * group) {
+  KILN_RETURN_IF_ERROR(CheckAttrRange(c, "group", group, 1));
+  if (x[1] >= 0 && w[1] >= 0 && (x[1] % group != 0 || x[1] / group != w[1])) {
     return c.Fail("input channels ", x[1], " != W dim 1 (", w[1], ") x group (", group, ")");
   }
   if (w[0] >= 0 && w[0] % group != 0) return c.Fail("output channels ", w[0], " not divisible by group ", group);

@@ -1,6 +1,7 @@
 // ConvTranspose.
 #include "ops/conv_transpose.h"
 
+#include "common/checked.h"
 #include "ops/common_infer.h"
 
 namespace kiln::ops {
@@ -27,19 +28,40 @@ Result<DeconvGeometry> ComputeDeconv(const ir::Node& node, const Shape& in, cons
   g.pads_begin.assign(n, 0);
   g.pads_end.assign(n, 0);
   g.out.assign(n, -1);
+  // Every value within its range and at most kMaxTensorBytes, every product
+  // checked: with input dims at most kMaxTensorBytes nothing below overflows.
+  auto range = [&](const char* attr, std::int64_t v, std::int64_t lo) -> Status {
+    if (v < lo || v > kMaxTensorBytes) {
+      return fail("attribute '", attr, "' value ", v, " is out of range (expected ", lo, "..", kMaxTensorBytes, ")");
+    }
+    return Status::Ok();
+  };
+  auto mul = [&](std::int64_t a, std::int64_t b, std::size_t i, std::int64_t* r) -> Status {
+    if (!CheckedMul(a, b, r) || *r > kMaxTensorBytes) {
+      return fail("spatial dim ", i, ": ", a, " x ", b, " is larger than ", kMaxTensorBytes);
+    }
+    return Status::Ok();
+  };
   for (std::size_t i = 0; i < n; ++i) {
-    if (g.strides[i] < 1) return fail("attribute 'strides' must be >= 1, found ", g.strides[i]);
-    if (g.dilations[i] < 1) return fail("attribute 'dilations' must be >= 1, found ", g.dilations[i]);
-    if (kernel[i] < 1) return fail("kernel dim ", i, " must be >= 1, found ", kernel[i]);
-    if (pads[i] < 0 || pads[i + n] < 0) return fail("attribute 'pads' must be >= 0");
-    if (opad[i] < 0) return fail("attribute 'output_padding' must be >= 0, found ", opad[i]);
+    KILN_RETURN_IF_ERROR(range("strides", g.strides[i], 1));
+    KILN_RETURN_IF_ERROR(range("dilations", g.dilations[i], 1));
+    KILN_RETURN_IF_ERROR(range("kernel_shape", kernel[i], 1));
+    KILN_RETURN_IF_ERROR(range("pads", pads[i], 0));
+    KILN_RETURN_IF_ERROR(range("pads", pads[i + n], 0));
+    KILN_RETURN_IF_ERROR(range("output_padding", opad[i], 0));
+    if (!oshape.empty()) KILN_RETURN_IF_ERROR(range("output_shape", oshape[i], 0));
     if (in[i] < 0) continue;
     // Output without padding: every position some input element reaches.
-    const std::int64_t base = g.strides[i] * (in[i] - 1) + g.dilations[i] * (kernel[i] - 1) + 1;
+    std::int64_t sx = 0, dk = 0;
+    KILN_RETURN_IF_ERROR(mul(g.strides[i], in[i] > 0 ? in[i] - 1 : 0, i, &sx));
+    if (in[i] == 0) sx = -g.strides[i];
+    KILN_RETURN_IF_ERROR(mul(g.dilations[i], kernel[i] - 1, i, &dk));
+    const std::int64_t base = sx + dk + 1;
     std::int64_t pb = pads[i], pe = pads[i + n];
     if (auto_pad == "VALID") pb = pe = 0;
     if (!oshape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      const std::int64_t target = oshape.empty() ? in[i] * g.strides[i] : oshape[i];
+      std::int64_t target = oshape.empty() ? 0 : oshape[i];
+      if (oshape.empty()) KILN_RETURN_IF_ERROR(mul(in[i], g.strides[i], i, &target));
       const std::int64_t total = base + opad[i] - target;
       const std::int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);  // floor(total / 2)
       pb = auto_pad == "SAME_UPPER" ? half : total - half;
@@ -70,7 +92,11 @@ Status InferConvTranspose(InferContext& c) {
   if (auto ks = c.node().GetInts("kernel_shape"); !ks.empty() && ks != kernel) {
     return c.Fail("attribute 'kernel_shape' ", ShapeToString(ks), " does not match W's spatial dims ", ShapeToString(kernel));
   }
-  const std::int64_t oc = w[1] < 0 ? -1 : w[1] * group;
+  KILN_RETURN_IF_ERROR(CheckAttrRange(c, "group", group, 1));
+  std::int64_t oc = -1;
+  if (w[1] >= 0) {
+    KILN_ASSIGN_OR_RETURN(oc, MulDims(c, w[1], group, "output channels W dim 1 x attribute 'group'"));
+  }
   if (c.has_input(2) && (c.in_shape(2).size() != 1 || (oc >= 0 && c.in_shape(2)[0] != oc))) {
     return c.Fail("bias B must have shape [", oc, "], has ", ShapeToString(c.in_shape(2)));
   }

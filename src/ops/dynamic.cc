@@ -65,7 +65,11 @@ Status InferNonMaxSuppression(InferContext& c) {
     per_class = boxes[1];
     if (const HostTensor* t = c.in_const(2)) per_class = std::clamp<std::int64_t>(t->ToInt64Vector()[0], 0, boxes[1]);
   }
-  const std::int64_t bound = boxes[0] * scores[1] * per_class;
+  std::int64_t bound = -1;  // unknown while a dim is
+  if (boxes[0] >= 0 && scores[1] >= 0 && per_class >= 0) {
+    KILN_ASSIGN_OR_RETURN(bound, MulDims(c, boxes[0], scores[1], "the output bound batches x classes"));
+    KILN_ASSIGN_OR_RETURN(bound, MulDims(c, bound, per_class, "the output bound batches x classes x boxes"));
+  }
   c.SetOutput(0, DType::kInt64, {bound, 3});
   c.SetOutputDynamic(0, bound > 0 ? 1 : 0);  // [<=bound, 3]
   return Status::Ok();

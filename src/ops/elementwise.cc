@@ -28,7 +28,7 @@ Result<Shape> BinaryShape(InferContext& c) {
     }
     const auto ra = static_cast<std::int64_t>(a.size()), rb = static_cast<std::int64_t>(b.size());
     const std::int64_t axis = n.GetInt("axis", ra - rb);
-    if (rb > ra || axis < 0 || axis + rb > ra) {
+    if (rb > ra || axis < 0 || axis > ra - rb) {
       return c.Fail("attribute 'axis' = ", axis, " cannot place B ", ShapeToString(b), " in A ",
                     ShapeToString(a));
     }

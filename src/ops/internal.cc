@@ -3,8 +3,9 @@
 // FileConstant: a constant whose bytes live in an external weight file.
 // Attributes: location (file, relative to the weight directory), offset and
 // length (bytes), dtype (ONNX element type number), shape; optional
-// kiln.sha256 (content hash) and kiln.base_dir (absolute directory, for ONNX
-// external data at compile time). No inputs, one output.
+// kiln.sha256 (content hash). No inputs, one output. Created only by the
+// compiler (ExternalizeConstants); a model may not contain it (the ONNX
+// importer refuses Kiln's domain).
 #include "ops/common_infer.h"
 
 namespace kiln::ops {
@@ -18,20 +19,12 @@ Status InferFileConstant(InferContext& c) {
   const auto dtype = static_cast<DType>(n.GetInt("dtype", 0));
   if (!DTypeSupported(dtype)) return c.Fail("attribute 'dtype' = ", n.GetInt("dtype", 0), " is not a supported type");
   const Shape shape = n.GetInts("shape");
-  for (auto d : shape) {
-    if (d < 0) return c.Fail("attribute 'shape' has negative dim ", d);
-  }
   const std::int64_t offset = n.GetInt("offset", -1), length = n.GetInt("length", -1);
   if (offset < 0 || length < 0) return c.Fail("attributes 'offset'/'length' must be >= 0");
-  // numel * size without overflow
-  unsigned __int128 bytes = DTypeSize(dtype);
-  for (auto d : shape) {
-    bytes *= static_cast<std::uint64_t>(d);
-    if (bytes > (static_cast<unsigned __int128>(1) << 62)) return c.Fail("attribute 'shape' is too large");
-  }
-  if (bytes != static_cast<unsigned __int128>(length)) {
+  KILN_ASSIGN_OR_RETURN(const std::int64_t bytes, CheckedTensorBytes(dtype, shape, StrCat(n.Describe(), ": attribute 'shape'")));
+  if (bytes != length) {
     return c.Fail("attribute 'length' = ", length, " does not match dtype ", DTypeName(dtype), " x shape ",
-                  ShapeToString(shape), " = ", static_cast<std::uint64_t>(bytes), " bytes");
+                  ShapeToString(shape), " = ", bytes, " bytes");
   }
   c.SetOutput(0, dtype, shape);
   return Status::Ok();

@@ -1,5 +1,7 @@
 #include "ops/op_registry.h"
 
+#include "common/checked.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -131,6 +133,28 @@ Status InferNodeShapesOnly(ir::Node& node) { return CheckAndInfer(node, false); 
 
 namespace {
 
+// Every value an inference produces must have a size Kiln can hold: known
+// dims non-negative and at most kMaxTensorBytes each (so that arithmetic on
+// two dims cannot overflow), and dtype x shape within kMaxTensorBytes. This
+// is where a Reshape to an overflowing target, a huge Expand / Tile /
+// ConstantOfShape / Range, or huge attribute values end: an error naming the
+// node and the output.
+Status CheckOutputShapes(const ir::Node& node) {
+  for (int j = 0; j < node.num_outputs(); ++j) {
+    const ir::Value* o = node.output(j);
+    if (!o) continue;
+    const std::string what = StrCat(node.Describe(), ": output ", j, " '", o->name(), "'");
+    for (std::size_t d = 0; d < o->shape().size(); ++d) {
+      if (o->shape()[d] > kMaxTensorBytes) {
+        return Error(StatusCode::kOutOfRange, what, ": dim ", d, " of shape ", ShapeToString(o->shape()),
+                     " is larger than Kiln's limit of ", kMaxTensorBytes, " bytes per tensor allows");
+      }
+    }
+    KILN_RETURN_IF_ERROR(CheckShapeSize(o->dtype(), o->shape(), what));
+  }
+  return Status::Ok();
+}
+
 Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
   const OpDef* def = OpRegistry::Get().Find(node.op_type(), node.domain());
   if (!def) {
@@ -178,7 +202,8 @@ Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
   }
   if (!propagate_dynamic) {
     InferContext ctx(node);
-    return def->infer(ctx);
+    KILN_RETURN_IF_ERROR(def->infer(ctx));
+    return CheckOutputShapes(node);
   }
   const ir::Value* dyn_in = nullptr;
   int dyn_index = -1;
@@ -199,6 +224,7 @@ Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
   for (ir::Value* o : node.outputs()) o->set_dynamic_mask(0);
   InferContext ctx(node);
   KILN_RETURN_IF_ERROR(def->infer(ctx));
+  KILN_RETURN_IF_ERROR(CheckOutputShapes(node));
   if (dyn_in && !ctx.sets_dynamic()) return PropagateDynamic(node, *def);
   return Status::Ok();
 }

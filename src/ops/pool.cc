@@ -31,6 +31,21 @@ Status InferPool(InferContext& c) {
     if (order != 0 && order != 1) return c.Fail("attribute 'storage_order' must be 0 or 1, found ", order);
     if (c.num_outputs() > 1 && c.node().since_version() < 8) return c.Fail("output 1 (Indices) needs MaxPool-8 or later");
     KILN_ASSIGN_OR_RETURN(Window win, ComputeWindow(c.node(), spatial, kernel, true));
+    // A pad as large as the (dilated) kernel extent makes windows that see
+    // only padding (MaxPool would output the lowest float, AveragePool divide
+    // by zero): the ONNX spec and ONNX Runtime refuse such pads.
+    const std::vector<std::int64_t> pads = c.node().GetInts("pads");
+    const std::size_t n = spatial.size();
+    const bool explicit_pads = c.node().GetString("auto_pad", "NOTSET") == "NOTSET";
+    for (std::size_t i = 0; explicit_pads && i < n && pads.size() == 2 * n; ++i) {
+      for (std::size_t side = 0; side < 2; ++side) {
+        const std::int64_t p = pads[i + side * n];
+        if (p >= win.ext[i]) {
+          return c.Fail("attribute 'pads' value ", p, " (", side ? "end" : "begin", " of spatial dim ", i,
+                        ") must be smaller than the kernel extent ", win.ext[i]);
+        }
+      }
+    }
     out.insert(out.end(), win.out.begin(), win.out.end());
   }
   if (nhwc) out = {out[0], out[2], out[3], out[1]};

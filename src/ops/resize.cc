@@ -61,7 +61,10 @@ Status InferResize(InferContext& c) {
       if (has_scales) {
         const double s = t->data_as<float>()[d];
         if (!(s > 0)) return c.Fail("'scales' value ", s, " (dim ", d, ") must be > 0");
-        if (x[d] >= 0) out[d] = static_cast<std::int64_t>(std::floor(s * static_cast<double>(x[d])));
+        if (x[d] >= 0) {
+          KILN_ASSIGN_OR_RETURN(out[d], DimFromDouble(c, std::floor(s * static_cast<double>(x[d])),
+                                                      StrCat("output dim ", d, " = floor(scale x input dim)")));
+        }
       } else {
         out[d] = t->data_as<std::int64_t>()[d];
         if (out[d] < 0) return c.Fail("'sizes' value ", out[d], " (dim ", d, ") is negative");

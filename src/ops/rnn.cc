@@ -136,7 +136,7 @@ Status InferRnn(InferContext& c) {
   std::int64_t hidden = -1;
   if (n.HasAttr("hidden_size")) {
     hidden = n.GetInt("hidden_size", 0);
-    if (hidden <= 0) return c.Fail("attribute 'hidden_size' must be positive, found ", hidden);
+    KILN_RETURN_IF_ERROR(CheckAttrRange(c, "hidden_size", hidden, 1));
     if (w[1] >= 0 && w[1] != kind.gates * hidden) {
       return c.Fail("attribute 'hidden_size' = ", hidden, " does not match input 1 (W) of shape ",
                     ShapeToString(w), ": expected dim 1 = ", kind.gates, " * ", hidden, " = ",

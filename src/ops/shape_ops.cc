@@ -6,6 +6,8 @@
 // constant the affected dims are left -1 and the compiler reports them.
 #include "ops/shape_ops.h"
 
+#include "common/checked.h"
+
 #include <algorithm>
 #include <cctype>
 #include <optional>
@@ -40,7 +42,9 @@ Result<Shape> ReshapeTarget(const Shape& in, const std::vector<std::int64_t>& sp
     }
     out[i] = v;
     if (v < 0) unknown = true;
-    else known *= v;
+    else if (!CheckedMul(known, v, &known) || known > kMaxTensorBytes) {
+      return fail("the target's dims multiply to more than Kiln's limit of ", kMaxTensorBytes, " elements");
+    }
   }
   if (allowzero && has_zero && infer_at >= 0) return fail("allowzero=1 forbids 0 together with -1");
   const std::int64_t total = NumElements(in);
@@ -138,8 +142,9 @@ Result<std::vector<SliceDim>> SlicePlan(const Shape& in, const std::vector<std::
       s = std::clamp<std::int64_t>(s, 0, dim - 1);
       e = std::clamp<std::int64_t>(e, -1, dim - 1);
     }
-    const std::int64_t span = step > 0 ? e - s : s - e, mag = step > 0 ? step : -step;
-    plan[a] = {s, step, span <= 0 ? 0 : (span + mag - 1) / mag};
+    const std::int64_t span = step > 0 ? e - s : s - e;
+    const std::int64_t mag = step > 0 ? step : (step == INT64_MIN ? INT64_MAX : -step);
+    plan[a] = {s, step, span <= 0 ? 0 : (span - 1) / mag + 1};
   }
   return plan;
 }

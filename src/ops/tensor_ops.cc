@@ -249,7 +249,11 @@ Status InferPad(InferContext& c) {
       out[d] = -1;
       continue;
     }
-    out[d] = x[d] + b + e;
+    const __int128 padded = static_cast<__int128>(x[d]) + b + e;
+    if (padded > kMaxTensorBytes) {
+      return c.Fail("'pads' ", ShapeToString(*pads), " make dim ", d, " larger than Kiln's limit of ", kMaxTensorBytes);
+    }
+    out[d] = static_cast<std::int64_t>(padded);
     if (out[d] < 0) return c.Fail("'pads' ", ShapeToString(*pads), " removes more than the ", x[d], " elements of dim ", d);
     if (mode != "constant" && x[d] == 0 && (b > 0 || e > 0)) {
       return c.Fail("attribute 'mode' = '", mode, "' cannot pad dim ", d, ", which is empty");
@@ -278,11 +282,18 @@ Status InferRange(InferContext& c) {
   if (IsFloating(t)) {
     const double delta = d->GetAsDouble(0);
     if (delta == 0) return c.Fail("input 2 (delta) is 0");
-    n = static_cast<std::int64_t>(std::ceil((l->GetAsDouble(0) - s->GetAsDouble(0)) / delta));
+    const double count = std::ceil((l->GetAsDouble(0) - s->GetAsDouble(0)) / delta);
+    KILN_ASSIGN_OR_RETURN(n, DimFromDouble(c, std::isnan(count) ? count : std::max(count, 0.0),
+                                           "the element count ceil((limit - start) / delta)"));
   } else {
-    const std::int64_t delta = d->GetAsInt64(0), span = l->GetAsInt64(0) - s->GetAsInt64(0);
+    // In 128 bits: limit - start and the division cannot overflow.
+    const __int128 delta = d->GetAsInt64(0), span = static_cast<__int128>(l->GetAsInt64(0)) - s->GetAsInt64(0);
     if (delta == 0) return c.Fail("input 2 (delta) is 0");
-    n = span / delta + ((span % delta != 0) && ((span > 0) == (delta > 0)) ? 1 : 0);
+    const __int128 q = span / delta + ((span % delta != 0) && ((span > 0) == (delta > 0)) ? 1 : 0);
+    if (q > kMaxTensorBytes) {
+      return c.Fail("the element count ceil((limit - start) / delta) is larger than Kiln's limit of ", kMaxTensorBytes);
+    }
+    n = static_cast<std::int64_t>(q);
   }
   c.SetOutput(0, t, {std::max<std::int64_t>(n, 0)});
   return Status::Ok();
@@ -333,7 +344,7 @@ Status InferSplit(InferContext& c) {
       std::int64_t sum = 0;
       for (std::int64_t v : *split) {
         if (v < 0) return c.Fail("'split' ", ShapeToString(*split), " has a negative size");
-        sum += v;
+        KILN_ASSIGN_OR_RETURN(sum, AddDims(c, sum, v, "the sum of 'split'"));
       }
       if (dim >= 0 && sum != dim) return c.Fail("'split' ", ShapeToString(*split), " sums to ", sum, ", but axis ", axis, " has size ", dim);
       sizes = *split;
@@ -364,7 +375,10 @@ Status InferTile(InferContext& c) {
     }
     KILN_ASSIGN_OR_RETURN(int axis, c.Axis(a->GetAsInt64(0), x.size(), "axis"));
     if (t && t->GetAsInt64(0) < 0) return c.Fail("input 1 (tiles) is negative");
-    out[axis] = t && x[axis] >= 0 ? x[axis] * t->GetAsInt64(0) : -1;
+    out[axis] = -1;
+    if (t && x[axis] >= 0) {
+      KILN_ASSIGN_OR_RETURN(out[axis], MulDims(c, x[axis], t->GetAsInt64(0), "input dim x tiles"));
+    }
     c.SetOutput(0, c.in_dtype(0), out);
     return Status::Ok();
   }
@@ -378,7 +392,10 @@ Status InferTile(InferContext& c) {
   if (rep->size() != x.size()) return c.Fail("input 1 (repeats) has ", rep->size(), " values, the input has rank ", x.size());
   for (std::size_t d = 0; d < x.size(); ++d) {
     if ((*rep)[d] < 0) return c.Fail("input 1 (repeats) ", ShapeToString(*rep), " has a negative value");
-    out[d] = x[d] < 0 ? -1 : x[d] * (*rep)[d];
+    out[d] = -1;
+    if (x[d] >= 0) {
+      KILN_ASSIGN_OR_RETURN(out[d], MulDims(c, x[d], (*rep)[d], StrCat("dim ", d, " x repeats")));
+    }
   }
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();
@@ -421,24 +438,36 @@ Status InferDepthSpace(InferContext& c) {
   if (x.size() != 4) return c.Fail("input must be 4-D (N, C, H, W), has shape ", ShapeToString(x));
   const ir::Attribute* bs = c.node().FindAttr("blocksize");
   if (!bs) return c.Fail("attribute 'blocksize' is required");
-  const std::int64_t b = bs->i;
-  if (b < 1) return c.Fail("attribute 'blocksize' must be >= 1, found ", b);
+  const std::int64_t b = bs->kind == ir::Attribute::Kind::kInt ? bs->i : 0;
+  KILN_RETURN_IF_ERROR(CheckAttrRange(c, "blocksize", b, 1));
+  KILN_ASSIGN_OR_RETURN(const std::int64_t bb, MulDims(c, b, b, "attribute 'blocksize' squared"));
   const std::string mode = c.node().GetString("mode", "DCR");
   if (mode != "DCR" && mode != "CRD") return c.Fail("attribute 'mode' has invalid value '", mode, "' (expected DCR or CRD)");
-  auto div = [](std::int64_t v, std::int64_t f) { return v < 0 ? -1 : v / f; };
-  auto mul = [](std::int64_t v, std::int64_t f) { return v < 0 ? -1 : v * f; };
+  auto div = [](std::int64_t v, std::int64_t f) -> Result<std::int64_t> { return v < 0 ? -1 : v / f; };
+  auto mul = [&](std::int64_t v, std::int64_t f) -> Result<std::int64_t> {
+    if (v < 0) return std::int64_t{-1};
+    return MulDims(c, v, f, "input dim x attribute 'blocksize'");
+  };
+  Shape out(4);
+  out[0] = x[0];
   if (d2s) {
-    if (x[1] >= 0 && x[1] % (b * b) != 0) {
-      return c.Fail("attribute 'blocksize' = ", b, ": channels ", x[1], " are not divisible by blocksize^2 = ", b * b);
+    if (x[1] >= 0 && x[1] % bb != 0) {
+      return c.Fail("attribute 'blocksize' = ", b, ": channels ", x[1], " are not divisible by blocksize^2 = ", bb);
     }
-    c.SetOutput(0, c.in_dtype(0), {x[0], div(x[1], b * b), mul(x[2], b), mul(x[3], b)});
+    KILN_ASSIGN_OR_RETURN(out[1], div(x[1], bb));
+    KILN_ASSIGN_OR_RETURN(out[2], mul(x[2], b));
+    KILN_ASSIGN_OR_RETURN(out[3], mul(x[3], b));
+    c.SetOutput(0, c.in_dtype(0), out);
   } else {
     for (int d = 2; d < 4; ++d) {
       if (x[d] >= 0 && x[d] % b != 0) {
         return c.Fail("attribute 'blocksize' = ", b, " does not divide spatial dim ", d, " of size ", x[d]);
       }
     }
-    c.SetOutput(0, c.in_dtype(0), {x[0], mul(x[1], b * b), div(x[2], b), div(x[3], b)});
+    KILN_ASSIGN_OR_RETURN(out[1], mul(x[1], bb));
+    KILN_ASSIGN_OR_RETURN(out[2], div(x[2], b));
+    KILN_ASSIGN_OR_RETURN(out[3], div(x[3], b));
+    c.SetOutput(0, c.in_dtype(0), out);
   }
   return Status::Ok();
 }

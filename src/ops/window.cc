@@ -1,5 +1,7 @@
 #include "ops/window.h"
 
+#include "common/checked.h"
+
 namespace kiln::ops {
 
 Result<Window> ComputeWindow(const ir::Node& node, const Shape& in,
@@ -17,11 +19,27 @@ Result<Window> ComputeWindow(const ir::Node& node, const Shape& in,
   if (w.strides.size() != n) return fail("attribute 'strides' has ", w.strides.size(), " values, expected ", n);
   if (w.dilations.size() != n) return fail("attribute 'dilations' has ", w.dilations.size(), " values, expected ", n);
   if (pads.size() != 2 * n) return fail("attribute 'pads' has ", pads.size(), " values, expected ", 2 * n);
+  // Every value within 1..kMaxTensorBytes (pads 0..), and the dilated kernel
+  // extent too: then no sum or product below can overflow.
+  auto range = [&](const char* attr, std::int64_t v, std::int64_t lo) -> Status {
+    if (v < lo || v > kMaxTensorBytes) {
+      return fail("attribute '", attr, "' value ", v, " is out of range (expected ", lo, "..", kMaxTensorBytes, ")");
+    }
+    return Status::Ok();
+  };
+  w.ext.assign(n, 1);
   for (std::size_t i = 0; i < n; ++i) {
-    if (w.strides[i] < 1) return fail("attribute 'strides' must be >= 1, found ", w.strides[i]);
-    if (w.dilations[i] < 1) return fail("attribute 'dilations' must be >= 1, found ", w.dilations[i]);
-    if (kernel[i] < 1) return fail("kernel dim ", i, " must be >= 1, found ", kernel[i]);
-    if (pads[i] < 0 || pads[i + n] < 0) return fail("attribute 'pads' must be >= 0");
+    KILN_RETURN_IF_ERROR(range("strides", w.strides[i], 1));
+    KILN_RETURN_IF_ERROR(range("dilations", w.dilations[i], 1));
+    KILN_RETURN_IF_ERROR(range("kernel_shape", kernel[i], 1));
+    KILN_RETURN_IF_ERROR(range("pads", pads[i], 0));
+    KILN_RETURN_IF_ERROR(range("pads", pads[i + n], 0));
+    std::int64_t ext = 0;
+    if (!CheckedMul(w.dilations[i], kernel[i] - 1, &ext) || ext >= kMaxTensorBytes) {
+      return fail("kernel extent dilations x (kernel_shape - 1) + 1 = ", w.dilations[i], " x ", kernel[i] - 1,
+                  " + 1 on spatial dim ", i, " is larger than ", kMaxTensorBytes);
+    }
+    w.ext[i] = ext + 1;
   }
   const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
   const bool ceil_mode = allow_ceil && node.GetInt("ceil_mode", 0) != 0;
@@ -29,7 +47,7 @@ Result<Window> ComputeWindow(const ir::Node& node, const Shape& in,
   w.pads_end.assign(n, 0);
   w.out.assign(n, -1);
   for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t ext = w.dilations[i] * (kernel[i] - 1) + 1;
+    const std::int64_t ext = w.ext[i];
     if (in[i] < 0) continue;
     if (auto_pad == "NOTSET") {
       w.pads_begin[i] = pads[i];

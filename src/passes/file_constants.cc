@@ -1,46 +1,23 @@
 // FileConstant <-> constant conversion at compile time.
 //
-// LoadFileConstants (the reverse pass, first in the pipeline): FileConstant
-// nodes that carry kiln.base_dir (ONNX external data) are read, inside that
-// directory only and bounds-checked, into ordinary constants, so folding and
-// fusion see their values.
+// RejectInternalOps (first in the pipeline): a graph to compile may not hold
+// Kiln's internal ops (FileConstant, ...); they are created only by the
+// passes below. (ONNX external data is read by the importer, inside the
+// model's directory only.)
 // ExternalizeConstants (after optimisation): every non-empty constant is
 // stored in an external weight directory and replaced by a FileConstant.
-#include <fstream>
-
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 #include "weights/path.h"
 
 namespace kiln::passes {
 
-Status LoadFileConstants(ir::Graph& g, const PassOptions&) {
-  std::vector<ir::Node*> fcs;
+Status RejectInternalOps(ir::Graph& g, const PassOptions&) {
   for (auto& n : g.nodes()) {
-    if (n->op_type() == "FileConstant" && n->domain() == "kiln" && n->HasAttr("kiln.base_dir")) fcs.push_back(n.get());
-  }
-  for (ir::Node* n : fcs) {
-    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-    const std::string what = StrCat("initializer '", n->name(), "'");
-    KILN_ASSIGN_OR_RETURN(auto path, weights::ResolveInside(n->GetString("kiln.base_dir", ""),
-                                                            n->GetString("location", ""), what));
-    const auto offset = static_cast<std::uint64_t>(n->GetInt("offset", 0));
-    const auto length = static_cast<std::uint64_t>(n->GetInt("length", 0));
-    std::error_code ec;
-    const std::uint64_t size = std::filesystem::file_size(path, ec);
-    if (ec) return Error(StatusCode::kNotFound, what, ": cannot open external data '", path.string(), "'");
-    if (offset > size || length > size - offset) {
-      return Error(StatusCode::kInvalidArgument, what, ": external data [", offset, ", +", length, ") exceeds '",
-                   path.string(), "' (", size, " bytes)");
+    if (n->domain() == "kiln") {
+      return Error(StatusCode::kInvalidArgument, n->Describe(), " is in domain 'kiln', which is internal to Kiln: "
+                   "a graph to compile may not contain it");
     }
-    ir::Value* out = n->output(0);
-    auto t = std::make_shared<HostTensor>(out->dtype(), out->shape());
-    std::ifstream f(path, std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(offset));
-    f.read(static_cast<char*>(t->mutable_data()), static_cast<std::streamsize>(length));
-    if (!f) return Error(StatusCode::kIoError, what, ": reading '", path.string(), "' failed");
-    g.RemoveNode(n);
-    out->set_constant(t);
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "backends/cpu/kernel.h"
+#include "common/checked.h"
 #include "custom/registry.h"
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
@@ -37,6 +38,19 @@ HostTensorPtr FoldShape(const ir::Node& n) {
 }  // namespace
 
 Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
+  // Input sizes first (the importer checks them too; graphs built with the
+  // graph API arrive here unchecked): an overflowing or huge dim is named as
+  // such, never reported as "unresolved".
+  for (ir::Value* in : g.inputs()) {
+    const std::string what = StrCat("model input '", in->name(), "'");
+    for (std::size_t d = 0; d < in->shape().size(); ++d) {
+      if (in->shape()[d] > kMaxTensorBytes) {
+        return Error(StatusCode::kOutOfRange, what, ": dim ", d, " of shape ", ShapeToString(in->shape()),
+                     " is larger than Kiln's limit of ", kMaxTensorBytes, " bytes per tensor allows");
+      }
+    }
+    KILN_RETURN_IF_ERROR(CheckShapeSize(in->dtype(), in->shape(), what));
+  }
   // Unknown input dims cannot be resolved later: say so now, by name.
   for (ir::Value* in : g.inputs()) {
     if (IsStatic(in->shape()) && !(in->dim_params().size() == 1 && in->dim_params()[0] == "<unknown rank>")) continue;

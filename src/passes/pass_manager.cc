@@ -4,7 +4,7 @@ namespace kiln::passes {
 
 PassManager PassManager::Default() {
   PassManager pm;
-  pm.Add({"load-file-constants", "import", true, LoadFileConstants});
+  pm.Add({"reject-internal-ops", "import", true, RejectInternalOps});
   pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
   pm.Add({"lower-subgraphs", "infer", true, LowerSubgraphs});
   pm.Add({"dce", "simplify", false, EliminateDeadCode});

@@ -53,7 +53,7 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);
-Status LoadFileConstants(ir::Graph& g, const PassOptions& opts);
+Status RejectInternalOps(ir::Graph& g, const PassOptions& opts);
 Status InsertIdentityForNonRefreshable(ir::Graph& g, const PassOptions& opts);
 Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts);
 // Replaces If node `n` (constant condition) by its taken branch's nodes;

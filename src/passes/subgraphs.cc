@@ -81,7 +81,7 @@ Result<std::vector<ir::Node*>> InlineConstantIf(ir::Graph& g, ir::Node* n) {
   const bool cond = *static_cast<const std::uint8_t*>(n->input(0)->constant()->data()) != 0;
   const char* name = cond ? "then_branch" : "else_branch";
   std::shared_ptr<ir::Graph> b = n->FindAttr(name)->g;  // outlives the If
-  KILN_RETURN_IF_ERROR(LoadFileConstants(*b, {}).WithContext(StrCat(n->Describe(), " attribute '", name, "'")));
+  KILN_RETURN_IF_ERROR(RejectInternalOps(*b, {}).WithContext(StrCat(n->Describe(), " attribute '", name, "'")));
   std::unordered_map<ir::Value*, ir::Value*> map;
   for (std::size_t i = 0; i < b->inputs().size(); ++i) map[b->inputs()[i]] = n->input(static_cast<int>(i) + 1);
   std::unordered_set<ir::Value*> moved;

@@ -10,6 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include "common/checked.h"
+#include "common/file.h"
+#include "ir/utf8.h"
 #include "ops/op_registry.h"
 #include "weights/path.h"
 
@@ -26,12 +29,148 @@ struct Ctx {
   std::string scope;      // "If node 'x' attribute 'then_branch': " inside subgraphs
 };
 
-Result<std::string> ReadFile(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return Error(StatusCode::kNotFound, "cannot open '", p.string(), "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+// ---------------------------------------------------------------------------
+// What a model may not contain: names that are not valid UTF-8 (everything
+// Kiln writes is JSON), nodes of Kiln's own domains and Kiln's internal
+// attributes ("kiln.*": e.g. FileConstant, kiln.sha256, kiln.activation).
+// Checked on the whole proto, subgraphs included, before anything is built.
+
+// Kiln's internal domain. "kiln.custom" is where registered custom ops live;
+// a model may name it (custom ops are found by type in any other domain too).
+bool IsInternalDomain(const std::string& d) {
+  return d == "kiln" || (d.rfind("kiln.", 0) == 0 && d != "kiln.custom");
+}
+
+bool IsInternalAttribute(const std::string& name) { return name.rfind("kiln.", 0) == 0; }
+
+Status CheckUtf8(const std::string& s, const Ctx& ctx, const std::string& what) {
+  const std::size_t bad = ir::FindInvalidUtf8(s);
+  if (bad == std::string::npos) return Status::Ok();
+  return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, what, " '", ir::EscapeBytes(s),
+               "' is not valid UTF-8 (byte ", bad, ")");
+}
+
+Status CheckTypeProtoNames(const onnx::ValueInfoProto& vi, const Ctx& ctx, const std::string& what) {
+  KILN_RETURN_IF_ERROR(CheckUtf8(vi.name(), ctx, what + " name"));
+  if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape()) {
+    for (const auto& d : vi.type().tensor_type().shape().dim()) {
+      if (d.has_dim_param()) {
+        KILN_RETURN_IF_ERROR(CheckUtf8(d.dim_param(), ctx, StrCat(what, " '", vi.name(), "': dim_param")));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckGraphProto(const onnx::GraphProto& gp, Ctx& ctx) {
+  KILN_RETURN_IF_ERROR(CheckUtf8(gp.name(), ctx, "graph name"));
+  for (const auto& t : gp.initializer()) KILN_RETURN_IF_ERROR(CheckUtf8(t.name(), ctx, "initializer name"));
+  for (const auto& vi : gp.input()) KILN_RETURN_IF_ERROR(CheckTypeProtoNames(vi, ctx, "graph input"));
+  for (const auto& vi : gp.output()) KILN_RETURN_IF_ERROR(CheckTypeProtoNames(vi, ctx, "graph output"));
+  for (const auto& vi : gp.value_info()) KILN_RETURN_IF_ERROR(CheckTypeProtoNames(vi, ctx, "value_info"));
+  int counter = 0;
+  for (const auto& np : gp.node()) {
+    KILN_RETURN_IF_ERROR(CheckUtf8(np.name(), ctx, "node name"));
+    KILN_RETURN_IF_ERROR(CheckUtf8(np.op_type(), ctx, StrCat("node '", np.name(), "': op type")));
+    const std::string node_name = np.name().empty() ? StrCat(np.op_type(), "_", counter) : np.name();
+    ++counter;
+    const std::string what = StrCat(np.op_type(), " node '", node_name, "'");
+    KILN_RETURN_IF_ERROR(CheckUtf8(np.domain(), ctx, what + ": domain"));
+    if (IsInternalDomain(np.domain())) {
+      return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, what, " is in domain '", np.domain(),
+                   "', which is internal to Kiln and may not appear in a model");
+    }
+    for (const auto& s : np.input()) KILN_RETURN_IF_ERROR(CheckUtf8(s, ctx, what + ": input name"));
+    for (const auto& s : np.output()) KILN_RETURN_IF_ERROR(CheckUtf8(s, ctx, what + ": output name"));
+    for (const auto& ap : np.attribute()) {
+      KILN_RETURN_IF_ERROR(CheckUtf8(ap.name(), ctx, what + ": attribute name"));
+      if (IsInternalAttribute(ap.name())) {
+        return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, what, ": attribute '", ap.name(),
+                     "' is internal to Kiln and may not appear in a model");
+      }
+      const std::string aw = StrCat(what, ": attribute '", ap.name(), "'");
+      if (ap.type() == onnx::AttributeProto::STRING || !ap.s().empty()) {
+        KILN_RETURN_IF_ERROR(CheckUtf8(ap.s(), ctx, aw + " value"));
+      }
+      for (const auto& s : ap.strings()) KILN_RETURN_IF_ERROR(CheckUtf8(s, ctx, aw + " value"));
+      const std::string outer = ctx.scope;
+      ctx.scope += aw + ": ";
+      if (ap.has_g()) KILN_RETURN_IF_ERROR(CheckGraphProto(ap.g(), ctx));
+      for (const auto& sg : ap.graphs()) KILN_RETURN_IF_ERROR(CheckGraphProto(sg, ctx));
+      ctx.scope = outer;
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Tensors. The declared dims and type are checked (CheckedTensorBytes) before
+// anything is allocated or read; the data must then be exactly that long.
+
+// A zero-filled tensor; an allocation failure is an error naming `what`.
+Result<std::shared_ptr<HostTensor>> AllocTensor(DType dtype, const Shape& shape, const std::string& what) {
+  try {
+    return std::make_shared<HostTensor>(dtype, shape);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, what, ": cannot allocate ",
+                 static_cast<std::uint64_t>(NumElements(shape)) * DTypeSize(dtype), " bytes for ",
+                 DTypeName(dtype), ShapeToString(shape));
+  }
+}
+
+// A non-negative decimal integer (no sign, no spaces), overflow-checked.
+bool ParseDecimal(const std::string& s, std::int64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  std::int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    if (!CheckedMul(v, 10, &v) || !CheckedAdd(v, c - '0', &v)) return false;
+  }
+  *out = v;
+  return true;
+}
+
+// ONNX external data (TensorProto.data_location = EXTERNAL): `location`
+// relative to the model's directory (resolved inside it: no absolute path,
+// no "..", no symlink leading out), `offset` and `length` in bytes. Nothing
+// else is honoured.
+Status ReadExternalData(const onnx::TensorProto& tp, const Ctx& ctx, const std::string& what, std::int64_t nbytes,
+                        void* dst) {
+  std::string location;
+  bool has_location = false;
+  std::int64_t offset = 0, length = nbytes;
+  for (const auto& kv : tp.external_data()) {
+    if (kv.key() == "location") {
+      location = kv.value();
+      has_location = true;
+    } else if (kv.key() == "offset" || kv.key() == "length") {
+      if (!ParseDecimal(kv.value(), kv.key() == "offset" ? &offset : &length)) {
+        return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data '", kv.key(), "' = '",
+                     ir::EscapeBytes(kv.value()), "' is not a non-negative 64-bit integer");
+      }
+    }
+  }
+  if (!has_location || location.empty()) {
+    return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data has no 'location'");
+  }
+  if (location.find('\0') != std::string::npos) {
+    return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data location '",
+                 ir::EscapeBytes(location), "' contains a NUL byte");
+  }
+  if (length != nbytes) {
+    return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data length ", length,
+                 " does not match ", nbytes, " bytes for ", DTypeName(static_cast<DType>(tp.data_type())),
+                 ShapeToString(Shape(tp.dims().begin(), tp.dims().end())));
+  }
+  KILN_ASSIGN_OR_RETURN(fs::path file, weights::ResolveInside(ctx.dir, location, ctx.path + ": " + what));
+  KILN_ASSIGN_OR_RETURN(OpenedFile f, OpenRegularFile(file.string(), ctx.path + ": " + what + ": external data"));
+  std::int64_t end = 0;
+  if (!CheckedAdd(offset, nbytes, &end) || end > f.size) {
+    return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data [offset ", offset, ", +",
+                 nbytes, " bytes) exceeds '", file.string(), "' (", f.size, " bytes)");
+  }
+  if (nbytes == 0) return Status::Ok();
+  return PreadExact(f.fd.get(), dst, nbytes, offset, StrCat(ctx.path, ": ", what, ": external data '", file.string(), "'"));
 }
 
 template <typename Src, typename Dst>
@@ -47,135 +186,71 @@ Result<HostTensorPtr> ConvertTensor(const onnx::TensorProto& tp, const Ctx& ctx,
                  onnx::TensorProto_DataType_Name(tp.data_type()), ", which Kiln does not support");
   }
   Shape shape(tp.dims().begin(), tp.dims().end());
-  for (auto d : shape) {
-    if (d < 0) return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, " has negative dim ", d);
-  }
-  auto t = std::make_shared<HostTensor>(dtype, shape);
-  const std::size_t nbytes = t->nbytes();
-  const std::int64_t n = t->numel();
-  auto* out = static_cast<std::uint8_t*>(t->mutable_data());
+  // Declared size first: nothing is allocated or read for a shape that
+  // overflows or exceeds the limit.
+  KILN_ASSIGN_OR_RETURN(const std::int64_t nbytes_checked, CheckedTensorBytes(dtype, shape, ctx.path + ": " + what));
+  const std::int64_t n = NumElements(shape);
+  const auto nbytes = static_cast<std::size_t>(nbytes_checked);
   auto count_error = [&](std::size_t found) {
     return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, " has ", found,
                  " elements of data, shape ", ShapeToString(shape), " needs ", n);
   };
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    std::uint64_t offset = 0, length = nbytes;
-    bool has_length = false;
-    for (const auto& kv : tp.external_data()) {
-      try {
-        if (kv.key() == "location") location = kv.value();
-        else if (kv.key() == "offset") offset = std::stoull(kv.value());
-        else if (kv.key() == "length") { length = std::stoull(kv.value()); has_length = true; }
-      } catch (const std::exception&) {
-        return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": bad external data '",
-                     kv.key(), "' = '", kv.value(), "'");
+  // The data's length must match before the tensor is even allocated.
+  if (tp.data_location() != onnx::TensorProto::EXTERNAL) {
+    std::int64_t found = 0;
+    if (tp.has_raw_data()) {
+      if (tp.raw_data().size() != nbytes) {
+        return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, " has ", tp.raw_data().size(),
+                     " bytes of raw data, ", DTypeName(dtype), ShapeToString(shape), " needs ", nbytes);
       }
+    } else {
+      switch (dtype) {
+        case DType::kFloat32: found = tp.float_data_size(); break;
+        case DType::kFloat64: found = tp.double_data_size(); break;
+        case DType::kInt64: found = tp.int64_data_size(); break;
+        case DType::kUInt32: case DType::kUInt64: found = tp.uint64_data_size(); break;
+        default: found = tp.int32_data_size(); break;
+      }
+      if (found != n) return count_error(static_cast<std::size_t>(found));
     }
-    KILN_ASSIGN_OR_RETURN(fs::path file, weights::ResolveInside(ctx.dir, location, ctx.path + ": " + what));
-    if (has_length && length != nbytes) {
-      return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external length ", length,
-                   " does not match ", nbytes, " bytes for ", DTypeName(dtype), ShapeToString(shape));
-    }
-    std::ifstream f(file, std::ios::binary);
-    if (!f) return Error(StatusCode::kNotFound, ctx.path, ": ", what, ": cannot open external data '", file.string(), "'");
-    std::error_code ec;
-    std::uint64_t fsize = fs::file_size(file, ec);
-    if (ec || offset > fsize || nbytes > fsize - offset) {
-      return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data [", offset,
-                   ", +", nbytes, ") exceeds '", file.string(), "' (", fsize, " bytes)");
-    }
-    f.seekg(static_cast<std::streamoff>(offset));
-    f.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(nbytes));
-    if (!f) return Error(StatusCode::kIoError, ctx.path, ": ", what, ": reading external data failed");
+  }
+  KILN_ASSIGN_OR_RETURN(auto t, AllocTensor(dtype, shape, ctx.path + ": " + what));
+  auto* out = static_cast<std::uint8_t*>(t->mutable_data());
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    KILN_RETURN_IF_ERROR(ReadExternalData(tp, ctx, what, nbytes_checked, out));
     return HostTensorPtr(t);
   }
   if (tp.has_raw_data()) {
-    if (tp.raw_data().size() != nbytes) return count_error(tp.raw_data().size() / DTypeSize(dtype));
-    std::memcpy(out, tp.raw_data().data(), nbytes);
+    if (nbytes) std::memcpy(out, tp.raw_data().data(), nbytes);
     return HostTensorPtr(t);
   }
   switch (dtype) {
-    case DType::kFloat32:
-      if (tp.float_data_size() != n) return count_error(tp.float_data_size());
-      CopyConvert(tp.float_data(), reinterpret_cast<float*>(out));
-      break;
-    case DType::kFloat64:
-      if (tp.double_data_size() != n) return count_error(tp.double_data_size());
-      CopyConvert(tp.double_data(), reinterpret_cast<double*>(out));
-      break;
-    case DType::kInt64:
-      if (tp.int64_data_size() != n) return count_error(tp.int64_data_size());
-      CopyConvert(tp.int64_data(), reinterpret_cast<std::int64_t*>(out));
-      break;
-    case DType::kUInt32: case DType::kUInt64:
-      if (tp.uint64_data_size() != n) return count_error(tp.uint64_data_size());
-      if (dtype == DType::kUInt32) CopyConvert(tp.uint64_data(), reinterpret_cast<std::uint32_t*>(out));
-      else CopyConvert(tp.uint64_data(), reinterpret_cast<std::uint64_t*>(out));
-      break;
-    case DType::kInt32: CopyConvert(tp.int32_data(), reinterpret_cast<std::int32_t*>(out)); [[fallthrough]];
-    default: {
-      if (tp.int32_data_size() != n) return count_error(tp.int32_data_size());
-      switch (dtype) {
-        case DType::kInt32: break;
-        case DType::kInt16: CopyConvert(tp.int32_data(), reinterpret_cast<std::int16_t*>(out)); break;
-        case DType::kUInt16: case DType::kFloat16: case DType::kBFloat16:
-          CopyConvert(tp.int32_data(), reinterpret_cast<std::uint16_t*>(out)); break;
-        case DType::kInt8: CopyConvert(tp.int32_data(), reinterpret_cast<std::int8_t*>(out)); break;
-        case DType::kUInt8: case DType::kBool:
-          CopyConvert(tp.int32_data(), reinterpret_cast<std::uint8_t*>(out)); break;
-        default: return Error(StatusCode::kInternal, "unhandled dtype");
-      }
-    }
+    case DType::kFloat32: CopyConvert(tp.float_data(), reinterpret_cast<float*>(out)); break;
+    case DType::kFloat64: CopyConvert(tp.double_data(), reinterpret_cast<double*>(out)); break;
+    case DType::kInt64: CopyConvert(tp.int64_data(), reinterpret_cast<std::int64_t*>(out)); break;
+    case DType::kUInt32: CopyConvert(tp.uint64_data(), reinterpret_cast<std::uint32_t*>(out)); break;
+    case DType::kUInt64: CopyConvert(tp.uint64_data(), reinterpret_cast<std::uint64_t*>(out)); break;
+    case DType::kInt32: CopyConvert(tp.int32_data(), reinterpret_cast<std::int32_t*>(out)); break;
+    case DType::kInt16: CopyConvert(tp.int32_data(), reinterpret_cast<std::int16_t*>(out)); break;
+    case DType::kUInt16: case DType::kFloat16: case DType::kBFloat16:
+      CopyConvert(tp.int32_data(), reinterpret_cast<std::uint16_t*>(out)); break;
+    case DType::kInt8: CopyConvert(tp.int32_data(), reinterpret_cast<std::int8_t*>(out)); break;
+    case DType::kUInt8: case DType::kBool: CopyConvert(tp.int32_data(), reinterpret_cast<std::uint8_t*>(out)); break;
+    default: return Error(StatusCode::kInternal, what, ": unhandled dtype ", DTypeName(dtype));
   }
   return HostTensorPtr(t);
 }
 
-Status AddExternalInitializer(ir::Graph& g, const onnx::TensorProto& tp, const Ctx& ctx) {
-  const std::string what = StrCat(ctx.path, ": initializer '", tp.name(), "'");
-  auto dtype = static_cast<DType>(tp.data_type());
-  if (!DTypeSupported(dtype)) {
-    return Error(StatusCode::kUnimplemented, what, " has element type ",
-                 onnx::TensorProto_DataType_Name(tp.data_type()), ", which Kiln does not support");
-  }
-  std::vector<std::int64_t> shape(tp.dims().begin(), tp.dims().end());
-  std::uint64_t nbytes = DTypeSize(dtype);
-  for (auto d : shape) {
-    if (d < 0) return Error(StatusCode::kInvalidArgument, what, " has negative dim ", d);
-    nbytes *= static_cast<std::uint64_t>(d);
-  }
-  std::string location;
-  std::int64_t offset = 0, length = static_cast<std::int64_t>(nbytes);
-  for (const auto& kv : tp.external_data()) {
-    try {
-      std::size_t used = 0;
-      if (kv.key() == "location") {
-        location = kv.value();
-      } else if (kv.key() == "offset") {
-        offset = std::stoll(kv.value(), &used);
-        if (used != kv.value().size() || offset < 0) throw std::invalid_argument("offset");
-      } else if (kv.key() == "length") {
-        length = std::stoll(kv.value(), &used);
-        if (used != kv.value().size() || length < 0) throw std::invalid_argument("length");
-      }
-    } catch (const std::exception&) {
-      return Error(StatusCode::kInvalidArgument, what, ": bad external data '", kv.key(), "' = '", kv.value(), "'");
+// A graph input's declared (or --input-shape) shape: known dims within
+// 0..kMaxTensorBytes, dtype x shape within the limit.
+Status CheckInputShape(const ir::Value& v, const std::string& what) {
+  for (std::size_t d = 0; d < v.shape().size(); ++d) {
+    if (v.shape()[d] > kMaxTensorBytes) {
+      return Error(StatusCode::kOutOfRange, what, ": dim ", d, " of shape ", ShapeToString(v.shape()),
+                   " is larger than Kiln's limit of ", kMaxTensorBytes, " bytes per tensor allows");
     }
   }
-  if (static_cast<std::uint64_t>(length) != nbytes) {
-    return Error(StatusCode::kInvalidArgument, what, ": external length ", length, " does not match ", nbytes,
-                 " bytes for ", DTypeName(dtype), ShapeToString(shape));
-  }
-  ir::Value* v = g.AddValue(tp.name(), dtype, shape);
-  ir::Node* n = g.AddNode("FileConstant", tp.name(), {}, {v}, "kiln");
-  n->set_since_version(1);
-  n->SetAttr("location", ir::Attribute::String(location));
-  n->SetAttr("offset", ir::Attribute::Int(offset));
-  n->SetAttr("length", ir::Attribute::Int(length));
-  n->SetAttr("dtype", ir::Attribute::Int(static_cast<std::int64_t>(dtype)));
-  n->SetAttr("shape", ir::Attribute::Ints(shape));
-  n->SetAttr("kiln.base_dir", ir::Attribute::String(ctx.dir.string()));
-  return Status::Ok();
+  return CheckShapeSize(v.dtype(), v.shape(), what);
 }
 
 Status SetTypeFromProto(ir::Value* v, const onnx::ValueInfoProto& vi, const Ctx& ctx) {
@@ -253,6 +328,27 @@ Result<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& ap, ir::Graph
   return a;
 }
 
+// Every attribute the ONNX schema of the node's op declares must have the
+// declared type (a string where an int is expected is an error, not the
+// default). Attributes the schema does not know are left to the op
+// definition's check (an error naming the attribute).
+Status CheckAttributeTypes(const onnx::NodeProto& np, const onnx::OpSchema& schema, const Ctx& ctx,
+                           const std::string& what) {
+  for (const auto& ap : np.attribute()) {
+    auto it = schema.attributes().find(ap.name());
+    if (it == schema.attributes().end()) continue;
+    const auto expected = static_cast<onnx::AttributeProto::AttributeType>(it->second.type);
+    if (ap.type() != expected) {
+      return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, what, ": attribute '", ap.name(),
+                   "' must be of type ", onnx::AttributeProto::AttributeType_Name(expected), ", found ",
+                   onnx::AttributeProto::AttributeType_IsValid(ap.type())
+                       ? onnx::AttributeProto::AttributeType_Name(ap.type())
+                       : StrCat("type ", static_cast<int>(ap.type())));
+    }
+  }
+  return Status::Ok();
+}
+
 // A Constant node's value as a tensor.
 Result<HostTensorPtr> ConstantNodeValue(const onnx::NodeProto& np, Ctx& ctx, const std::string& what) {
   if (np.attribute_size() != 1) {
@@ -288,12 +384,6 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
   for (const auto& init : gp.initializer()) {
     if (!init_names.insert(init.name()).second || g->FindValue(init.name())) {
       return Error(StatusCode::kInvalidArgument, ctx.path, ": duplicate initializer '", init.name(), "'");
-    }
-    if (init.data_location() == onnx::TensorProto::EXTERNAL) {
-      // Kept as a FileConstant; the load-file-constants pass reads it (inside
-      // the model's directory only, bounds-checked).
-      KILN_RETURN_IF_ERROR(AddExternalInitializer(*g, init, ctx));
-      continue;
     }
     KILN_ASSIGN_OR_RETURN(auto t, ConvertTensor(init, ctx, "initializer '" + init.name() + "'"));
     g->AddConstant(init.name(), t);
@@ -351,6 +441,8 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
         v->dim_params().assign(want.size(), "");
       }
     }
+    KILN_RETURN_IF_ERROR(CheckInputShape(*v, StrCat(ctx.path, ": ", ctx.scope, "graph input '", in.name(), "'",
+                                                    used_shape_overrides.count(in.name()) ? " (with --input-shape)" : "")));
     g->inputs().push_back(v);
   }
   if (opts) {
@@ -374,6 +466,9 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     ++counter;
     std::string what = StrCat(np.op_type(), " node '", node_name, "'");
     const bool default_domain = np.domain().empty() || np.domain() == "ai.onnx";
+    const onnx::OpSchema* schema =
+        default_domain ? onnx::OpSchemaRegistry::Schema(np.op_type(), ctx.opset, "") : nullptr;
+    if (schema) KILN_RETURN_IF_ERROR(CheckAttributeTypes(np, *schema, ctx, what));
     if (default_domain && np.op_type() == "Constant") {
       if (np.output_size() != 1) return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, " must have one output");
       if (g->FindValue(np.output(0))) return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": output '", np.output(0), "' is already defined");
@@ -416,7 +511,6 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
       continue;
     }
     if (default_domain) {
-      const auto* schema = onnx::OpSchemaRegistry::Schema(n->op_type(), ctx.opset, "");
       if (!schema) {
         return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": op '", n->op_type(),
                      "' does not exist in ONNX opset ", ctx.opset);
@@ -444,7 +538,8 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
   for (const auto& out : gp.output()) {
     ir::Value* v = g->LookupValue(out.name());
     if (!v) return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, "graph output '", out.name(), "' is never produced");
-    if (v->dtype() == DType::kUndefined && out.type().has_tensor_type()) {
+    if (v->dtype() == DType::kUndefined && out.type().has_tensor_type() &&
+        DTypeSupported(static_cast<DType>(out.type().tensor_type().elem_type()))) {
       v->set_dtype(static_cast<DType>(out.type().tensor_type().elem_type()));
     }
     g->outputs().push_back(v);
@@ -464,11 +559,7 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
 }  // namespace
 
 Result<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path, const ImportOptions& opts) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    return Error(StatusCode::kNotFound, "ONNX model '", path, "' does not exist or is not a file");
-  }
-  KILN_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, "ONNX model", INT32_MAX));
   onnx::ModelProto model;
   {
     google::protobuf::io::ArrayInputStream ais(bytes.data(), static_cast<int>(bytes.size()));
@@ -490,6 +581,7 @@ Result<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path, const
     return Error(StatusCode::kUnimplemented, "'", path, "' uses ONNX opset ", ctx.opset,
                  "; Kiln supports opsets ", kMinOpset, " to ", kMaxOpset);
   }
+  KILN_RETURN_IF_ERROR(CheckGraphProto(model.graph(), ctx));
   KILN_ASSIGN_OR_RETURN(auto g, ConvertGraph(model.graph(), nullptr, ctx, &opts));
   if (!ctx.unsupported.empty()) {
     std::string msg = StrCat("'", path, "' uses ", ctx.unsupported.size(), " unsupported operator(s):");
