@@ -1,6 +1,12 @@
 #include "format/graph_json.h"
 
+#include <algorithm>
+#include <limits>
+#include <new>
+
 #include <nlohmann/json.hpp>
+
+#include "common/checked.h"
 
 namespace kiln::format {
 namespace {
@@ -31,6 +37,73 @@ Status FromHex(const std::string& s, std::uint8_t* out, std::size_t n) {
     out[i] = static_cast<std::uint8_t>(hi << 4 | lo);
   }
   return Status::Ok();
+}
+
+// Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points
+// above U+10FFFF): nlohmann's dump throws on anything else.
+bool ValidUtf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (n - i < len) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (p[i + k] & 0x3F);
+    }
+    static const std::uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Printable form of a string that may not be UTF-8 (non-ASCII bytes as \xNN).
+std::string Printable(const std::string& s) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s.substr(0, 200)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kDigits[c >> 4];
+      out += kDigits[c & 15];
+    }
+  }
+  return out;
+}
+
+// Finds the first object key or string in `j` that is not valid UTF-8 and
+// describes it ("string 'a\xff' at graph.values[2].name").
+bool FindInvalidUtf8(const json& j, const std::string& path, std::string* what) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (ValidUtf8(s)) return false;
+    *what = StrCat("string '", Printable(s), "' at ", path.empty() ? std::string("top level") : path);
+    return true;
+  }
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!ValidUtf8(it.key())) {
+        *what = StrCat("name '", Printable(it.key()), "' (a key of ", path.empty() ? std::string("top level") : path, ")");
+        return true;
+      }
+      if (FindInvalidUtf8(it.value(), path.empty() ? it.key() : StrCat(path, ".", it.key()), what)) return true;
+    }
+  } else if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      if (FindInvalidUtf8(j[i], StrCat(path, "[", i, "]"), what)) return true;
+    }
+  }
+  return false;
 }
 
 json TensorToJson(const HostTensor& t) {
@@ -102,17 +175,141 @@ json GraphToJson(const ir::Graph& g, const plan::MemoryPlan* plan) {
 }
 
 // ---- parsing ---------------------------------------------------------------
+//
+// The graph partition is untrusted input. Every field is read through the
+// accessors below: a missing field or one of the wrong JSON type is a kCorrupt
+// error naming the field's path (e.g. "graph.values[3].shape"); nothing here
+// throws. Semantic checks (roles, placements, inference) follow in
+// plan::VerifyPlan and at Model::Load.
 
-Result<HostTensorPtr> TensorFromJson(const json& j) {
-  auto dtype = static_cast<DType>(j.at("dtype").get<int>());
-  if (!DTypeSupported(dtype)) return Error(StatusCode::kCorrupt, "tensor has invalid dtype ", static_cast<int>(dtype));
-  Shape shape = j.at("shape").get<Shape>();
-  for (auto d : shape) {
-    if (d < 0 || d > (std::int64_t{1} << 40)) return Error(StatusCode::kCorrupt, "tensor has invalid dim ", d);
+// Nesting limit for subgraph attributes (If inside If inside ...).
+constexpr int kMaxGraphDepth = 32;
+
+template <typename... Args>
+Status Corrupt(const Args&... args) {
+  return Error(StatusCode::kCorrupt, args...);
+}
+
+Status TypeError(const std::string& path, const char* expected, const json& j) {
+  return Corrupt("field '", path, "' must be ", expected, ", found ", j.type_name());
+}
+
+Result<const json*> Field(const json& obj, const std::string& path, const char* key) {
+  if (!obj.is_object()) return TypeError(path, "an object", obj);
+  auto it = obj.find(key);
+  if (it == obj.end()) return Corrupt("field '", path.empty() ? std::string(key) : StrCat(path, ".", key), "' is missing");
+  return &*it;
+}
+
+Result<std::string> AsString(const json& j, const std::string& path) {
+  if (!j.is_string()) return TypeError(path, "a string", j);
+  return j.get_ref<const std::string&>();
+}
+
+Result<std::int64_t> AsInt(const json& j, const std::string& path) {
+  if (j.is_number_integer() && !j.is_number_unsigned()) return j.get<std::int64_t>();
+  if (j.is_number_unsigned()) {
+    const auto u = j.get<std::uint64_t>();
+    if (u <= static_cast<std::uint64_t>(INT64_MAX)) return static_cast<std::int64_t>(u);
+    return Corrupt("field '", path, "' = ", u, " does not fit in a signed 64-bit integer");
+  }
+  return TypeError(path, "an integer", j);
+}
+
+Result<int> AsInt32(const json& j, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::int64_t v, AsInt(j, path));
+  if (v < INT32_MIN || v > INT32_MAX) return Corrupt("field '", path, "' = ", v, " does not fit in a 32-bit integer");
+  return static_cast<int>(v);
+}
+
+Result<std::uint64_t> AsUInt(const json& j, const std::string& path) {
+  if (j.is_number_unsigned()) return j.get<std::uint64_t>();
+  if (j.is_number_integer()) return Corrupt("field '", path, "' = ", j.get<std::int64_t>(), " is negative");
+  return TypeError(path, "a non-negative integer", j);
+}
+
+Result<float> AsFloat(const json& j, const std::string& path) {
+  if (j.is_null()) return std::numeric_limits<float>::quiet_NaN();  // the writer's form of NaN/inf
+  if (!j.is_number()) return TypeError(path, "a number", j);
+  return static_cast<float>(j.get<double>());
+}
+
+Result<const json*> AsArray(const json& j, const std::string& path) {
+  if (!j.is_array()) return TypeError(path, "an array", j);
+  return &j;
+}
+
+std::string At(const std::string& path, std::size_t i) { return StrCat(path, "[", i, "]"); }
+std::string Dot(const std::string& path, const char* key) { return path.empty() ? std::string(key) : StrCat(path, ".", key); }
+
+Result<std::string> StrField(const json& o, const std::string& path, const char* key) {
+  KILN_ASSIGN_OR_RETURN(const json* j, Field(o, path, key));
+  return AsString(*j, Dot(path, key));
+}
+Result<int> Int32Field(const json& o, const std::string& path, const char* key) {
+  KILN_ASSIGN_OR_RETURN(const json* j, Field(o, path, key));
+  return AsInt32(*j, Dot(path, key));
+}
+Result<std::uint64_t> UIntField(const json& o, const std::string& path, const char* key) {
+  KILN_ASSIGN_OR_RETURN(const json* j, Field(o, path, key));
+  return AsUInt(*j, Dot(path, key));
+}
+Result<const json*> ArrayField(const json& o, const std::string& path, const char* key) {
+  KILN_ASSIGN_OR_RETURN(const json* j, Field(o, path, key));
+  return AsArray(*j, Dot(path, key));
+}
+
+Result<Shape> AsShape(const json& j, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(const json* arr, AsArray(j, path));
+  Shape s;
+  s.reserve(arr->size());
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(std::int64_t d, AsInt((*arr)[i], At(path, i)));
+    s.push_back(d);
+  }
+  return s;
+}
+
+template <typename T, typename F>
+Result<std::vector<T>> AsList(const json& j, const std::string& path, F one) {
+  KILN_ASSIGN_OR_RETURN(const json* arr, AsArray(j, path));
+  std::vector<T> out;
+  out.reserve(arr->size());
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(T v, one((*arr)[i], At(path, i)));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// dtype code -> a dtype Kiln can hold, else an error naming `what`.
+Result<DType> DTypeOf(int code, const std::string& what) {
+  const auto t = static_cast<DType>(code);
+  if (!DTypeSupported(t)) return Corrupt(what, " has invalid dtype ", code);
+  return t;
+}
+
+// Inline tensor (subgraph constants, tensor attributes): dtype, shape, hex.
+// The size is checked and the hex text's length compared with it before
+// anything is allocated.
+Result<HostTensorPtr> TensorFromJson(const json& j, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(int code, Int32Field(j, path, "dtype"));
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeOf(code, StrCat("tensor '", path, "'")));
+  KILN_ASSIGN_OR_RETURN(const json* js, Field(j, path, "shape"));
+  KILN_ASSIGN_OR_RETURN(Shape shape, AsShape(*js, Dot(path, "shape")));
+  auto bytes = CheckedTensorBytes(dtype, shape, StrCat("tensor '", path, "'"));
+  if (!bytes.ok()) return Corrupt(bytes.status().message());
+  KILN_ASSIGN_OR_RETURN(const json* jh, Field(j, path, "hex"));
+  if (!jh->is_string()) return TypeError(Dot(path, "hex"), "a string", *jh);
+  const std::string& hex = jh->get_ref<const std::string&>();
+  const auto n = static_cast<std::size_t>(bytes.value());
+  if (hex.size() != 2 * n) {
+    return Corrupt("tensor '", path, "': hex data has ", hex.size(), " digits, expected ", 2 * n, " for ",
+                   DTypeName(dtype), ShapeToString(shape));
   }
   auto t = std::make_shared<HostTensor>(dtype, shape);
-  KILN_RETURN_IF_ERROR(FromHex(j.at("hex").get<std::string>(),
-                               static_cast<std::uint8_t*>(t->mutable_data()), t->nbytes()));
+  Status st = FromHex(hex, static_cast<std::uint8_t*>(t->mutable_data()), n);
+  if (!st.ok()) return Corrupt("tensor '", path, "': ", st.message());
   return HostTensorPtr(t);
 }
 
@@ -122,158 +319,281 @@ struct ParseCtx {
   std::shared_ptr<const void> owner;
 };
 
-Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* parent,
-                                                 const ParseCtx& ctx);
+Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* parent, const ParseCtx& ctx,
+                                                 const std::string& path, int depth);
 
-Result<ir::Attribute> AttrFromJson(const json& j, ir::Graph* owner, const ParseCtx& ctx) {
+Result<ir::Attribute> AttrFromJson(const json& j, ir::Graph* owner, const ParseCtx& ctx, const std::string& path,
+                                   int depth) {
   using K = ir::Attribute::Kind;
   ir::Attribute a;
-  std::string kind = j.at("kind").get<std::string>();
-  const json& v = j.at("v");
-  if (kind == "float") { a.kind = K::kFloat; a.f = v.get<float>(); }
-  else if (kind == "int") { a.kind = K::kInt; a.i = v.get<std::int64_t>(); }
-  else if (kind == "string") { a.kind = K::kString; a.s = v.get<std::string>(); }
-  else if (kind == "floats") { a.kind = K::kFloats; a.floats = v.get<std::vector<float>>(); }
-  else if (kind == "ints") { a.kind = K::kInts; a.ints = v.get<std::vector<std::int64_t>>(); }
-  else if (kind == "strings") { a.kind = K::kStrings; a.strings = v.get<std::vector<std::string>>(); }
-  else if (kind == "tensor") { a.kind = K::kTensor; KILN_ASSIGN_OR_RETURN(a.t, TensorFromJson(v)); }
-  else if (kind == "tensors") {
+  KILN_ASSIGN_OR_RETURN(std::string kind, StrField(j, path, "kind"));
+  KILN_ASSIGN_OR_RETURN(const json* jv, Field(j, path, "v"));
+  const json& v = *jv;
+  const std::string vp = Dot(path, "v");
+  if (kind == "float") {
+    a.kind = K::kFloat;
+    KILN_ASSIGN_OR_RETURN(a.f, AsFloat(v, vp));
+  } else if (kind == "int") {
+    a.kind = K::kInt;
+    KILN_ASSIGN_OR_RETURN(a.i, AsInt(v, vp));
+  } else if (kind == "string") {
+    a.kind = K::kString;
+    KILN_ASSIGN_OR_RETURN(a.s, AsString(v, vp));
+  } else if (kind == "floats") {
+    a.kind = K::kFloats;
+    KILN_ASSIGN_OR_RETURN(a.floats, AsList<float>(v, vp, AsFloat));
+  } else if (kind == "ints") {
+    a.kind = K::kInts;
+    KILN_ASSIGN_OR_RETURN(a.ints, AsList<std::int64_t>(v, vp, AsInt));
+  } else if (kind == "strings") {
+    a.kind = K::kStrings;
+    KILN_ASSIGN_OR_RETURN(a.strings, AsList<std::string>(v, vp, AsString));
+  } else if (kind == "tensor") {
+    a.kind = K::kTensor;
+    KILN_ASSIGN_OR_RETURN(a.t, TensorFromJson(v, vp));
+  } else if (kind == "tensors") {
     a.kind = K::kTensors;
-    for (auto& e : v) { KILN_ASSIGN_OR_RETURN(auto t, TensorFromJson(e)); a.tensors.push_back(t); }
-  } else if (kind == "graph") {
-    a.kind = K::kGraph;
-    KILN_ASSIGN_OR_RETURN(auto g, GraphFromJson(v, owner, ctx));
-    a.g = std::move(g);
-  } else if (kind == "graphs") {
-    a.kind = K::kGraphs;
-    for (auto& e : v) {
-      KILN_ASSIGN_OR_RETURN(auto g, GraphFromJson(e, owner, ctx));
-      a.graphs.push_back(std::move(g));
+    KILN_ASSIGN_OR_RETURN(a.tensors, AsList<HostTensorPtr>(v, vp, TensorFromJson));
+  } else if (kind == "graph" || kind == "graphs") {
+    if (depth + 1 > kMaxGraphDepth) {
+      return Corrupt("field '", path, "': subgraphs nested more than ", kMaxGraphDepth, " deep");
+    }
+    if (kind == "graph") {
+      a.kind = K::kGraph;
+      KILN_ASSIGN_OR_RETURN(auto g, GraphFromJson(v, owner, ctx, vp, depth + 1));
+      a.g = std::move(g);
+    } else {
+      a.kind = K::kGraphs;
+      KILN_ASSIGN_OR_RETURN(const json* arr, AsArray(v, vp));
+      for (std::size_t i = 0; i < arr->size(); ++i) {
+        KILN_ASSIGN_OR_RETURN(auto g, GraphFromJson((*arr)[i], owner, ctx, At(vp, i), depth + 1));
+        a.graphs.push_back(std::move(g));
+      }
     }
   } else {
-    return Error(StatusCode::kCorrupt, "unknown attribute kind '", kind, "'");
+    return Corrupt("field '", path, ".kind': unknown attribute kind '", kind, "'");
   }
   return a;
 }
 
-Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* parent,
-                                                 const ParseCtx& ctx) {
+// One value: name, dtype, shape, optional dynamic mask and constant data.
+// Top-level constants live in the weights partition ({offset, size});
+// constants of subgraphs are inline ({dtype, shape, hex}).
+Status ValueFromJson(const json& jv, ir::Graph& g, const ParseCtx& ctx, const std::string& path, int depth) {
+  KILN_ASSIGN_OR_RETURN(std::string name, StrField(jv, path, "name"));
+  if (name.empty()) return Corrupt("field '", path, ".name': a value has an empty name");
+  if (g.FindValue(name)) return Corrupt("duplicate value '", name, "' (", path, ")");
+  const std::string what = StrCat("value '", name, "'");
+  auto ctx_err = [&](const Status& st) { return Corrupt(what, ": ", st.message()); };
+  auto code = Int32Field(jv, path, "dtype");
+  if (!code.ok()) return ctx_err(code.status());
+  KILN_ASSIGN_OR_RETURN(DType dtype, DTypeOf(code.value(), what));
+  auto js = Field(jv, path, "shape");
+  if (!js.ok()) return ctx_err(js.status());
+  auto shape = AsShape(*js.value(), Dot(path, "shape"));
+  if (!shape.ok()) return ctx_err(shape.status());
+  auto bytes = CheckedTensorBytes(dtype, shape.value(), what);
+  if (!bytes.ok()) return Corrupt(bytes.status().message());
+  ir::Value* v = g.AddValue(name, dtype, shape.value());
+  if (jv.contains("dynamic")) {
+    auto mask = UIntField(jv, path, "dynamic");
+    if (!mask.ok()) return ctx_err(mask.status());
+    const std::size_t rank = shape.value().size();
+    if (rank < 64 && (mask.value() >> rank) != 0) {
+      return Corrupt(what, ": data-dependent dims mask ", mask.value(), " names dims beyond its rank ", rank);
+    }
+    v->set_dynamic_mask(mask.value());
+  }
+  if (!jv.contains("const")) return Status::Ok();
+  const json& c = jv.at("const");
+  const std::string cp = Dot(path, "const");
+  if (!c.is_object()) return ctx_err(TypeError(cp, "an object", c));
+  if (depth > 0) {
+    if (!c.contains("hex")) return Corrupt(what, ": a subgraph constant must hold its data inline (", cp, ".hex)");
+    auto t = TensorFromJson(c, cp);
+    if (!t.ok()) return ctx_err(t.status());
+    if (t.value()->dtype() != dtype || t.value()->shape() != shape.value()) {
+      return Corrupt(what, " is declared ", DTypeName(dtype), ShapeToString(shape.value()), " but its data is ",
+                     DTypeName(t.value()->dtype()), ShapeToString(t.value()->shape()));
+    }
+    v->set_constant(t.value());
+    return Status::Ok();
+  }
+  if (c.contains("hex")) {
+    return Corrupt(what, ": a top-level constant must live in the weights partition, not inline (", cp, ".hex)");
+  }
+  auto offset = UIntField(c, cp, "offset");
+  if (!offset.ok()) return ctx_err(offset.status());
+  auto size = UIntField(c, cp, "size");
+  if (!size.ok()) return ctx_err(size.status());
+  const auto expected = static_cast<std::uint64_t>(bytes.value());
+  if (size.value() != expected) {
+    return Corrupt("constant '", name, "': size ", size.value(), " differs from ", expected, " bytes of ",
+                   DTypeName(dtype), ShapeToString(shape.value()));
+  }
+  if (offset.value() > ctx.weights_size || size.value() > ctx.weights_size - offset.value()) {
+    return Corrupt("constant '", name, "' at offset ", offset.value(), " size ", size.value(),
+                   " lies outside the weights partition of ", ctx.weights_size, " bytes");
+  }
+  if (offset.value() % 64 != 0) {
+    return Corrupt("constant '", name, "' at offset ", offset.value(),
+                   " in the weights partition is not 64-byte aligned");
+  }
+  v->set_constant(std::make_shared<HostTensor>(dtype, shape.value(), ctx.weights + offset.value(), ctx.owner));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* parent, const ParseCtx& ctx,
+                                                 const std::string& path, int depth) {
   auto g = std::make_unique<ir::Graph>();
   g->set_parent(parent);
-  g->set_name(j.at("name").get<std::string>());
-  g->set_opset(j.at("opset").get<int>());
-  for (const json& jv : j.at("values")) {
-    std::string name = jv.at("name").get<std::string>();
-    if (g->FindValue(name)) return Error(StatusCode::kCorrupt, "duplicate value '", name, "'");
-    auto dtype = static_cast<DType>(jv.at("dtype").get<int>());
-    Shape shape = jv.at("shape").get<Shape>();
-    ir::Value* v = g->AddValue(name, dtype, shape);
-    if (jv.contains("dynamic")) v->set_dynamic_mask(jv.at("dynamic").get<std::uint64_t>());
-    if (jv.contains("const")) {
-      const json& c = jv.at("const");
-      if (c.contains("hex")) {
-        KILN_ASSIGN_OR_RETURN(auto t, TensorFromJson(c));
-        v->set_constant(t);
+  KILN_ASSIGN_OR_RETURN(std::string gname, StrField(j, path, "name"));
+  g->set_name(gname);
+  KILN_ASSIGN_OR_RETURN(int opset, Int32Field(j, path, "opset"));
+  g->set_opset(opset);
+  KILN_ASSIGN_OR_RETURN(const json* values, ArrayField(j, path, "values"));
+  for (std::size_t i = 0; i < values->size(); ++i) {
+    KILN_RETURN_IF_ERROR(ValueFromJson((*values)[i], *g, ctx, At(Dot(path, "values"), i), depth));
+  }
+  KILN_ASSIGN_OR_RETURN(const json* nodes, ArrayField(j, path, "nodes"));
+  for (std::size_t ni = 0; ni < nodes->size(); ++ni) {
+    const json& jn = (*nodes)[ni];
+    const std::string np = At(Dot(path, "nodes"), ni);
+    KILN_ASSIGN_OR_RETURN(std::string name, StrField(jn, np, "name"));
+    KILN_ASSIGN_OR_RETURN(std::string op, StrField(jn, np, "op"));
+    KILN_ASSIGN_OR_RETURN(std::string domain, StrField(jn, np, "domain"));
+    KILN_ASSIGN_OR_RETURN(int since, Int32Field(jn, np, "since"));
+    const std::string who = StrCat(op, " node '", name, "'");
+    KILN_ASSIGN_OR_RETURN(const json* jins, ArrayField(jn, np, "inputs"));
+    KILN_ASSIGN_OR_RETURN(const json* jouts, ArrayField(jn, np, "outputs"));
+    KILN_ASSIGN_OR_RETURN(const json* jattrs, Field(jn, np, "attrs"));
+    if (!jattrs->is_object()) return TypeError(Dot(np, "attrs"), "an object", *jattrs);
+    std::vector<ir::Value*> ins, outs;
+    for (std::size_t i = 0; i < jins->size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(std::string s, AsString((*jins)[i], At(Dot(np, "inputs"), i)));
+      if (s.empty()) {
+        ins.push_back(nullptr);
         continue;
       }
-      if (!DTypeSupported(dtype) || !IsStatic(shape)) {
-        return Error(StatusCode::kCorrupt, "constant '", name, "' has invalid dtype or shape");
-      }
-      auto offset = c.at("offset").get<std::uint64_t>();
-      auto size = c.at("size").get<std::uint64_t>();
-      std::uint64_t expected = static_cast<std::uint64_t>(NumElements(shape)) * DTypeSize(dtype);
-      if (size != expected || offset > ctx.weights_size || size > ctx.weights_size - offset) {
-        return Error(StatusCode::kCorrupt, "constant '", name, "' (offset ", offset, ", size ",
-                     size, ", expected size ", expected, ") lies outside the weights partition of ",
-                     ctx.weights_size, " bytes");
-      }
-      v->set_constant(std::make_shared<HostTensor>(dtype, shape, ctx.weights + offset, ctx.owner));
-    }
-  }
-  for (const json& jn : j.at("nodes")) {
-    std::vector<ir::Value*> ins, outs;
-    for (const json& name : jn.at("inputs")) {
-      std::string s = name.get<std::string>();
-      if (s.empty()) { ins.push_back(nullptr); continue; }
       ir::Value* v = g->LookupValue(s);
-      if (!v) return Error(StatusCode::kCorrupt, "node '", jn.at("name").get<std::string>(), "' reads unknown value '", s, "'");
+      if (!v) return Corrupt(who, " reads unknown value '", s, "' (input ", i, ")");
       ins.push_back(v);
     }
-    for (const json& name : jn.at("outputs")) {
-      ir::Value* v = g->FindValue(name.get<std::string>());
-      if (!v || v->producer() || v->is_constant()) {
-        return Error(StatusCode::kCorrupt, "node '", jn.at("name").get<std::string>(),
-                     "' has an invalid output '", name.get<std::string>(), "'");
+    for (std::size_t i = 0; i < jouts->size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(std::string s, AsString((*jouts)[i], At(Dot(np, "outputs"), i)));
+      ir::Value* v = g->FindValue(s);
+      if (!v) return Corrupt(who, " writes unknown value '", s, "' (output ", i, ")");
+      if (v->is_constant()) return Corrupt(who, " writes constant '", s, "' (output ", i, ")");
+      if (v->producer()) {
+        return Corrupt(who, " writes value '", s, "' (output ", i, "), which ", v->producer()->Describe(),
+                       " already writes; every value has one producer");
+      }
+      if (std::find(outs.begin(), outs.end(), v) != outs.end()) {
+        return Corrupt(who, " lists value '", s, "' as two of its outputs");
       }
       outs.push_back(v);
     }
-    ir::Node* n = g->AddNode(jn.at("op").get<std::string>(), jn.at("name").get<std::string>(),
-                             ins, outs, jn.at("domain").get<std::string>());
-    n->set_since_version(jn.at("since").get<int>());
-    for (auto& [k, ja] : jn.at("attrs").items()) {
-      KILN_ASSIGN_OR_RETURN(ir::Attribute a, AttrFromJson(ja, g.get(), ctx));
-      n->SetAttr(k, std::move(a));
+    ir::Node* n = g->AddNode(op, name, ins, outs, domain);
+    n->set_since_version(since);
+    for (auto& [k, ja] : jattrs->items()) {
+      auto a = AttrFromJson(ja, g.get(), ctx, StrCat(np, ".attrs['", k, "']"), depth);
+      if (!a.ok()) return Corrupt(who, " attribute '", k, "': ", a.status().message());
+      n->SetAttr(k, std::move(a).value());
     }
   }
-  for (const json& name : j.at("inputs")) {
-    ir::Value* v = g->FindValue(name.get<std::string>());
-    if (!v) return Error(StatusCode::kCorrupt, "unknown graph input '", name.get<std::string>(), "'");
-    g->inputs().push_back(v);
+  for (const char* list : {"inputs", "outputs"}) {
+    KILN_ASSIGN_OR_RETURN(const json* arr, ArrayField(j, path, list));
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(std::string s, AsString((*arr)[i], At(Dot(path, list), i)));
+      ir::Value* v = g->FindValue(s);
+      if (!v) return Corrupt("graph '", gname, "' lists unknown value '", s, "' as ", list, "[", i, "]");
+      (list[0] == 'i' ? g->inputs() : g->outputs()).push_back(v);
+    }
   }
-  for (const json& name : j.at("outputs")) {
-    ir::Value* v = g->FindValue(name.get<std::string>());
-    if (!v) return Error(StatusCode::kCorrupt, "unknown graph output '", name.get<std::string>(), "'");
-    g->outputs().push_back(v);
-  }
-  KILN_RETURN_IF_ERROR(g->Verify());
+  Status st = g->Verify();
+  if (!st.ok()) return Corrupt(st.message());
   return g;
 }
 
 }  // namespace
 
-std::string SerializeModelJson(const CompiledModel& model) {
-  json placements = json::object();
-  for (auto& [name, p] : model.plan.placements) {
-    placements[name] = json::array({p.region, p.offset, p.size});
+Result<std::string> SerializeModelJson(const CompiledModel& model) {
+  try {
+    json placements = json::object();
+    for (auto& [name, p] : model.plan.placements) {
+      placements[name] = json::array({p.region, p.offset, p.size});
+    }
+    json j{{"format", "kiln-graph"},
+           {"custom_ops", model.custom_op_types},
+           {"graph", GraphToJson(*model.graph, &model.plan)},
+           {"plan", json{{"arena_size", model.plan.arena_size},
+                         {"no_reuse_size", model.plan.no_reuse_size},
+                         {"lower_bound", model.plan.lower_bound},
+                         {"const_size", model.plan.const_size},
+                         {"placements", placements}}}};
+    std::string bad;
+    if (FindInvalidUtf8(j, "", &bad)) {
+      return Error(StatusCode::kInvalidArgument, "cannot write the model: ", bad,
+                   " is not valid UTF-8 (names and strings in a .kiln file must be)");
+    }
+    return j.dump();
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, "cannot write the model: out of memory serializing its graph");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, "cannot write the model: ", e.what());
   }
-  json j{{"format", "kiln-graph"},
-         {"custom_ops", model.custom_op_types},
-         {"graph", GraphToJson(*model.graph, &model.plan)},
-         {"plan", json{{"arena_size", model.plan.arena_size},
-                       {"no_reuse_size", model.plan.no_reuse_size},
-                       {"lower_bound", model.plan.lower_bound},
-                       {"const_size", model.plan.const_size},
-                       {"placements", placements}}}};
-  return j.dump();
 }
 
-Result<CompiledModel> ParseModelJson(const std::string& text, const std::uint8_t* weights,
-                                     std::uint64_t weights_size,
-                                     std::shared_ptr<const void> owner) {
+Result<CompiledModel> ParseModelJson(const char* text, std::size_t size, const std::uint8_t* weights,
+                                     std::uint64_t weights_size, std::shared_ptr<const void> owner) {
   try {
-    json j = json::parse(text);
-    if (j.at("format").get<std::string>() != "kiln-graph") {
-      return Error(StatusCode::kCorrupt, "graph partition has an unknown format tag");
+    json j = json::parse(text, text + size, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      // Parse again for the position of the fault (rare: a damaged file).
+      try {
+        (void)json::parse(text, text + size);
+      } catch (const json::exception& e) {
+        return Corrupt("graph partition is not valid JSON: ", e.what());
+      }
+      return Corrupt("graph partition is not valid JSON");
     }
+    KILN_ASSIGN_OR_RETURN(std::string tag, StrField(j, "", "format"));
+    if (tag != "kiln-graph") return Corrupt("graph partition has an unknown format tag '", tag, "'");
     CompiledModel m;
     ParseCtx ctx{weights, weights_size, std::move(owner)};
-    auto g = GraphFromJson(j.at("graph"), nullptr, ctx);
-    if (!g.ok()) return g.status().code() == StatusCode::kCorrupt ? g.status()
-           : Status(StatusCode::kCorrupt, g.status().message());
-    m.graph = std::move(g).value();
-    if (j.contains("custom_ops")) m.custom_op_types = j.at("custom_ops").get<std::vector<std::string>>();
-    const json& p = j.at("plan");
-    m.plan.arena_size = p.at("arena_size").get<std::uint64_t>();
-    m.plan.no_reuse_size = p.at("no_reuse_size").get<std::uint64_t>();
-    m.plan.lower_bound = p.at("lower_bound").get<std::uint64_t>();
-    m.plan.const_size = p.at("const_size").get<std::uint64_t>();
-    for (auto& [name, e] : p.at("placements").items()) {
-      plan::Placement pl{e.at(0).get<int>(), e.at(1).get<std::uint64_t>(), e.at(2).get<std::uint64_t>()};
+    KILN_ASSIGN_OR_RETURN(const json* jg, Field(j, "", "graph"));
+    KILN_ASSIGN_OR_RETURN(m.graph, GraphFromJson(*jg, nullptr, ctx, "graph", 0));
+    if (j.contains("custom_ops")) {
+      KILN_ASSIGN_OR_RETURN(m.custom_op_types, AsList<std::string>(j.at("custom_ops"), "custom_ops", AsString));
+    }
+    KILN_ASSIGN_OR_RETURN(const json* jp, Field(j, "", "plan"));
+    const json& p = *jp;
+    KILN_ASSIGN_OR_RETURN(m.plan.arena_size, UIntField(p, "plan", "arena_size"));
+    KILN_ASSIGN_OR_RETURN(m.plan.no_reuse_size, UIntField(p, "plan", "no_reuse_size"));
+    KILN_ASSIGN_OR_RETURN(m.plan.lower_bound, UIntField(p, "plan", "lower_bound"));
+    KILN_ASSIGN_OR_RETURN(m.plan.const_size, UIntField(p, "plan", "const_size"));
+    KILN_ASSIGN_OR_RETURN(const json* jpl, Field(p, "plan", "placements"));
+    if (!jpl->is_object()) return TypeError("plan.placements", "an object", *jpl);
+    for (auto& [name, e] : jpl->items()) {
+      const std::string ep = StrCat("plan.placements['", name, "']");
+      if (!e.is_array() || e.size() != 3) {
+        return Corrupt("placement of '", name, "': field '", ep, "' must be [region, offset, size]");
+      }
+      plan::Placement pl;
+      auto region = AsInt32(e[0], At(ep, 0));
+      auto offset = AsUInt(e[1], At(ep, 1));
+      auto bytes = AsUInt(e[2], At(ep, 2));
+      for (const Status* st : {&region.status(), &offset.status(), &bytes.status()}) {
+        if (!st->ok()) return Corrupt("placement of '", name, "': ", st->message());
+      }
+      pl = {region.value(), offset.value(), bytes.value()};
       m.plan.placements[name] = pl;
     }
     return m;
+  } catch (const std::bad_alloc&) {
+    return Corrupt("graph partition of ", size, " bytes: out of memory while parsing it");
   } catch (const std::exception& e) {
-    return Error(StatusCode::kCorrupt, "graph partition is malformed: ", e.what());
+    return Corrupt("graph partition is malformed: ", e.what());
   }
 }
 

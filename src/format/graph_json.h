@@ -11,12 +11,16 @@
 
 namespace kiln::format {
 
-std::string SerializeModelJson(const CompiledModel& model);
+// Never throws: a name or string that is not valid UTF-8 (or running out of
+// memory) is an error naming it.
+Result<std::string> SerializeModelJson(const CompiledModel& model);
 
-// Parses and validates; constants are borrowed from [weights, weights+size)
-// and kept alive by `owner`. Errors are kCorrupt with the offending field.
-Result<CompiledModel> ParseModelJson(const std::string& json, const std::uint8_t* weights,
-                                     std::uint64_t weights_size,
-                                     std::shared_ptr<const void> owner);
+// Parses [text, text+size) (untrusted); constants are borrowed from
+// [weights, weights+weights_size) and kept alive by `owner`. Never throws.
+// Errors are kCorrupt naming the offending field (its JSON path), value or
+// node. Only syntax and name resolution are checked here; roles, placements
+// and sizes are plan::VerifyPlan's, op semantics are checked at Model::Load.
+Result<CompiledModel> ParseModelJson(const char* text, std::size_t size, const std::uint8_t* weights,
+                                     std::uint64_t weights_size, std::shared_ptr<const void> owner);
 
 }  // namespace kiln::format

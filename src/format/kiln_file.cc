@@ -13,6 +13,8 @@
 #include <fstream>
 #include <vector>
 
+#include "common/checked.h"
+#include "common/file.h"
 #include "format/graph_json.h"
 
 namespace kiln::format {
@@ -33,14 +35,20 @@ std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed) {
       crc32_z(seed, static_cast<const Bytef*>(data), static_cast<z_size_t>(size)));
 }
 
-Status WriteModelFile(const CompiledModel& model, const std::string& path) {
-  std::string json = SerializeModelJson(model);
+namespace {
+Status WriteModelFileImpl(const CompiledModel& model, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::string json, SerializeModelJson(model));
   // Weights blob laid out by the plan.
   std::vector<std::uint8_t> weights(model.plan.const_size, 0);
   for (auto& v : model.graph->values()) {
     if (!v->is_constant()) continue;
-    const plan::Placement& p = model.plan.placements.at(v->name());
-    if (p.offset + p.size > weights.size()) {
+    auto it = model.plan.placements.find(v->name());
+    if (it == model.plan.placements.end()) {
+      return Error(StatusCode::kInternal, "constant '", v->name(), "' has no placement");
+    }
+    const plan::Placement& p = it->second;
+    std::uint64_t end = 0;
+    if (!CheckedAddU(p.offset, p.size, &end) || end > weights.size() || p.size != v->constant()->nbytes()) {
       return Error(StatusCode::kInternal, "constant '", v->name(), "' placed outside the blob");
     }
     if (p.size) std::memcpy(weights.data() + p.offset, v->constant()->data(), p.size);
@@ -95,6 +103,19 @@ Status WriteModelFile(const CompiledModel& model, const std::string& path) {
   }
   return Status::Ok();
 }
+}  // namespace
+
+Status WriteModelFile(const CompiledModel& model, const std::string& path) {
+  try {
+    return WriteModelFileImpl(model, path);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, "cannot write '", path, "': out of memory (weights of ",
+                 model.plan.const_size, " bytes)");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, "cannot write '", path, "': ", e.what());
+  }
+}
+
 
 namespace {
 struct Mapping {
@@ -106,32 +127,17 @@ struct Mapping {
 };
 }  // namespace
 
-Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opts) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error(StatusCode::kNotFound, "cannot open model file '", path, "': ", std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return Error(StatusCode::kInvalidArgument, "'", path, "' is not a regular file");
-  }
-  auto size = static_cast<std::uint64_t>(st.st_size);
+Result<CompiledModel> ParseModelImage(const std::uint8_t* base, std::uint64_t size,
+                                      std::shared_ptr<const void> owner, const std::string& path,
+                                      const ReadOptions& opts) {
   auto corrupt = [&](const auto&... args) {
     return Error(StatusCode::kCorrupt, "model file '", path, "': ", args...);
   };
-  if (size < sizeof(FileHeader)) {
-    close(fd);
-    return corrupt("too small to be a .kiln file (", size, " bytes)");
+  if (size < sizeof(FileHeader)) return corrupt("too small to be a .kiln file (", size, " bytes)");
+  if (reinterpret_cast<std::uintptr_t>(base) % plan::kAlignment != 0) {
+    return Error(StatusCode::kInvalidArgument, "model image of '", path, "' is not ", plan::kAlignment,
+                 "-byte aligned in memory");
   }
-  auto map = std::make_shared<Mapping>();
-  map->addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map->addr == MAP_FAILED) {
-    map->addr = nullptr;
-    return Error(StatusCode::kIoError, "cannot map '", path, "': ", std::strerror(errno));
-  }
-  map->size = size;
-  const auto* base = static_cast<const std::uint8_t*>(map->addr);
-
   FileHeader h;
   std::memcpy(&h, base, sizeof(h));
   if (std::memcmp(h.magic, kMagic, 8) != 0) return corrupt("bad magic (not a .kiln file)");
@@ -151,14 +157,19 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
   for (std::size_t i = 0; i < table.size(); ++i) {
     const PartitionEntry& e = table[i];
     if (e.offset > size || e.size > size - e.offset) {
-      return corrupt("partition ", i, " [", e.offset, ", +", e.size, ") lies outside the file");
+      return corrupt("partition ", i, " at offset ", e.offset, " size ", e.size, " lies outside the file of ", size,
+                     " bytes");
     }
     const PartitionEntry** slot = nullptr;
     if (e.type == static_cast<std::uint32_t>(PartitionType::kGraph)) slot = &graph_part;
     else if (e.type == static_cast<std::uint32_t>(PartitionType::kWeights)) slot = &weights_part;
     else return corrupt("partition ", i, " has unknown type ", e.type);
     if (*slot) return corrupt("partition type ", e.type, " appears twice");
+    if (e.flags != 0 || e.reserved != 0) return corrupt("partition ", i, " has non-zero reserved fields");
     *slot = &e;
+  }
+  for (std::uint8_t b : h.reserved) {
+    if (b != 0) return corrupt("header has non-zero reserved bytes");
   }
   if (!graph_part || !weights_part) return corrupt("missing graph or weights partition");
   // Every byte outside the header, table and partitions is zero padding.
@@ -179,7 +190,9 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
       if (base[i] != 0) return corrupt("non-zero trailing byte at offset ", i);
     }
   }
-  if (weights_part->offset % kWeightsAlignment != 0) return corrupt("weights partition is not page-aligned");
+  if (weights_part->offset % kWeightsAlignment != 0) {
+    return corrupt("weights partition at offset ", weights_part->offset, " is not ", kWeightsAlignment, "-byte aligned");
+  }
   if (Crc32(base + graph_part->offset, graph_part->size) != graph_part->crc) {
     return corrupt("graph partition checksum mismatch");
   }
@@ -187,14 +200,45 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
       Crc32(base + weights_part->offset, weights_part->size) != weights_part->crc) {
     return corrupt("weights partition checksum mismatch");
   }
-  std::string text(reinterpret_cast<const char*>(base + graph_part->offset), graph_part->size);
-  auto model = ParseModelJson(text, base + weights_part->offset, weights_part->size, map);
+  auto model = ParseModelJson(reinterpret_cast<const char*>(base + graph_part->offset), graph_part->size,
+                              base + weights_part->offset, weights_part->size, std::move(owner));
   if (!model.ok()) return model.status().WithContext(StrCat("model file '", path, "'"));
-  LoadedFile lf;
-  lf.model = std::move(model).value();
-  lf.mapping = map;
-  lf.file_size = size;
-  return lf;
+  // The plan is untrusted too: verify it before any allocation or kernel.
+  Status st = plan::VerifyPlan(*model.value().graph, model.value().plan, base + weights_part->offset,
+                               weights_part->size);
+  if (!st.ok()) return st.WithContext(StrCat("model file '", path, "'"));
+  return model;
+}
+
+Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opts) {
+  try {
+    // Non-blocking open + fstat: a FIFO, device or directory is refused
+    // without hanging.
+    auto opened = OpenRegularFile(path, "model file");
+    if (!opened.ok()) return opened.status();
+    const auto size = static_cast<std::uint64_t>(opened.value().size);
+    if (size < sizeof(FileHeader)) {
+      return Error(StatusCode::kCorrupt, "model file '", path, "': too small to be a .kiln file (", size, " bytes)");
+    }
+    auto map = std::make_shared<Mapping>();
+    map->addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, opened.value().fd.get(), 0);
+    if (map->addr == MAP_FAILED) {
+      map->addr = nullptr;
+      return Error(StatusCode::kIoError, "cannot map model file '", path, "' (", size, " bytes): ", std::strerror(errno));
+    }
+    map->size = size;
+    KILN_ASSIGN_OR_RETURN(CompiledModel model,
+                          ParseModelImage(static_cast<const std::uint8_t*>(map->addr), size, map, path, opts));
+    LoadedFile lf;
+    lf.model = std::move(model);
+    lf.mapping = map;
+    lf.file_size = size;
+    return lf;
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, "model file '", path, "': out of memory while reading it");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, "model file '", path, "': ", e.what());
+  }
 }
 
 }  // namespace kiln::format

@@ -7,8 +7,13 @@
 //              CRC-32 of the partition's bytes.
 //   partitions: kGraph (JSON: graph, plan, I/O), kWeights (constants blob,
 //              page-aligned so it can be mapped and used in place).
-// Everything is verified on load; any malformed file yields kCorrupt naming
-// the file and what is wrong.
+//   All reserved fields and every byte outside the header, table and
+//   partitions must be zero. The CRC-32 is zlib's (crc32_z, seed 0); the
+//   header CRC covers the 64 header bytes with `crc` zeroed, continued over
+//   the whole table.
+// Everything is verified on load, the plan included (plan::VerifyPlan): the
+// file is untrusted input, and checksums only catch accidents. Any
+// malformed file yields kCorrupt naming the file and what is wrong.
 #pragma once
 
 #include <cstdint>
@@ -73,7 +78,20 @@ struct LoadedFile {
 struct ReadOptions {
   bool verify_weights_checksum = true;
 };
+// Opens `path` with OpenRegularFile (a FIFO, device or directory is refused
+// without blocking), maps it and runs ParseModelImage on the mapping.
+// Never throws.
 Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opts = {});
+
+// Verifies and parses a .kiln image held in memory at [data, data+size)
+// (64-byte aligned): header, table, padding and checksums, the JSON graph
+// partition (ParseModelJson), then the plan (plan::VerifyPlan). Constants
+// borrow from `data`, kept alive by `owner`; `what` names the file in
+// errors. Everything here treats the bytes as untrusted; it never throws.
+// (The entry point for fuzzing the loader without a file.)
+Result<CompiledModel> ParseModelImage(const std::uint8_t* data, std::uint64_t size,
+                                      std::shared_ptr<const void> owner, const std::string& what,
+                                      const ReadOptions& opts = {});
 
 std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed = 0);
 

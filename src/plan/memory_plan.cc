@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <unordered_set>
 #include <unordered_map>
+
+#include "common/checked.h"
 
 namespace kiln::plan {
 namespace {
@@ -152,6 +155,296 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
     plan.placements[v->name()] = {kRegionArena, groups[gi].offset, size};
   }
   return plan;
+}
+
+// ---- verification of untrusted plans ---------------------------------------
+
+namespace {
+
+template <typename... Args>
+Status Corrupt(const Args&... args) {
+  return Error(StatusCode::kCorrupt, args...);
+}
+
+bool IsExternal(const ir::Value* v) {
+  return v->producer() && v->producer()->op_type() == "FileConstant" && v->producer()->domain() == "kiln";
+}
+
+std::string RegionName(const ir::Graph& g, int region) {
+  const int n_in = static_cast<int>(g.inputs().size());
+  const int n_out = static_cast<int>(g.outputs().size());
+  if (region == kRegionConst) return "region 0 (constants)";
+  if (region == kRegionArena) return "region 1 (arena)";
+  if (region >= kRegionIoBase && region < kRegionIoBase + n_in) {
+    return StrCat("region ", region, " (input ", region - kRegionIoBase, " '",
+                  g.inputs()[region - kRegionIoBase]->name(), "')");
+  }
+  if (region >= kRegionIoBase + n_in && region < kRegionIoBase + n_in + n_out) {
+    const int j = region - kRegionIoBase - n_in;
+    return StrCat("region ", region, " (output ", j, " '", g.outputs()[j]->name(), "')");
+  }
+  return StrCat("region ", region);
+}
+
+Status VerifyGraphAt(const ir::Graph& g, int depth) {
+  const bool top = depth == 0;
+  const std::string where = top ? std::string() : StrCat(" in subgraph '", g.name(), "'");
+  for (auto& v : g.values()) {
+    if (!DTypeSupported(v->dtype())) {
+      return Corrupt("value '", v->name(), "'", where, " has unsupported dtype ", static_cast<int>(v->dtype()));
+    }
+    auto bytes = CheckedTensorBytes(v->dtype(), v->shape(), StrCat("value '", v->name(), "'", where));
+    if (!bytes.ok()) return Corrupt(bytes.status().message());
+    const std::size_t rank = v->shape().size();
+    if (rank < 64 && (v->dynamic_mask() >> rank) != 0) {
+      return Corrupt("value '", v->name(), "'", where, ": data-dependent dims mask ", v->dynamic_mask(),
+                     " names dims beyond its rank ", rank);
+    }
+    if (v->is_constant() && (v->constant()->dtype() != v->dtype() || v->constant()->shape() != v->shape())) {
+      return Corrupt("constant '", v->name(), "'", where, " is declared ", DTypeName(v->dtype()),
+                     ShapeToString(v->shape()), " but holds ", DTypeName(v->constant()->dtype()),
+                     ShapeToString(v->constant()->shape()));
+    }
+  }
+  std::unordered_map<const ir::Value*, std::size_t> in_index, out_index;
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    const ir::Value* v = g.inputs()[i];
+    if (v->is_constant()) return Corrupt("constant '", v->name(), "' is listed as graph input ", i, where);
+    auto [it, added] = in_index.emplace(v, i);
+    if (!added) return Corrupt("input '", v->name(), "' is listed twice (graph inputs ", it->second, " and ", i, ")", where);
+    if (v->producer()) {
+      return Corrupt("graph input ", i, " '", v->name(), "'", where, " is written by ", v->producer()->Describe());
+    }
+    if (top && v->is_dynamic()) {
+      return Corrupt("input '", v->name(), "' is marked data-dependent; model inputs have static shapes");
+    }
+  }
+  for (std::size_t j = 0; j < g.outputs().size(); ++j) {
+    const ir::Value* v = g.outputs()[j];
+    auto [it, added] = out_index.emplace(v, j);
+    if (!added) return Corrupt("output '", v->name(), "' is listed twice (graph outputs ", it->second, " and ", j, ")", where);
+    if (v->is_constant()) return Corrupt("graph output ", j, " '", v->name(), "'", where, " is a constant; outputs are written by a node");
+    auto in = in_index.find(v);
+    if (in != in_index.end()) {
+      return Corrupt("graph output ", j, " '", v->name(), "'", where, " is also graph input ", in->second);
+    }
+    if (!v->producer()) return Corrupt("graph output ", j, " '", v->name(), "'", where, " is written by no node");
+    if (IsExternal(v)) {
+      return Corrupt("graph output ", j, " '", v->name(), "'", where, " is an external weight; outputs are written by a node");
+    }
+  }
+  for (auto& n : g.nodes()) {
+    if (!top && n->op_type() == "FileConstant" && n->domain() == "kiln") {
+      return Corrupt(n->Describe(), where, ": external weights are only allowed in the top-level graph");
+    }
+    if (const ir::Attribute* a = n->FindAttr(kAliasAttr)) {
+      if (a->kind != ir::Attribute::Kind::kInt || a->i != 1) {
+        return Corrupt(n->Describe(), where, ": attribute '", kAliasAttr, "' must be the integer 1");
+      }
+    }
+    for (auto& [name, a] : n->attrs()) {
+      std::vector<const ir::Graph*> subs;
+      if (a.g) subs.push_back(a.g.get());
+      for (auto& sg : a.graphs) {
+        if (sg) subs.push_back(sg.get());
+      }
+      for (const ir::Graph* sg : subs) {
+        for (auto& sn : sg->nodes()) {
+          for (const ir::Value* in : sn->inputs()) {
+            if (in && in->owner() != sg) {
+              return Corrupt(n->Describe(), where, " attribute '", name, "': ", sn->Describe(), " reads outer value '",
+                             in->name(), "'; subgraphs in a .kiln file are self-contained");
+            }
+          }
+        }
+        Status st = VerifyGraphAt(*sg, depth + 1);
+        if (!st.ok()) return Corrupt(n->Describe(), " attribute '", name, "': ", st.message());
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status VerifyGraph(const ir::Graph& g) { return VerifyGraphAt(g, 0); }
+
+Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_base, std::uint64_t const_bytes) {
+  KILN_RETURN_IF_ERROR(VerifyGraphAt(g, 0));
+  const std::size_t n_in = g.inputs().size();
+  const std::size_t n_out = g.outputs().size();
+  const std::int64_t num_regions = kRegionIoBase + static_cast<std::int64_t>(n_in + n_out);
+  if (plan.const_size != const_bytes) {
+    return Corrupt("plan const_size ", plan.const_size, " differs from the weights partition's ", const_bytes, " bytes");
+  }
+  std::unordered_set<const ir::Value*> io;
+  for (const ir::Value* v : g.inputs()) io.insert(v);
+  for (const ir::Value* v : g.outputs()) io.insert(v);
+
+  std::unordered_map<const ir::Value*, const Placement*> placed;
+  std::uint64_t arena_need = 0;
+  const auto* cbase = static_cast<const std::uint8_t*>(const_base);
+  for (auto& [name, p] : plan.placements) {
+    const ir::Value* v = g.FindValue(name);
+    if (!v) return Corrupt("plan places unknown value '", name, "' in region ", p.region, " at offset ", p.offset);
+    if (p.region < 0 || p.region >= num_regions) {
+      return Corrupt("value '", name, "' is placed in region ", p.region, " at offset ", p.offset,
+                     "; the model has regions 0..", num_regions - 1);
+    }
+    const std::string at = StrCat("value '", name, "' placed at offset ", p.offset, " size ", p.size, " in ",
+                                  RegionName(g, p.region));
+    // Checked by VerifyGraphAt: fits int64 and the tensor limit.
+    const auto bytes = static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype());
+    if (p.size != bytes) {
+      return Corrupt(at, ": size differs from the ", bytes, " bytes of ", DTypeName(v->dtype()), ShapeToString(v->shape()));
+    }
+    std::uint64_t end = 0;
+    if (!CheckedAddU(p.offset, p.size, &end)) return Corrupt(at, ": offset + size overflows");
+    if (p.region == kRegionConst) {
+      if (!v->is_constant()) return Corrupt(at, ": only constants live in the constants region");
+      const auto* data = static_cast<const std::uint8_t*>(v->constant()->data());
+      if (end > const_bytes || data < cbase || static_cast<std::uint64_t>(data - cbase) != p.offset) {
+        return Corrupt(at, ": the constant's data is not there (weights partition of ", const_bytes, " bytes)");
+      }
+      if (p.offset % kAlignment != 0) return Corrupt(at, ": offset is not ", kAlignment, "-byte aligned");
+    } else if (p.region == kRegionArena) {
+      if (v->is_constant()) return Corrupt(at, ": a constant cannot live in the arena");
+      if (io.count(v)) return Corrupt(at, ": a graph input or output cannot live in the arena");
+      if (!v->producer()) return Corrupt(at, ": no node writes it");
+      if (IsExternal(v)) return Corrupt(at, ": an external weight has no arena placement");
+      if (p.offset % kAlignment != 0) return Corrupt(at, ": offset is not ", kAlignment, "-byte aligned");
+      if (end > plan.arena_size) return Corrupt(at, ": it ends at ", end, ", past the arena's ", plan.arena_size, " bytes");
+      arena_need = std::max(arena_need, end);
+    } else {
+      const std::size_t k = static_cast<std::size_t>(p.region - kRegionIoBase);
+      const ir::Value* owner = k < n_in ? g.inputs()[k] : g.outputs()[k - n_in];
+      if (v != owner) {
+        return Corrupt(at, ": that region holds only ", k < n_in ? "input" : "output", " '", owner->name(), "'");
+      }
+      if (p.offset != 0) return Corrupt(at, ": an input or output is placed at offset 0 of its region");
+    }
+    placed[v] = &p;
+  }
+  // Every value a kernel reads or writes has its bytes somewhere.
+  for (auto& v : g.values()) {
+    const bool needs = io.count(v.get()) || v->is_constant() || (v->producer() && !IsExternal(v.get()));
+    if (!needs) continue;
+    auto it = placed.find(v.get());
+    if (it == placed.end()) {
+      return Corrupt("value '", v->name(), "'",
+                     v->producer() ? StrCat(" (written by ", v->producer()->Describe(), ")") : std::string(),
+                     " has no placement in the plan");
+    }
+    if (v->is_constant() && it->second->region != kRegionConst) {
+      return Corrupt("constant '", v->name(), "' is placed in ", RegionName(g, it->second->region));
+    }
+    for (std::size_t i = 0; i < n_in; ++i) {
+      if (g.inputs()[i] == v.get() && it->second->region != kRegionIoBase + static_cast<int>(i)) {
+        return Corrupt("graph input ", i, " '", v->name(), "' is placed in ", RegionName(g, it->second->region),
+                       ", not in its own region ", kRegionIoBase + static_cast<int>(i));
+      }
+    }
+    for (std::size_t j = 0; j < n_out; ++j) {
+      const int r = kRegionIoBase + static_cast<int>(n_in + j);
+      if (g.outputs()[j] == v.get() && it->second->region != r) {
+        return Corrupt("graph output ", j, " '", v->name(), "' is placed in ", RegionName(g, it->second->region),
+                       ", not in its own region ", r);
+      }
+    }
+  }
+
+  // Views run no kernel: their output must be exactly their input's bytes.
+  const auto& nodes = g.nodes();
+  for (auto& n : nodes) {
+    if (!n->FindAttr(kAliasAttr)) continue;
+    if (!IsViewOp(*n) || n->num_outputs() != 1 || n->num_inputs() < 1 || !n->input(0)) {
+      return Corrupt(n->Describe(), " is marked as a view (", kAliasAttr, ") but is not a one-output view op");
+    }
+    auto pi = placed.find(n->input(0));
+    auto po = placed.find(n->output(0));
+    if (pi == placed.end() || po == placed.end() || pi->second->region != kRegionArena ||
+        po->second->region != kRegionArena || pi->second->offset != po->second->offset ||
+        pi->second->size != po->second->size) {
+      return Corrupt(n->Describe(), " is marked as a view (", kAliasAttr, ") but its output '", n->output(0)->name(),
+                     "' does not share its input '", n->input(0)->name(), "''s arena bytes");
+    }
+  }
+
+  // Lifetimes over the node order (as PlanMemory computes them): arena
+  // tensors live at the same time must not share bytes, views excepted.
+  struct Live {
+    std::uint64_t offset, end;
+    int first, last;
+    const ir::Value* value;
+  };
+  std::vector<Live> groups;
+  std::unordered_map<const ir::Value*, int> group_of;
+  for (int idx = 0; idx < static_cast<int>(nodes.size()); ++idx) {
+    const ir::Node& n = *nodes[idx];
+    for (const ir::Value* o : n.outputs()) {
+      auto it = placed.find(o);
+      if (it == placed.end() || it->second->region != kRegionArena) continue;
+      if (n.FindAttr(kAliasAttr)) {
+        auto src = group_of.find(n.input(0));
+        if (src != group_of.end()) {
+          group_of[o] = src->second;
+          continue;
+        }
+      }
+      group_of[o] = static_cast<int>(groups.size());
+      groups.push_back({it->second->offset, it->second->offset + it->second->size, idx, idx, o});
+    }
+    auto touch = [&](const ir::Value* in) {
+      auto it = group_of.find(in);
+      if (it != group_of.end()) groups[it->second].last = std::max(groups[it->second].last, idx);
+    };
+    for (const ir::Value* in : n.inputs()) touch(in);
+    for (auto& [k, a] : n.attrs()) {
+      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (auto& sg : subs) {
+        if (!sg) continue;
+        for (auto& sn : sg->nodes()) {
+          for (const ir::Value* in : sn->inputs()) touch(in);
+        }
+      }
+    }
+  }
+  // The arena is exactly what its placements need (as PlanMemory sizes it),
+  // and no more than all arena tensors side by side: a hostile arena_size
+  // (2^64-1, or one that wraps when rounded) is refused before allocation.
+  std::uint64_t total = 0;
+  for (const Live& l : groups) {
+    const std::uint64_t aligned = (l.end - l.offset + kAlignment - 1) / kAlignment * kAlignment;  // <= 64 GiB
+    if (!CheckedAddU(total, aligned, &total)) return Corrupt("arena tensors' total size overflows");
+  }
+  std::uint64_t need = 0;
+  if (arena_need > total) {
+    return Corrupt("arena placements reach offset ", arena_need, ", past the ", total,
+                   " bytes of all arena tensors side by side");
+  }
+  need = (arena_need + kAlignment - 1) / kAlignment * kAlignment;  // arena_need <= total: no overflow
+  if (plan.arena_size != need) {
+    return Corrupt("plan arena_size ", plan.arena_size, " differs from the ", need,
+                   " bytes its arena placements need");
+  }
+  std::vector<const Live*> order;
+  for (const Live& l : groups) {
+    if (l.end > l.offset) order.push_back(&l);
+  }
+  std::sort(order.begin(), order.end(), [](const Live* a, const Live* b) { return a->offset < b->offset; });
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Live& a = *order[i];
+    for (std::size_t j = i + 1; j < order.size() && order[j]->offset < a.end; ++j) {
+      const Live& b = *order[j];
+      if (a.first <= b.last && b.first <= a.last) {
+        return Corrupt("arena tensors '", a.value->name(), "' (offset ", a.offset, " size ", a.end - a.offset,
+                       ") and '", b.value->name(), "' (offset ", b.offset, " size ", b.end - b.offset,
+                       ") share bytes while both are live (", nodes[std::max(a.first, b.first)]->Describe(), ")");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace kiln::plan

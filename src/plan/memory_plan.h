@@ -41,4 +41,35 @@ inline constexpr const char* kAliasAttr = "kiln.alias";
 // Plans `g` (topologically sorted, all shapes static). Marks alias nodes.
 Result<MemoryPlan> PlanMemory(ir::Graph& g);
 
+// The loader's verifier: checks a graph and plan read from an untrusted
+// .kiln file before any kernel (or allocation) sees them, like a bytecode
+// verifier. `const_base`/`const_bytes` is the weights partition the graph's
+// top-level constants point into. Checks, with kCorrupt errors naming the
+// value or node, the offset, size and region:
+//  - every value (subgraphs too): a supported dtype, a static shape whose
+//    byte size passes CheckedTensorBytes, a dynamic mask within its rank;
+//  - roles: graph inputs distinct, not constants, not written by a node and
+//    (top level) not data-dependent; graph outputs distinct, written by
+//    exactly one node, neither inputs, constants nor external weights;
+//    subgraphs self-contained (no outer reads), no FileConstant inside them;
+//  - placements: each names an existing value of the top graph and a region
+//    that exists; size == dtype size x element count; constants only in
+//    region 0 at their data's offset (64-byte aligned, inside the weights
+//    partition); arena placements only for intermediates (written by a node,
+//    not an I/O value), 64-byte aligned, inside arena_size (checked
+//    arithmetic); input i only in region 2+i and output j only in region
+//    2+n_in+j, both at offset 0; every value a kernel touches is placed;
+//  - const_size equals the weights partition; arena_size equals what the
+//    arena placements need (so 2^64-1 is refused before any allocation);
+//  - view nodes marked kiln.alias are view ops whose output has exactly
+//    their input's arena bytes;
+//  - arena tensors that are live at the same time do not share bytes.
+// Op semantics (definitions, versions, attributes, shape inference) are
+// checked against the recorded shapes at Model::Load.
+Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_base, std::uint64_t const_bytes);
+
+// The graph part of VerifyPlan (values, roles, subgraphs), for graphs
+// without a plan.
+Status VerifyGraph(const ir::Graph& g);
+
 }  // namespace kiln::plan

@@ -1,9 +1,11 @@
 #include "runtime/executor.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
+#include "common/checked.h"
 #include "ops/op_registry.h"
 #include "runtime/stream_impl.h"
 
@@ -115,17 +117,31 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   ex->region_refs_.resize(num_regions);
   ex->bases_.assign(num_regions, nullptr);
   ex->arena_size_ = plan.arena_size;
-  ex->arena_ = static_cast<std::uint8_t*>(
-      std::aligned_alloc(plan::kAlignment, (plan.arena_size + plan::kAlignment) / plan::kAlignment * plan::kAlignment));
-  if (!ex->arena_) return Error(StatusCode::kInternal, "cannot allocate arena of ", plan.arena_size, " bytes");
-  std::memset(ex->arena_, 0, plan.arena_size);  // pre-touch: no page faults in the first run
+  // Not zero-filled and not touched here: no kernel reads arena bytes it did
+  // not write in the same run, and a model too large for the machine fails
+  // here with an error instead of being killed while pages are touched.
+  std::uint64_t arena_alloc = 0;
+  if (!CheckedAddU(plan.arena_size, plan::kAlignment, &arena_alloc)) {
+    return Error(StatusCode::kOutOfRange, "arena of ", plan.arena_size, " bytes is too large to allocate");
+  }
+  arena_alloc = arena_alloc / plan::kAlignment * plan::kAlignment;
+  ex->arena_ = static_cast<std::uint8_t*>(std::aligned_alloc(plan::kAlignment, arena_alloc));
+  if (!ex->arena_) {
+    return Error(StatusCode::kOutOfRange, "cannot allocate the arena of ", plan.arena_size, " bytes: ",
+                 std::strerror(errno));
+  }
   ex->bases_[plan::kRegionArena] = ex->arena_;
   // Stand-ins for the caller's buffers until the first run binds real ones
   // (custom ops record their launches against them). calloc: untouched pages.
   for (std::size_t i = 0; i + plan::kRegionIoBase < num_regions; ++i) {
     const ir::Value* v = i < n_in ? graph.inputs()[i] : graph.outputs()[i - n_in];
-    void* p = std::calloc(1, NumElements(v->shape()) * DTypeSize(v->dtype()) + 64);
-    if (!p) return Error(StatusCode::kInternal, "cannot allocate a stand-in for '", v->name(), "'");
+    auto bytes = CheckedTensorBytes(v->dtype(), v->shape(), StrCat("'", v->name(), "'"));
+    if (!bytes.ok()) return bytes.status();
+    void* p = std::calloc(1, static_cast<std::size_t>(bytes.value()) + 64);
+    if (!p) {
+      return Error(StatusCode::kOutOfRange, "cannot allocate a stand-in of ", bytes.value(), " bytes for '",
+                   v->name(), "'");
+    }
     ex->placeholders_.push_back(p);
     ex->bases_[plan::kRegionIoBase + i] = static_cast<std::uint8_t*>(p);
   }
@@ -502,7 +518,8 @@ Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats) {
   return Status::Ok();
 }
 
-Status Executor::Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats) {
+Status Executor::Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats,
+                         std::shared_ptr<const void> keepalive) {
   std::uint64_t refreshed = 0;
   KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
   // Snapshot the changed host blocks now: a later refresh must not leak into
@@ -515,7 +532,9 @@ Status Executor::Enqueue(Stream& stream, const std::vector<void*>& io, Execution
     blocks_[i].dirty = false;
   }
   const int threads = cpu::NumThreads();
-  KILN_RETURN_IF_ERROR(stream.LaunchHostFunc([this, snap = std::move(snap), threads]() {
+  // The queued work holds `keepalive` (the model owning this executor): a
+  // model destroyed while this is queued lives on until the work is done.
+  KILN_RETURN_IF_ERROR(stream.LaunchHostFunc([this, snap = std::move(snap), threads, keep = std::move(keepalive)]() {
     for (auto& [i, bytes] : snap) std::memcpy(blocks_[i].dev.data(), bytes.data(), bytes.size());
     cpu::SetNumThreads(threads);
     return Replay();

@@ -116,8 +116,11 @@ class Executor {
   // io[i]: base address of region kRegionIoBase + i (inputs, then outputs).
   // Runs on the calling thread.
   Status Run(const std::vector<void*>& io, ExecutionStats* stats);
-  // Refreshes now; queues the block copies and the replay on `stream`.
-  Status Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats);
+  // Refreshes now; queues the block copies and the replay on `stream`. The
+  // queued work keeps `keepalive` (whatever owns this executor and the graph)
+  // alive until it has run or been skipped.
+  Status Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats,
+                 std::shared_ptr<const void> keepalive);
   std::size_t num_tasks() const { return tasks_.size(); }
   // The shape `v` had in the last completed run: its actual extents if they
   // are data-dependent (its upper bound before any run), else its static shape.

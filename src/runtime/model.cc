@@ -1,4 +1,5 @@
 // kiln::Model: the runtime entry point over a mapped .kiln file.
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
@@ -15,31 +16,106 @@
 namespace kiln {
 namespace {
 
+// Catches anything thrown below a public entry point and turns it into a
+// Status naming `what`: no exception crosses the API.
+template <typename F>
+auto Guarded(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, what, ": out of memory");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, what, ": unexpected exception: ", e.what());
+  } catch (...) {
+    return Error(StatusCode::kInternal, what, ": unexpected exception");
+  }
+}
+
+// Every node of a file's graph goes through its op definition (type,
+// version, arity, attributes) and inference exactly as at compile time, and
+// the inferred types and shapes must equal the recorded ones. Subgraphs are
+// checked first, recursively, so no branch node reaches a kernel unchecked.
+Status ReinferGraph(ir::Graph& g, const std::string& path) {
+  for (auto& n : g.nodes()) {
+    for (auto& [k, a] : n->attrs()) {
+      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (auto& sg : subs) {
+        if (!sg) continue;
+        Status st = ReinferGraph(*sg, path);
+        if (!st.ok()) return st.WithContext(StrCat(n->Describe(), " attribute '", k, "'"));
+      }
+    }
+    const ops::OpDef* def = ops::OpRegistry::Get().Find(n->op_type(), n->domain());
+    if (def && !def->versions.empty() &&
+        std::find(def->versions.begin(), def->versions.end(), n->since_version()) == def->versions.end()) {
+      std::string known;
+      for (int v : def->versions) known += StrCat(known.empty() ? "" : ", ", v);
+      return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " has op version ",
+                   n->since_version(), "; Kiln implements versions ", known);
+    }
+    std::vector<std::pair<DType, Shape>> declared;
+    std::vector<std::uint64_t> declared_masks;
+    for (ir::Value* o : n->outputs()) declared_masks.push_back(o->dynamic_mask());
+    for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
+    Status st = ops::InferNode(*n);
+    if (!st.ok()) return st.WithContext(StrCat("model '", path, "'"));
+    for (int j = 0; j < n->num_outputs(); ++j) {
+      ir::Value* o = n->output(j);
+      if (o->dtype() != declared[j].first || o->shape() != declared[j].second ||
+          o->dynamic_mask() != declared_masks[j]) {
+        return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " output '", o->name(),
+                     "' is recorded as ", DTypeName(declared[j].first),
+                     ShapeToString(declared[j].second, declared_masks[j]), " but infers to ", DTypeName(o->dtype()),
+                     ShapeToString(o->shape(), o->dynamic_mask()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// What work queued on a stream refers to: shared with that work, so a Model
+// destroyed while an ExecuteAsync is still queued lives on until the stream
+// has run (or skipped) it. Members are destroyed executor first.
+struct ModelState {
+  format::CompiledModel model;
+  std::shared_ptr<const void> keepalive;  // the file mapping (null: compiled in process)
+  std::unique_ptr<runtime::Executor> executor;
+};
+
 class ModelImpl final : public Model {
  public:
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
   const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-  std::uint64_t arena_bytes() const override { return model_.plan.arena_size; }
-  std::uint64_t weight_bytes() const override { return model_.plan.const_size; }
+  std::uint64_t arena_bytes() const override { return state_->model.plan.arena_size; }
+  std::uint64_t weight_bytes() const override { return state_->model.plan.const_size; }
   void set_threads(int threads) override { threads_ = threads < 1 ? 1 : threads; }
   const ExecutionStats& last_stats() const override { return stats_; }
   Shape output_shape(std::size_t i) const override {
-    const auto& outs = model_.graph->outputs();
-    return i < outs.size() ? executor_->ValueShape(outs[i]) : Shape{};
+    const auto& outs = state_->model.graph->outputs();
+    try {
+      return i < outs.size() ? state_->executor->ValueShape(outs[i]) : Shape{};
+    } catch (...) {
+      return Shape{};
+    }
   }
   const void* ConstantData(const std::string& name) const override {
-    const ir::Value* v = model_.graph->FindValue(name);
+    const ir::Value* v = state_->model.graph->FindValue(name);
     return v && v->is_constant() ? v->constant()->data() : nullptr;
   }
 
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
-    KILN_RETURN_IF_ERROR(Bind(ins, outs));
-    return executor_->Run(io_, &stats_);
+    return Guarded(StrCat("running '", name_, "'"), [&]() -> Status {
+      KILN_RETURN_IF_ERROR(Bind(ins, outs));
+      return state_->executor->Run(io_, &stats_);
+    });
   }
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
-    KILN_RETURN_IF_ERROR(Bind(ins, outs));
-    return executor_->Enqueue(stream, io_, &stats_);
+    return Guarded(StrCat("queueing a run of '", name_, "'"), [&]() -> Status {
+      KILN_RETURN_IF_ERROR(Bind(ins, outs));
+      return state_->executor->Enqueue(stream, io_, &stats_, state_);
+    });
   }
 
   // Checks the caller's buffers and lists their addresses in io_ (inputs,
@@ -59,14 +135,17 @@ class ModelImpl final : public Model {
                                                const std::string& default_weight_dir, Stream* load_stream,
                                                const std::string& path) {
     std::unique_ptr<ModelImpl> m(new ModelImpl());
-    m->model_ = std::move(model);
-    m->keepalive_ = std::move(keepalive);
+    m->state_ = std::make_shared<ModelState>();
+    m->name_ = path;
+    m->state_->model = std::move(model);
+    m->state_->keepalive = std::move(keepalive);
     m->threads_ = opts.threads < 1 ? 1 : opts.threads;
-    ir::Graph& g = *m->model_.graph;
-    if (!m->model_.custom_op_types.empty()) {
+    ir::Graph& g = *m->state_->model.graph;
+    const bool from_file = m->state_->keepalive != nullptr;
+    if (!m->state_->model.custom_op_types.empty()) {
       KILN_RETURN_IF_ERROR(LoadCustomOpPackages().WithContext(StrCat("loading '", path, "'")));
       std::string missing;
-      for (const std::string& t : m->model_.custom_op_types) {
+      for (const std::string& t : m->state_->model.custom_op_types) {
         if (!FindCustomOp(t)) missing += (missing.empty() ? "" : ", ") + t;
       }
       if (!missing.empty()) {
@@ -82,33 +161,10 @@ class ModelImpl final : public Model {
     // their FileConstant inputs have become constants.
     KILN_RETURN_IF_ERROR(ResolveExternalWeights(g, path, opts, manager, default_weight_dir));
     // Re-check every node of a file against its definition: a file that
-    // passed its checksums may still come from another Kiln version. (A graph
-    // compiled in this process is trusted.)
-    for (ir::Value* in : g.inputs()) {
-      if (in->is_dynamic()) {
-        return Error(StatusCode::kCorrupt, "model '", path, "': input '", in->name(),
-                     "' is marked data-dependent; model inputs have static shapes");
-      }
-    }
-    for (auto& n : g.nodes()) {
-      if (!m->keepalive_) break;
-      std::vector<std::pair<DType, Shape>> declared;
-      std::vector<std::uint64_t> declared_masks;
-      for (ir::Value* o : n->outputs()) declared_masks.push_back(o->dynamic_mask());
-      for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
-      Status st = ops::InferNode(*n);
-      if (!st.ok()) return st.WithContext(StrCat("model '", path, "'"));
-      for (int j = 0; j < n->num_outputs(); ++j) {
-        ir::Value* o = n->output(j);
-        if (o->dtype() != declared[j].first || o->shape() != declared[j].second ||
-            o->dynamic_mask() != declared_masks[j]) {
-          return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " output '",
-                       o->name(), "' is recorded as ", DTypeName(declared[j].first),
-                       ShapeToString(declared[j].second, declared_masks[j]), " but infers to ",
-                       DTypeName(o->dtype()), ShapeToString(o->shape(), o->dynamic_mask()));
-        }
-      }
-    }
+    // passed its checksums and plan verification may still come from another
+    // Kiln version, or an attacker. (A graph compiled in this process is
+    // trusted.) Graph roles were checked by plan::VerifyPlan when it was read.
+    if (from_file) KILN_RETURN_IF_ERROR(ReinferGraph(g, path));
     auto info = [](const ir::Value* v) {
       return TensorInfo{v->name(), v->dtype(), v->shape(),
                         static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype()),
@@ -120,9 +176,9 @@ class ModelImpl final : public Model {
     runtime::ExecutorOptions eo;
     eo.check_bounds = opts.check_bounds;
     eo.load_stream = load_stream;
-    auto ex = runtime::Executor::Create(g, m->model_.plan, eo);
+    auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
-    m->executor_ = std::move(ex).value();
+    m->state_->executor = std::move(ex).value();
     return std::unique_ptr<Model>(std::move(m));
   }
 
@@ -201,9 +257,8 @@ class ModelImpl final : public Model {
     return Status::Ok();
   }
 
-  format::CompiledModel model_;
-  std::shared_ptr<const void> keepalive_;
-  std::unique_ptr<runtime::Executor> executor_;
+  std::shared_ptr<ModelState> state_;
+  std::string name_;
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<void*> io_;
   int threads_ = 1;
@@ -213,16 +268,20 @@ class ModelImpl final : public Model {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& opts) {
-  weights::WeightManager manager;  // weights stay alive through the model's tensors
-  return ModelImpl::CreateFromFile(path, opts, manager);
+  return Guarded(StrCat("loading model '", path, "'"), [&]() -> Result<std::unique_ptr<Model>> {
+    weights::WeightManager manager;  // weights stay alive through the model's tensors
+    return ModelImpl::CreateFromFile(path, opts, manager);
+  });
 }
 
 Result<std::unique_ptr<Model>> CreateModel(format::CompiledModel model, std::shared_ptr<const void> keepalive,
                                            const LoadOptions& opts, weights::WeightManager& manager,
                                            const std::string& default_weight_dir, Stream* load_stream,
                                            const std::string& what) {
-  return ModelImpl::Create(std::move(model), std::move(keepalive), opts, manager, default_weight_dir, load_stream,
-                           what);
+  return Guarded(StrCat("loading '", what, "'"), [&]() -> Result<std::unique_ptr<Model>> {
+    return ModelImpl::Create(std::move(model), std::move(keepalive), opts, manager, default_weight_dir, load_stream,
+                             what);
+  });
 }
 
 Session::Impl::~Impl() {
@@ -237,7 +296,9 @@ Session::Session(SessionOptions opts) : impl_(std::make_shared<Impl>()) { impl_-
 Session::~Session() = default;
 
 Result<std::unique_ptr<Model>> Session::LoadModel(const std::string& path, const LoadOptions& opts) {
-  return ModelImpl::CreateFromFile(path, opts, *impl_->weights);
+  return Guarded(StrCat("loading model '", path, "'"), [&]() -> Result<std::unique_ptr<Model>> {
+    return ModelImpl::CreateFromFile(path, opts, *impl_->weights);
+  });
 }
 
 WeightStats Session::weight_stats() const {

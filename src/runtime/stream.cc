@@ -31,13 +31,18 @@ bool Event::Query() const {
 Stream::Stream() : impl_(std::make_unique<Impl>()) {}
 
 Result<std::unique_ptr<Stream>> Stream::Create() {
-  std::unique_ptr<Stream> s(new Stream());
-  Impl* im = s->impl_.get();
-  im->worker = std::thread([im] { im->Loop(); });
-  return s;
+  try {
+    std::unique_ptr<Stream> s(new Stream());
+    Impl* im = s->impl_.get();
+    im->worker = std::thread([im] { im->Loop(); });
+    return s;
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, "cannot start a stream's worker thread: ", e.what());
+  }
 }
 
 Stream::~Stream() {
+  if (!impl_->worker.joinable()) return;  // never started
   (void)Synchronize();
   {
     std::lock_guard<std::mutex> l(impl_->mu);
@@ -47,19 +52,23 @@ Stream::~Stream() {
   impl_->worker.join();
 }
 
-void Stream::Impl::Enqueue(std::function<Status()> fn) {
-  {
+Status Stream::Impl::Enqueue(std::function<Status()> fn) {
+  try {
     std::lock_guard<std::mutex> l(mu);
     queue.push_back(std::move(fn));
     ++enqueued;
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, "out of memory queueing work on a stream");
   }
   pending.store(true, std::memory_order_release);
   cv.notify_one();
+  return Status::Ok();
 }
 
 void Stream::Impl::Loop() {
   for (;;) {
     std::function<Status()> fn;
+    bool failed = false;
     {
       std::unique_lock<std::mutex> l(mu);
       if (queue.empty()) {
@@ -74,14 +83,25 @@ void Stream::Impl::Loop() {
       fn = std::move(queue.front());
       queue.pop_front();
       if (queue.empty()) pending.store(false, std::memory_order_relaxed);
+      failed = !error.ok();
     }
-    if (error.ok()) {
-      Status st = fn();
+    if (!failed) {
+      Status st;
+      try {
+        st = fn();
+      } catch (const std::bad_alloc&) {
+        st = Error(StatusCode::kOutOfRange, "work queued on a stream ran out of memory");
+      } catch (const std::exception& e) {
+        st = Error(StatusCode::kInternal, "work queued on a stream threw: ", e.what());
+      } catch (...) {
+        st = Error(StatusCode::kInternal, "work queued on a stream threw an exception");
+      }
       if (!st.ok()) {
         std::lock_guard<std::mutex> l(mu);
         if (error.ok()) error = st;
       }
     }
+    fn = nullptr;  // what the work held (e.g. a destroyed model) goes before it counts as done
     {
       std::lock_guard<std::mutex> l(mu);
       ++completed;
@@ -106,7 +126,7 @@ Status Stream::RecordEvent(Event& e) {
     std::lock_guard<std::mutex> l(st->mu);
     gen = ++st->recorded;
   }
-  impl_->Enqueue([st, gen]() {
+  return impl_->Enqueue([st, gen]() {
     {
       std::lock_guard<std::mutex> l(st->mu);
       st->completed = std::max(st->completed, gen);
@@ -114,7 +134,6 @@ Status Stream::RecordEvent(Event& e) {
     st->cv.notify_all();
     return Status::Ok();
   });
-  return Status::Ok();
 }
 
 Status Stream::WaitEvent(const Event& e) {
@@ -124,31 +143,32 @@ Status Stream::WaitEvent(const Event& e) {
     std::lock_guard<std::mutex> l(st->mu);
     want = st->recorded;
   }
-  impl_->Enqueue([st, want]() {
+  return impl_->Enqueue([st, want]() {
     std::unique_lock<std::mutex> l(st->mu);
     st->cv.wait(l, [&] { return st->completed >= want; });
     return Status::Ok();
   });
-  return Status::Ok();
 }
 
 Status Stream::LaunchHostFunc(std::function<Status()> fn) {
   if (!fn) return Error(StatusCode::kInvalidArgument, "LaunchHostFunc: empty function");
-  impl_->Enqueue(std::move(fn));
-  return Status::Ok();
+  return impl_->Enqueue(std::move(fn));
 }
 
 Status Stream::LaunchKernel(KernelFn fn, const void* args) {
   if (!fn) return Error(StatusCode::kInvalidArgument, "LaunchKernel: null kernel function");
   if (impl_->capture) {
-    impl_->capture->push_back({fn, args});
+    try {
+      impl_->capture->push_back({fn, args});
+    } catch (const std::bad_alloc&) {
+      return Error(StatusCode::kOutOfRange, "LaunchKernel: out of memory recording a launch");
+    }
     return Status::Ok();
   }
-  impl_->Enqueue([fn, args]() {
+  return impl_->Enqueue([fn, args]() {
     fn(args);
     return Status::Ok();
   });
-  return Status::Ok();
 }
 
 std::uint64_t Stream::tasks_completed() const {

@@ -31,7 +31,7 @@ struct Stream::Impl {
   // Non-null while recording: LaunchKernel appends here instead of queueing.
   std::vector<CapturedLaunch>* capture = nullptr;
 
-  void Enqueue(std::function<Status()> fn);
+  Status Enqueue(std::function<Status()> fn);  // never throws
   void Loop();
 };
 
