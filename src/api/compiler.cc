@@ -110,8 +110,25 @@ Status MigrateExternalWeights(format::CompiledModel& model, CompileReport& repor
   return Status::Ok();
 }
 
-Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,
-                                           const CompileOptions& opts, CompileReport* report) {
+namespace {
+
+// No exception crosses the compiler's API: an allocation that fails (a
+// model too large for the machine) or any other exception from a library
+// becomes an error naming what was being compiled.
+template <typename F>
+auto NoThrow(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, what, ": out of memory while compiling");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, what, ": unexpected exception while compiling: ", e.what());
+  }
+}
+
+Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph, const CompileOptions& opts,
+                                               CompileReport* report) {
+  if (!graph) return Error(StatusCode::kInvalidArgument, "CompileGraph: no graph");
   if (opts.external_weight < 0 || opts.external_weight > 2) {
     return Error(StatusCode::kInvalidArgument, "external_weight must be 0 (embedded), 1 (one file per weight) or 2 "
                  "(one combined file), got ", opts.external_weight);
@@ -147,15 +164,25 @@ Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,
   return m;
 }
 
+}  // namespace
+
+Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,
+                                           const CompileOptions& opts, CompileReport* report) {
+  const std::string what = StrCat("graph '", graph ? graph->name() : std::string(), "'");
+  return NoThrow(what, [&] { return CompileGraphImpl(std::move(graph), opts, report); });
+}
+
 Result<format::CompiledModel> CompileOnnxFile(const std::string& path, const CompileOptions& opts,
                                               CompileReport* report) {
-  onnx_frontend::ImportOptions io;
-  io.input_shapes = opts.input_shapes;
-  io.constant_inputs = opts.constant_inputs;
-  KILN_ASSIGN_OR_RETURN(auto g, onnx_frontend::ImportOnnxFile(path, io));
-  auto m = CompileGraph(std::move(g), opts, report);
-  if (!m.ok()) return m.status().WithContext(path);
-  return m;
+  return NoThrow(path, [&]() -> Result<format::CompiledModel> {
+    onnx_frontend::ImportOptions io;
+    io.input_shapes = opts.input_shapes;
+    io.constant_inputs = opts.constant_inputs;
+    KILN_ASSIGN_OR_RETURN(auto g, onnx_frontend::ImportOnnxFile(path, io));
+    auto m = CompileGraph(std::move(g), opts, report);
+    if (!m.ok()) return m.status().WithContext(path);
+    return m;
+  });
 }
 
 }  // namespace kiln

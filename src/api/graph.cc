@@ -2,6 +2,9 @@
 
 #include <cstring>
 
+#include <onnx/defs/schema.h>
+
+#include "common/checked.h"
 #include "custom/registry.h"
 #include "ir/graph.h"
 #include "ops/op_registry.h"
@@ -38,7 +41,14 @@ Graph::Tensor Graph::AddInput(const std::string& name, DType dtype, Shape shape)
 Result<Graph::Tensor> Graph::AddConstant(const std::string& name, DType dtype, Shape shape, const void* data) {
   if (!DTypeSupported(dtype)) return Error(StatusCode::kInvalidArgument, "AddConstant '", name, "': unsupported dtype");
   if (!IsStatic(shape)) return Error(StatusCode::kInvalidArgument, "AddConstant '", name, "': shape must be static");
-  auto t = std::make_shared<HostTensor>(dtype, std::move(shape));
+  const std::string what = StrCat("AddConstant '", name, "'");
+  KILN_RETURN_IF_ERROR(CheckedTensorBytes(dtype, shape, what).status());
+  std::shared_ptr<HostTensor> t;
+  try {
+    t = std::make_shared<HostTensor>(dtype, std::move(shape));
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, what, ": cannot allocate its ", DTypeName(dtype), " tensor");
+  }
   if (t->nbytes()) {
     if (!data) return Error(StatusCode::kInvalidArgument, "AddConstant '", name, "': null data");
     std::memcpy(t->mutable_data(), data, t->nbytes());
@@ -65,13 +75,44 @@ Result<std::vector<Graph::Tensor>> Graph::AddOp(const std::string& type, const s
     ins.push_back(v);
   }
   const std::string node_name = name.empty() ? StrCat(type, "_", counter_++) : name;
+  // The ONNX schema of a built-in op says each attribute's type: an int
+  // given for a float attribute is converted, any other mismatch is an error
+  // (as for an ONNX file). Kiln's internal attributes are not accepted.
+  const onnx::OpSchema* schema =
+      def->domain.empty() ? onnx::OpSchemaRegistry::Schema(type, g_->opset(), "") : nullptr;
+  for (const auto& [k, v] : attrs) {
+    if (k.rfind("kiln.", 0) == 0) {
+      return Error(StatusCode::kInvalidArgument, "AddOp '", type, "' node '", node_name, "': attribute '", k,
+                   "' is internal to Kiln");
+    }
+    if (schema) {
+      auto it = schema->attributes().find(k);
+      if (it != schema->attributes().end()) {
+        const auto want = it->second.type;
+        const bool is_int = std::holds_alternative<std::int64_t>(v);
+        const auto found = is_int ? onnx::AttributeProto::INT
+                           : std::holds_alternative<float>(v) ? onnx::AttributeProto::FLOAT
+                           : std::holds_alternative<std::string>(v) ? onnx::AttributeProto::STRING
+                           : std::holds_alternative<std::vector<std::int64_t>>(v) ? onnx::AttributeProto::INTS
+                                                                                    : onnx::AttributeProto::FLOATS;
+        if (want != found && !(is_int && want == onnx::AttributeProto::FLOAT)) {
+          return Error(StatusCode::kInvalidArgument, "AddOp '", type, "' node '", node_name, "': attribute '", k,
+                       "' must be of type ", onnx::AttributeProto::AttributeType_Name(want), ", found ",
+                       onnx::AttributeProto::AttributeType_Name(found));
+        }
+      }
+    }
+  }
   std::vector<ir::Value*> outs;
   for (int j = 0; j < num_outputs; ++j) outs.push_back(g_->AddValue(StrCat(node_name, "_out", j)));
   ir::Node* n = g_->AddNode(type, node_name, ins, outs, def->domain == "kiln.custom" ? "kiln.custom" : "");
   n->set_since_version(def->versions.back());
   for (const auto& [k, v] : attrs) {
     ir::Attribute a;
-    if (auto* i = std::get_if<std::int64_t>(&v)) a = ir::Attribute::Int(*i);
+    const bool to_float = schema && schema->attributes().count(k) &&
+                          schema->attributes().at(k).type == onnx::AttributeProto::FLOAT;
+    if (auto* i = std::get_if<std::int64_t>(&v); i && to_float) a = ir::Attribute::Float(static_cast<float>(*i));
+    else if (auto* i = std::get_if<std::int64_t>(&v)) a = ir::Attribute::Int(*i);
     else if (auto* f = std::get_if<float>(&v)) a = ir::Attribute::Float(*f);
     else if (auto* s = std::get_if<std::string>(&v)) a = ir::Attribute::String(*s);
     else if (auto* is = std::get_if<std::vector<std::int64_t>>(&v)) a = ir::Attribute::Ints(*is);

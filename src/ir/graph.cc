@@ -1,5 +1,7 @@
 #include "ir/graph.h"
 
+#include "ir/utf8.h"
+
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -310,7 +312,37 @@ Status Graph::TopologicalSort() {
   return Status::Ok();
 }
 
+namespace {
+
+// Every name Kiln writes (JSON) must be valid UTF-8.
+Status CheckUtf8(std::string_view s, const std::string& where, const char* what) {
+  const std::size_t bad = FindInvalidUtf8(s);
+  if (bad == std::string_view::npos) return Status::Ok();
+  return Error(StatusCode::kInvalidArgument, where, what, " '", EscapeBytes(s), "' is not valid UTF-8 (byte ", bad, ")");
+}
+
+Status CheckNamesUtf8(const std::string& graph_name, const std::vector<std::unique_ptr<Value>>& values,
+                      const std::vector<std::unique_ptr<Node>>& nodes) {
+  KILN_RETURN_IF_ERROR(CheckUtf8(graph_name, "", "graph name"));
+  for (auto& v : values) KILN_RETURN_IF_ERROR(CheckUtf8(v->name(), "", "value name"));
+  for (auto& n : nodes) {
+    KILN_RETURN_IF_ERROR(CheckUtf8(n->name(), "", "node name"));
+    const std::string where = n->Describe() + ": ";
+    KILN_RETURN_IF_ERROR(CheckUtf8(n->op_type(), where, "op type"));
+    KILN_RETURN_IF_ERROR(CheckUtf8(n->domain(), where, "domain"));
+    for (auto& [k, a] : n->attrs()) {
+      KILN_RETURN_IF_ERROR(CheckUtf8(k, where, "attribute name"));
+      KILN_RETURN_IF_ERROR(CheckUtf8(a.s, where + "attribute '" + k + "': ", "value"));
+      for (auto& s : a.strings) KILN_RETURN_IF_ERROR(CheckUtf8(s, where + "attribute '" + k + "': ", "value"));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Graph::Verify() const {
+  KILN_RETURN_IF_ERROR(CheckNamesUtf8(name_, values_, nodes_));
   std::unordered_set<const Value*> defined;
   for (const Graph* g = parent_; g; g = g->parent_) {
     for (auto& v : g->values_) defined.insert(v.get());  // captured values

@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "common/checked.h"
 #include "format/kiln_file.h"
+#include "kiln/graph.h"
 #include "kiln/runtime.h"
 #include "test_util.h"
 
@@ -153,6 +155,150 @@ TEST(Pipeline, InputAndConstantOutputsGetTheirOwnBuffers) {
                                 {TensorRef::Of(y0.data(), {2}), TensorRef::Of(y1.data(), {2})}).ok());
   EXPECT_EQ(y0, xv);
   EXPECT_EQ(y1, (std::vector<float>{7, 8}));
+}
+
+// --- hostile graphs: refused at compile, naming the culprit -----------------
+
+// x -> op -> y with the op's attributes and constant inputs given.
+std::unique_ptr<ir::Graph> OneNode(const std::string& op, const Shape& x_shape,
+                                   const std::vector<HostTensorPtr>& consts = {},
+                                   const std::map<std::string, ir::Attribute>& attrs = {}) {
+  auto g = std::make_unique<ir::Graph>();
+  g->set_opset(13);
+  ir::Value* x = g->AddValue("x", DType::kFloat32, x_shape);
+  g->inputs().push_back(x);
+  std::vector<ir::Value*> ins = {x};
+  for (std::size_t i = 0; i < consts.size(); ++i) ins.push_back(g->AddConstant("c" + std::to_string(i), consts[i]));
+  ir::Value* y = g->AddValue("y");
+  ir::Node* n = g->AddNode(op, "victim", ins, {y});
+  n->set_since_version(op == "Reshape" ? 5 : op == "MaxPool" ? 12 : op == "DepthToSpace" ? 13 : 1);
+  for (auto& [k, a] : attrs) n->SetAttr(k, a);
+  g->outputs().push_back(y);
+  return g;
+}
+
+HostTensorPtr I64(std::vector<std::int64_t> v) {
+  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{static_cast<std::int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t->mutable_data_as<std::int64_t>());
+  return t;
+}
+
+Status CompileError(std::unique_ptr<ir::Graph> g) {
+  auto r = CompileGraph(std::move(g), CompileOptions{}, nullptr);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+TEST(HostileGraph, InternalFileConstantIsRefused) {
+  // The reported disclosure: FileConstant reading /etc/passwd through an
+  // internal attribute. Such nodes are created only by the compiler itself.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* s = g->AddValue("secret", DType::kUInt8, {16});
+  ir::Node* n = g->AddNode("FileConstant", "steal", {}, {s}, "kiln");
+  n->set_since_version(1);
+  n->SetAttr("location", ir::Attribute::String("passwd"));
+  n->SetAttr("offset", ir::Attribute::Int(0));
+  n->SetAttr("length", ir::Attribute::Int(16));
+  n->SetAttr("dtype", ir::Attribute::Int(2));
+  n->SetAttr("shape", ir::Attribute::Ints({16}));
+  n->SetAttr("kiln.base_dir", ir::Attribute::String("/etc"));
+  g->outputs().push_back(s);
+  Status st = CompileError(std::move(g));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("FileConstant node 'steal' is in domain 'kiln'"), std::string::npos) << st.message();
+}
+
+TEST(HostileGraph, ReshapeToAnOverflowingTargetFailsAtCompile) {
+  // 2^32 x 2^32 x 4 wraps to 0 in int64 arithmetic; the element count 4 of
+  // the input would then "match" a target of 0 elements.
+  Status st = CompileError(OneNode("Reshape", {4}, {I64({std::int64_t{1} << 32, std::int64_t{1} << 32, 4})}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Reshape node 'victim'"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("unresolved"), std::string::npos) << st.message();
+}
+
+TEST(HostileGraph, EveryInferredOutputIsSizeChecked) {
+  // Expand's own inference accepts any target; the central check after
+  // inference names the node and the output.
+  Status st = CompileError(OneNode("Expand", {1}, {I64({std::int64_t{1} << 20, std::int64_t{1} << 20})}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Expand node 'victim': output 0 'y'"), std::string::npos) << st.message();
+  // 2^17 x 2^17 floats = 2^36 bytes = 64 GiB is the limit itself (nothing is
+  // allocated at compile); one more row is over it.
+  st = CompileError(OneNode("Expand", {1}, {I64({std::int64_t{1} << 17, std::int64_t{1} << 17})}));
+  EXPECT_TRUE(st.ok()) << st.message();
+  st = CompileError(OneNode("Expand", {1}, {I64({(std::int64_t{1} << 17) + 1, std::int64_t{1} << 17})}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Expand node 'victim': output 0 'y'"), std::string::npos) << st.message();
+}
+
+TEST(HostileGraph, HugeBlockSizeIsAnErrorNotADivisionByZero) {
+  for (std::int64_t b : {std::int64_t{1} << 32, std::int64_t{1} << 62, std::int64_t{0}, std::int64_t{-2}}) {
+    Status st = CompileError(OneNode("DepthToSpace", {1, 16, 2, 2}, {}, {{"blocksize", ir::Attribute::Int(b)}}));
+    ASSERT_FALSE(st.ok()) << b;
+    EXPECT_NE(st.message().find("DepthToSpace node 'victim': attribute 'blocksize'"), std::string::npos)
+        << st.message();
+  }
+  // a good one still works: [1,16,2,2] with blocksize 2 -> [1,4,4,4]
+  auto g = OneNode("DepthToSpace", {1, 16, 2, 2}, {}, {{"blocksize", ir::Attribute::Int(2)}});
+  auto r = CompileGraph(std::move(g), CompileOptions{}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->graph->outputs()[0]->shape(), (Shape{1, 4, 4, 4}));
+}
+
+TEST(HostileGraph, MaxPoolPadAsLargeAsTheKernelIsRefused) {
+  auto attrs = [](std::vector<std::int64_t> pads) {
+    return std::map<std::string, ir::Attribute>{{"kernel_shape", ir::Attribute::Ints({2, 2})},
+                                                {"pads", ir::Attribute::Ints(std::move(pads))}};
+  };
+  Status st = CompileError(OneNode("MaxPool", {1, 1, 4, 4}, {}, attrs({0, 0, 0, 2})));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("MaxPool node 'victim': attribute 'pads' value 2 (end of spatial dim 1) must be "
+                              "smaller than the kernel extent 2"),
+            std::string::npos)
+      << st.message();
+  // pads of 1 < 2: output (4 + 1 + 1 - 2) / 1 + 1 = 5 per spatial dim
+  auto r = CompileGraph(OneNode("MaxPool", {1, 1, 4, 4}, {}, attrs({1, 1, 1, 1})), CompileOptions{}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->graph->outputs()[0]->shape(), (Shape{1, 1, 5, 5}));
+}
+
+TEST(HostileGraph, HugeGraphInputIsNamedNotCalledUnresolved) {
+  Status st = CompileError(OneNode("Relu", {std::int64_t{1} << 32, std::int64_t{1} << 32}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("model input 'x'"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("unresolved"), std::string::npos) << st.message();
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+}
+
+TEST(GraphApi, AttributesAreTypeCheckedAgainstTheOnnxSchema) {
+  kiln::Graph g("t");
+  auto x = g.AddInput("x", DType::kFloat32, {2, 3});
+  auto bad = g.AddOp("Softmax", {x}, {{"axis", std::string("one")}}, 1, "sm");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("attribute 'axis' must be of type INT, found STRING"), std::string::npos)
+      << bad.status().message();
+  auto internal = g.AddOp("Relu", {x}, {{"kiln.activation", std::string("Relu")}}, 1, "r");
+  ASSERT_FALSE(internal.ok());
+  EXPECT_NE(internal.status().message().find("'kiln.activation' is internal"), std::string::npos);
+  // an integer for a float attribute is converted: LeakyRelu alpha = 2
+  auto lr = g.AddOp("LeakyRelu", {x}, {{"alpha", std::int64_t{2}}}, 1, "lr");
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+  ASSERT_TRUE(g.AddOutput((*lr)[0], "y").ok());
+  auto ir = g.TakeIr();
+  const ir::Node* n = ir->nodes().back().get();
+  ASSERT_EQ(n->name(), "lr");
+  EXPECT_EQ(n->FindAttr("alpha")->kind, ir::Attribute::Kind::kFloat);
+  EXPECT_EQ(n->GetFloat("alpha", 0), 2.f);
+}
+
+TEST(GraphApi, HugeConstantIsRefusedBeforeAllocation) {
+  kiln::Graph g("t");
+  std::vector<float> data(4);
+  auto c = g.AddConstant("w", DType::kFloat32, {std::int64_t{1} << 32, std::int64_t{1} << 32}, data.data());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("AddConstant 'w'"), std::string::npos) << c.status().message();
+  c = g.AddConstant("w2", DType::kFloat32, {std::int64_t{1} << 40}, data.data());
+  ASSERT_FALSE(c.ok());
 }
 
 }  // namespace
