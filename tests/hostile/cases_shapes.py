@@ -115,6 +115,21 @@ def generate(ctx):
         [helper.make_node("Resize", ["x", "", "sc"], ["y"], name="resize_huge")], [vi("x", [1, 1, 4, 4])],
         [vi("y", None)], inits=[f32("sc", [1, 1, 1e30, 1e30])]), ["resize_huge"])
 
+    # folded at compile by the CPU kernels: extreme values must not overflow
+    # (checked by the sanitizer build; the compile itself succeeds)
+    ok_path = lambda name: os.path.join(d, name + ".onnx")
+    m = model([helper.make_node("Range", ["s", "l", "dl"], ["y"], name="range_extremes")], [],
+              [vi("y", None, TensorProto.INT64)],
+              inits=[ints("s", -2 ** 63), ints("l", 2 ** 63 - 1), ints("dl", 2 ** 63 - 1)])
+    onnx.save(m, ok_path("range_int64_extremes"))
+    cases.append(Case("range_int64_extremes", ["compile", "--model", ok_path("range_int64_extremes"), "--output",
+                                               out_kiln], [], rc=0))
+    m = model([helper.make_node("Trilu", ["t", "k"], ["y"], name="trilu_k_max")], [], [vi("y", None)],
+              inits=[numpy_helper.from_array(np.ones((3, 3), np.float32), "t"), ints("k", 2 ** 63 - 1)], opset=14)
+    onnx.save(m, ok_path("trilu_k_extreme"))
+    cases.append(Case("trilu_k_extreme", ["compile", "--model", ok_path("trilu_k_extreme"), "--output", out_kiln],
+                      [], rc=0))
+
     # -- huge attribute values: no division by zero, no overflow ------------
     def d2s(name, op, b, shape=(1, 16, 4, 4)):
         compile_case(name, model([helper.make_node(op, ["x"], ["y"], name=name, blocksize=b)],

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
@@ -367,7 +368,15 @@ Result<std::unique_ptr<Kernel>> MakeRange(const KernelInit& init) {
       using T = typename decltype(tag)::type;
       const T start = *a.in_as<T>(0), delta = *a.in_as<T>(2);
       T* out = a.out_as<T>(0);
-      for (I64 i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+      if constexpr (std::is_integral_v<T>) {
+        // In 128 bits: i * delta may not fit T although every element does
+        // (each lies between start and limit).
+        for (I64 i = 0; i < n; ++i) {
+          out[i] = static_cast<T>(static_cast<__int128>(start) + static_cast<__int128>(i) * delta);
+        }
+      } else {
+        for (I64 i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+      }
       return Status::Ok();
     });
   });
@@ -410,7 +419,9 @@ Result<std::unique_ptr<Kernel>> MakeTrilu(const KernelInit& init) {
   const bool upper = init.node->GetInt("upper", 1) != 0, has_k = init.inputs.size() > 1 && init.inputs[1].present();
   const std::size_t esize = DTypeSize(init.inputs[0].dtype);
   return MakeFn([=](const KernelArgs& a) {
-    const I64 k = has_k ? IntsOf(init, a, 1)[0] : 0;
+    // Any k beyond +-(rows + cols) keeps all or nothing: clamped so that
+    // i + k cannot overflow.
+    const I64 k = has_k ? std::clamp<I64>(IntsOf(init, a, 1)[0], -(rows + cols + 1), rows + cols + 1) : 0;
     const auto* in = static_cast<const char*>(a.in(0));
     auto* out = static_cast<char*>(a.out(0));
     ParallelFor(mats * rows, std::max<I64>(1, 4096 / std::max<I64>(cols, 1)), [&](I64 b, I64 e) {
