@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+
+#include "common/status.h"
 
 namespace kiln::weights {
 
@@ -11,5 +14,10 @@ std::string Sha256Hex(const void* data, std::size_t size);
 
 // True for a well-formed 64-digit lowercase hex string.
 bool IsSha256Hex(const std::string& s);
+
+// SHA-256 of bytes [offset, offset + length) of an open file, read in
+// chunks (no mapping: a file truncated meanwhile gives an error, not SIGBUS).
+// Errors name `what` (the file).
+Result<std::string> Sha256OfFileRange(int fd, std::uint64_t offset, std::uint64_t length, const std::string& what);
 
 }  // namespace kiln::weights

@@ -1,20 +1,27 @@
 #include "weights/weight_dir.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
+#include "common/checked.h"
+#include "common/file.h"
 #include "weights/sha256.h"
 
 namespace kiln::weights {
@@ -22,23 +29,151 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Exclusive flock on <dir>/meta.json.lock for the object's lifetime.
+constexpr const char* kLockFile = "meta.json.lock";
+constexpr const char* kAppendIntent = "meta.json.append";
+constexpr const char* kCombinedSuffix = "_weight_combined";
+constexpr std::int64_t kMaxMetaBytes = std::int64_t{1} << 30;
+constexpr std::size_t kMaxModelNameBytes = 128;
+// A file changed less than this before its stamp was taken may change again
+// within the same timestamp tick unseen: its stamp is not cached.
+constexpr std::int64_t kRacyNs = 1'000'000'000;
+
+// Printable form of an untrusted name for messages.
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      static const char* kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+bool ValidUtf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if ((c >> 5) == 6) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c >> 4) == 14) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c >> 3) == 30) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+std::string ModelNameProblem(const std::string& name) {
+  if (name.empty()) return "it is empty";
+  if (name.size() > kMaxModelNameBytes) return StrCat("it is ", name.size(), " bytes long (at most ", kMaxModelNameBytes, ")");
+  for (unsigned char c : name) {
+    if (c == 0) return "it contains a NUL byte";
+    if (c < 0x20 || c == 0x7f) return "it contains a control character";
+    if (c == '/' || c == '\\') return "it contains a path separator";
+  }
+  if (name.find("..") != std::string::npos) return "it contains '..'";
+  if (!ValidUtf8(name)) return "it is not valid UTF-8";
+  return {};
+}
+
+bool IsSingleName(const std::string& f) { return f.size() == 7 + 64 && f.rfind("weight_", 0) == 0 && IsSha256Hex(f.substr(7)); }
+
+bool IsCombinedName(const std::string& f) {
+  const std::size_t n = std::strlen(kCombinedSuffix);
+  return f.size() > n && f.compare(f.size() - n, n, kCombinedSuffix) == 0 &&
+         ModelNameProblem(f.substr(0, f.size() - n)).empty();
+}
+
+std::uint64_t AlignUp(std::uint64_t v) { return (v + kCombinedAlignment - 1) / kCombinedAlignment * kCombinedAlignment; }
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* FileKind(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+       : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "not a regular file";
+}
+
+// ---- stamps and the verification cache -------------------------------------
+
+struct Stamp {
+  std::uint64_t dev = 0, ino = 0, size = 0;
+  std::int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const Stamp&) const = default;
+};
+
+Stamp StampOf(const struct stat& st) {
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+          static_cast<std::uint64_t>(st.st_size),
+          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+          static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+}
+
+bool Racy(const Stamp& s) { return NowNs() - s.ctime_ns < kRacyNs; }
+
+using Range = std::tuple<std::uint64_t, std::uint64_t, std::string>;  // offset, length, sha256
+
+// Ranges of a file known to hash to their SHA-256 while the file has `stamp`.
+struct FileCache {
+  Stamp stamp;
+  std::set<Range> ranges;
+};
+
+// ---- the directory lock -------------------------------------------------------
+
+// flock on <dir>/meta.json.lock for the object's lifetime: exclusive for a
+// writable directory, shared (or none, when the lock file cannot be created)
+// for a read-only one.
 class DirLock {
  public:
-  static Result<DirLock> Acquire(const std::string& dir) {
-    std::string path = (fs::path(dir) / "meta.json.lock").string();
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return Error(StatusCode::kIoError, "cannot open lock file '", path, "': ", std::strerror(errno));
-    while (flock(fd, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        int e = errno;
-        close(fd);
-        return Error(StatusCode::kIoError, "cannot lock '", path, "': ", std::strerror(e));
-      }
+  static Result<DirLock> Acquire(const std::string& dir, bool read_only) {
+    const std::string path = (fs::path(dir) / kLockFile).string();
+    int fd = read_only ? open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
+                       : open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+      if (read_only && errno == ENOENT) return DirLock(-1);  // nothing writes there without creating it
+      return Error(StatusCode::kIoError, "cannot open lock file '", path, "': ", std::strerror(errno));
     }
-    return DirLock(fd);
+    UniqueFd owned(fd);
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      return Error(StatusCode::kInvalidArgument, "lock file '", path, "' is ", FileKind(st.st_mode),
+                   ", not a regular file");
+    }
+    while (flock(fd, read_only ? LOCK_SH : LOCK_EX) != 0) {
+      if (errno != EINTR) return Error(StatusCode::kIoError, "cannot lock '", path, "': ", std::strerror(errno));
+    }
+    return DirLock(owned.release());
   }
   DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirLock& operator=(DirLock&&) = delete;
   ~DirLock() {
     if (fd_ >= 0) {
       flock(fd_, LOCK_UN);
@@ -51,79 +186,347 @@ class DirLock {
   int fd_;
 };
 
+// ---- atomic writes ----------------------------------------------------------------
+
 std::string UniqueSuffix() {
   static std::atomic<unsigned> counter{0};
-  std::ostringstream os;
-  os << ".tmp." << getpid() << "." << std::this_thread::get_id() << "." << counter++;
-  return os.str();
+  return StrCat(".tmp.", getpid(), ".", counter++);
 }
 
-// Writes `data` to dir/name via a temporary name + fsync + rename.
-Status WriteFileAtomic(const fs::path& dir, const std::string& name, const void* data, std::uint64_t size) {
-  const fs::path final_path = dir / name;
-  const fs::path tmp = dir / (name + UniqueSuffix());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Error(StatusCode::kIoError, "cannot create '", tmp.string(), "': ", std::strerror(errno));
+Status WriteAll(int fd, const void* data, std::uint64_t size, std::uint64_t offset, const std::string& what) {
   const auto* p = static_cast<const std::uint8_t*>(data);
   std::uint64_t done = 0;
   while (done < size) {
-    ssize_t n = write(fd, p + done, std::min<std::uint64_t>(size - done, 1u << 30));
+    ssize_t n = pwrite(fd, p + done, std::min<std::uint64_t>(size - done, 1u << 30), static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return Error(StatusCode::kIoError, "writing '", tmp.string(), "' failed: ", std::strerror(e));
+      return Error(StatusCode::kIoError, what, " failed after ", done, " of ", size, " bytes: ",
+                   n < 0 ? std::strerror(errno) : "no progress");
     }
     done += static_cast<std::uint64_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    unlink(tmp.c_str());
-    return Error(StatusCode::kIoError, "flushing '", tmp.string(), "' failed");
-  }
-  if (rename(tmp.c_str(), final_path.c_str()) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    return Error(StatusCode::kIoError, "cannot rename to '", final_path.string(), "': ", std::strerror(e));
   }
   return Status::Ok();
 }
 
-std::uint64_t AlignUp(std::uint64_t v) { return (v + kCombinedAlignment - 1) / kCombinedAlignment * kCombinedAlignment; }
-
-bool PlainFileName(const std::string& f) {
-  return !f.empty() && f.find('/') == std::string::npos && f != "." && f != "..";
+// Writes `data` to dir/name via a temporary name + fsync + rename. Returns the
+// stamp of the file now under the final name.
+Result<Stamp> WriteFileAtomic(const fs::path& dir, const std::string& name, const void* data, std::uint64_t size) {
+  const fs::path final_path = dir / name;
+  const fs::path tmp = dir / (name + UniqueSuffix());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return Error(StatusCode::kIoError, "cannot create '", tmp.string(), "': ", std::strerror(errno));
+  UniqueFd owned(fd);
+  Status w = WriteAll(fd, data, size, 0, StrCat("writing '", tmp.string(), "'"));
+  if (w.ok() && fsync(fd) != 0) w = Error(StatusCode::kIoError, "flushing '", tmp.string(), "' failed: ", std::strerror(errno));
+  if (w.ok() && close(owned.release()) != 0) {
+    w = Error(StatusCode::kIoError, "closing '", tmp.string(), "' failed: ", std::strerror(errno));
+  }
+  if (w.ok() && rename(tmp.c_str(), final_path.c_str()) != 0) {
+    w = Error(StatusCode::kIoError, "cannot rename '", tmp.string(), "' to '", final_path.string(), "': ",
+              std::strerror(errno));
+  }
+  if (!w.ok()) {
+    unlink(tmp.c_str());
+    return w;
+  }
+  struct stat st {};
+  if (lstat(final_path.c_str(), &st) != 0) {
+    return Error(StatusCode::kIoError, "cannot stat '", final_path.string(), "': ", std::strerror(errno));
+  }
+  return StampOf(st);
 }
 
-Status WriteMeta(const std::string& dir, const std::map<std::string, WeightRecord>& meta) {
-  nlohmann::json w = nlohmann::json::object();
-  for (auto& [h, r] : meta) w[h] = {{"file", r.file}, {"offset", r.offset}, {"length", r.length}};
-  std::string text = nlohmann::json{{"format", "kiln-weights"}, {"version", 1}, {"weights", w}}.dump(1);
-  return WriteFileAtomic(dir, kMetaFile, text.data(), text.size());
+// ---- the store --------------------------------------------------------------------
+
+// One read-modify-write of a weight directory (under its lock).
+struct Store {
+  fs::path dir;
+  bool read_only = false;
+  std::string read_only_reason;
+  std::map<std::string, WeightRecord> meta;
+  std::map<std::string, FileCache> cache;  // by file name
+  bool dirty = false;                      // meta.json must be rewritten
+  std::vector<std::string> warnings;
+  std::uint64_t bytes_verified = 0;
+  std::mutex mu;  // cache, dirty, warnings, bytes_verified (writer threads)
+
+  fs::path MetaPath() const { return dir / kMetaFile; }
+
+  void Warn(std::string w) {
+    std::cerr << "kiln: warning: " << w << "\n";
+    warnings.push_back(std::move(w));
+  }
+
+  void Remember(const std::string& file, const Stamp& stamp, Range r) {
+    FileCache& c = cache[file];
+    if (!(c.stamp == stamp)) {
+      c.stamp = stamp;
+      c.ranges.clear();
+    }
+    if (c.ranges.insert(std::move(r)).second) dirty = true;
+  }
+};
+
+// Why entry (h, e) of meta.json cannot be used, or "" when it can.
+std::string EntryProblem(const std::string& h, const nlohmann::json& e, WeightRecord* r) {
+  if (!IsSha256Hex(h)) return "its key is not 64 lowercase hex digits";
+  if (!e.is_object()) return "it is not an object";
+  auto file = e.find("file"), offset = e.find("offset"), length = e.find("length");
+  if (file == e.end() || !file->is_string()) return "it has no \"file\" string";
+  if (offset == e.end() || !offset->is_number_unsigned() || length == e.end() || !length->is_number_unsigned()) {
+    return "its \"offset\"/\"length\" are not non-negative integers";
+  }
+  r->sha256 = h;
+  r->file = file->get<std::string>();
+  r->offset = offset->get<std::uint64_t>();
+  r->length = length->get<std::uint64_t>();
+  if (!IsWeightFileName(r->file)) {
+    return StrCat("its file '", Printable(r->file), "' is neither weight_<sha256> nor <model>", kCombinedSuffix);
+  }
+  std::uint64_t end = 0;
+  if (!CheckedAddU(r->offset, r->length, &end) || end > static_cast<std::uint64_t>(INT64_MAX)) {
+    return StrCat("its range offset ", r->offset, " + length ", r->length, " overflows");
+  }
+  if (r->length == 0) return "its length is 0";
+  if (IsSingleName(r->file) && (r->file.compare(7, 64, h) != 0 || r->offset != 0)) {
+    return StrCat("file '", r->file, "' can only hold the whole weight ", h);
+  }
+  if (IsCombinedName(r->file) && r->offset % kCombinedAlignment != 0) {
+    return StrCat("its offset ", r->offset, " is not a multiple of ", kCombinedAlignment);
+  }
+  return {};
 }
 
-// Whether dir/r.file exists and covers [offset, offset + length).
+bool ParseStamp(const nlohmann::json& j, Stamp* s) {
+  for (const char* k : {"dev", "ino", "size", "mtime_ns", "ctime_ns"}) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_number_integer()) return false;
+  }
+  s->dev = j["dev"].get<std::uint64_t>();
+  s->ino = j["ino"].get<std::uint64_t>();
+  s->size = j["size"].get<std::uint64_t>();
+  s->mtime_ns = j["mtime_ns"].get<std::int64_t>();
+  s->ctime_ns = j["ctime_ns"].get<std::int64_t>();
+  return true;
+}
+
+// Reads meta.json into s.meta and s.cache. Malformed entries are dropped with
+// a warning; a malformed cache is ignored (it only saves hashing).
+Status LoadMeta(Store& s, std::vector<std::string>* warnings_out) {
+  const fs::path path = s.MetaPath();
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Error(StatusCode::kIoError, "cannot stat '", path.string(), "': ", std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Error(StatusCode::kInvalidArgument, "weight index '", path.string(), "' is ", FileKind(st.st_mode),
+                 ", not a regular file");
+  }
+  KILN_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path.string(), "weight index", kMaxMetaBytes));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const std::string fix = " (remove it to rebuild the index: weight files are then hashed before they are reused)";
+  if (j.is_discarded() || !j.is_object()) {
+    return Error(StatusCode::kCorrupt, "'", path.string(), "' is malformed: not a JSON object", fix);
+  }
+  auto fmt = j.find("format");
+  if (fmt == j.end() || !fmt->is_string() || fmt->get<std::string>() != "kiln-weights") {
+    return Error(StatusCode::kCorrupt, "'", path.string(), "' is malformed: unknown format tag (expected \"kiln-weights\")", fix);
+  }
+  auto ver = j.find("version");
+  if (ver == j.end() || !ver->is_number_unsigned() || ver->get<std::uint64_t>() != 1) {
+    return Error(StatusCode::kCorrupt, "'", path.string(), "' is malformed: version is not 1 (written by a newer Kiln?)");
+  }
+  auto weights = j.find("weights");
+  if (weights == j.end() || !weights->is_object()) {
+    return Error(StatusCode::kCorrupt, "'", path.string(), "' is malformed: no \"weights\" object", fix);
+  }
+  std::vector<std::string> warn;
+  for (auto& [h, e] : weights->items()) {
+    WeightRecord r;
+    std::string why = EntryProblem(h, e, &r);
+    if (!why.empty()) {
+      warn.push_back(StrCat("'", path.string(), "': ignoring entry '", Printable(h), "': ", why));
+      s.dirty = true;
+      continue;
+    }
+    s.meta[h] = r;
+  }
+  auto verified = j.find("verified");
+  if (verified != j.end() && verified->is_object()) {
+    for (auto& [file, e] : verified->items()) {
+      FileCache c;
+      if (!IsWeightFileName(file) || !e.is_object() || !ParseStamp(e, &c.stamp)) continue;
+      if (IsSingleName(file)) {
+        c.ranges.insert({0, c.stamp.size, file.substr(7)});
+      } else {
+        auto rs = e.find("ranges");
+        if (rs == e.end() || !rs->is_array()) continue;
+        for (auto& x : *rs) {
+          if (x.is_array() && x.size() == 3 && x[0].is_number_unsigned() && x[1].is_number_unsigned() &&
+              x[2].is_string()) {
+            c.ranges.insert({x[0].get<std::uint64_t>(), x[1].get<std::uint64_t>(), x[2].get<std::string>()});
+          }
+        }
+      }
+      s.cache[file] = std::move(c);
+    }
+  }
+  for (auto& w : warn) {
+    if (warnings_out) warnings_out->push_back(w);
+    else s.Warn(w);
+  }
+  return Status::Ok();
+}
+
+Status WriteMeta(Store& s) {
+  nlohmann::json w = nlohmann::json::object(), v = nlohmann::json::object();
+  std::set<std::string> files;
+  for (auto& [h, r] : s.meta) {
+    w[h] = {{"file", r.file}, {"offset", r.offset}, {"length", r.length}};
+    files.insert(r.file);
+  }
+  for (auto& [file, c] : s.cache) {
+    if (!files.count(file) || c.ranges.empty()) continue;
+    nlohmann::json e = {{"dev", c.stamp.dev}, {"ino", c.stamp.ino}, {"size", c.stamp.size},
+                        {"mtime_ns", c.stamp.mtime_ns}, {"ctime_ns", c.stamp.ctime_ns}};
+    if (IsSingleName(file)) {
+      if (c.ranges.size() != 1 || *c.ranges.begin() != Range{0, c.stamp.size, file.substr(7)}) continue;
+    } else {
+      nlohmann::json rs = nlohmann::json::array();
+      for (auto& [o, l, h] : c.ranges) rs.push_back({o, l, h});
+      e["ranges"] = std::move(rs);
+    }
+    v[file] = std::move(e);
+  }
+  std::string text =
+      nlohmann::json{{"format", "kiln-weights"}, {"version", 1}, {"weights", w}, {"verified", v}}.dump(1);
+  KILN_RETURN_IF_ERROR(WriteFileAtomic(s.dir, kMetaFile, text.data(), text.size()).status());
+  s.dirty = false;
+  return Status::Ok();
+}
+
+// Whether dir/r.file is a regular file covering [offset, offset + length).
 bool Present(const fs::path& dir, const WeightRecord& r) {
-  std::error_code ec;
-  auto size = fs::file_size(dir / r.file, ec);
-  return !ec && r.offset <= size && r.length <= size - r.offset;
+  struct stat st {};
+  if (lstat((dir / r.file).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  return r.offset <= size && r.length <= size - r.offset;
 }
 
 // Drops the entries whose file is gone or no longer covers them (deleted or
-// truncated by hand). Kept, they would be trusted once a new file of that name
-// (or an append to a truncated one) puts other bytes at their offsets.
-// Returns whether any was dropped. Call with the directory lock held.
-bool PruneAbsent(const fs::path& dir, std::map<std::string, WeightRecord>& meta) {
-  bool pruned = false;
-  for (auto it = meta.begin(); it != meta.end();) {
-    if (Present(dir, it->second)) {
+// truncated by hand).
+void PruneAbsent(Store& s) {
+  for (auto it = s.meta.begin(); it != s.meta.end();) {
+    if (Present(s.dir, it->second)) {
       ++it;
     } else {
-      it = meta.erase(it);
-      pruned = true;
+      it = s.meta.erase(it);
+      s.dirty = true;
     }
   }
-  return pruned;
+}
+
+// Removes `<name>.tmp.<pid>.<n>` left by processes that are gone (or by this
+// one: with the exclusive lock held, none of ours is in flight).
+void CleanStaleTemporaries(Store& s) {
+  DIR* d = opendir(s.dir.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    const auto pos = name.rfind(".tmp.");
+    if (pos == std::string::npos) continue;
+    const std::string base = name.substr(0, pos);
+    if (!IsWeightFileName(base) && base != kMetaFile && base != kAppendIntent) continue;
+    std::size_t i = pos + 5;
+    long long pid = 0;
+    std::size_t digits = 0;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 12; ++i, ++digits) pid = pid * 10 + (name[i] - '0');
+    if (digits == 0 || (i < name.size() && name[i] != '.')) continue;
+    const bool alive = pid != getpid() && pid > 0 && pid <= INT32_MAX &&
+                       (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    if (!alive) stale.push_back(name);
+  }
+  closedir(d);
+  for (auto& name : stale) {
+    if (unlink((s.dir / name).c_str()) == 0) s.Warn(StrCat("removed stale temporary '", (s.dir / name).string(), "'"));
+  }
+}
+
+// An append cut short (kill -9) left bytes past what meta.json records:
+// truncate the file back to its length before the append.
+void RecoverInterruptedAppend(Store& s) {
+  const fs::path path = s.dir / kAppendIntent;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return;
+  std::string file;
+  std::uint64_t length = 0;
+  if (S_ISREG(st.st_mode)) {
+    auto text = ReadRegularFile(path.string(), "append record", 4096);
+    auto j = nlohmann::json::parse(text.ok() ? text.value() : std::string(), nullptr, false);
+    if (j.is_object() && j.contains("file") && j["file"].is_string() && j.contains("length") &&
+        j["length"].is_number_unsigned()) {
+      file = j["file"].get<std::string>();
+      length = j["length"].get<std::uint64_t>();
+    }
+  }
+  if (IsCombinedName(file)) {
+    std::uint64_t used = 0;
+    for (auto& [h, r] : s.meta) {
+      if (r.file == file) used = std::max(used, r.offset + r.length);
+    }
+    const fs::path target = s.dir / file;
+    struct stat ft {};
+    if (used <= length && lstat(target.c_str(), &ft) == 0 && S_ISREG(ft.st_mode) &&
+        static_cast<std::uint64_t>(ft.st_size) > length) {
+      UniqueFd fd(open(target.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+      if (fd && ftruncate(fd.get(), static_cast<off_t>(length)) == 0) {
+        fsync(fd.get());
+        s.Warn(StrCat("'", target.string(), "': removed ", static_cast<std::uint64_t>(ft.st_size) - length,
+                      " bytes of an interrupted append"));
+      }
+    }
+  }
+  unlink(path.c_str());
+}
+
+enum class Check { kOk, kAbsent, kMismatch };
+
+// Whether r.file holds bytes hashing to r.sha256 in its range. A single
+// weight file must be exactly the weight. Non-regular files are an error.
+Result<Check> CheckRecord(Store& s, const WeightRecord& r) {
+  const fs::path path = s.dir / r.file;
+  struct stat lst {};
+  if (lstat(path.c_str(), &lst) != 0) {
+    if (errno == ENOENT) return Check::kAbsent;
+    return Error(StatusCode::kIoError, "cannot stat weight file '", path.string(), "': ", std::strerror(errno));
+  }
+  if (!S_ISREG(lst.st_mode)) {
+    return Error(StatusCode::kInvalidArgument, "weight file '", path.string(), "' is ", FileKind(lst.st_mode),
+                 ", not a regular file (remove it from the weight directory)");
+  }
+  KILN_ASSIGN_OR_RETURN(OpenedFile f, OpenRegularFile(path.string(), "weight file"));
+  struct stat st {};
+  if (fstat(f.fd.get(), &st) != 0 || st.st_ino != lst.st_ino || st.st_dev != lst.st_dev) {
+    return Error(StatusCode::kIoError, "weight file '", path.string(), "' changed while it was being checked");
+  }
+  const Stamp stamp = StampOf(st);
+  const std::uint64_t size = stamp.size;
+  if (IsSingleName(r.file) && size != r.length) return size == 0 ? Check::kAbsent : Check::kMismatch;
+  if (r.offset > size || r.length > size - r.offset) return Check::kAbsent;
+  Range range{r.offset, r.length, r.sha256};
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    auto it = s.cache.find(r.file);
+    if (it != s.cache.end() && it->second.stamp == stamp && it->second.ranges.count(range)) return Check::kOk;
+  }
+  KILN_ASSIGN_OR_RETURN(std::string h, Sha256OfFileRange(f.fd.get(), r.offset, r.length, StrCat("weight file '", path.string(), "'")));
+  std::lock_guard<std::mutex> l(s.mu);
+  s.bytes_verified += r.length;
+  if (h != r.sha256) return Check::kMismatch;
+  if (!Racy(stamp)) s.Remember(r.file, stamp, std::move(range));
+  return Check::kOk;
 }
 
 template <typename Fn>
@@ -148,31 +551,244 @@ Status ParallelEach(std::size_t n, int threads, Fn fn) {
   return first;
 }
 
+// Opens the directory: lock, stale temporaries, meta.json, interrupted appends.
+Result<DirLock> OpenStore(Store& s, const std::string& dir_str) {
+  s.dir = fs::path(dir_str);
+  if (access(dir_str.c_str(), W_OK) != 0) {
+    s.read_only = true;
+    s.read_only_reason = std::strerror(errno);
+  }
+  KILN_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(dir_str, s.read_only));
+  if (!s.read_only) CleanStaleTemporaries(s);
+  KILN_RETURN_IF_ERROR(LoadMeta(s, nullptr));
+  if (!s.read_only) RecoverInterruptedAppend(s);
+  PruneAbsent(s);
+  return lock;
+}
+
+Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const std::vector<HostTensorPtr>& blobs,
+                                              const std::vector<std::string>& hashes, const StoreOptions& opts,
+                                              StoreStats* stats) {
+  const fs::path dir(dir_str);
+  Store s;
+  KILN_ASSIGN_OR_RETURN(DirLock lock, OpenStore(s, dir_str));
+  StoreStats st;
+  st.weights = blobs.size();
+  std::map<std::string, std::size_t> todo;  // hash -> first blob index: to write
+  std::vector<std::pair<std::string, std::size_t>> singles;  // weight_<h> files to (re)write
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < blobs.size(); ++i) {
+    const std::string& h = hashes[i];
+    if (!seen.insert(h).second) continue;
+    ++st.unique;
+    const std::uint64_t n = blobs[i]->nbytes();
+    auto it = s.meta.find(h);
+    if (it != s.meta.end() && it->second.length != n) {
+      s.Warn(StrCat("'", s.MetaPath().string(), "': ignoring entry '", h, "': length ", it->second.length,
+                    " is not the weight's ", n, " bytes"));
+      s.meta.erase(it);
+      s.dirty = true;
+      it = s.meta.end();
+    }
+    if (it != s.meta.end()) {
+      const WeightRecord r = it->second;
+      KILN_ASSIGN_OR_RETURN(Check c, CheckRecord(s, r));
+      if (c == Check::kOk) {
+        ++st.reused;
+        continue;
+      }
+      if (c == Check::kMismatch && IsSingleName(r.file)) {
+        // The name binds the content: the file is damaged, replace it.
+        s.Warn(StrCat("weight file '", (dir / r.file).string(), "' does not hash to its name: rewriting it"));
+        ++st.repaired;
+        singles.push_back({h, i});
+        continue;
+      }
+      if (c == Check::kMismatch) {
+        // Either the bytes or the entry was altered: the range is not patched
+        // in place (it may hold another weight); the weight is stored again.
+        s.Warn(StrCat("weight file '", (dir / r.file).string(), "' bytes [", r.offset, ", +", r.length,
+                      ") do not match their SHA-256 ", h, ": entry dropped, the weight is stored again"));
+        ++st.repaired;
+      }
+      s.meta.erase(it);
+      s.dirty = true;
+    }
+    {
+      // A content-named file already there (migrated, meta.json lost, or
+      // written by a mode-1 compile) is adopted, in either mode, only once it
+      // hashes to its name; a damaged one is rewritten.
+      const WeightRecord adopt{h, "weight_" + h, 0, n};
+      KILN_ASSIGN_OR_RETURN(Check c, CheckRecord(s, adopt));
+      if (c == Check::kOk) {
+        s.meta[h] = adopt;
+        s.dirty = true;
+        ++st.reused;
+        continue;
+      }
+      if (c == Check::kMismatch) {
+        s.Warn(StrCat("weight file '", (dir / adopt.file).string(), "' does not hash to its name: rewriting it"));
+        ++st.repaired;
+        singles.push_back({h, i});
+        continue;
+      }
+    }
+    if (opts.mode == 1) singles.push_back({h, i});
+    else todo[h] = i;
+  }
+  const std::size_t to_write = todo.size() + singles.size();
+  if (s.read_only) {
+    if (to_write > 0) {
+      return Error(StatusCode::kIoError, "weight directory '", dir_str, "' is read-only (", s.read_only_reason,
+                   ") and ", to_write, " of the model's weights are missing or damaged in it");
+    }
+    std::vector<WeightRecord> out;
+    for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(s.meta.at(hashes[i]));
+    st.bytes_verified = s.bytes_verified;
+    st.warnings = s.warnings;
+    if (stats) *stats = st;
+    return out;
+  }
+  // Single-weight files: new, or rewritten over damaged ones.
+  KILN_RETURN_IF_ERROR(ParallelEach(singles.size(), opts.writer_threads, [&](std::size_t k) -> Status {
+    const auto& [h, i] = singles[k];
+    const std::string name = "weight_" + h;
+    const std::uint64_t n = blobs[i]->nbytes();
+    KILN_ASSIGN_OR_RETURN(Stamp stamp, WriteFileAtomic(dir, name, blobs[i]->data(), n));
+    std::lock_guard<std::mutex> l(s.mu);
+    s.meta[h] = {h, name, 0, n};
+    s.dirty = true;
+    s.Remember(name, stamp, {0, n, h});
+    return Status::Ok();
+  }));
+  // Mode 2: one append (or a new file) for everything missing.
+  std::string appended;            // file appended to, if any
+  std::uint64_t appended_from = 0;  // its length before
+  bool created = false;
+  std::vector<std::pair<std::string, std::size_t>> work(todo.begin(), todo.end());
+  if (!work.empty()) {
+    const std::string name = (opts.model_name.empty() ? std::string("model") : opts.model_name) + kCombinedSuffix;
+    const fs::path path = dir / name;
+    struct stat lst {};
+    const bool exists = lstat(path.c_str(), &lst) == 0;
+    if (exists && !S_ISREG(lst.st_mode)) {
+      return Error(StatusCode::kInvalidArgument, "weight file '", path.string(), "' is ", FileKind(lst.st_mode),
+                   ", not a regular file (remove it from the weight directory)");
+    }
+    UniqueFd fd;
+    std::uint64_t length = 0;
+    Stamp before;
+    if (exists) {
+      fd = UniqueFd(open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+      struct stat fst {};
+      if (!fd) return Error(StatusCode::kIoError, "cannot open '", path.string(), "' to append: ", std::strerror(errno));
+      if (fstat(fd.get(), &fst) != 0 || !S_ISREG(fst.st_mode)) {
+        return Error(StatusCode::kInvalidArgument, "weight file '", path.string(), "' is not a regular file");
+      }
+      before = StampOf(fst);
+      length = before.size;
+    }
+    const std::uint64_t base = AlignUp(length);
+    std::uint64_t end = base;
+    std::vector<std::uint64_t> offsets;
+    for (auto& [h, i] : work) {
+      offsets.push_back(end);
+      if (!CheckedAddU(end, blobs[i]->nbytes(), &end) || end > (std::uint64_t{1} << 62)) {
+        return Error(StatusCode::kOutOfRange, "combined weight file '", path.string(), "' would exceed 2^62 bytes");
+      }
+      end = AlignUp(end);
+    }
+    std::vector<std::uint8_t> buf(end - base, 0);
+    for (std::size_t k = 0; k < work.size(); ++k) {
+      const HostTensor& b = *blobs[work[k].second];
+      std::memcpy(buf.data() + (offsets[k] - base), b.data(), b.nbytes());
+    }
+    Stamp after;
+    if (!exists) {
+      KILN_ASSIGN_OR_RETURN(after, WriteFileAtomic(dir, name, buf.data(), buf.size()));
+      created = true;
+    } else {
+      // Announce the append, so that a kill -9 during it is undone by the
+      // next compile; a failure is undone here.
+      const std::string intent = nlohmann::json{{"file", name}, {"length", length}}.dump();
+      KILN_RETURN_IF_ERROR(WriteFileAtomic(dir, kAppendIntent, intent.data(), intent.size()).status());
+      appended = name;
+      appended_from = length;
+      Status w = WriteAll(fd.get(), buf.data(), buf.size(), base, StrCat("appending to '", path.string(), "'"));
+      if (w.ok() && fsync(fd.get()) != 0) {
+        w = Error(StatusCode::kIoError, "appending to '", path.string(), "' failed: flush: ", std::strerror(errno));
+      }
+      struct stat fst {};
+      if (w.ok() && fstat(fd.get(), &fst) != 0) w = Error(StatusCode::kIoError, "cannot stat '", path.string(), "'");
+      if (!w.ok()) {
+        const bool undone = ftruncate(fd.get(), static_cast<off_t>(length)) == 0 && fsync(fd.get()) == 0;
+        if (undone) unlink((dir / kAppendIntent).c_str());
+        return Error(StatusCode::kIoError, w.message(),
+                     undone ? StrCat("; the file was truncated back to ", length, " bytes")
+                            : std::string("; the next compile truncates it back"));
+      }
+      after = StampOf(fst);
+    }
+    std::set<Range> ranges;
+    auto c = s.cache.find(name);
+    if (exists && c != s.cache.end() && c->second.stamp == before) ranges = c->second.ranges;
+    for (std::size_t k = 0; k < work.size(); ++k) {
+      const auto& [h, i] = work[k];
+      s.meta[h] = {h, name, offsets[k], blobs[i]->nbytes()};
+      ranges.insert({offsets[k], blobs[i]->nbytes(), h});
+    }
+    s.cache[name] = {after, std::move(ranges)};
+    s.dirty = true;
+  }
+  for (auto& [h, i] : work) {
+    ++st.written;
+    st.bytes_written += blobs[i]->nbytes();
+  }
+  for (auto& [h, i] : singles) {
+    ++st.written;
+    st.bytes_written += blobs[i]->nbytes();
+  }
+  if (s.dirty) {
+    Status w = WriteMeta(s);
+    if (!w.ok()) {
+      // Nothing may reference what this compile appended: undo it.
+      if (!appended.empty()) {
+        UniqueFd fd(open((dir / appended).c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+        if (fd && ftruncate(fd.get(), static_cast<off_t>(appended_from)) == 0 && fsync(fd.get()) == 0) {
+          unlink((dir / kAppendIntent).c_str());
+        }
+      } else if (created) {
+        unlink((dir / ((opts.model_name.empty() ? std::string("model") : opts.model_name) + kCombinedSuffix)).c_str());
+      }
+      return w;
+    }
+  }
+  if (!appended.empty()) unlink((dir / kAppendIntent).c_str());
+  std::vector<WeightRecord> out;
+  for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(s.meta.at(hashes[i]));
+  st.bytes_verified = s.bytes_verified;
+  st.warnings = s.warnings;
+  if (stats) *stats = st;
+  return out;
+}
+
 }  // namespace
 
-Result<std::map<std::string, WeightRecord>> ReadMeta(const std::string& dir) {
-  std::map<std::string, WeightRecord> meta;
-  const fs::path path = fs::path(dir) / kMetaFile;
-  std::ifstream f(path);
-  if (!f) return meta;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    auto j = nlohmann::json::parse(ss.str());
-    if (j.at("format").get<std::string>() != "kiln-weights") throw std::runtime_error("unknown format tag");
-    for (auto& [h, e] : j.at("weights").items()) {
-      if (!e.at("offset").is_number_unsigned() || !e.at("length").is_number_unsigned()) {
-        throw std::runtime_error("entry '" + h + "' has a negative or non-integer offset/length");
-      }
-      WeightRecord r{h, e.at("file").get<std::string>(), e.at("offset").get<std::uint64_t>(),
-                     e.at("length").get<std::uint64_t>()};
-      if (!IsSha256Hex(h) || !PlainFileName(r.file)) throw std::runtime_error("bad entry '" + h + "'");
-      meta[h] = r;
-    }
-  } catch (const std::exception& e) {
-    return Error(StatusCode::kCorrupt, "'", path.string(), "' is malformed: ", e.what());
-  }
-  return meta;
+Status CheckModelName(const std::string& name) {
+  std::string why = ModelNameProblem(name);
+  if (why.empty()) return Status::Ok();
+  return Error(StatusCode::kInvalidArgument, "invalid model name '", Printable(name), "': ", why,
+               " (it names the file <model name>", kCombinedSuffix, " inside the weight directory)");
+}
+
+bool IsWeightFileName(const std::string& name) { return IsSingleName(name) || IsCombinedName(name); }
+
+Result<std::map<std::string, WeightRecord>> ReadMeta(const std::string& dir, std::vector<std::string>* warnings) {
+  Store s;
+  s.dir = fs::path(dir);
+  std::vector<std::string> local;
+  KILN_RETURN_IF_ERROR(LoadMeta(s, warnings ? warnings : &local));
+  return std::move(s.meta);
 }
 
 Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir_str,
@@ -181,9 +797,9 @@ Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir_str,
   if (opts.mode != 1 && opts.mode != 2) {
     return Error(StatusCode::kInvalidArgument, "external weight mode must be 1 or 2, got ", opts.mode);
   }
-  const fs::path dir(dir_str);
+  KILN_RETURN_IF_ERROR(CheckModelName(opts.model_name.empty() ? std::string("model") : opts.model_name));
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  fs::create_directories(dir_str, ec);
   if (ec) return Error(StatusCode::kIoError, "cannot create weight directory '", dir_str, "': ", ec.message());
   // Hash first (outside the lock): the pool spreads SHA-256 over threads.
   std::vector<std::string> hashes(blobs.size());
@@ -191,134 +807,63 @@ Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir_str,
     hashes[i] = Sha256Hex(blobs[i]->data(), blobs[i]->nbytes());
     return Status::Ok();
   }));
-  KILN_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(dir_str));
-  KILN_ASSIGN_OR_RETURN(auto meta, ReadMeta(dir_str));
-  PruneAbsent(dir, meta);
-  StoreStats st;
-  st.weights = blobs.size();
-  std::map<std::string, std::size_t> todo;  // hash -> first blob index
-  std::set<std::string> seen;
-  for (std::size_t i = 0; i < blobs.size(); ++i) {
-    if (!seen.insert(hashes[i]).second) continue;
-    ++st.unique;
-    auto it = meta.find(hashes[i]);
-    if (it != meta.end() && it->second.length == blobs[i]->nbytes() && Present(dir, it->second)) {
-      ++st.reused;
-      continue;
-    }
-    const std::string single = "weight_" + hashes[i];
-    WeightRecord adopt{hashes[i], single, 0, blobs[i]->nbytes()};
-    if (opts.mode == 1 && fs::file_size(dir / single, ec) == blobs[i]->nbytes() && !ec) {
-      meta[hashes[i]] = adopt;  // content-named file already there (e.g. migrated)
-      ++st.reused;
-      continue;
-    }
-    todo[hashes[i]] = i;
-  }
-  std::vector<std::pair<std::string, std::size_t>> work(todo.begin(), todo.end());
-  if (opts.mode == 1) {
-    std::mutex mu;
-    KILN_RETURN_IF_ERROR(ParallelEach(work.size(), opts.writer_threads, [&](std::size_t k) -> Status {
-      const auto& [h, i] = work[k];
-      const std::string name = "weight_" + h;
-      KILN_RETURN_IF_ERROR(WriteFileAtomic(dir, name, blobs[i]->data(), blobs[i]->nbytes()));
-      std::lock_guard<std::mutex> l(mu);
-      meta[h] = {h, name, 0, blobs[i]->nbytes()};
-      return Status::Ok();
-    }));
-  } else if (!work.empty()) {
-    const std::string name = (opts.model_name.empty() ? std::string("model") : opts.model_name) + "_weight_combined";
-    const fs::path path = dir / name;
-    std::uint64_t base = 0;
-    const bool exists = fs::exists(path, ec);
-    if (exists) base = AlignUp(fs::file_size(path, ec));
-    std::uint64_t end = base;
-    std::vector<std::uint64_t> offsets;
-    for (auto& [h, i] : work) {
-      offsets.push_back(end);
-      end = AlignUp(end + blobs[i]->nbytes());
-    }
-    std::vector<std::uint8_t> buf(end - base, 0);
-    for (std::size_t k = 0; k < work.size(); ++k) {
-      const HostTensor& b = *blobs[work[k].second];
-      std::memcpy(buf.data() + (offsets[k] - base), b.data(), b.nbytes());
-    }
-    if (!exists) {
-      KILN_RETURN_IF_ERROR(WriteFileAtomic(dir, name, buf.data(), buf.size()));
-    } else {
-      // Append past the recorded data; entries appear only via meta.json below.
-      int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0) return Error(StatusCode::kIoError, "cannot open '", path.string(), "': ", std::strerror(errno));
-      std::uint64_t done = 0;
-      while (done < buf.size()) {
-        ssize_t n = pwrite(fd, buf.data() + done, buf.size() - done, static_cast<off_t>(base + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          close(fd);
-          return Error(StatusCode::kIoError, "appending to '", path.string(), "' failed");
-        }
-        done += static_cast<std::uint64_t>(n);
-      }
-      if (fsync(fd) != 0 || close(fd) != 0) return Error(StatusCode::kIoError, "flushing '", path.string(), "' failed");
-    }
-    for (std::size_t k = 0; k < work.size(); ++k) {
-      const auto& [h, i] = work[k];
-      meta[h] = {h, name, offsets[k], blobs[i]->nbytes()};
-    }
-  }
-  for (auto& [h, i] : work) {
-    ++st.written;
-    st.bytes_written += blobs[i]->nbytes();
-  }
-  KILN_RETURN_IF_ERROR(WriteMeta(dir_str, meta));
-  std::vector<WeightRecord> out;
-  for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(meta.at(hashes[i]));
-  if (stats) *stats = st;
-  return out;
+  return StoreHashed(dir_str, blobs, hashes, opts, stats);
 }
 
 Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const std::string& to,
                                                  const std::vector<WeightRecord>& records,
                                                  const StoreOptions& opts) {
+  KILN_RETURN_IF_ERROR(CheckModelName(opts.model_name.empty() ? std::string("model") : opts.model_name));
   std::error_code ec;
   fs::create_directories(to, ec);
   if (ec) return Error(StatusCode::kIoError, "cannot create weight directory '", to, "': ", ec.message());
   {
     // Move files the target lacks (content-named ones, or a combined file
-    // nobody else wrote yet) instead of writing them again.
-    KILN_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(to));
-    KILN_ASSIGN_OR_RETURN(auto meta, ReadMeta(to));
-    // Entries naming a file that is gone must not survive a file of that name
-    // being moved in.
-    bool changed = PruneAbsent(to, meta);
-    std::set<std::string> files;
-    for (auto& r : records) files.insert(r.file);
-    for (const std::string& f : files) {
-      if (fs::exists(fs::path(to) / f, ec)) continue;
-      if (rename((fs::path(from) / f).c_str(), (fs::path(to) / f).c_str()) != 0) continue;  // other fs: Store copies
+    // nobody else wrote yet) instead of writing them again. Their entries are
+    // hashed like any other before the store below reuses them.
+    Store s;
+    KILN_ASSIGN_OR_RETURN(DirLock lock, OpenStore(s, to));
+    if (!s.read_only) {
+      std::set<std::string> files;
       for (auto& r : records) {
-        if (r.file == f && !meta.count(r.sha256)) meta[r.sha256] = r;
+        if (IsWeightFileName(r.file)) files.insert(r.file);
       }
-      changed = true;
+      for (const std::string& f : files) {
+        struct stat st {};
+        if (lstat((fs::path(to) / f).c_str(), &st) == 0) continue;
+        if (rename((fs::path(from) / f).c_str(), (fs::path(to) / f).c_str()) != 0) continue;  // other fs: Store copies
+        for (auto& r : records) {
+          if (r.file == f && !s.meta.count(r.sha256)) s.meta[r.sha256] = r;
+        }
+        s.dirty = true;
+      }
+      if (s.dirty) KILN_RETURN_IF_ERROR(WriteMeta(s));
     }
-    if (changed) KILN_RETURN_IF_ERROR(WriteMeta(to, meta));
   }
   // Whatever could not be moved is read back and stored (deduplicated). A
   // record's offsets are those of its file in `from`: read it there while it
   // is still there (`to` may hold an unrelated file of the same name, e.g. the
   // previous compile's <model>_weight_combined); a moved file is in `to`.
   std::vector<HostTensorPtr> blobs;
+  std::vector<std::string> hashes;
   for (const WeightRecord& r : records) {
     auto t = std::make_shared<HostTensor>(DType::kUInt8, Shape{static_cast<std::int64_t>(r.length)});
     fs::path src = fs::path(from) / r.file;
-    if (!fs::exists(src, ec)) src = fs::path(to) / r.file;
-    std::ifstream f(src, std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(r.offset));
-    f.read(static_cast<char*>(t->mutable_data()), static_cast<std::streamsize>(r.length));
-    if (!f) return Error(StatusCode::kIoError, "migrating weights: cannot read '", src.string(), "' [", r.offset, ", +", r.length, ")");
+    struct stat st {};
+    if (lstat(src.c_str(), &st) != 0) src = fs::path(to) / r.file;
+    KILN_ASSIGN_OR_RETURN(OpenedFile f, OpenRegularFile(src.string(), "migrating weights"));
+    KILN_RETURN_IF_ERROR(PreadExact(f.fd.get(), t->mutable_data(), static_cast<std::int64_t>(r.length),
+                                    static_cast<std::int64_t>(r.offset), StrCat("migrating weights: '", src.string(), "'")));
+    std::string h = Sha256Hex(t->data(), r.length);
+    if (h != r.sha256) {
+      return Error(StatusCode::kCorrupt, "migrating weights: '", src.string(), "' [", r.offset, ", +", r.length,
+                   ") does not hash to ", r.sha256, " (modified during the compile?)");
+    }
     blobs.push_back(t);
+    hashes.push_back(std::move(h));
   }
-  auto out = StoreWeights(to, blobs, opts);
+  StoreStats stats;
+  auto out = StoreHashed(to, blobs, hashes, opts, &stats);
   if (out.ok()) fs::remove_all(from, ec);
   return out;
 }

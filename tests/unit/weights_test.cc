@@ -4,7 +4,11 @@
 // order, and locations that try to leave the weight directory. Everything
 // runs on real files in a temporary directory.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -208,21 +212,19 @@ TEST(WeightDir, ReadMetaOfDirectoryWithoutIndexIsEmpty) {
   EXPECT_TRUE(meta.value().empty());
 }
 
+// A meta.json that is not a kiln-weights index at all is refused naming the
+// file, and a compile does not clobber it.
 TEST(WeightDir, MalformedMetaJsonIsRejectedNamingTheFile) {
   test::TempDir tmp;
   const fs::path dir = tmp.file("w");
   fs::create_directories(dir);
-  const std::string good_hash = kAbcDigest;
   const std::vector<std::string> bad = {
       "{not json",
+      "[1, 2]",
       R"({"format": "something-else", "version": 1, "weights": {}})",
-      R"({"format": "kiln-weights", "version": 1, "weights": {"nothex": {"file": "f", "offset": 0, "length": 1}}})",
-      R"({"format": "kiln-weights", "version": 1, "weights": {")" + good_hash +
-          R"(": {"file": "../outside", "offset": 0, "length": 3}}})",
-      R"({"format": "kiln-weights", "version": 1, "weights": {")" + good_hash +
-          R"(": {"file": "/etc/passwd", "offset": 0, "length": 3}}})",
-      R"({"format": "kiln-weights", "version": 1, "weights": {")" + good_hash +
-          R"(": {"file": "f", "offset": -1, "length": 3}}})",
+      R"({"format": "kiln-weights", "version": 2, "weights": {}})",
+      R"({"format": "kiln-weights", "version": 1, "weights": [1]})",
+      R"({"format": "kiln-weights", "version": 1})",
   };
   for (const std::string& text : bad) {
     WriteAll(dir / "meta.json", text);
@@ -230,11 +232,57 @@ TEST(WeightDir, MalformedMetaJsonIsRejectedNamingTheFile) {
     ASSERT_FALSE(meta.ok()) << text;
     EXPECT_EQ(meta.status().code(), StatusCode::kCorrupt) << text;
     EXPECT_NE(meta.status().message().find("meta.json"), std::string::npos) << meta.status().ToString();
-    // A compile into that directory fails the same way instead of clobbering it.
     auto recs = Store(dir, {kAbc}, 1);
     ASSERT_FALSE(recs.ok());
     EXPECT_NE(recs.status().message().find("meta.json"), std::string::npos);
     EXPECT_EQ(ReadAll(dir / "meta.json"), text);
+  }
+}
+
+// Entries of the wrong form are dropped with a warning naming them, never
+// used; a compile rewrites the index without them.
+TEST(WeightDir, InvalidMetaEntriesAreDroppedWithAWarning) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  ASSERT_TRUE(Store(dir, {kAbc}, 2, nullptr, "m").ok());
+  const std::string h = kAbcDigest, z(64, '0');
+  auto entry = [](const std::string& key, const std::string& body) { return "\"" + key + "\": " + body; };
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {entry("nothex", R"({"file": "m_weight_combined", "offset": 0, "length": 3})"), "nothex"},
+      {entry(z, R"({"file": "../outside", "offset": 0, "length": 3})"), "../outside"},
+      {entry(z, R"({"file": "/etc/passwd", "offset": 0, "length": 3})"), "/etc/passwd"},
+      {entry(z, R"({"file": "meta.json", "offset": 0, "length": 3})"), "meta.json"},
+      {entry(z, R"({"file": "../x_weight_combined", "offset": 0, "length": 3})"), "../x_weight_combined"},
+      {entry(z, R"({"file": "m_weight_combined", "offset": -512, "length": 3})"), "non-negative"},
+      {entry(z, R"({"file": "m_weight_combined", "offset": 100, "length": 3})"), "not a multiple of 512"},
+      {entry(z, R"({"file": "m_weight_combined", "offset": 18446744073709551104, "length": 3})"), "overflows"},
+      {entry(z, R"({"file": "m_weight_combined", "offset": 0, "length": 0})"), "length is 0"},
+      {entry(z, R"({"file": "weight_)" + h + R"(", "offset": 0, "length": 3})"), "can only hold"},
+      {entry(z, R"({"file": 7, "offset": 0, "length": 3})"), "\"file\""},
+      {entry(z, R"("str")"), "not an object"},
+  };
+  const std::string good = entry(h, R"({"file": "m_weight_combined", "offset": 0, "length": 3})");
+  for (auto& [e, needle] : bad) {
+    const std::string text = R"({"format": "kiln-weights", "version": 1, "weights": {)" + good + ", " + e + "}}";
+    WriteAll(dir / "meta.json", text);
+    std::vector<std::string> warnings;
+    auto meta = weights::ReadMeta(dir.string(), &warnings);
+    ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+    EXPECT_EQ(meta.value().size(), 1u) << e;
+    EXPECT_TRUE(meta.value().count(h)) << e;
+    ASSERT_EQ(warnings.size(), 1u) << e;
+    EXPECT_NE(warnings[0].find(needle), std::string::npos) << warnings[0];
+    EXPECT_NE(warnings[0].find("meta.json"), std::string::npos) << warnings[0];
+    StoreStats st;
+    auto recs = Store(dir, {kAbc, "xyz"}, 2, &st, "m");
+    ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+    EXPECT_EQ(st.reused, 1u);
+    EXPECT_FALSE(st.warnings.empty());
+    ExpectRecordsHold(dir, recs.value(), {kAbc, "xyz"});
+    std::vector<std::string> after;
+    ASSERT_TRUE(weights::ReadMeta(dir.string(), &after).ok());
+    EXPECT_TRUE(after.empty()) << "the dropped entry survived: " << after[0];
+    ExpectMetaConsistent(dir);
   }
 }
 
@@ -618,6 +666,229 @@ TEST(WeightDir, MigrateAfterCombinedFileWasDeleted) {
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   ExpectRecordsHold(to, out.value(), {a, b});
   ExpectMetaConsistent(to, true);
+}
+
+// ---- hostile stores: names, tampering, leftovers -------------------------------------
+
+TEST(WeightDir, ModelNamesThatLeaveTheDirectoryAreRefusedBeforeAnythingIsWritten) {
+  test::TempDir tmp;
+  for (const std::string& name : {std::string("../x"), std::string("a/b"), std::string(".."), std::string("a..b"),
+                                 std::string("x\x01y"), std::string("x\ny"), std::string(200, 'n'),
+                                 std::string("a\\b"), std::string("x\xffy"), std::string("\xc0\xaf"),
+                                 std::string("/abs"), std::string("n\0ul", 4)}) {
+    Status st = weights::CheckModelName(name);
+    ASSERT_FALSE(st.ok()) << name;
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("invalid model name"), std::string::npos) << st.message();
+    for (int mode : {1, 2}) {
+      const fs::path dir = tmp.file("w" + std::to_string(mode));
+      auto recs = Store(dir, {kAbc}, mode, nullptr, name);
+      ASSERT_FALSE(recs.ok()) << name;
+      EXPECT_FALSE(fs::exists(dir)) << "written for model name " << name;
+    }
+  }
+  EXPECT_TRUE(weights::CheckModelName(std::string("\x01")).message().find("\\x01") != std::string::npos);
+  for (const std::string& name : {std::string("m"), std::string("resnet-18.v2"), std::string("a b"),
+                                  std::string("модель"), std::string("x_weight_combined"), std::string(128, 'n')}) {
+    EXPECT_TRUE(weights::CheckModelName(name).ok()) << name;
+  }
+  EXPECT_TRUE(weights::IsWeightFileName(std::string("weight_") + kAbcDigest));
+  EXPECT_TRUE(weights::IsWeightFileName("m_weight_combined"));
+  for (const char* f : {"meta.json", "weight_abc", "../m_weight_combined", "_weight_combined", "a/b_weight_combined",
+                        "meta.json.lock"}) {
+    EXPECT_FALSE(weights::IsWeightFileName(f)) << f;
+  }
+}
+
+TEST(WeightDir, FlippedByteInASingleFileIsRepairedAtTheNextStore) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  const std::string a = RandomBytes(5000, 1), b = RandomBytes(700, 2);
+  ASSERT_TRUE(Store(dir, {a, b}, 1).ok());
+  const fs::path fa = dir / ("weight_" + weights::Sha256Hex(a.data(), a.size()));
+  std::string bytes = ReadAll(fa);
+  bytes[1234] ^= 1;
+  WriteAll(fa, bytes);
+  for (int mode : {1, 2}) {
+    StoreStats st;
+    auto recs = Store(dir, {a, b}, mode, &st);
+    ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+    EXPECT_EQ(st.repaired, mode == 1 ? 1u : 0u) << mode;
+    EXPECT_EQ(st.written, mode == 1 ? 1u : 0u) << mode;
+    ExpectRecordsHold(dir, recs.value(), {a, b});
+    ExpectMetaConsistent(dir);
+    EXPECT_EQ(ReadAll(fa), a);
+  }
+}
+
+TEST(WeightDir, FlippedByteInACombinedFileIsNeverReusedAndOtherBytesStay) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  const std::string a = RandomBytes(5000, 1), b = RandomBytes(700, 2);
+  auto first = Store(dir, {a, b}, 2, nullptr, "m");
+  ASSERT_TRUE(first.ok());
+  const fs::path f = dir / "m_weight_combined";
+  std::string bytes = ReadAll(f);
+  bytes[first.value()[0].offset + 10] ^= 0x80;
+  WriteAll(f, bytes);
+  StoreStats st;
+  auto recs = Store(dir, {a, b}, 2, &st, "m");
+  ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+  EXPECT_EQ(st.repaired, 1u);
+  EXPECT_EQ(st.written, 1u);
+  EXPECT_EQ(st.reused, 1u);
+  EXPECT_NE(recs.value()[0].offset, first.value()[0].offset);
+  EXPECT_EQ(recs.value()[1].offset, first.value()[1].offset);
+  ExpectRecordsHold(dir, recs.value(), {a, b});
+  ExpectMetaConsistent(dir);
+  // An entry edited to point at another weight's range is dropped, not used,
+  // and that range is not touched.
+  auto j = nlohmann::json::parse(ReadAll(dir / "meta.json"));
+  const std::string ha = weights::Sha256Hex(a.data(), a.size());
+  j["weights"][ha]["offset"] = recs.value()[1].offset;
+  WriteAll(dir / "meta.json", j.dump());
+  const std::string before = ReadAll(f);
+  auto again = Store(dir, {a, b}, 2, &st, "m");
+  ASSERT_TRUE(again.ok());
+  ExpectRecordsHold(dir, again.value(), {a, b});
+  EXPECT_EQ(ReadAll(f).substr(0, before.size()), before);
+  ExpectMetaConsistent(dir);
+}
+
+// Hashing is paid once per file state: a warm store reads nothing; a file
+// whose stamp changed (even to identical bytes) is hashed again.
+TEST(WeightDir, VerifiedStampsKeepAWarmStoreFromRehashing) {
+  test::TempDir tmp;
+  for (int mode : {1, 2}) {
+    const fs::path dir = tmp.file("w" + std::to_string(mode));
+    const std::string a = RandomBytes(5000, 1), b = RandomBytes(700, 2);
+    StoreStats st;
+    auto recs = Store(dir, {a, b}, mode, &st, "m");
+    ASSERT_TRUE(recs.ok());
+    ASSERT_TRUE(Store(dir, {a, b}, mode, &st, "m").ok());
+    EXPECT_EQ(st.bytes_verified, 0u) << "fresh writes are known good";
+    EXPECT_EQ(st.reused, 2u);
+    const fs::path f = dir / recs.value()[0].file;
+    WriteAll(f, ReadAll(f));  // same bytes, new mtime/ctime
+    ASSERT_TRUE(Store(dir, {a, b}, mode, &st, "m").ok());
+    EXPECT_EQ(st.bytes_verified, mode == 1 ? a.size() : a.size() + b.size()) << mode;
+    EXPECT_EQ(st.written, 0u);
+    // meta.json gone: files are hashed before they are adopted.
+    fs::remove(dir / "meta.json");
+    ASSERT_TRUE(Store(dir, {a, b}, mode, &st, "m").ok());
+    EXPECT_EQ(st.bytes_verified, mode == 1 ? a.size() + b.size() : 0u) << mode;
+    ExpectMetaConsistent(dir);
+  }
+}
+
+TEST(WeightDir, NonRegularWeightFilesAreRefusedNamingThem) {
+  test::TempDir tmp;
+  const std::string a = RandomBytes(600, 1);
+  const std::string single = "weight_" + weights::Sha256Hex(a.data(), a.size());
+  struct Planted {
+    std::string file;
+    int mode;
+    bool fifo;
+    const char* kind;
+  };
+  for (const Planted& p : {Planted{single, 1, true, "FIFO"}, Planted{single, 1, false, "directory"},
+                           Planted{"m_weight_combined", 2, true, "FIFO"},
+                           Planted{"m_weight_combined", 2, false, "directory"},
+                           Planted{"meta.json", 1, true, "FIFO"}}) {
+    const fs::path dir = tmp.file(p.file + std::to_string(p.mode) + p.kind);
+    ASSERT_TRUE(Store(dir, {a}, p.mode, nullptr, "m").ok());
+    fs::remove(dir / p.file);
+    if (p.fifo) {
+      ASSERT_EQ(mkfifo((dir / p.file).c_str(), 0644), 0);
+    } else {
+      fs::create_directories(dir / p.file / "sub");
+    }
+    auto recs = Store(dir, {a}, p.mode, nullptr, "m");
+    ASSERT_FALSE(recs.ok()) << p.file;
+    EXPECT_NE(recs.status().message().find(p.file), std::string::npos) << recs.status().ToString();
+    EXPECT_NE(recs.status().message().find(p.kind), std::string::npos) << recs.status().ToString();
+  }
+}
+
+TEST(WeightDir, StaleTemporariesOfDeadProcessesAreRemoved) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  ASSERT_TRUE(Store(dir, {kAbc}, 1).ok());
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  const std::string d = std::to_string(dead), live = std::to_string(getppid());
+  const std::vector<std::string> stale = {"weight_" + std::string(kAbcDigest) + ".tmp." + d + ".0",
+                                          "meta.json.tmp." + d + ".4", "m_weight_combined.tmp." + d + ".1",
+                                          "meta.json.append.tmp." + d + ".0",
+                                          "weight_" + std::string(kTwoBlockDigest) + ".tmp." + d + ".1403.7"};
+  const std::vector<std::string> kept = {"meta.json.tmp." + live + ".0", "notes.tmp." + d + ".0",
+                                         "meta.json.tmp.x.0"};
+  for (auto& f : stale) WriteAll(dir / f, "partial");
+  for (auto& f : kept) WriteAll(dir / f, "other");
+  StoreStats st;
+  ASSERT_TRUE(Store(dir, {kAbc}, 1, &st).ok());
+  for (auto& f : stale) EXPECT_FALSE(fs::exists(dir / f)) << f;
+  for (auto& f : kept) EXPECT_TRUE(fs::exists(dir / f)) << f;
+  EXPECT_EQ(st.warnings.size(), stale.size());
+}
+
+TEST(WeightDir, InterruptedAppendIsTruncatedAwayByTheNextStore) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  const std::string a = RandomBytes(700, 1), b = RandomBytes(900, 2);
+  ASSERT_TRUE(Store(dir, {a}, 2, nullptr, "m").ok());
+  const fs::path f = dir / "m_weight_combined";
+  const auto len = fs::file_size(f);
+  // What kill -9 in the middle of an append leaves: the record, bytes past it.
+  WriteAll(dir / "meta.json.append", R"({"file": "m_weight_combined", "length": )" + std::to_string(len) + "}");
+  { std::ofstream(f, std::ios::binary | std::ios::app) << std::string(3000, '\xee'); }
+  StoreStats st;
+  auto recs = Store(dir, {a, b}, 2, &st, "m");
+  ASSERT_TRUE(recs.ok());
+  EXPECT_EQ(recs.value()[1].offset, (len + 511) / 512 * 512) << "the append built on the garbage";
+  EXPECT_FALSE(fs::exists(dir / "meta.json.append"));
+  ExpectRecordsHold(dir, recs.value(), {a, b});
+  // A record older than meta.json (crash after meta.json was written) does not
+  // cut recorded bytes.
+  WriteAll(dir / "meta.json.append", R"({"file": "m_weight_combined", "length": 0})");
+  const auto full = fs::file_size(f);
+  ASSERT_TRUE(Store(dir, {a, b}, 2, &st, "m").ok());
+  EXPECT_EQ(fs::file_size(f), full);
+  EXPECT_FALSE(fs::exists(dir / "meta.json.append"));
+  ExpectMetaConsistent(dir);
+}
+
+// A failed append (here: the file size limit, as a full disk would) is
+// truncated back, says why, and leaves meta.json as it was.
+TEST(WeightDir, FailedAppendIsTruncatedBackAndSaysWhy) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  const std::string a = RandomBytes(700, 1), big = RandomBytes(1 << 20, 2);
+  ASSERT_TRUE(Store(dir, {a}, 2, nullptr, "m").ok());
+  const fs::path f = dir / "m_weight_combined";
+  const std::string before = ReadAll(f), meta_before = ReadAll(dir / "meta.json");
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = 64 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  auto recs = Store(dir, {a, big}, 2, nullptr, "m");
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(recs.ok());
+  EXPECT_NE(recs.status().message().find("appending to"), std::string::npos) << recs.status().ToString();
+  EXPECT_NE(recs.status().message().find(std::strerror(EFBIG)), std::string::npos) << recs.status().ToString();
+  EXPECT_NE(recs.status().message().find("truncated back"), std::string::npos) << recs.status().ToString();
+  EXPECT_EQ(ReadAll(f), before);
+  EXPECT_EQ(ReadAll(dir / "meta.json"), meta_before);
+  EXPECT_FALSE(fs::exists(dir / "meta.json.append"));
+  for (auto& name : FilesIn(dir)) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+  auto ok = Store(dir, {a, big}, 2, nullptr, "m");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok.value()[1].offset, (before.size() + 511) / 512 * 512);
+  ExpectMetaConsistent(dir);
 }
 
 // ---- loading: models with external weights ------------------------------------------
