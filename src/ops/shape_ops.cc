@@ -244,7 +244,11 @@ Status InferConcat(InferContext& c) {
     }
     for (std::size_t d = 0; d < xi.size(); ++d) {
       if (static_cast<int>(d) == axis) {
-        out[d] = out[d] < 0 || xi[d] < 0 ? -1 : out[d] + xi[d];
+        if (out[d] < 0 || xi[d] < 0) {
+          out[d] = -1;
+        } else {
+          KILN_ASSIGN_OR_RETURN(out[d], AddDims(c, out[d], xi[d], StrCat("the concatenated axis ", axis)));
+        }
       } else if (xi[d] >= 0 && x0[d] >= 0 && xi[d] != x0[d]) {
         return c.Fail("input ", i, " has shape ", ShapeToString(xi), ", incompatible with input 0's ",
                       ShapeToString(x0), " outside axis ", axis);

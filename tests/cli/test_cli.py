@@ -222,6 +222,36 @@ class CliBadInput(unittest.TestCase):
             f.write(m.SerializeToString())
         return path, w
 
+    def test_internal_file_constant_cannot_read_host_files(self):
+        """Issue 9 item 1: a model with Kiln's internal FileConstant (domain
+        'kiln') and kiln.base_dir=/etc copied /etc/passwd into the .kiln."""
+        size = os.path.getsize("/etc/passwd")
+        fc = helper.make_node("FileConstant", [], ["secret"], name="steal", domain="kiln", location="passwd",
+                              offset=0, length=size, dtype=TensorProto.UINT8, shape=[size])
+        fc.attribute.append(helper.make_attribute("kiln.base_dir", "/etc"))
+        g = helper.make_graph([fc, helper.make_node("Identity", ["secret"], ["y"], name="id")], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [size])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("kiln", 1)])
+        out_path = os.path.join(WORK, "steal.kiln")
+        rc, out = kiln("compile", "--model", save(m, "steal.onnx"), "--output", out_path)
+        self.assertCleanError(rc, out, "FileConstant node 'steal'", "domain 'kiln'")
+        self.assertFalse(os.path.exists(out_path))
+        # the internal attribute alone, on an ordinary node, is refused too
+        m = relu_model()
+        m.graph.node[0].attribute.append(helper.make_attribute("kiln.base_dir", "/etc"))
+        rc, out = kiln("compile", "--model", save(m, "steal_attr.onnx"), "--output", out_path)
+        self.assertCleanError(rc, out, "Relu node 'r'", "'kiln.base_dir'")
+        self.assertFalse(os.path.exists(out_path))
+
+    def test_wrong_attribute_type_is_an_error(self):
+        """Issue 9 item 11: Softmax axis='one' used to compile with the default axis."""
+        g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis="one")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        rc, out = kiln("compile", "--model", save(m, "softmax_str.onnx"), "--output", os.path.join(WORK, "sm.kiln"))
+        self.assertCleanError(rc, out, "Softmax node 'sm'", "'axis'", "INT", "STRING")
+
     def test_external_data_inside_model_dir(self):
         path, w = self.external_model("ext_ok", "w.bin")
         k = os.path.join(WORK, "ext.kiln")
