@@ -130,6 +130,15 @@ def generate(ctx):
     cases.append(Case("trilu_k_extreme", ["compile", "--model", ok_path("trilu_k_extreme"), "--output", out_kiln],
                       [], rc=0))
 
+    # Resize of a constant with a non-finite roi: coordinates become inf/NaN
+    m = model([helper.make_node("Resize", ["t", "roi", "sc"], ["y"], name="resize_roi_inf", mode="linear",
+                                coordinate_transformation_mode="tf_crop_and_resize")], [], [vi("y", None)],
+              inits=[numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "t"),
+                     f32("roi", [0, 0, -np.inf, np.nan, 1, 1, np.inf, 1e30]), f32("sc", [1, 1, 2, 2])])
+    onnx.save(m, ok_path("resize_roi_inf"))
+    cases.append(Case("resize_roi_inf", ["compile", "--model", ok_path("resize_roi_inf"), "--output", out_kiln],
+                      [], rc=0))
+
     # -- huge attribute values: no division by zero, no overflow ------------
     def d2s(name, op, b, shape=(1, 16, 4, 4)):
         compile_case(name, model([helper.make_node(op, ["x"], ["y"], name=name, blocksize=b)],

@@ -5,6 +5,7 @@
 // exclude_outside). Nearest gathers elements as raw bytes (any type);
 // linear/cubic apply the axes one after another (separable), in double.
 // Coordinates follow ONNX's reference (onnx/backend/test/case/node/resize.py).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -105,7 +106,12 @@ class ResizeKernel : public Kernel {
     t->identity = in == out;
     for (I64 o = 0; o < out; ++o) {
       bool outside;
-      const double s = Source(o, scale, in, r0, r1, &outside);
+      // Far outside the input every tap clamps to the same edge: limiting s
+      // there changes nothing and keeps the conversion below defined (a
+      // hostile roi or scale can make it huge, infinite or NaN).
+      double s = Source(o, scale, in, r0, r1, &outside);
+      const double far = 2.0 * static_cast<double>(in) + 4;
+      s = std::isnan(s) ? 0.0 : std::clamp(s, -far, far);
       t->outside[o] = outside;
       t->any_outside |= outside;
       const double fl = std::floor(s), ratio = s - fl;
