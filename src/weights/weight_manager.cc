@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/file.h"
 #include "weights/path.h"
 #include "weights/sha256.h"
 
@@ -32,14 +33,6 @@ struct Block {
   }
 };
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { if (fd_ >= 0) close(fd_); }
-  int get() const { return fd_; }
- private:
-  int fd_;
-};
 
 // Reads [0, size) of fd into device memory at dst in chunks: a reader thread
 // fills one staging buffer while the other is copied to the device.
@@ -150,17 +143,13 @@ struct WeightManager::Impl {
                                           const std::string& what) {
     const std::string key = (map ? "map:" : "copy:") + path.string();  // staged and direct copies share
     if (auto b = blocks[key].lock()) return b;
-    Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) {
-      return Error(StatusCode::kNotFound, what, ": cannot open weight file '", path.string(), "': ", std::strerror(errno));
-    }
-    struct stat st {};
-    if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return Error(StatusCode::kInvalidArgument, what, ": '", path.string(), "' is not a regular file");
-    }
+    // Non-blocking open + fstat: a FIFO or device planted as a weight file is
+    // refused instead of hanging the load.
+    KILN_ASSIGN_OR_RETURN(OpenedFile file, OpenRegularFile(path.string(), StrCat(what, ": weight file")));
+    const UniqueFd& fd = file.fd;
     auto b = std::make_shared<Block>();
     b->device = device;
-    b->size = static_cast<std::uint64_t>(st.st_size);
+    b->size = static_cast<std::uint64_t>(file.size);
     ++stats.files_opened;
     if (map) {
       if (b->size > 0) {

@@ -1216,6 +1216,35 @@ TEST_F(ExternalWeightsTest, MissingWeightFileIsNamed) {
   }
 }
 
+// A FIFO or directory planted as a weight file is refused at load without
+// blocking in open().
+TEST_F(ExternalWeightsTest, NonRegularWeightFileIsRefusedWithoutHanging) {
+  for (int mode : {1, 2}) {
+    for (bool fifo : {true, false}) {
+      SCOPED_TRACE(StrCat("mode ", mode, fifo ? " fifo" : " directory"));
+      test::TempDir d;
+      auto cm = CompileTo(d.file("m.kiln"), mode, d.file("weight"));
+      ASSERT_TRUE(cm.ok());
+      const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
+      const fs::path f = fs::path(d.file("weight")) / w.location;
+      fs::remove(f);
+      if (fifo) {
+        ASSERT_EQ(mkfifo(f.c_str(), 0644), 0);
+      } else {
+        fs::create_directories(f);
+      }
+      for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy}) {
+        LoadOptions lo;
+        lo.weight_load_mode = lm;
+        auto m = Model::Load(d.file("m.kiln"), lo);
+        ASSERT_FALSE(m.ok());
+        EXPECT_NE(m.status().ToString().find(w.location), std::string::npos) << m.status().ToString();
+        EXPECT_NE(m.status().ToString().find(fifo ? "FIFO" : "directory"), std::string::npos) << m.status().ToString();
+      }
+    }
+  }
+}
+
 TEST_F(ExternalWeightsTest, TruncatedWeightFileIsNamed) {
   for (int mode : {1, 2}) {
     SCOPED_TRACE(mode);
