@@ -1,11 +1,25 @@
-# Kiln's two entry points on a fresh Debian 12 machine:
-#   make demo   install deps, build, compile + run the built-in sample
-#   make test   install deps, build (Release and ASan+UBSan), run every test
+# Kiln's entry points on a fresh Debian 12 machine:
+#   make demo      install deps, build, compile + run the built-in sample
+#   make test      install deps, build (Release, ASan+UBSan, TSan), run every
+#                  test, replay the fuzz regression inputs and fuzz each
+#                  target for FUZZ_SECONDS
+#   make fuzz      fuzz each target for FUZZ_LONG_SECONDS (tests/fuzz/README.md)
+#   make coverage  gcc --coverage build, unit + CLI + hostile tests, gcovr
+#                  branch coverage report (scripts/coverage.sh; not in CI)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+COV_BUILD  ?= build-cov
 JOBS       ?= $(shell nproc)
+CLANGXX    ?= clang++-14
+FUZZ_SECONDS      ?= 45
+FUZZ_LONG_SECONDS ?= 600
+FUZZ_JOBS         ?= 2
+# The tests that exercise threads: streams, sessions, async execution,
+# concurrent models, threaded weight stores.
+TSAN_FILTER ?= *Stream*:*Session*:*Async*:*Concurrent*:*Thread*:CustomOp.*
 
-.PHONY: demo test build build-asan bench clean
+.PHONY: demo test build build-asan build-tsan test-tsan fuzz coverage bench clean
 
 build:
 	scripts/install_deps.sh build
@@ -15,13 +29,28 @@ build:
 demo: build
 	scripts/demo.sh $(BUILD)
 
-# Sanitizer build: -O1 with line tables keeps compile time reasonable on 2 cores;
-# only the targets the unit-labelled tests need.
+# Sanitizer build (Clang): ASan + UBSan with -fno-sanitize-recover=all, and
+# libFuzzer coverage instrumentation, so one build serves the unit tests and
+# the fuzz targets. -O1 with line tables keeps compile time reasonable on 2
+# cores; only the targets the unit-labelled tests and the fuzzers need.
 build-asan:
 	scripts/install_deps.sh test
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-	  -DKILN_SANITIZE=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
+	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add kiln_fuzzers
+
+# ThreadSanitizer build (Clang): only the unit-test binary.
+build-tsan:
+	scripts/install_deps.sh test
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
+	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DKILN_TSAN=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target kiln_unit_tests
+
+# One OpenMP thread: Debian's libgomp is not TSan-instrumented, its barriers
+# would be reported as races.
+test-tsan: build-tsan
+	OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  $(TSAN_BUILD)/kiln_unit_tests '--gtest_filter=$(TSAN_FILTER)'
 
 test:
 	scripts/install_deps.sh test
@@ -29,7 +58,16 @@ test:
 	cmake --build $(BUILD) -j $(JOBS)
 	$(MAKE) build-asan
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
+	$(MAKE) test-tsan
+	tests/fuzz/run_fuzz.sh --build $(ASAN_BUILD) --kiln $(BUILD)/kiln --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS)
+
+fuzz: build build-asan
+	tests/fuzz/run_fuzz.sh --build $(ASAN_BUILD) --kiln $(BUILD)/kiln --seconds $(FUZZ_LONG_SECONDS) --jobs $(FUZZ_JOBS)
+
+coverage:
+	scripts/coverage.sh $(COV_BUILD)
 
 bench: build
 	scripts/install_deps.sh bench
@@ -37,4 +75,4 @@ bench: build
 	/usr/bin/python3 bench/run_bench.py --kiln $(BUILD)/kiln --work $(BUILD)/bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(COV_BUILD)

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs Kiln's Debian 12 packages (idempotent; apt-get only runs when
-# something is missing). Usage: install_deps.sh build|test|bench
+# something is missing). Usage: install_deps.sh build|test|bench|cov
 #   build: compiler toolchain and libraries, plus Python/ONNX for the sample
-#   test:  build + GoogleTest, PyTorch/torchvision (reference models)
+#   test:  build + GoogleTest, PyTorch/torchvision (reference models), Clang 14
+#          with its sanitizer/libFuzzer runtimes and llvm-symbolizer
+#          (sanitizer, TSan and fuzz builds)
 #   bench: test + Node.js/npm (ONNX Runtime baseline, see install_ort.sh)
+#   cov:   test + gcovr (scripts/coverage.sh)
 set -euo pipefail
 level="${1:-build}"
 
@@ -11,8 +14,12 @@ pkgs=(g++ cmake ninja-build pkg-config
       libonnx-dev libprotobuf-dev protobuf-compiler
       libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libssl-dev
       python3 python3-numpy python3-onnx)
-if [ "$level" = test ] || [ "$level" = bench ]; then
-  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-torchvision)
+if [ "$level" = test ] || [ "$level" = bench ] || [ "$level" = cov ]; then
+  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-torchvision
+         clang-14 libclang-rt-14-dev llvm-14)
+fi
+if [ "$level" = cov ]; then
+  pkgs+=(gcovr)
 fi
 if [ "$level" = bench ]; then
   pkgs+=(nodejs npm)

@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of Kiln's fuzz targets (tests/fuzz/README.md):
+
+  OUT/onnx/  small ONNX models (onnx.helper), one per pattern the compiler
+             treats specially (fusions, folding, views, dynamic extents, If)
+  OUT/kiln/  those models compiled by `kiln compile`, some with external
+             weights (in OUT/kiln_weights)
+  OUT/npy/   .npy files: dtypes, header versions 1-3, orders, empty, scalar
+  OUT/meta/  meta.json of stores written by compiles with --external-weight 1
+             and 2, and entries for fuzz_meta's fixed store (see fuzz_meta.cc)
+
+Usage: make_seeds.py --kiln PATH --out DIR   (Debian's /usr/bin/python3:
+numpy and onnx)
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def vi(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def init(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=13, name="g"):
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def models():
+    rng = np.random.default_rng(0)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)
+    out = {}
+    out["relu"] = model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                        [vi("x", F, [1, 4])], [vi("y", F, [1, 4])])
+    out["conv_relu_pool"] = model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"], name="relu"),
+         helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])],
+        [vi("x", F, [1, 2, 6, 6])], [vi("y", F, [1, 3, 3, 3])],
+        [init("w", r(3, 2, 3, 3)), init("b", r(3))])
+    out["conv_bn"] = model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[1, 1]),
+         helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["y"], name="bn")],
+        [vi("x", F, [1, 2, 3, 3])], [vi("y", F, [1, 2, 3, 3])],
+        [init("w", r(2, 2, 1, 1)), init("s", r(2)), init("bb", r(2)), init("m", r(2)),
+         init("v", np.abs(r(2)) + 1)])
+    out["matmul_add"] = model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+         helper.make_node("Add", ["m", "b"], ["a"], name="add"),
+         helper.make_node("Softmax", ["a"], ["y"], name="sm", axis=1)],
+        [vi("x", F, [2, 3])], [vi("y", F, [2, 4])], [init("w", r(3, 4)), init("b", r(4))])
+    out["shape_chain"] = model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Gather", ["s", "i0"], ["d0"], name="gather", axis=0),
+         helper.make_node("Concat", ["d0", "m1"], ["t"], name="concat", axis=0),
+         helper.make_node("Reshape", ["x", "t"], ["y"], name="reshape")],
+        [vi("x", F, [2, 3, 4])], [vi("y", F, [2, 12])],
+        [init("i0", np.array([0], np.int64)), init("m1", np.array([-1], np.int64))])
+    out["transpose_slice_concat"] = model(
+        [helper.make_node("Transpose", ["x"], ["t"], name="tr", perm=[1, 0]),
+         helper.make_node("Slice", ["t", "st", "en"], ["s"], name="slice"),
+         helper.make_node("Concat", ["s", "s"], ["c"], name="cat", axis=0),
+         helper.make_node("ReduceMean", ["c"], ["y"], name="mean", axes=[1], keepdims=0)],
+        [vi("x", F, [3, 4])], [vi("y", F, [4])],
+        [init("st", np.array([1], np.int64)), init("en", np.array([3], np.int64))])
+    out["gather_cast_where"] = model(
+        [helper.make_node("Gather", ["emb", "ids"], ["g"], name="gather", axis=0),
+         helper.make_node("Greater", ["g", "zero"], ["p"], name="gt"),
+         helper.make_node("Where", ["p", "g", "zero"], ["w"], name="where"),
+         helper.make_node("Cast", ["w"], ["y"], name="cast", to=TensorProto.INT32)],
+        [vi("ids", I64, [2, 3])], [vi("y", TensorProto.INT32, [2, 3, 4])],
+        [init("emb", r(5, 4)), init("zero", np.array(0, np.float32))])
+    out["nonzero"] = model(
+        [helper.make_node("NonZero", ["x"], ["nz"], name="nz"),
+         helper.make_node("Transpose", ["nz"], ["y"], name="tr", perm=[1, 0])],
+        [vi("x", F, [2, 3])], [vi("y", I64, [None, 2])])
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="then_relu")], "then",
+                               [], [vi("t", F, [1, 4])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="else_neg")], "else",
+                               [], [vi("e", F, [1, 4])])
+    out["if_runtime"] = model(
+        [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+         helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+        [vi("x", F, [1, 4])], [vi("y", F, [1, 4])], [init("zero", np.array(0, np.float32))])
+    out["pool_norm"] = model(
+        [helper.make_node("AveragePool", ["x"], ["a"], name="ap", kernel_shape=[2, 2]),
+         helper.make_node("InstanceNormalization", ["a", "s", "b"], ["n"], name="in"),
+         helper.make_node("GlobalAveragePool", ["n"], ["y"], name="gap")],
+        [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 2, 1, 1])], [init("s", r(2)), init("b", r(2))])
+    return out
+
+
+def write(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+# fuzz_meta.cc's fixed store: blob A (1000 bytes), blob B (100 bytes).
+BLOB_A = bytes(i * 7 % 251 for i in range(1000))
+BLOB_B = bytes((i * 13 + 5) % 256 for i in range(100))
+
+
+def meta_doc(entries):
+    return json.dumps({"format": "kiln-weights", "version": 1, "weights": entries}, indent=1).encode()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    out = os.path.abspath(a.out)
+    shutil.rmtree(out, ignore_errors=True)
+    for d in ("onnx", "kiln", "npy", "meta", "work"):
+        os.makedirs(os.path.join(out, d))
+    work = os.path.join(out, "work")
+
+    def kiln(*args):
+        p = subprocess.run([a.kiln, *map(str, args)], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            sys.exit(f"make_seeds: kiln {' '.join(map(str, args))} failed:\n{p.stdout}{p.stderr}")
+
+    for name, m in models().items():
+        onnx.checker.check_model(m)
+        p = os.path.join(out, "onnx", name + ".onnx")
+        onnx.save(m, p)
+        kiln("compile", "--model", p, "--output", os.path.join(out, "kiln", name + ".kiln"))
+    # .kiln files with external weights (FileConstant nodes); fuzz_kiln loads
+    # them with OUT/kiln_weights as the weight directory.
+    # Different models per mode, so the store holds both kinds of files.
+    for mode, names in ((2, ("conv_relu_pool", "conv_bn")), (1, ("matmul_add", "pool_norm"))):
+        for name in names:
+            kiln("compile", "--model", os.path.join(out, "onnx", name + ".onnx"),
+                 "--output", os.path.join(out, "kiln", f"ext{mode}_{name}.kiln"), "--external-weight", mode,
+                 "--external-weight-dir", os.path.join(out, "kiln_weights"), "--model-name", name)
+    # meta.json of real stores (modes 1 and 2, two models into one store).
+    for mode in (1, 2):
+        store = os.path.join(work, f"store{mode}")
+        for name in ("conv_relu_pool", "matmul_add"):
+            kiln("compile", "--model", os.path.join(out, "onnx", name + ".onnx"),
+                 "--output", os.path.join(work, f"{name}_{mode}.kiln"), "--external-weight", mode,
+                 "--external-weight-dir", store, "--model-name", name)
+        shutil.copy(os.path.join(store, "meta.json"), os.path.join(out, "meta", f"compiled_mode{mode}.json"))
+    ha, hb = hashlib.sha256(BLOB_A).hexdigest(), hashlib.sha256(BLOB_B).hexdigest()
+    rec = lambda f, o, n: {"file": f, "offset": o, "length": n}
+    write(os.path.join(out, "meta", "store_single.json"),
+          meta_doc({ha: rec("weight_" + ha, 0, 1000), hb: rec("weight_" + hb, 0, 100)}))
+    write(os.path.join(out, "meta", "store_combined.json"),
+          meta_doc({ha: rec("m_weight_combined", 0, 1000), hb: rec("m_weight_combined", 1024, 100)}))
+    write(os.path.join(out, "meta", "store_mixed.json"),
+          meta_doc({ha: rec("m_weight_combined", 0, 1000), hb: rec("weight_" + hb, 0, 100)}))
+    write(os.path.join(out, "meta", "empty.json"), meta_doc({}))
+    # .npy files.
+    npy = lambda n: os.path.join(out, "npy", n + ".npy")
+    rng = np.random.default_rng(1)
+    np.save(npy("f32_2x3"), rng.standard_normal((2, 3)).astype(np.float32))
+    np.save(npy("i64_4"), np.arange(4, dtype=np.int64))
+    np.save(npy("u8_scalar"), np.uint8(7))
+    np.save(npy("bool_2x2"), np.array([[True, False], [False, True]]))
+    np.save(npy("f16_3"), np.array([1, 2, 3], np.float16))
+    np.save(npy("i32_empty"), np.zeros((0, 3), np.int32))
+    np.save(npy("f64_1x1x2"), np.ones((1, 1, 2), np.float64))
+    np.save(npy("f32_big_endian"), np.arange(3, dtype=">f4"))
+    np.save(npy("f32_fortran"), np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)))
+    for ver in ((2, 0), (3, 0)):
+        with open(npy(f"v{ver[0]}_i8"), "wb") as f:
+            np.lib.format.write_array(f, np.arange(5, dtype=np.int8), version=ver)
+    shutil.rmtree(work)
+    counts = {d: len(os.listdir(os.path.join(out, d))) for d in ("onnx", "kiln", "npy", "meta")}
+    print("make_seeds:", ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+if __name__ == "__main__":
+    main()
