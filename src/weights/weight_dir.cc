@@ -381,13 +381,16 @@ Status LoadMeta(Store& s, std::vector<std::string>* warnings_out) {
 
 Status WriteMeta(Store& s) {
   nlohmann::json w = nlohmann::json::object(), v = nlohmann::json::object();
-  std::set<std::string> files;
+  std::map<std::string, std::set<Range>> used;  // the cache keeps only ranges meta.json records
   for (auto& [h, r] : s.meta) {
     w[h] = {{"file", r.file}, {"offset", r.offset}, {"length", r.length}};
-    files.insert(r.file);
+    used[r.file].insert({r.offset, r.length, h});
   }
   for (auto& [file, c] : s.cache) {
-    if (!files.count(file) || c.ranges.empty()) continue;
+    auto u = used.find(file);
+    if (u == used.end()) continue;
+    std::erase_if(c.ranges, [&](const Range& r) { return !u->second.count(r); });
+    if (c.ranges.empty()) continue;
     nlohmann::json e = {{"dev", c.stamp.dev}, {"ino", c.stamp.ino}, {"size", c.stamp.size},
                         {"mtime_ns", c.stamp.mtime_ns}, {"ctime_ns", c.stamp.ctime_ns}};
     if (IsSingleName(file)) {
@@ -576,6 +579,16 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
   st.weights = blobs.size();
   std::map<std::string, std::size_t> todo;  // hash -> first blob index: to write
   std::vector<std::pair<std::string, std::size_t>> singles;  // weight_<h> files to (re)write
+  // Which bytes already in the directory could serve each distinct weight:
+  // its meta.json entry, else a content-named file. Checked (hashed where the
+  // cache does not vouch for them) on the writer pool.
+  struct Candidate {
+    std::size_t blob;
+    WeightRecord rec;
+    bool recorded;  // from meta.json
+    Check check = Check::kAbsent;
+  };
+  std::vector<Candidate> cands;
   std::set<std::string> seen;
   for (std::size_t i = 0; i < blobs.size(); ++i) {
     const std::string& h = hashes[i];
@@ -590,51 +603,67 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
       s.dirty = true;
       it = s.meta.end();
     }
-    if (it != s.meta.end()) {
-      const WeightRecord r = it->second;
-      KILN_ASSIGN_OR_RETURN(Check c, CheckRecord(s, r));
-      if (c == Check::kOk) {
-        ++st.reused;
-        continue;
-      }
-      if (c == Check::kMismatch && IsSingleName(r.file)) {
-        // The name binds the content: the file is damaged, replace it.
-        s.Warn(StrCat("weight file '", (dir / r.file).string(), "' does not hash to its name: rewriting it"));
-        ++st.repaired;
-        singles.push_back({h, i});
-        continue;
-      }
-      if (c == Check::kMismatch) {
-        // Either the bytes or the entry was altered: the range is not patched
-        // in place (it may hold another weight); the weight is stored again.
-        s.Warn(StrCat("weight file '", (dir / r.file).string(), "' bytes [", r.offset, ", +", r.length,
-                      ") do not match their SHA-256 ", h, ": entry dropped, the weight is stored again"));
-        ++st.repaired;
-      }
-      s.meta.erase(it);
+    if (it != s.meta.end()) cands.push_back({i, it->second, true});
+    else cands.push_back({i, {h, "weight_" + h, 0, n}, false});
+  }
+  auto check_all = [&](const std::vector<std::size_t>& which) {
+    return ParallelEach(which.size(), opts.writer_threads, [&](std::size_t k) -> Status {
+      Candidate& c = cands[which[k]];
+      KILN_ASSIGN_OR_RETURN(c.check, CheckRecord(s, c.rec));
+      return Status::Ok();
+    });
+  };
+  std::vector<std::size_t> all(cands.size());
+  for (std::size_t k = 0; k < cands.size(); ++k) all[k] = k;
+  KILN_RETURN_IF_ERROR(check_all(all));
+  std::vector<std::size_t> fallback;  // recorded entries that failed: try weight_<h>
+  for (std::size_t k = 0; k < cands.size(); ++k) {
+    Candidate& c = cands[k];
+    if (!c.recorded) continue;
+    const WeightRecord& r = c.rec;
+    if (c.check == Check::kOk) {
+      ++st.reused;
+      continue;
+    }
+    if (c.check == Check::kMismatch && IsSingleName(r.file)) {
+      // The name binds the content: the file is damaged, replace it.
+      s.Warn(StrCat("weight file '", (dir / r.file).string(), "' does not hash to its name: rewriting it"));
+      ++st.repaired;
+      singles.push_back({r.sha256, c.blob});
+      continue;
+    }
+    if (c.check == Check::kMismatch) {
+      // Either the bytes or the entry was altered: the range is not patched
+      // in place (it may hold another weight); the weight is stored again.
+      s.Warn(StrCat("weight file '", (dir / r.file).string(), "' bytes [", r.offset, ", +", r.length,
+                    ") do not match their SHA-256 ", r.sha256, ": entry dropped, the weight is stored again"));
+      ++st.repaired;
+    }
+    s.meta.erase(r.sha256);
+    s.dirty = true;
+    c = {c.blob, {r.sha256, "weight_" + r.sha256, 0, r.length}, false};
+    if (!IsSingleName(r.file)) fallback.push_back(k);  // (a missing weight_<h> stays missing)
+  }
+  KILN_RETURN_IF_ERROR(check_all(fallback));
+  for (Candidate& c : cands) {
+    if (c.recorded) continue;
+    // A content-named file already there (migrated, meta.json lost, or
+    // written by a mode-1 compile) is adopted, in either mode, only once it
+    // hashes to its name; a damaged one is rewritten.
+    const std::string& h = c.rec.sha256;
+    if (c.check == Check::kOk) {
+      s.meta[h] = c.rec;
       s.dirty = true;
+      ++st.reused;
+    } else if (c.check == Check::kMismatch) {
+      s.Warn(StrCat("weight file '", (dir / c.rec.file).string(), "' does not hash to its name: rewriting it"));
+      ++st.repaired;
+      singles.push_back({h, c.blob});
+    } else if (opts.mode == 1) {
+      singles.push_back({h, c.blob});
+    } else {
+      todo[h] = c.blob;
     }
-    {
-      // A content-named file already there (migrated, meta.json lost, or
-      // written by a mode-1 compile) is adopted, in either mode, only once it
-      // hashes to its name; a damaged one is rewritten.
-      const WeightRecord adopt{h, "weight_" + h, 0, n};
-      KILN_ASSIGN_OR_RETURN(Check c, CheckRecord(s, adopt));
-      if (c == Check::kOk) {
-        s.meta[h] = adopt;
-        s.dirty = true;
-        ++st.reused;
-        continue;
-      }
-      if (c == Check::kMismatch) {
-        s.Warn(StrCat("weight file '", (dir / adopt.file).string(), "' does not hash to its name: rewriting it"));
-        ++st.repaired;
-        singles.push_back({h, i});
-        continue;
-      }
-    }
-    if (opts.mode == 1) singles.push_back({h, i});
-    else todo[h] = i;
   }
   const std::size_t to_write = todo.size() + singles.size();
   if (s.read_only) {
