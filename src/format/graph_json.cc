@@ -195,7 +195,10 @@ Status TypeError(const std::string& path, const char* expected, const json& j) {
 }
 
 Result<const json*> Field(const json& obj, const std::string& path, const char* key) {
-  if (!obj.is_object()) return TypeError(path, "an object", obj);
+  if (!obj.is_object()) {
+    if (path.empty()) return Corrupt("the graph partition must be a JSON object, found ", obj.type_name());
+    return TypeError(path, "an object", obj);
+  }
   auto it = obj.find(key);
   if (it == obj.end()) return Corrupt("field '", path.empty() ? std::string(key) : StrCat(path, ".", key), "' is missing");
   return &*it;

@@ -1,12 +1,16 @@
 // The executor's debug bounds checking catches a kernel that writes past its
 // output, and names the node and tensor.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <future>
 
 #include "backends/cpu/kernel.h"
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
+#include "kiln/stream.h"
 #include "ops/common_infer.h"
 #include "test_util.h"
 
@@ -77,6 +81,109 @@ TEST(Executor, CheckBoundsPassesCorrectKernels) {
   std::vector<float> x(16, -2), y(16, 5);
   ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {16})}, {TensorRef::Of(y.data(), {16})}).ok());
   EXPECT_EQ(y, std::vector<float>(16, 0.f));
+}
+
+// y = relu(x + c), c = 2.
+std::unique_ptr<ir::Graph> AddRelu() {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {64});
+  g->inputs().push_back(x);
+  ir::Value* c = g->AddConstant("c", test::F32({64}, std::vector<float>(64, 2.f)));
+  ir::Value* s = g->AddValue("s");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Add", "add", {x, c}, {s});
+  g->AddNode("Relu", "relu", {s}, {y});
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  return g;
+}
+
+// Destroying a Model while ExecuteAsync runs on it are still queued: the
+// queued work keeps what it refers to alive (a use-after-free before; this
+// test runs under ASan in the sanitizer build).
+TEST(ModelLifetime, DestroyingAModelWithQueuedRunsIsSafe) {
+  test::TempDir dir;
+  auto model = test::CompileAndLoad(AddRelu(), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  ASSERT_TRUE((*stream)->LaunchHostFunc([open] {
+    open.wait();
+    return Status::Ok();
+  }).ok());
+  std::vector<float> x1(64, 1), x2(64, -5), y1(64, -1), y2(64, -1);
+  ASSERT_TRUE((*model)->ExecuteAsync(**stream, {TensorRef::Of(x1.data(), {64})}, {TensorRef::Of(y1.data(), {64})}).ok());
+  ASSERT_TRUE((*model)->ExecuteAsync(**stream, {TensorRef::Of(x2.data(), {64})}, {TensorRef::Of(y2.data(), {64})}).ok());
+  model.value().reset();  // both runs are still queued behind the gate
+  gate.set_value();
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+  EXPECT_EQ(y1, std::vector<float>(64, 3.f));  // relu(1 + 2)
+  EXPECT_EQ(y2, std::vector<float>(64, 0.f));  // relu(-5 + 2)
+}
+
+// Work skipped because earlier work on the stream failed still lets go of
+// the model (LeakSanitizer would report it otherwise) and writes nothing.
+TEST(ModelLifetime, SkippedQueuedRunReleasesTheModel) {
+  test::TempDir dir;
+  auto model = test::CompileAndLoad(AddRelu(), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  ASSERT_TRUE((*stream)->LaunchHostFunc([open] {
+    open.wait();
+    return Error(StatusCode::kInternal, "earlier work failed");
+  }).ok());
+  std::vector<float> x(64, 1), y(64, -1);
+  ASSERT_TRUE((*model)->ExecuteAsync(**stream, {TensorRef::Of(x.data(), {64})}, {TensorRef::Of(y.data(), {64})}).ok());
+  model.value().reset();
+  gate.set_value();
+  Status st = (*stream)->Synchronize();
+  EXPECT_NE(st.message().find("earlier work failed"), std::string::npos) << st.ToString();
+  EXPECT_EQ(y, std::vector<float>(64, -1.f));
+}
+
+// An exception thrown by queued work becomes the stream's error instead of
+// terminating the process from the worker thread.
+TEST(ModelLifetime, ExceptionsInQueuedWorkBecomeStatus) {
+  auto stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->LaunchHostFunc([]() -> Status { throw std::runtime_error("boom"); }).ok());
+  Status st = (*stream)->Synchronize();
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("boom"), std::string::npos) << st.ToString();
+}
+
+std::int64_t ResidentBytes() {
+  std::ifstream f("/proc/self/statm");
+  std::int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// Loading does not touch the arena (it used to be memset, so a model too
+// large for the machine was OOM-killed instead of failing): a 128 MiB
+// intermediate costs no resident memory until a run writes it.
+TEST(ModelLifetime, LoadDoesNotTouchTheArena) {
+  constexpr std::int64_t kN = 32 << 20;  // floats: 128 MiB
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {kN});
+  g->inputs().push_back(x);
+  ir::Value* a = g->AddValue("a");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Relu", "r1", {x}, {a});
+  g->AddNode("Neg", "n2", {a}, {y});
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  const std::int64_t before = ResidentBytes();
+  auto model = test::CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_GE((*model)->arena_bytes(), static_cast<std::uint64_t>(kN * 4));
+  EXPECT_LT(ResidentBytes() - before, kN * 4 / 2) << "loading touched the arena";
 }
 
 }  // namespace

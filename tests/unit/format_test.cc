@@ -1,6 +1,8 @@
 // The .kiln file: round trip, and every kind of damage is detected.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +113,22 @@ TEST_F(FormatTest, MissingFileIsNotFound) {
   auto r = Model::Load(dir_.file("nope.kiln"), {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+// A FIFO (or directory) given as the model is refused at once: opening a
+// FIFO for reading used to block until a writer appeared.
+TEST_F(FormatTest, NonRegularFilesAreRefusedWithoutBlocking) {
+  const std::string fifo = dir_.file("fifo.kiln");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::create_directory(dir_.file("dir.kiln"));
+  for (const std::string& p : {fifo, dir_.file("dir.kiln")}) {
+    auto r = Model::Load(p, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(p), std::string::npos) << r.status().ToString();
+    EXPECT_FALSE(format::ReadModelFile(p).ok());
+  }
 }
 
 TEST_F(FormatTest, WriteIsAtomic) {

@@ -1,0 +1,333 @@
+"""Hostile .kiln files (issue 9 items 5 and 6): plans that would corrupt
+memory if trusted, written with VALID checksums so that they reach the plan
+verifier (plan::VerifyPlan) and the load-time re-inference, plus non-regular
+files and truncated files given as the model.
+
+The writer below mirrors format::WriteModelFile (src/format/kiln_file.cc):
+  [0, 64)    header  '<8sIIIIQQ24s': magic b"KILNMDL\\0", version 1,
+             header_size 64, num_partitions, crc, file_size, table_offset 64,
+             24 reserved zero bytes
+  [64, ...)  table   '<IIQQII' per partition: type (1 graph JSON, 2 weights),
+             flags 0, offset, size, crc, reserved 0
+  graph JSON at the table's end rounded up to 64; weights at the JSON's end
+  rounded up to 4096; zero padding between, nothing after the weights.
+  Partition crc = zlib.crc32(bytes); header crc = zlib.crc32(header with crc
+  field 0 + the whole table).
+
+Each crafted file is run with `kiln run` and `kiln inspect` (both must exit 1
+naming the file and the culprit); faults only the load-time re-inference can
+see (op versions, recorded shapes) are run with `kiln run` only.
+"""
+import copy
+import json
+import os
+import struct
+import zlib
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from run_hostile import Case
+
+CLASS = "kiln"
+
+HEADER = struct.Struct("<8sIIIIQQ24s")
+ENTRY = struct.Struct("<IIQQII")
+U64_MAX = 2**64 - 1
+
+
+def align(v, a):
+    return (v + a - 1) // a * a
+
+
+def read_kiln(path):
+    b = open(path, "rb").read()
+    magic, version, hsize, n, crc, fsize, toff, _ = HEADER.unpack_from(b, 0)
+    assert magic == b"KILNMDL\0" and version == 1 and n == 2, "unexpected .kiln layout"
+    parts = {}
+    for i in range(n):
+        t, _flags, off, size, _crc, _res = ENTRY.unpack_from(b, toff + 32 * i)
+        parts[t] = b[off:off + size]
+    return json.loads(parts[1]), parts[2]
+
+
+def kiln_bytes(graph, weights, weights_offset=None, flags=0, json_text=None):
+    """A .kiln image with correct checksums around whatever it is given."""
+    text = json_text if json_text is not None else json.dumps(graph, separators=(",", ":")).encode()
+    g_off = align(HEADER.size + 2 * ENTRY.size, 64)
+    w_off = weights_offset if weights_offset is not None else align(g_off + len(text), 4096)
+    table = (ENTRY.pack(1, flags, g_off, len(text), zlib.crc32(text), 0) +
+             ENTRY.pack(2, 0, w_off, len(weights), zlib.crc32(weights), 0))
+    fsize = w_off + len(weights)
+    h0 = HEADER.pack(b"KILNMDL\0", 1, 64, 2, 0, fsize, 64, b"\0" * 24)
+    crc = zlib.crc32(table, zlib.crc32(h0))
+    h = HEADER.pack(b"KILNMDL\0", 1, 64, 2, crc, fsize, 64, b"\0" * 24)
+    out = bytearray(fsize)
+    out[0:64] = h
+    out[64:64 + len(table)] = table
+    out[g_off:g_off + len(text)] = text
+    out[w_off:w_off + len(weights)] = weights
+    return bytes(out)
+
+
+def base_model(d):
+    """x, y [2,8] -> a = x+y -> b = a*W -> c = Reshape(b) (a view) -> d = Tanh
+    -> out = Sigmoid; out2 = a*C. Plan: a [1,0,64], b = c [1,64,64],
+    d [1,128,64], arena 192; W, C, S at 0, 64, 128 of a 192-byte blob."""
+    W = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(2, 8) / 10, "W")
+    C = numpy_helper.from_array(np.full((2, 8), 0.5, dtype=np.float32), "C")
+    S = numpy_helper.from_array(np.array([4, 4], dtype=np.int64), "S")
+    nodes = [helper.make_node("Add", ["x", "y"], ["a"], name="add"),
+             helper.make_node("Mul", ["a", "W"], ["b"], name="mul"),
+             helper.make_node("Reshape", ["b", "S"], ["c"], name="reshape"),
+             helper.make_node("Tanh", ["c"], ["d"], name="tanh"),
+             helper.make_node("Sigmoid", ["d"], ["out"], name="sigmoid"),
+             helper.make_node("Mul", ["a", "C"], ["out2"], name="mul2")]
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 4]),
+         helper.make_tensor_value_info("out2", TensorProto.FLOAT, [2, 8])],
+        initializer=[W, C, S])
+    p = os.path.join(d, "base.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+    return p
+
+
+def value(j, name):
+    for v in j["graph"]["values"]:
+        if v["name"] == name:
+            return v
+    raise KeyError(name)
+
+
+def node(j, name):
+    for n in j["graph"]["nodes"]:
+        if n["name"] == name:
+            return n
+    raise KeyError(name)
+
+
+def place(name, region, offset, size):
+    def f(j):
+        j["plan"]["placements"][name] = [region, offset, size]
+    return f
+
+
+def setp(path, val):
+    """Sets j[path...] = val (path: list of keys)."""
+    def f(j):
+        o = j
+        for k in path[:-1]:
+            o = o[k]
+        o[path[-1]] = val
+    return f
+
+
+def chain(*fs):
+    def f(j):
+        for g in fs:
+            g(j)
+    return f
+
+
+def generate(ctx):
+    d = ctx.dir(CLASS)
+    onnx_path = base_model(d)
+    good = os.path.join(d, "base.kiln")
+    rc, out = ctx.run(["compile", "--model", onnx_path, "--output", good])
+    assert rc == 0, out
+    j0, w0 = read_kiln(good)
+    # The generator relies on this plan; fail loudly if the compiler changes it.
+    pl = j0["plan"]["placements"]
+    assert j0["plan"]["arena_size"] == 192 and j0["plan"]["const_size"] == 192, j0["plan"]
+    assert pl["a"] == [1, 0, 64] and pl["b"] == [1, 64, 64] and pl["c"] == [1, 64, 64] and pl["d"] == [1, 128, 64], pl
+    assert pl["x"] == [2, 0, 64] and pl["y"] == [3, 0, 64] and pl["out"] == [4, 0, 64] and pl["out2"] == [5, 0, 64], pl
+    # A faithful rewrite of the good file must load and run: the writer is right.
+    with open(os.path.join(d, "rewritten.kiln"), "wb") as f:
+        f.write(kiln_bytes(j0, w0))
+
+    cases = [Case("rewritten_file_runs", ["run", os.path.join(d, "rewritten.kiln")], ["output 0 'out'"], rc=0)]
+
+    def crafted(sub, name, mutate, needles, inspect=True, weights=None, **kw):
+        j = copy.deepcopy(j0)
+        if mutate:
+            mutate(j)
+        fname = f"{sub}_{name}.kiln"
+        p = os.path.join(d, fname)
+        with open(p, "wb") as f:
+            f.write(kiln_bytes(j, w0 if weights is None else weights, **kw))
+        cases.append(Case(f"{sub}/{name}/run", ["run", p], [fname, *needles]))
+        if inspect:
+            cases.append(Case(f"{sub}/{name}/inspect", ["inspect", p], [fname, *needles]))
+
+    # -- placements outside their region -------------------------------------
+    crafted("out_of_region", "arena_past_end", place("d", 1, 192, 64),
+            ["value 'd'", "offset 192", "region 1 (arena)", "past the arena's 192 bytes"])
+    crafted("out_of_region", "input_offset", place("x", 2, 64, 64),
+            ["value 'x'", "offset 64", "region 2 (input 0 'x')"])
+    crafted("out_of_region", "output_offset", place("out2", 5, 2**40, 64),
+            ["value 'out2'", f"offset {2**40}", "region 5 (output 1 'out2')"])
+    crafted("out_of_region", "no_such_region", place("a", 99, 0, 64), ["value 'a'", "region 99", "regions 0..5"])
+    crafted("out_of_region", "negative_region", place("b", -1, 64, 64), ["value 'b'", "region -1"])
+    crafted("out_of_region", "constant_past_blob", setp(["graph", "values", 0, "const", "offset"], 4096),
+            ["constant 'W'", "offset 4096", "outside the weights partition of 192 bytes"])
+    crafted("out_of_region", "offset_wraps", place("a", 1, 2**64 - 64, 64),
+            ["value 'a'", f"offset {2**64 - 64}", "overflows"])
+
+    # -- intermediates in the caller's input (or output) regions -------------
+    crafted("intermediate_in_input", "a_in_x", place("a", 2, 0, 64),
+            ["value 'a'", "region 2 (input 0 'x')", "holds only input 'x'"])
+    crafted("intermediate_in_input", "b_in_y", place("b", 3, 0, 64),
+            ["value 'b'", "region 3 (input 1 'y')", "holds only input 'y'"])
+    crafted("intermediate_in_input", "d_in_x", place("d", 2, 0, 64), ["value 'd'", "holds only input 'x'"])
+    crafted("intermediate_in_input", "c_in_y", place("c", 3, 0, 64), ["value 'c'", "holds only input 'y'"])
+    crafted("intermediate_in_input", "a_in_output", place("a", 4, 0, 64), ["value 'a'", "holds only output 'out'"])
+    crafted("intermediate_in_input", "input_in_arena", place("x", 1, 0, 64),
+            ["value 'x'", "region 1 (arena)", "cannot live in the arena"])
+
+    # -- the same input listed twice (graph regions would alias) -------------
+    for name, ins, first, second in [("x_twice", ["x", "y", "x"], 0, 2), ("y_twice", ["x", "y", "y"], 1, 2),
+                                     ("y_first_and_last", ["y", "x", "y"], 0, 2), ("x_x_y", ["x", "x", "y"], 0, 1),
+                                     ("x_y_x_y", ["x", "y", "x", "y"], 0, 2)]:
+        who = ins[first]
+        crafted("duplicate_input", name, setp(["graph", "inputs"], ins),
+                [f"input '{who}' is listed twice (graph inputs {first} and {second})"])
+    crafted("duplicate_input", "output_twice", setp(["graph", "outputs"], ["out", "out2", "out"]),
+            ["output 'out' is listed twice (graph outputs 0 and 2)"])
+
+    # -- a constant listed as a graph input ----------------------------------
+    for name, ins, const, idx in [("W_last", ["x", "y", "W"], "W", 2), ("W_first", ["W", "x", "y"], "W", 0),
+                                  ("C_middle", ["x", "C", "y"], "C", 1), ("S_last", ["x", "y", "S"], "S", 2),
+                                  ("S_and_C", ["S", "x", "y", "C"], "S", 0)]:
+        crafted("constant_as_input", name, setp(["graph", "inputs"], ins),
+                [f"constant '{const}' is listed as graph input {idx}"])
+
+    # -- arena_size: huge, wrapping, too small, too large ---------------------
+    for name, size in [("max", U64_MAX), ("max_minus_63", U64_MAX - 63), ("two_to_63", 2**63), ("one_too_many", 256)]:
+        crafted("arena_size", name, setp(["plan", "arena_size"], size),
+                [f"plan arena_size {size} differs from the 192 bytes"])
+    crafted("arena_size", "too_small", setp(["plan", "arena_size"], 128),
+            ["value 'd'", "past the arena's 128 bytes"])
+    crafted("arena_size", "zero", setp(["plan", "arena_size"], 0), ["past the arena's 0 bytes"])
+    # arena_size near 2^64 with a placement that fits it: rounding up would wrap
+    crafted("arena_size", "wrap_with_placement",
+            chain(setp(["plan", "arena_size"], 2**64 - 64), place("d", 1, 2**64 - 128, 64)),
+            [f"arena placements reach offset {2**64 - 64}", "past the 192 bytes"])
+
+    # -- unaligned offsets ---------------------------------------------------
+    crafted("unaligned", "arena_8", place("a", 1, 8, 64), ["value 'a'", "offset 8", "not 64-byte aligned"])
+    crafted("unaligned", "arena_65", place("b", 1, 65, 64), ["value 'b'", "offset 65", "not 64-byte aligned"])
+    crafted("unaligned", "arena_100", place("d", 1, 100, 64), ["value 'd'", "offset 100", "not 64-byte aligned"])
+    crafted("unaligned", "constant_1", chain(setp(["graph", "values", 0, "const", "offset"], 1), place("W", 0, 1, 64)),
+            ["constant 'W'", "offset 1", "not 64-byte aligned"])
+    crafted("unaligned", "constant_32", chain(setp(["graph", "values", 1, "const", "offset"], 32), place("C", 0, 32, 64)),
+            ["constant 'C'", "offset 32", "not 64-byte aligned"])
+    crafted("unaligned", "weights_partition", None, ["weights partition at offset 4160", "not 4096-byte aligned"],
+            weights_offset=4096 + 64)
+
+    # -- a graph output renamed to an arena tensor ----------------------------
+    for name, outs, culprit in [("out_is_a", ["a", "out2"], "'a'"), ("out_is_d", ["d", "out2"], "'d'"),
+                                ("out2_is_b", ["out", "b"], "'b'"), ("out_is_c", ["c", "out2"], "'c'"),
+                                ("swapped", ["out2", "out"], "holds only output")]:
+        crafted("output_renamed", name, setp(["graph", "outputs"], outs), [culprit])
+
+    # -- placement size != dtype size x element count -------------------------
+    crafted("size_mismatch", "arena_plus_one", place("a", 1, 0, 65),
+            ["value 'a'", "size 65", "differs from the 64 bytes of float32[2,8]"])
+    crafted("size_mismatch", "input_half", place("x", 2, 0, 32),
+            ["value 'x'", "size 32", "differs from the 64 bytes of float32[2,8]"])
+    crafted("size_mismatch", "output_zero", place("out", 4, 0, 0), ["value 'out'", "size 0", "differs from the 64 bytes"])
+    crafted("size_mismatch", "constant_half", setp(["graph", "values", 0, "const", "size"], 32),
+            ["constant 'W'", "size 32 differs from 64 bytes of float32[2,8]"])
+    crafted("size_mismatch", "shape_grown", lambda j: value(j, "d").update(shape=[4, 8]),
+            ["value 'd'", "differs from the 128 bytes of float32[4,8]"])
+    crafted("size_mismatch", "dtype_widened", lambda j: value(j, "a").update(dtype=11),
+            ["value 'a'", "differs from the 128 bytes of float64[2,8]"])
+
+    # -- truncated files -----------------------------------------------------
+    raw = open(good, "rb").read()
+    for n in (0, 63, 100, len(raw) - 1):
+        fname = f"truncated_{n}.kiln"
+        p = os.path.join(d, fname)
+        with open(p, "wb") as f:
+            f.write(raw[:n])
+        needle = "too small to be a .kiln file" if n < 64 else f"file has {n} (truncated?)"
+        cases.append(Case(f"truncated/raw_{n}/run", ["run", p], [fname, needle]))
+        cases.append(Case(f"truncated/raw_{n}/inspect", ["inspect", p], [fname, needle]))
+    # truncated partitions inside a consistent file (checksums recomputed)
+    text = json.dumps(j0, separators=(",", ":")).encode()
+    crafted("truncated", "json_half", None, ["graph partition is not valid JSON"], json_text=text[:len(text) // 2])
+    crafted("truncated", "weights_128", None, ["constant 'S'", "outside the weights partition of 128 bytes"],
+            weights=w0[:128])
+    crafted("truncated", "weights_empty", None, ["constant 'W'", "outside the weights partition of 0 bytes"],
+            weights=b"")
+
+    # -- other plan and graph faults -----------------------------------------
+    crafted("plan", "alias_on_compute_node", lambda j: node(j, "tanh")["attrs"].update(
+        {"kiln.alias": {"kind": "int", "v": 1}}), ["Tanh node 'tanh'", "marked as a view"])
+    crafted("plan", "alias_other_bytes", place("c", 1, 128, 64),
+            ["Reshape node 'reshape'", "does not share its input 'b'"])
+    crafted("plan", "live_tensors_overlap", place("a", 1, 128, 64), ["'a'", "'d'", "share bytes while both are live"])
+    crafted("plan", "unknown_value_placed", place("ghost", 1, 0, 64), ["unknown value 'ghost'"])
+    crafted("plan", "intermediate_unplaced", lambda j: j["plan"]["placements"].pop("d"),
+            ["value 'd' (written by Tanh node 'tanh') has no placement"])
+    crafted("plan", "const_size", setp(["plan", "const_size"], 4096), ["plan const_size 4096 differs", "192 bytes"])
+    crafted("plan", "output_is_input", setp(["graph", "outputs"], ["out", "y"]), ["graph output 1 'y' is also graph input 1"])
+    crafted("plan", "two_producers", lambda j: node(j, "mul2").update(outputs=["out"]),
+            ["Mul node 'mul2' writes value 'out'", "already writes"])
+    crafted("plan", "dynamic_input", lambda j: value(j, "x").update(dynamic=1), ["input 'x' is marked data-dependent"])
+    crafted("plan", "mask_past_rank", lambda j: value(j, "a").update(dynamic=4), ["value 'a'", "beyond its rank 2"])
+    crafted("plan", "reserved_flags", None, ["partition 0 has non-zero reserved fields"], flags=1)
+    crafted("json", "shape_not_array", lambda j: value(j, "a").update(shape="2,8"),
+            ["value 'a'", "field 'graph.values[5].shape' must be an array, found string"])
+    crafted("json", "dtype_string", lambda j: value(j, "x").update(dtype="float32"),
+            ["value 'x'", "field 'graph.values[3].dtype' must be an integer, found string"])
+    crafted("json", "unknown_dtype", lambda j: value(j, "b").update(dtype=99), ["value 'b' has invalid dtype 99"])
+    crafted("json", "unknown_input", lambda j: node(j, "add").update(inputs=["x", "zz"]),
+            ["Add node 'add' reads unknown value 'zz'"])
+    crafted("json", "placement_not_triple", setp(["plan", "placements", "a"], [1, 0]),
+            ["placement of 'a'", "[region, offset, size]"])
+    crafted("json", "offset_negative", place("a", 1, -64, 64), ["placement of 'a'", "= -64 is negative"])
+    crafted("json", "huge_dim", lambda j: value(j, "d").update(shape=[2**62, 2**62]),
+            ["value 'd'", "more elements than fit"])
+    bad_utf8 = json.dumps(j0, separators=(",", ":")).encode().replace(b'"name":"g"', b'"name":"g\xff"')
+    crafted("json", "invalid_utf8", None, ["graph partition is not valid JSON"], json_text=bad_utf8)
+    # Only the load-time re-inference sees these (kiln inspect does not infer).
+    crafted("infer", "op_version", lambda j: node(j, "tanh").update(since=99),
+            ["Tanh node 'tanh' has op version 99"], inspect=False)
+    crafted("infer", "recorded_shape", lambda j: value(j, "d").update(shape=[2, 8]),
+            ["Tanh node 'tanh' output 'd' is recorded as float32[2,8] but infers to float32[4,4]"], inspect=False)
+    crafted("infer", "unknown_op", lambda j: node(j, "tanh").update(op="Tanhh"),
+            ["Tanhh node 'tanh'", "not supported"], inspect=False)
+
+    # -- non-regular files as the model (must not block) ----------------------
+    fifo = os.path.join(d, "fifo.kiln")
+
+    def make_fifo():
+        if os.path.lexists(fifo):
+            os.remove(fifo)
+        os.mkfifo(fifo)
+
+    link = os.path.join(d, "link_to_fifo.kiln")
+
+    def make_link():
+        make_fifo()
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(fifo, link)
+
+    dirp = os.path.join(d, "dir.kiln")
+    os.makedirs(dirp, exist_ok=True)
+    for cmd in ("run", "inspect"):
+        cases.append(Case(f"non_regular/fifo/{cmd}", [cmd, fifo], ["fifo.kiln", "FIFO", "not a regular file"],
+                          timeout=20, before=make_fifo))
+        cases.append(Case(f"non_regular/symlink_to_fifo/{cmd}", [cmd, link],
+                          ["link_to_fifo.kiln", "not a regular file"], timeout=20, before=make_link))
+        cases.append(Case(f"non_regular/directory/{cmd}", [cmd, dirp], ["dir.kiln", "directory"]))
+        cases.append(Case(f"non_regular/char_device/{cmd}", [cmd, "/dev/zero"], ["/dev/zero", "not a regular file"],
+                          timeout=20))
+        cases.append(Case(f"non_regular/missing/{cmd}", [cmd, os.path.join(d, "nope.kiln")], ["nope.kiln"]))
+    return cases
