@@ -873,9 +873,10 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
   // record's offsets are those of its file in `from`: read it there while it
   // is still there (`to` may hold an unrelated file of the same name, e.g. the
   // previous compile's <model>_weight_combined); a moved file is in `to`.
-  std::vector<HostTensorPtr> blobs;
-  std::vector<std::string> hashes;
-  for (const WeightRecord& r : records) {
+  std::vector<HostTensorPtr> blobs(records.size());
+  std::vector<std::string> hashes(records.size());
+  KILN_RETURN_IF_ERROR(ParallelEach(records.size(), opts.writer_threads, [&](std::size_t i) -> Status {
+    const WeightRecord& r = records[i];
     auto t = std::make_shared<HostTensor>(DType::kUInt8, Shape{static_cast<std::int64_t>(r.length)});
     fs::path src = fs::path(from) / r.file;
     struct stat st {};
@@ -883,14 +884,14 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
     KILN_ASSIGN_OR_RETURN(OpenedFile f, OpenRegularFile(src.string(), "migrating weights"));
     KILN_RETURN_IF_ERROR(PreadExact(f.fd.get(), t->mutable_data(), static_cast<std::int64_t>(r.length),
                                     static_cast<std::int64_t>(r.offset), StrCat("migrating weights: '", src.string(), "'")));
-    std::string h = Sha256Hex(t->data(), r.length);
-    if (h != r.sha256) {
+    hashes[i] = Sha256Hex(t->data(), r.length);
+    if (hashes[i] != r.sha256) {
       return Error(StatusCode::kCorrupt, "migrating weights: '", src.string(), "' [", r.offset, ", +", r.length,
                    ") does not hash to ", r.sha256, " (modified during the compile?)");
     }
-    blobs.push_back(t);
-    hashes.push_back(std::move(h));
-  }
+    blobs[i] = std::move(t);
+    return Status::Ok();
+  }));
   StoreStats stats;
   auto out = StoreHashed(to, blobs, hashes, opts, &stats);
   if (out.ok()) fs::remove_all(from, ec);

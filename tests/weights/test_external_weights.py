@@ -466,6 +466,47 @@ class ExternalWeights(unittest.TestCase):
                     rc, out = kiln("run", k, "--input", "0=" + x, "--weight-load", load)
                     self.assertEqual(rc, 0, out)
 
+    def test_recompile_repairs_tampered_weight_file(self):
+        """Issue 9 item 8: a flipped byte used to survive every recompile ("0
+        written, N already present"). The offline recompile (temporary
+        directory + migration) hashes what it reuses and repairs it."""
+        for mode in (1, 2):
+            with self.subTest(mode=mode):
+                d, k, f, w = self.damaged_setup(f"repair{mode}", mode)
+                data = bytearray(read(f))
+                data[w["offset"] + 100] ^= 0x40
+                write(f, bytes(data))
+                env = dict(os.environ, KILN_WORK_PATH=d)
+                rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output", k,
+                               "--external-weight", mode, env=env)
+                self.assertEqual(rc, 0, out)
+                self.assertIn("warning", out)
+                self.assertIn(os.path.basename(f), out)
+                check_weight_dir(self, os.path.join(d, "weight"))
+                if mode == 1:
+                    self.assertEqual(sha256(read(f)), w["id"])
+                rc, out = kiln("run", k, "--input", "0=" + os.path.join(d, "x.npy"), "--verify-weights")
+                self.assertEqual(rc, 0, out)
+                self.assertEqual(glob.glob(os.path.join(d, "tmp_weight_*")), [])
+
+    def test_model_name_outside_the_directory_is_refused(self):
+        """Issue 9 item 7: --model-name ../x wrote ../x_weight_combined and left
+        a meta.json that broke every later compile."""
+        d = fresh("model_name")
+        mlp_model(os.path.join(d, "m.onnx"), [(np.ones((4, 4), np.float32), np.ones(4, np.float32))])
+        wdir = os.path.join(d, "store", "weight")
+        for name in ("../x", "a/b", "..", "x\x01"):
+            rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output", os.path.join(d, "m.kiln"),
+                           "--external-weight", 2, "--external-weight-dir", wdir, "--model-name", name)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("invalid model name", out)
+            self.assertFalse(os.path.exists(os.path.join(d, "store")), name)
+            self.assertFalse(os.path.exists(os.path.join(d, "m.kiln")), name)
+        rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output", os.path.join(d, "m.kiln"),
+                       "--external-weight", 2, "--external-weight-dir", wdir, "--model-name", "x")
+        self.assertEqual(rc, 0, out)
+        check_weight_dir(self, wdir)
+
     # ---- flags -------------------------------------------------------------------------
 
     def test_external_weight_3_rejected(self):
