@@ -12,9 +12,13 @@ Result<std::int64_t> Count(const Shape& shape, std::string_view what, bool allow
       return Error(StatusCode::kInvalidArgument, what, ": dim ", i, " of shape ", ShapeToString(shape),
                    " is negative (", d, ")");
     }
+    // Each dim on its own too: [0, 2^62] has 0 elements, but its dims
+    // cannot be used in any further arithmetic safely.
+    if (d > kMaxTensorBytes) {
+      return Error(StatusCode::kOutOfRange, what, ": dim ", i, " of shape ", ShapeToString(shape), " (", d,
+                   ") exceeds Kiln's limit of ", kMaxTensorBytes, " bytes (64 GiB) per tensor");
+    }
     if (!CheckedMul(n, d, &n) || n > kMaxTensorBytes) {
-      // A later zero dim would make the count 0, but such a shape is still
-      // refused: its dims cannot be used in any arithmetic safely.
       return Error(StatusCode::kOutOfRange, what, ": shape ", ShapeToString(shape),
                    " has more elements than fit in Kiln's limit of ", kMaxTensorBytes, " bytes (64 GiB) per tensor");
     }
