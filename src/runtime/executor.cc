@@ -467,7 +467,7 @@ Status Executor::RunDynamic(Task& t) {
     }
     cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs, outs.data(),
                          key.data()};
-    KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
+    KILN_RETURN_IF_ERROR(cpu::RunKernel(*it->second, args, *t.node).WithContext(t.node->Describe()));
     KILN_RETURN_IF_ERROR(check(outs));
   }
   for (std::size_t j = 0; j < outs.size(); ++j) {
@@ -482,7 +482,7 @@ Status Executor::Replay() {
       KILN_RETURN_IF_ERROR(RunDynamic(t));
     } else if (t.kernel) {
       cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs};
-      Status st = t.kernel->Run(args);
+      Status st = cpu::RunKernel(*t.kernel, args, *t.node);
       if (!st.ok()) return st.WithContext(t.node->Describe());
     } else {
       t.fn(t.fn_args);

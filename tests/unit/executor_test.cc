@@ -157,6 +157,50 @@ TEST(ModelLifetime, ExceptionsInQueuedWorkBecomeStatus) {
   EXPECT_NE(st.message().find("boom"), std::string::npos) << st.ToString();
 }
 
+// A kernel factory or kernel that throws (oneDNN's C++ API throws
+// dnnl::error) gives an error naming the node; nothing escapes.
+TEST(Executor, ThrowingKernelsBecomeErrorsNamingTheNode) {
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    ops::OpDef d;
+    d.type = "Throws";
+    d.domain = "kiln.test";
+    d.versions = {1};
+    d.infer = ops::InferSameAsInput;
+    ops::OpRegistry::Get().Register(d);
+    cpu::KernelRegistry::Get().Register("Throws", [](const cpu::KernelInit& init) -> Result<std::unique_ptr<cpu::Kernel>> {
+      if (init.node->GetInt("kiln.at_create", 0)) throw std::runtime_error("could not create a primitive");
+      return cpu::MakeFn([](const cpu::KernelArgs&) -> Status { throw std::bad_alloc(); });
+    }, "kiln.test");
+  }
+  for (int at_create : {1, 0}) {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
+    g->inputs().push_back(x);
+    ir::Value* y = g->AddValue("y");
+    ir::Node* n = g->AddNode("Throws", "thrower", {x}, {y}, "kiln.test");
+    n->SetAttr("kiln.at_create", ir::Attribute::Int(at_create));
+    g->outputs().push_back(y);
+    test::SetLatestVersions(*g);
+    test::TempDir dir;
+    auto model = test::CompileAndLoad(std::move(g), dir);
+    if (at_create) {
+      ASSERT_FALSE(model.ok());
+      EXPECT_NE(model.status().message().find("Throws node 'thrower'"), std::string::npos) << model.status().ToString();
+      EXPECT_NE(model.status().message().find("could not create a primitive"), std::string::npos)
+          << model.status().ToString();
+      continue;
+    }
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    std::vector<float> xs(4), ys(4);
+    Status st = (*model)->Execute({TensorRef::Of(xs.data(), {4})}, {TensorRef::Of(ys.data(), {4})});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.ToString();
+    EXPECT_NE(st.message().find("Throws node 'thrower'"), std::string::npos) << st.ToString();
+  }
+}
+
 std::int64_t ResidentBytes() {
   std::ifstream f("/proc/self/statm");
   std::int64_t size = 0, resident = 0;

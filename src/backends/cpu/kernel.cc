@@ -46,10 +46,33 @@ Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init) {
     return Error(StatusCode::kUnimplemented, init.node->Describe(),
                  ": no CPU kernel for op '", init.node->op_type(), "'");
   }
-  auto k = (*f)(init);
+  // Kernel factories may throw (oneDNN's C++ API reports an unsupported or
+  // too large problem with dnnl::error; allocations with std::bad_alloc):
+  // the error names the node instead of escaping.
+  Result<std::unique_ptr<Kernel>> k = Error(StatusCode::kInternal, "no kernel");
+  try {
+    k = (*f)(init);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, init.node->Describe(), ": out of memory creating its kernel");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kUnimplemented, init.node->Describe(), ": cannot create its kernel: ", e.what());
+  }
   if (!k.ok()) return k.status().WithContext(init.node->Describe());
   return k;
 }
+
+Status RunKernel(Kernel& kernel, const KernelArgs& args, const ir::Node& node) {
+  try {
+    return kernel.Run(args);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, node.Describe(), ": out of memory while running");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, node.Describe(), ": kernel failed: ", e.what());
+  }
+}
+
+static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel, const ir::Node& node,
+                                                   const std::vector<HostTensorPtr>& inputs, const KernelInit& init);
 
 Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
                                             const std::vector<HostTensorPtr>& inputs) {
@@ -63,6 +86,18 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
   }
   for (ir::Value* o : node.outputs()) init.outputs.push_back({o->dtype(), o->shape()});
   KILN_ASSIGN_OR_RETURN(auto kernel, CreateKernel(init));
+  // Output sizes were checked by inference (CheckShapeSize); an allocation
+  // that still fails is an error, not an exception.
+  try {
+    return EvalWith(*kernel, node, inputs, init);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, node.Describe(), ": out of memory evaluating it");
+  }
+}
+
+static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel_ref, const ir::Node& node,
+                                                   const std::vector<HostTensorPtr>& inputs, const KernelInit& init) {
+  Kernel* kernel = &kernel_ref;
   std::vector<std::shared_ptr<HostTensor>> outs;
   std::vector<void*> ptrs;
   for (auto& in : inputs) ptrs.push_back(in ? const_cast<void*>(in->data()) : nullptr);
@@ -74,7 +109,7 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
   std::vector<Shape> out_shapes;
   for (auto& d : init.outputs) out_shapes.push_back(d.shape);
   KernelArgs args{ptrs.data(), static_cast<int>(inputs.size()), out_shapes.data()};
-  KILN_RETURN_IF_ERROR(kernel->Run(args).WithContext(node.Describe()));
+  KILN_RETURN_IF_ERROR(RunKernel(*kernel, args, node).WithContext(node.Describe()));
   for (std::size_t j = 0; j < outs.size(); ++j) {
     if (out_shapes[j] == outs[j]->shape()) continue;
     // A data-dependent extent: keep the dense prefix the kernel wrote.

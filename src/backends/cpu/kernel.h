@@ -73,8 +73,12 @@ class KernelRegistry {
   std::map<std::pair<std::string, std::string>, KernelFactory> factories_;
 };
 
-// Creates the kernel for init.node; errors name the node.
+// Creates the kernel for init.node; errors name the node. Never throws (an
+// exception from a factory, e.g. oneDNN's dnnl::error, becomes the error).
 Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init);
+
+// kernel.Run(args), with any exception turned into an error naming `node`.
+Status RunKernel(Kernel& kernel, const KernelArgs& args, const ir::Node& node);
 
 // Runs one node eagerly on host tensors (constant folding, tests).
 Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
