@@ -481,8 +481,11 @@ void RecoverInterruptedAppend(Store& s) {
     }
     const fs::path target = s.dir / file;
     struct stat ft {};
-    if (used <= length && lstat(target.c_str(), &ft) == 0 && S_ISREG(ft.st_mode) &&
-        static_cast<std::uint64_t>(ft.st_size) > length) {
+    if (used == 0 && length == 0 && lstat(target.c_str(), &ft) == 0 && S_ISREG(ft.st_mode)) {
+      // A new combined file whose compile died before meta.json recorded it.
+      if (unlink(target.c_str()) == 0) s.Warn(StrCat("removed '", target.string(), "' of an interrupted compile"));
+    } else if (used <= length && lstat(target.c_str(), &ft) == 0 && S_ISREG(ft.st_mode) &&
+               static_cast<std::uint64_t>(ft.st_size) > length) {
       UniqueFd fd(open(target.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
       if (fd && ftruncate(fd.get(), static_cast<off_t>(length)) == 0) {
         fsync(fd.get());
@@ -714,6 +717,12 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
       if (fstat(fd.get(), &fst) != 0 || !S_ISREG(fst.st_mode)) {
         return Error(StatusCode::kInvalidArgument, "weight file '", path.string(), "' is not a regular file");
       }
+      if (fst.st_nlink != 1) {
+        // Appending would change every other name of the file too (a hard
+        // link planted to a file outside, or a snapshot).
+        return Error(StatusCode::kInvalidArgument, "weight file '", path.string(), "' has ", fst.st_nlink,
+                     " hard links: Kiln appends only to a combined file that has one name");
+      }
       before = StampOf(fst);
       length = before.size;
     }
@@ -734,7 +743,16 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
     }
     Stamp after;
     if (!exists) {
-      KILN_ASSIGN_OR_RETURN(after, WriteFileAtomic(dir, name, buf.data(), buf.size()));
+      // Announced too: a kill -9 between the rename and meta.json leaves a
+      // file nothing records, which the next compile removes.
+      const std::string intent = nlohmann::json{{"file", name}, {"length", 0}}.dump();
+      KILN_RETURN_IF_ERROR(WriteFileAtomic(dir, kAppendIntent, intent.data(), intent.size()).status());
+      auto written = WriteFileAtomic(dir, name, buf.data(), buf.size());
+      if (!written.ok()) {
+        unlink((dir / kAppendIntent).c_str());
+        return written.status();
+      }
+      after = written.value();
       created = true;
     } else {
       // Announce the append, so that a kill -9 during it is undone by the
@@ -787,12 +805,14 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
           unlink((dir / kAppendIntent).c_str());
         }
       } else if (created) {
-        unlink((dir / ((opts.model_name.empty() ? std::string("model") : opts.model_name) + kCombinedSuffix)).c_str());
+        if (unlink((dir / ((opts.model_name.empty() ? std::string("model") : opts.model_name) + kCombinedSuffix)).c_str()) == 0) {
+          unlink((dir / kAppendIntent).c_str());
+        }
       }
       return w;
     }
   }
-  if (!appended.empty()) unlink((dir / kAppendIntent).c_str());
+  if (!appended.empty() || created) unlink((dir / kAppendIntent).c_str());
   std::vector<WeightRecord> out;
   for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(s.meta.at(hashes[i]));
   st.bytes_verified = s.bytes_verified;

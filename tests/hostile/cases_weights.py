@@ -237,6 +237,23 @@ def generate(ctx):
     add("nonreg_fifo_meta_json", 1, plant("meta.json", "fifo"), ["meta.json", "FIFO"], rc=1)
     add("nonreg_fifo_lock_file", 1, plant("meta.json.lock", "fifo"), ["meta.json.lock", "not a regular file"], rc=1)
 
+    # A combined file that is a hard link to a file outside the store: an
+    # append would write into that file too. Refused; the outside file is
+    # untouched.
+    def hardlinked(w):
+        outside = os.path.join(os.path.dirname(w), "outside_file")
+        p = os.path.join(w, combined)
+        shutil.copyfile(p, outside)
+        os.remove(p)
+        os.link(outside, p)
+        edit_meta(lambda m: m["weights"].pop(big))(w)  # so that the compile must append
+
+    def outside_untouched(out):
+        outside = os.path.join(case_dir("nonreg_hardlinked_combined"), "outside_file")
+        with open(outside, "rb") as f, open(os.path.join(pristine[2], combined), "rb") as g:
+            return None if f.read() == g.read() else "the file outside the store was modified"
+    add("nonreg_hardlinked_combined", 2, hardlinked, [combined, "hard links"], rc=1, check=outside_untouched)
+
     # ---- name: bad model names ------------------------------------------------
     def nothing_written(name):
         def check(out):

@@ -859,6 +859,37 @@ TEST(WeightDir, InterruptedAppendIsTruncatedAwayByTheNextStore) {
   ExpectMetaConsistent(dir);
 }
 
+// kill -9 after a new combined file was renamed into place but before
+// meta.json recorded it: the next store removes the orphan.
+TEST(WeightDir, OrphanCombinedFileOfAnInterruptedCompileIsRemoved) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  const std::string a = RandomBytes(700, 1);
+  ASSERT_TRUE(Store(dir, {a}, 1).ok());
+  WriteAll(dir / "m_weight_combined", RandomBytes(1024, 2));
+  WriteAll(dir / "meta.json.append", R"({"file": "m_weight_combined", "length": 0})");
+  auto recs = Store(dir, {a, "bc"}, 2, nullptr, "m");
+  ASSERT_TRUE(recs.ok());
+  EXPECT_EQ(recs.value()[1].file, "m_weight_combined");
+  EXPECT_EQ(recs.value()[1].offset, 0u);
+  EXPECT_EQ(fs::file_size(dir / "m_weight_combined"), 512u);
+  ExpectMetaConsistent(dir);
+}
+
+TEST(WeightDir, HardLinkedCombinedFileIsNotAppendedTo) {
+  test::TempDir tmp;
+  const fs::path dir = tmp.file("w");
+  ASSERT_TRUE(Store(dir, {RandomBytes(700, 1)}, 2, nullptr, "m").ok());
+  const fs::path outside = tmp.file("outside");
+  fs::create_hard_link(dir / "m_weight_combined", outside);
+  const std::string before = ReadAll(outside);
+  auto recs = Store(dir, {RandomBytes(900, 2)}, 2, nullptr, "m");
+  ASSERT_FALSE(recs.ok());
+  EXPECT_NE(recs.status().message().find("hard links"), std::string::npos) << recs.status().ToString();
+  EXPECT_NE(recs.status().message().find("m_weight_combined"), std::string::npos);
+  EXPECT_EQ(ReadAll(outside), before);
+}
+
 // A failed append (here: the file size limit, as a full disk would) is
 // truncated back, says why, and leaves meta.json as it was.
 TEST(WeightDir, FailedAppendIsTruncatedBackAndSaysWhy) {
