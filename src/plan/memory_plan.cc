@@ -302,8 +302,9 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     if (!CheckedAddU(p.offset, p.size, &end)) return Corrupt(at, ": offset + size overflows");
     if (p.region == kRegionConst) {
       if (!v->is_constant()) return Corrupt(at, ": only constants live in the constants region");
-      const auto* data = static_cast<const std::uint8_t*>(v->constant()->data());
-      if (end > const_bytes || data < cbase || static_cast<std::uint64_t>(data - cbase) != p.offset) {
+      const auto data = reinterpret_cast<std::uintptr_t>(v->constant()->data());
+      const auto base = reinterpret_cast<std::uintptr_t>(cbase);
+      if (end > const_bytes || data < base || data - base != p.offset) {
         return Corrupt(at, ": the constant's data is not there (weights partition of ", const_bytes, " bytes)");
       }
       if (p.offset % kAlignment != 0) return Corrupt(at, ": offset is not ", kAlignment, "-byte aligned");

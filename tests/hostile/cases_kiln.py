@@ -292,9 +292,16 @@ def generate(ctx):
             ["placement of 'a'", "[region, offset, size]"])
     crafted("json", "offset_negative", place("a", 1, -64, 64), ["placement of 'a'", "= -64 is negative"])
     crafted("json", "huge_dim", lambda j: value(j, "d").update(shape=[2**62, 2**62]),
-            ["value 'd'", "more elements than fit"])
+            ["value 'd'", "64 GiB) per tensor"])
     bad_utf8 = json.dumps(j0, separators=(",", ":")).encode().replace(b'"name":"g"', b'"name":"g\xff"')
     crafted("json", "invalid_utf8", None, ["graph partition is not valid JSON"], json_text=bad_utf8)
+    # 200000 nested arrays in an attribute: no recursion may follow them
+    deep = json.dumps(j0, separators=(",", ":")).encode().replace(
+        b'"attrs":{},"domain":"","inputs":["c"]',
+        b'"attrs":{"kiln.deep":{"kind":"ints","v":' + b"[" * 200000 + b"]" * 200000 + b'}},"domain":"","inputs":["c"]')
+    assert deep != json.dumps(j0, separators=(",", ":")).encode()
+    crafted("json", "deep_nesting", None, ["Tanh node 'tanh' attribute 'kiln.deep'", "must be an integer, found array"],
+            json_text=deep)
     # Only the load-time re-inference sees these (kiln inspect does not infer).
     crafted("infer", "op_version", lambda j: node(j, "tanh").update(since=99),
             ["Tanh node 'tanh' has op version 99"], inspect=False)

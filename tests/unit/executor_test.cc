@@ -101,7 +101,7 @@ std::unique_ptr<ir::Graph> AddRelu() {
 // Destroying a Model while ExecuteAsync runs on it are still queued: the
 // queued work keeps what it refers to alive (a use-after-free before; this
 // test runs under ASan in the sanitizer build).
-TEST(ModelLifetime, DestroyingAModelWithQueuedRunsIsSafe) {
+TEST(AsyncModelLifetime, DestroyingAModelWithQueuedRunsIsSafe) {
   test::TempDir dir;
   auto model = test::CompileAndLoad(AddRelu(), dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -125,7 +125,7 @@ TEST(ModelLifetime, DestroyingAModelWithQueuedRunsIsSafe) {
 
 // Work skipped because earlier work on the stream failed still lets go of
 // the model (LeakSanitizer would report it otherwise) and writes nothing.
-TEST(ModelLifetime, SkippedQueuedRunReleasesTheModel) {
+TEST(AsyncModelLifetime, SkippedQueuedRunReleasesTheModel) {
   test::TempDir dir;
   auto model = test::CompileAndLoad(AddRelu(), dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -148,7 +148,7 @@ TEST(ModelLifetime, SkippedQueuedRunReleasesTheModel) {
 
 // An exception thrown by queued work becomes the stream's error instead of
 // terminating the process from the worker thread.
-TEST(ModelLifetime, ExceptionsInQueuedWorkBecomeStatus) {
+TEST(AsyncModelLifetime, ExceptionsInQueuedWorkBecomeStatus) {
   auto stream = Stream::Create();
   ASSERT_TRUE(stream.ok());
   ASSERT_TRUE((*stream)->LaunchHostFunc([]() -> Status { throw std::runtime_error("boom"); }).ok());
@@ -211,7 +211,7 @@ std::int64_t ResidentBytes() {
 // Loading does not touch the arena (it used to be memset, so a model too
 // large for the machine was OOM-killed instead of failing): a 128 MiB
 // intermediate costs no resident memory until a run writes it.
-TEST(ModelLifetime, LoadDoesNotTouchTheArena) {
+TEST(AsyncModelLifetime, LoadDoesNotTouchTheArena) {
   constexpr std::int64_t kN = 32 << 20;  // floats: 128 MiB
   auto g = std::make_unique<ir::Graph>();
   ir::Value* x = g->AddValue("x", DType::kFloat32, {kN});

@@ -243,7 +243,7 @@ TEST_F(VerifierTest, SizeMustBeDTypeTimesShape) {
   v("d")->set_shape({4, 8});
   ExpectRefused({"value 'd'", "differs from the 128 bytes of float32[4,8]"});
   v("d")->set_shape({std::int64_t{1} << 40, std::int64_t{1} << 40});
-  ExpectRefused({"value 'd'", "more elements than fit"});
+  ExpectRefused({"value 'd'", "64 GiB) per tensor"});
 }
 
 TEST_F(VerifierTest, ViewsAndLifetimes) {
