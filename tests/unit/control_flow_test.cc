@@ -255,3 +255,52 @@ TEST(ControlFlow, BranchesOfDifferentTypesAreAnError) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// If branches in a .kiln file are untrusted like the rest of it: each branch
+// is verified (values, roles, self-containment) when the file is read, and
+// every branch node is re-inferred against its recorded shapes at load.
+TEST(ControlFlow, HostileBranchesInAFileAreRefused) {
+  struct Fault {
+    std::function<void(ir::Graph& then_b, ir::Graph& else_b, ir::Graph& outer)> apply;
+    std::vector<std::string> needles;
+  };
+  std::vector<Fault> faults = {
+      // recorded shape of a branch value that inference does not give
+      {[](ir::Graph&, ir::Graph& e, ir::Graph&) { e.outputs()[0]->set_shape({3}); },
+       {"If node 'if1' attribute 'else_branch'", "Sub node", "is recorded as float32[3] but infers to float32[2]"}},
+      // a branch node reading a value of the enclosing graph
+      {[](ir::Graph& t, ir::Graph&, ir::Graph& outer) { t.nodes()[0]->SetInput(1, outer.FindValue("x")); },
+       {"If node 'if1' attribute 'then_branch'", "reads outer value 'x'", "self-contained"}},
+      // the same branch input listed twice
+      {[](ir::Graph& t, ir::Graph&, ir::Graph&) { t.inputs().push_back(t.inputs()[0]); },
+       {"If node 'if1' attribute 'then_branch'", "is listed twice"}},
+      // a branch op version Kiln does not implement
+      {[](ir::Graph&, ir::Graph& e, ir::Graph&) { e.nodes()[0]->set_since_version(2); },
+       {"If node 'if1' attribute 'else_branch'", "has op version 2"}},
+  };
+  for (const Fault& f : faults) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    ASSERT_TRUE(CompileAndLoad(CaptureModel(std::nullopt), dir, &cm).ok());
+    ir::Node* n = nullptr;
+    for (auto& node : cm.graph->nodes()) {
+      if (node->op_type() == "If") n = node.get();
+    }
+    ASSERT_NE(n, nullptr);
+    f.apply(*n->FindAttr("then_branch")->g, *n->FindAttr("else_branch")->g, *cm.graph);
+    const std::string path = dir.file("hostile_if.kiln");
+    ASSERT_TRUE(format::WriteModelFile(cm, path).ok());
+    auto model = Model::Load(path, {});
+    ASSERT_FALSE(model.ok()) << f.needles[1];
+    EXPECT_EQ(model.status().code(), StatusCode::kCorrupt) << model.status().ToString();
+    for (const std::string& s : f.needles) {
+      EXPECT_NE(model.status().message().find(s), std::string::npos) << s << " in: " << model.status().message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
