@@ -3,6 +3,7 @@
 #
 #   run_fuzz.sh --build DIR --kiln KILN [--seconds N] [--jobs J] [--work DIR]
 #               [--targets "onnx kiln npy meta"] [--replay-only] [--pending]
+#               [--keep-going]
 #
 #   --build    the build with the fuzz_* binaries (KILN_FUZZ=ON, build-asan)
 #   --kiln     a kiln CLI used to compile the seed corpora (any build)
@@ -10,6 +11,9 @@
 #   --jobs     targets fuzzed at once (default 2)
 #   --pending  replay tests/fuzz/pending/<target>/* and say which still fail
 #              (known, unfixed findings; not part of make test)
+#   --keep-going  libFuzzer fork mode: go on after a crash, timeout or OOM and
+#              collect every reproducer (for hunting; make test stops at the
+#              first)
 #
 # Steps: seed corpora (make_seeds.py), replay of every regression input in
 # tests/fuzz/regressions/<target>/ (each must run clean), then each target
@@ -18,7 +22,7 @@
 # out-of-memory; reproducers land in WORK/artifacts/<target>/.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-build="" kiln="" seconds=45 jobs=2 work="" targets="onnx kiln npy meta" replay_only=0 pending=0
+build="" kiln="" seconds=45 jobs=2 work="" targets="onnx kiln npy meta" replay_only=0 pending=0 keep_going=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -29,6 +33,7 @@ while [ $# -gt 0 ]; do
     --targets) targets="$2"; shift 2 ;;
     --replay-only) replay_only=1; shift ;;
     --pending) pending=1; shift ;;
+    --keep-going) keep_going=1; shift ;;
     *) echo "run_fuzz.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +47,7 @@ for t in $targets; do
   [ -x "$build/fuzz_$t" ] || { echo "run_fuzz.sh: $build/fuzz_$t missing (configure with -DKILN_FUZZ=ON)" >&2; exit 2; }
 done
 
+[ -x /usr/lib/llvm-14/bin/llvm-symbolizer ] && export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:symbolize=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export OMP_NUM_THREADS=1
@@ -74,7 +80,7 @@ replay() {
       echo "  $label $t/$(basename "$f"): ok"
     else
       echo "  $label $t/$(basename "$f"): FAILS"; bad=1
-      grep -E "ERROR|runtime error|SUMMARY|#[0-9]+ 0x" "$work/replay.log" | head -12 | sed 's/^/      /'
+      grep -E "ERROR|runtime error|SUMMARY|#[0-3] 0x" "$work/replay.log" | head -6 | cut -c1-300 | sed 's/^/      /'
     fi
   done
   return $bad
@@ -97,7 +103,9 @@ fuzz_one() {
   mkdir -p "$work/corpus/$t" "$work/artifacts/$t" "$work/logs"
   local dirs=("$work/corpus/$t" "$work/seeds/$t")
   [ -d "$here/regressions/$t" ] && dirs+=("$here/regressions/$t")
-  "$build/fuzz_$t" $(flags "$t") -max_total_time="$seconds" -artifact_prefix="$work/artifacts/$t/" \
+  local extra=""
+  [ "$keep_going" = 1 ] && extra="-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1"
+  "$build/fuzz_$t" $(flags "$t") $extra -max_total_time="$seconds" -artifact_prefix="$work/artifacts/$t/" \
     "${dirs[@]}" >"$log" 2>&1
   echo $? >"$work/logs/$t.rc"
 }
@@ -117,7 +125,7 @@ for t in $targets; do
   units="$(grep -o 'stat::new_units_added: [0-9]*' "$log" | tail -1 | awk '{print $2}')"
   printf '  %-5s rc=%s executions=%s (%s/s) new_units=%s\n' "$t" "$rc" "${execs:-?}" "${speed:-?}" "${units:-?}"
   grep -h "kiln-fuzz-stats" "$log" | tail -1 | sed 's/^/        /'
-  if [ "$rc" != 0 ]; then
+  if [ "$rc" != 0 ] || [ -n "$(ls "$work/artifacts/$t")" ]; then
     status=1
     echo "  FAILED: $t (log $log), reproducers:"
     ls "$work/artifacts/$t" | sed "s|^|      $work/artifacts/$t/|"
