@@ -193,8 +193,9 @@ Status VerifyGraphAt(const ir::Graph& g, int depth) {
     if (!DTypeSupported(v->dtype())) {
       return Corrupt("value '", v->name(), "'", where, " has unsupported dtype ", static_cast<int>(v->dtype()));
     }
-    auto bytes = CheckedTensorBytes(v->dtype(), v->shape(), StrCat("value '", v->name(), "'", where));
-    if (!bytes.ok()) return Corrupt(bytes.status().message());
+    if (!CheckedTensorBytes(v->dtype(), v->shape(), v->name()).ok()) {  // again for the message
+      return Corrupt(CheckedTensorBytes(v->dtype(), v->shape(), StrCat("value '", v->name(), "'", where)).status().message());
+    }
     const std::size_t rank = v->shape().size();
     if (rank < 64 && (v->dynamic_mask() >> rank) != 0) {
       return Corrupt("value '", v->name(), "'", where, ": data-dependent dims mask ", v->dynamic_mask(),
@@ -291,38 +292,40 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
       return Corrupt("value '", name, "' is placed in region ", p.region, " at offset ", p.offset,
                      "; the model has regions 0..", num_regions - 1);
     }
-    const std::string at = StrCat("value '", name, "' placed at offset ", p.offset, " size ", p.size, " in ",
-                                  RegionName(g, p.region));
+    // Built only for an error message (this loop runs for every value).
+    auto at = [&]() {
+      return StrCat("value '", name, "' placed at offset ", p.offset, " size ", p.size, " in ", RegionName(g, p.region));
+    };
     // Checked by VerifyGraphAt: fits int64 and the tensor limit.
     const auto bytes = static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype());
     if (p.size != bytes) {
-      return Corrupt(at, ": size differs from the ", bytes, " bytes of ", DTypeName(v->dtype()), ShapeToString(v->shape()));
+      return Corrupt(at(), ": size differs from the ", bytes, " bytes of ", DTypeName(v->dtype()), ShapeToString(v->shape()));
     }
     std::uint64_t end = 0;
-    if (!CheckedAddU(p.offset, p.size, &end)) return Corrupt(at, ": offset + size overflows");
+    if (!CheckedAddU(p.offset, p.size, &end)) return Corrupt(at(), ": offset + size overflows");
     if (p.region == kRegionConst) {
-      if (!v->is_constant()) return Corrupt(at, ": only constants live in the constants region");
+      if (!v->is_constant()) return Corrupt(at(), ": only constants live in the constants region");
       const auto data = reinterpret_cast<std::uintptr_t>(v->constant()->data());
       const auto base = reinterpret_cast<std::uintptr_t>(cbase);
       if (end > const_bytes || data < base || data - base != p.offset) {
-        return Corrupt(at, ": the constant's data is not there (weights partition of ", const_bytes, " bytes)");
+        return Corrupt(at(), ": the constant's data is not there (weights partition of ", const_bytes, " bytes)");
       }
-      if (p.offset % kAlignment != 0) return Corrupt(at, ": offset is not ", kAlignment, "-byte aligned");
+      if (p.offset % kAlignment != 0) return Corrupt(at(), ": offset is not ", kAlignment, "-byte aligned");
     } else if (p.region == kRegionArena) {
-      if (v->is_constant()) return Corrupt(at, ": a constant cannot live in the arena");
-      if (io.count(v)) return Corrupt(at, ": a graph input or output cannot live in the arena");
-      if (!v->producer()) return Corrupt(at, ": no node writes it");
-      if (IsExternal(v)) return Corrupt(at, ": an external weight has no arena placement");
-      if (p.offset % kAlignment != 0) return Corrupt(at, ": offset is not ", kAlignment, "-byte aligned");
-      if (end > plan.arena_size) return Corrupt(at, ": it ends at ", end, ", past the arena's ", plan.arena_size, " bytes");
+      if (v->is_constant()) return Corrupt(at(), ": a constant cannot live in the arena");
+      if (io.count(v)) return Corrupt(at(), ": a graph input or output cannot live in the arena");
+      if (!v->producer()) return Corrupt(at(), ": no node writes it");
+      if (IsExternal(v)) return Corrupt(at(), ": an external weight has no arena placement");
+      if (p.offset % kAlignment != 0) return Corrupt(at(), ": offset is not ", kAlignment, "-byte aligned");
+      if (end > plan.arena_size) return Corrupt(at(), ": it ends at ", end, ", past the arena's ", plan.arena_size, " bytes");
       arena_need = std::max(arena_need, end);
     } else {
       const std::size_t k = static_cast<std::size_t>(p.region - kRegionIoBase);
       const ir::Value* owner = k < n_in ? g.inputs()[k] : g.outputs()[k - n_in];
       if (v != owner) {
-        return Corrupt(at, ": that region holds only ", k < n_in ? "input" : "output", " '", owner->name(), "'");
+        return Corrupt(at(), ": that region holds only ", k < n_in ? "input" : "output", " '", owner->name(), "'");
       }
-      if (p.offset != 0) return Corrupt(at, ": an input or output is placed at offset 0 of its region");
+      if (p.offset != 0) return Corrupt(at(), ": an input or output is placed at offset 0 of its region");
     }
     placed[v] = &p;
   }
