@@ -288,6 +288,30 @@ TEST(Cast, FloatToIntTruncatesAndHalfTypesRoundTrip) {
   EXPECT_EQ(Values<std::uint16_t>(bfo.value()[0]), (std::vector<std::uint16_t>{0x3f80}));
 }
 
+// Out-of-range and NaN floats have a defined result (a plain C++ cast is
+// undefined behaviour; found by the ONNX fuzz target): NaN -> 0, saturation.
+TEST(Cast, OutOfRangeFloatToIntSaturates) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  NodeRunner a("Cast", 13, {F32T({6}, {nan, 1e30f, -1e30f, inf, 3.7f, -3.7f})});
+  a.Attr("to", Int(static_cast<int>(DType::kInt32)));
+  auto ia = a.Run();
+  ASSERT_TRUE(ia.ok()) << ia.status().ToString();
+  EXPECT_EQ(Values<std::int32_t>(ia.value()[0]),
+            (std::vector<std::int32_t>{0, 2147483647, -2147483647 - 1, 2147483647, 3, -3}));
+  NodeRunner b("Cast", 13, {F32T({4}, {nan, 1e30f, -1e30f, 2.5f})});
+  b.Attr("to", Int(static_cast<int>(DType::kInt64)));
+  auto ib = b.Run();
+  ASSERT_TRUE(ib.ok()) << ib.status().ToString();
+  EXPECT_EQ(Values<std::int64_t>(ib.value()[0]),
+            (std::vector<std::int64_t>{0, std::numeric_limits<std::int64_t>::max(),
+                                       std::numeric_limits<std::int64_t>::min(), 2}));
+  NodeRunner c("Cast", 13, {F32T({3}, {300.f, -1e30f, 100.f})});
+  c.Attr("to", Int(static_cast<int>(DType::kInt8)));
+  auto ic = c.Run();
+  ASSERT_TRUE(ic.ok()) << ic.status().ToString();
+  EXPECT_EQ(Values<std::int8_t>(ic.value()[0]), (std::vector<std::int8_t>{127, -128, 100}));
+}
+
 TEST(Cast, Float16VectorPathMatchesScalarConversion) {
   std::vector<float> x;
   for (int e = -30; e <= 17; ++e) {

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "backends/cpu/kernels/util.h"
@@ -298,6 +299,18 @@ auto Widen(T x) {
   else return x;
 }
 
+// Float -> integer with a defined result for every input (a C++ cast of an
+// out-of-range value is undefined behaviour; ONNX leaves the value
+// unspecified): NaN -> 0, out-of-range values saturate to the type's range.
+template <typename I, typename F>
+I SaturatingToInt(F w) {
+  if (w != w) return I(0);
+  // F(max) rounds up to a power of two for 32/64-bit types, so >= is exact.
+  if (w >= static_cast<F>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
+  if (w <= static_cast<F>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+  return static_cast<I>(w);
+}
+
 template <typename U, typename W>
 U Narrow(W w) {
   if constexpr (std::is_same_v<U, Bool>) {
@@ -312,7 +325,9 @@ U Narrow(W w) {
     std::memcpy(&x, &f, 4);
     return BF16{static_cast<std::uint16_t>(x >> 16)};
   } else if constexpr (std::is_floating_point_v<W> && std::is_unsigned_v<U>) {
-    return static_cast<U>(static_cast<std::int64_t>(w));  // negative values wrap as in C/numpy
+    return static_cast<U>(SaturatingToInt<std::int64_t>(w));  // negative values wrap as in C/numpy
+  } else if constexpr (std::is_floating_point_v<W> && std::is_integral_v<U>) {
+    return SaturatingToInt<U>(w);
   } else {
     return static_cast<U>(w);
   }
