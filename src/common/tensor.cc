@@ -45,7 +45,15 @@ std::int64_t HostTensor::GetAsInt64(std::int64_t i) const {
     case DType::kInt64: return data_as<std::int64_t>()[i];
     case DType::kInt32: return data_as<std::int32_t>()[i];
     case DType::kUInt64: return static_cast<std::int64_t>(data_as<std::uint64_t>()[i]);
-    default: return static_cast<std::int64_t>(GetAsDouble(i));
+    default: {
+      // Defined for every value (a C++ cast of NaN or an out-of-range double
+      // is undefined): NaN -> 0, saturation to int64's range.
+      const double d = GetAsDouble(i);
+      if (d != d) return 0;
+      if (d >= 9223372036854775808.0) return INT64_MAX;
+      if (d <= -9223372036854775808.0) return INT64_MIN;
+      return static_cast<std::int64_t>(d);
+    }
   }
 }
 
