@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
 #include "format/kiln_file.h"
 #include "fuzz_util.h"
 #include "kiln/runtime.h"
@@ -144,6 +148,69 @@ bool PassesContainerChecks(const std::uint8_t* d, std::size_t n) {
   return true;
 }
 
+
+// Structure-aware mutation of the graph/plan JSON: parse it, change one leaf
+// (a number to an edge value or a near neighbour, a string to another string
+// of the document) or one array (drop, duplicate or swap elements), dump it.
+// Keeps the JSON well formed, so mutations hit the plan verifier's checks
+// (placements, sizes, roles, names) instead of the JSON parser.
+bool MutateJsonTree(std::string* text, unsigned seed) {
+  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return false;
+  std::vector<nlohmann::json*> leaves, arrays;
+  std::vector<std::string> strings;
+  std::vector<nlohmann::json*> stack = {&doc};
+  while (!stack.empty()) {
+    nlohmann::json* j = stack.back();
+    stack.pop_back();
+    if (j->is_object()) {
+      for (auto& [k, v] : j->items()) { strings.push_back(k); stack.push_back(&v); }
+    } else if (j->is_array()) {
+      arrays.push_back(j);
+      for (auto& v : *j) stack.push_back(&v);
+    } else {
+      leaves.push_back(j);
+      if (j->is_string()) strings.push_back(j->get<std::string>());
+    }
+  }
+  std::uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&r] { r ^= r << 13; r ^= r >> 7; r ^= r << 17; return r; };
+  if (!arrays.empty() && next() % 4 == 0) {
+    nlohmann::json& a = *arrays[next() % arrays.size()];
+    if (a.empty()) return false;
+    const std::size_t i = next() % a.size(), k = next() % a.size();
+    switch (next() % 3) {
+      case 0: a.erase(a.begin() + static_cast<std::ptrdiff_t>(i)); break;
+      case 1: a.push_back(a[i]); break;
+      default: std::swap(a[i], a[k]); break;
+    }
+  } else {
+    if (leaves.empty()) return false;
+    nlohmann::json& v = *leaves[next() % leaves.size()];
+    static const std::int64_t kEdges[] = {0, 1, -1, 2, 3, 4, 63, 64, 65, 4095, 4096, 2147483647,
+                                          2147483648LL, 4294967295LL, 4294967296LL,
+                                          9223372036854775807LL, (-9223372036854775807LL - 1)};
+    if (v.is_number_integer() || v.is_number_unsigned()) {
+      const std::int64_t old = v.is_number_unsigned() ? static_cast<std::int64_t>(v.get<std::uint64_t>())
+                                                      : v.get<std::int64_t>();
+      switch (next() % 4) {
+        case 0: v = kEdges[next() % (sizeof(kEdges) / sizeof(kEdges[0]))]; break;
+        case 1: v = static_cast<std::int64_t>(static_cast<std::uint64_t>(old) + next() % 129 - 64); break;
+        case 2: v = static_cast<std::uint64_t>(old) * 2; break;
+        default: v = std::numeric_limits<std::uint64_t>::max() - next() % 4; break;
+      }
+    } else if (v.is_string() && !strings.empty()) {
+      v = strings[next() % strings.size()];
+    } else if (v.is_number_float()) {
+      v = static_cast<double>(kEdges[next() % (sizeof(kEdges) / sizeof(kEdges[0]))]);
+    } else {
+      v = static_cast<std::int64_t>(next() % 8);
+    }
+  }
+  *text = doc.dump();
+  return true;
+}
+
 kiln_fuzz::Stats g_stats{"kiln"};
 
 }  // namespace
@@ -160,11 +227,19 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
   std::string json, weights;
   const unsigned choice = seed % 16;
-  // 12/16: the graph/plan JSON, 2/16: the weights blob, each re-assembled into
+  // 6/16: the JSON's tree (MutateJsonTree), 6/16: the JSON's bytes
+  // (libFuzzer's mutations), 2/16: the weights blob, each re-assembled into
   // a consistent file; 2/16 (and anything unreadable): raw bytes, header and
   // table included, with sizes and checksums fixed afterwards.
   if (choice < 14 && Split(data, size, &json, &weights)) {
     std::string& part = choice < 12 ? json : weights;
+    if (choice < 6 && MutateJsonTree(&json, seed)) {
+      std::vector<std::uint8_t> out = Assemble(json, weights);
+      if (out.size() <= max_size) {
+        std::memcpy(data, out.data(), out.size());
+        return out.size();
+      }
+    }
     std::size_t len = part.size();
     const std::size_t cap = len * 2 + 256;
     part.resize(cap);

@@ -120,9 +120,9 @@ wait
 echo "== fuzz: results"
 for t in $targets; do
   log="$work/logs/$t.log" rc="$(cat "$work/logs/$t.rc" 2>/dev/null || echo 1)"
-  execs="$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | awk '{print $2}')"
-  speed="$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | tail -1 | awk '{print $2}')"
-  units="$(grep -o 'stat::new_units_added: [0-9]*' "$log" | tail -1 | awk '{print $2}')"
+  execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | awk '{print $2}')"
+  speed="$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | awk '{print $2}')"
+  units="$(grep -o 'stat::new_units_added: *[0-9]*' "$log" | tail -1 | awk '{print $2}')"
   printf '  %-5s rc=%s executions=%s (%s/s) new_units=%s\n' "$t" "$rc" "${execs:-?}" "${speed:-?}" "${units:-?}"
   grep -h "kiln-fuzz-stats" "$log" | tail -1 | sed 's/^/        /'
   if [ "$rc" != 0 ] || [ -n "$(ls "$work/artifacts/$t")" ]; then
