@@ -155,8 +155,10 @@ class DirLock {
  public:
   static Result<DirLock> Acquire(const std::string& dir, bool read_only) {
     const std::string path = (fs::path(dir) / kLockFile).string();
+    // flock needs no write access: opened read-only, the lock works for every
+    // user of a shared directory whoever created the file.
     int fd = read_only ? open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
-                       : open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
+                       : open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
     if (fd < 0) {
       if (read_only && errno == ENOENT) return DirLock(-1);  // nothing writes there without creating it
       return Error(StatusCode::kIoError, "cannot open lock file '", path, "': ", std::strerror(errno));
