@@ -18,16 +18,18 @@ namespace {
 
 // Catches anything thrown below a public entry point and turns it into a
 // Status naming `what`: no exception crosses the API.
+// The message ("<action> '<name>'") is only built when something was thrown:
+// Execute is a hot path.
 template <typename F>
-auto Guarded(const std::string& what, F&& f) -> decltype(f()) {
+auto Guarded(const char* action, const std::string& name, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::bad_alloc&) {
-    return Error(StatusCode::kOutOfRange, what, ": out of memory");
+    return Error(StatusCode::kOutOfRange, action, " '", name, "': out of memory");
   } catch (const std::exception& e) {
-    return Error(StatusCode::kInternal, what, ": unexpected exception: ", e.what());
+    return Error(StatusCode::kInternal, action, " '", name, "': unexpected exception: ", e.what());
   } catch (...) {
-    return Error(StatusCode::kInternal, what, ": unexpected exception");
+    return Error(StatusCode::kInternal, action, " '", name, "': unexpected exception");
   }
 }
 
@@ -105,14 +107,14 @@ class ModelImpl final : public Model {
   }
 
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
-    return Guarded(StrCat("running '", name_, "'"), [&]() -> Status {
+    return Guarded("running", name_, [&]() -> Status {
       KILN_RETURN_IF_ERROR(Bind(ins, outs));
       return state_->executor->Run(io_, &stats_);
     });
   }
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
-    return Guarded(StrCat("queueing a run of '", name_, "'"), [&]() -> Status {
+    return Guarded("queueing a run of", name_, [&]() -> Status {
       KILN_RETURN_IF_ERROR(Bind(ins, outs));
       return state_->executor->Enqueue(stream, io_, &stats_, state_);
     });
@@ -268,7 +270,7 @@ class ModelImpl final : public Model {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& opts) {
-  return Guarded(StrCat("loading model '", path, "'"), [&]() -> Result<std::unique_ptr<Model>> {
+  return Guarded("loading model", path, [&]() -> Result<std::unique_ptr<Model>> {
     weights::WeightManager manager;  // weights stay alive through the model's tensors
     return ModelImpl::CreateFromFile(path, opts, manager);
   });
@@ -278,7 +280,7 @@ Result<std::unique_ptr<Model>> CreateModel(format::CompiledModel model, std::sha
                                            const LoadOptions& opts, weights::WeightManager& manager,
                                            const std::string& default_weight_dir, Stream* load_stream,
                                            const std::string& what) {
-  return Guarded(StrCat("loading '", what, "'"), [&]() -> Result<std::unique_ptr<Model>> {
+  return Guarded("loading", what, [&]() -> Result<std::unique_ptr<Model>> {
     return ModelImpl::Create(std::move(model), std::move(keepalive), opts, manager, default_weight_dir, load_stream,
                              what);
   });
@@ -296,7 +298,7 @@ Session::Session(SessionOptions opts) : impl_(std::make_shared<Impl>()) { impl_-
 Session::~Session() = default;
 
 Result<std::unique_ptr<Model>> Session::LoadModel(const std::string& path, const LoadOptions& opts) {
-  return Guarded(StrCat("loading model '", path, "'"), [&]() -> Result<std::unique_ptr<Model>> {
+  return Guarded("loading model", path, [&]() -> Result<std::unique_ptr<Model>> {
     return ModelImpl::CreateFromFile(path, opts, *impl_->weights);
   });
 }
