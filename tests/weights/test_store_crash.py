@@ -3,7 +3,9 @@
 (issue 9 items 9 and 11).
 
   - kill -9 loop: compiles in modes 0, 1 and 2 (into a store, and offline
-    through tmp_weight_<pid>_<n>) killed at random moments. After every kill
+    through tmp_weight_<pid>_<n>) killed at random moments; and pairs of
+    concurrent compiles into one store, one of them killed (the other must
+    finish). After every kill
     nothing is half-written under a final name (every meta.json entry and
     every weight_<sha> holds the bytes its hash names; the .kiln, when there,
     loads); after the next compile no temporary, append record or
@@ -205,6 +207,35 @@ class KillLoop(unittest.TestCase):
         err = loads(out, wdir if mode != 0 else None)
         self.assertIsNone(err, err)
         return killed
+
+    def test_kill_9_one_of_two_concurrent_compiles(self):
+        """Two compiles into one store, one killed: the other (waiting for the
+        lock, or holding it) finishes, and its temporaries are not taken for
+        stale ones."""
+        rnd = random.Random(int(os.environ.get("KILN_CRASH_SEED", "9")) + 1)
+        for mode in (1, 2):
+            wdir = os.path.join(self.d, f"conc{mode}", "weight")
+            for it in range(8):
+                procs = []
+                for j in range(2):
+                    argv = [KILN, "compile", "--model", rnd.choice(self.models), "--output",
+                            os.path.join(self.d, f"conc{mode}", f"o{j}.kiln"), "--external-weight", str(mode),
+                            "--external-weight-dir", wdir, "--model-name", f"m{j}"]
+                    procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                victim = rnd.randrange(2)
+                time.sleep(rnd.uniform(0.2, 1.0) * self.span)
+                procs[victim].kill()
+                for j, p in enumerate(procs):
+                    out = p.communicate()[0]
+                    if j != victim:
+                        self.assertEqual(p.returncode, 0, f"mode {mode} iteration {it}: the survivor failed: {out}")
+                self.assertEqual(store_problems(wdir, strict=False), [], f"mode {mode} iteration {it}")
+                err = loads(os.path.join(self.d, f"conc{mode}", f"o{1 - victim}.kiln"), wdir)
+                self.assertIsNone(err, err)
+            rc, o = kiln("compile", "--model", self.models[0], "--output", os.path.join(self.d, "final.kiln"),
+                         "--external-weight", mode, "--external-weight-dir", wdir, "--model-name", "m0")
+            self.assertEqual(rc, 0, o)
+            self.assertEqual(store_problems(wdir, strict=True), [], f"mode {mode}")
 
     def test_kill_9_loop(self):
         rnd = random.Random(int(os.environ.get("KILN_CRASH_SEED", "9")))
