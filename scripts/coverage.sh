@@ -9,7 +9,8 @@
 # (GoogleTest unit tests, cli_bad_input, cli_hostile, cli_external_weights,
 # the sample), then reports gcovr branch coverage (exception-only and
 # unreachable branches excluded) for the ONNX importer, the .kiln reader,
-# the .npy reader, the weight store, and overall. Reports land in
+# the .npy reader, the weight store, and overall (plus the memory plan and
+# its verifier, src/plan/). Reports land in
 # BUILD_DIR/coverage/ (summary.txt, coverage.json, per-file branches.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,7 @@ summary() {  # name, filters...
   echo "branch coverage (gcovr, exception-only and unreachable branches excluded)"
   summary "ONNX importer" 'src/frontend/onnx/'
   summary ".kiln reader" 'src/format/'
+  summary ".kiln plan verifier" 'src/plan/'
   summary ".npy reader" 'src/tools/npy\.cc'
   summary "weight store" 'src/weights/'
   summary "overall (src/)" 'src/'
