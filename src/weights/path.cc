@@ -10,6 +10,9 @@ Result<fs::path> ResolveInside(const fs::path& dir, const std::string& location,
     return Error(StatusCode::kInvalidArgument, what, ": weight location '", location,
                  "' must be a relative path inside '", dir.string(), "'");
   }
+  if (location.find('\0') != std::string::npos) {
+    return Error(StatusCode::kInvalidArgument, what, ": weight location contains a NUL byte");
+  }
   for (const auto& part : loc) {
     if (part == "..") {
       return Error(StatusCode::kInvalidArgument, what, ": weight location '", location, "' contains '..'");

@@ -1533,6 +1533,7 @@ TEST_F(ExternalWeightsTest, FileConstantLocationsOutsideTheWeightDirectoryAreRef
       {outside.string(), "relative path"},
       {"link", "outside the weight directory"},
       {"updir/x", "outside the weight directory"},
+      {good + std::string("\0/../x", 6), "NUL"},
   };
   for (const Case& c : bad) {
     SCOPED_TRACE(c.location);
