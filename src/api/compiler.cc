@@ -14,6 +14,7 @@
 #include "custom/registry.h"
 #include "frontend/onnx/onnx_import.h"
 #include "plan/memory_plan.h"
+#include "weights/weight_dir.h"
 
 namespace kiln {
 
@@ -77,7 +78,11 @@ class TempDirGuard {
 weights::StoreOptions StoreOpts(const CompileOptions& opts, const ir::Graph& g) {
   weights::StoreOptions so;
   so.mode = opts.external_weight;
-  so.model_name = opts.model_name.empty() ? (g.name().empty() ? "model" : g.name()) : opts.model_name;
+  // An explicit name is checked by the store (an error naming it); a graph
+  // name that is not a valid file prefix falls back to "model".
+  so.model_name = opts.model_name.empty()
+                      ? (weights::CheckModelName(g.name()).ok() ? g.name() : std::string("model"))
+                      : opts.model_name;
   so.writer_threads = opts.weight_writer_threads;
   return so;
 }
