@@ -467,7 +467,7 @@ Status Executor::RunDynamic(Task& t) {
     }
     cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs, outs.data(),
                          key.data()};
-    KILN_RETURN_IF_ERROR(cpu::RunKernel(*it->second, args, *t.node).WithContext(t.node->Describe()));
+    KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
     KILN_RETURN_IF_ERROR(check(outs));
   }
   for (std::size_t j = 0; j < outs.size(); ++j) {
@@ -477,12 +477,26 @@ Status Executor::RunDynamic(Task& t) {
 }
 
 Status Executor::Replay() {
-  for (Task& t : tasks_) {
+  // One try around the whole list (no per-task cost): an exception from a
+  // kernel becomes an error naming the task's node.
+  std::size_t at = 0;
+  try {
+    return ReplayFrom(&at);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, tasks_[at].node->Describe(), ": out of memory while running");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, tasks_[at].node->Describe(), ": kernel failed: ", e.what());
+  }
+}
+
+Status Executor::ReplayFrom(std::size_t* at) {
+  for (*at = 0; *at < tasks_.size(); ++*at) {
+    Task& t = tasks_[*at];
     if (t.dyn) {
       KILN_RETURN_IF_ERROR(RunDynamic(t));
     } else if (t.kernel) {
       cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs};
-      Status st = cpu::RunKernel(*t.kernel, args, *t.node);
+      Status st = t.kernel->Run(args);
       if (!st.ok()) return st.WithContext(t.node->Describe());
     } else {
       t.fn(t.fn_args);

@@ -136,6 +136,7 @@ class Executor {
   Executor() = default;
   Status Refresh(const std::vector<void*>& io, std::uint64_t* refreshed);
   Status Replay();
+  Status ReplayFrom(std::size_t* at);  // *at: the task being run
   Status RunDynamic(Task& t);
   void* Address(const Binding& b) const;
 

@@ -61,16 +61,6 @@ Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init) {
   return k;
 }
 
-Status RunKernel(Kernel& kernel, const KernelArgs& args, const ir::Node& node) {
-  try {
-    return kernel.Run(args);
-  } catch (const std::bad_alloc&) {
-    return Error(StatusCode::kOutOfRange, node.Describe(), ": out of memory while running");
-  } catch (const std::exception& e) {
-    return Error(StatusCode::kInternal, node.Describe(), ": kernel failed: ", e.what());
-  }
-}
-
 static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel, const ir::Node& node,
                                                    const std::vector<HostTensorPtr>& inputs, const KernelInit& init);
 

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <map>
+#include <new>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +63,18 @@ class Kernel {
   virtual Status Run(const KernelArgs& args) = 0;
 };
 
+// kernel.Run(args), with any exception turned into an error naming `node`
+// (inline: the replay loop calls it for every task).
+inline Status RunKernel(Kernel& kernel, const KernelArgs& args, const ir::Node& node) {
+  try {
+    return kernel.Run(args);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, node.Describe(), ": out of memory while running");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, node.Describe(), ": kernel failed: ", e.what());
+  }
+}
+
 using KernelFactory = std::function<Result<std::unique_ptr<Kernel>>(const KernelInit&)>;
 
 class KernelRegistry {
@@ -77,8 +91,7 @@ class KernelRegistry {
 // exception from a factory, e.g. oneDNN's dnnl::error, becomes the error).
 Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init);
 
-// kernel.Run(args), with any exception turned into an error naming `node`.
-Status RunKernel(Kernel& kernel, const KernelArgs& args, const ir::Node& node);
+
 
 // Runs one node eagerly on host tensors (constant folding, tests).
 Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
