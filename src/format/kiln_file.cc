@@ -1,6 +1,7 @@
 #include "format/kiln_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -36,6 +38,32 @@ std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed) {
 }
 
 namespace {
+// `<path>.tmp.<pid>` files left by writers that were killed (kill -9, power
+// loss) are removed when the next writer of the same path starts; those of
+// live processes are left alone.
+void RemoveStaleTemporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string prefix = p.filename().string() + ".tmp.";
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == getpid()) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove(it->path(), rm);
+    }
+  }
+}
+
 Status WriteModelFileImpl(const CompiledModel& model, const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::string json, SerializeModelJson(model));
   // Weights blob laid out by the plan.
@@ -71,6 +99,7 @@ Status WriteModelFileImpl(const CompiledModel& model, const std::string& path) {
   h.file_size = table[1].offset + table[1].size;
   h.crc = HeaderCrc(h, table, n);
 
+  RemoveStaleTemporaries(path);
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

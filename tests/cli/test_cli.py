@@ -341,6 +341,27 @@ class CliBadInput(unittest.TestCase):
         self.assertEqual(read(k), before)
         self.assertEqual([f for f in os.listdir(WORK) if ".tmp" in f], [])
 
+    def test_stale_temporaries_of_dead_writers_are_removed(self):
+        # A compile killed while writing leaves OUT.tmp.<pid>; the next compile
+        # of the same output removes it when that process is gone, and leaves
+        # a live process' temporary alone.
+        d = os.path.join(WORK, "stale_tmp")
+        os.makedirs(d, exist_ok=True)
+        m = save(relu_model(), "stale_tmp/relu.onnx")
+        k = os.path.join(d, "relu.kiln")
+        child = subprocess.Popen(["true"])
+        child.wait()  # a pid that is certainly not alive any more (reaped)
+        dead = os.path.join(d, f"relu.kiln.tmp.{child.pid}")
+        live = os.path.join(d, f"relu.kiln.tmp.{os.getpid()}")
+        other = os.path.join(d, "relu.kiln.tmp.notapid")
+        for p in (dead, live, other):
+            write(p, b"partial")
+        rc, out = kiln("compile", "--model", m, "--output", k)
+        self.assertEqual(rc, 0, out)
+        self.assertFalse(os.path.exists(dead))
+        self.assertTrue(os.path.exists(live))
+        self.assertTrue(os.path.exists(other))
+
 
 def main():
     global KILN, WORK
