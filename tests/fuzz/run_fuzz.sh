@@ -123,8 +123,12 @@ for t in $targets; do
   execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | awk '{print $2}')"
   speed="$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | awk '{print $2}')"
   units="$(grep -o 'stat::new_units_added: *[0-9]*' "$log" | tail -1 | awk '{print $2}')"
+  if [ -z "$execs" ]; then  # fork mode (--keep-going): "#N: cov: ... exec/s S ..."
+    execs="$(grep -E '^#[0-9]+: cov' "$log" | tail -1 | sed -E 's/^#([0-9]+):.*/\1/')"
+    speed="$(grep -E '^#[0-9]+: cov' "$log" | tail -1 | sed -E 's/.*exec\/s ([0-9]+).*/\1/')"
+  fi
   printf '  %-5s rc=%s executions=%s (%s/s) new_units=%s\n' "$t" "$rc" "${execs:-?}" "${speed:-?}" "${units:-?}"
-  grep -h "kiln-fuzz-stats" "$log" | tail -1 | sed 's/^/        /'
+  grep -h "kiln-fuzz-stats" "$log" | grep -v "inputs=0 " | tail -1 | sed 's/^/        /'
   if [ "$rc" != 0 ] || [ -n "$(ls "$work/artifacts/$t")" ]; then
     status=1
     echo "  FAILED: $t (log $log), reproducers:"
