@@ -37,6 +37,9 @@ demo: build
 # cores; only the targets the unit-labelled tests and the fuzzers need.
 build-asan:
 	scripts/install_deps.sh test
+	@# A build-asan configured with g++ (before the switch to Clang) cannot change compiler in place.
+	@if [ -f $(ASAN_BUILD)/CMakeCache.txt ] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang' $(ASAN_BUILD)/CMakeCache.txt; then \
+	  echo "build-asan: configured with another compiler, starting afresh"; rm -rf $(ASAN_BUILD); fi
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
 	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add kiln_fuzzers
