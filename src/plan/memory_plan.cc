@@ -285,7 +285,10 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
   std::unordered_map<const ir::Value*, const Placement*> placed;
   std::uint64_t arena_need = 0;
   const auto* cbase = static_cast<const std::uint8_t*>(const_base);
-  for (auto& [name, p] : plan.placements) {
+  for (auto& entry : plan.placements) {
+    // Not a structured binding: Clang 14 cannot capture those in lambdas.
+    const std::string& name = entry.first;
+    const Placement& p = entry.second;
     const ir::Value* v = g.FindValue(name);
     if (!v) return Corrupt("plan places unknown value '", name, "' in region ", p.region, " at offset ", p.offset);
     if (p.region < 0 || p.region >= num_regions) {
