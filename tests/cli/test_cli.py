@@ -362,6 +362,35 @@ class CliBadInput(unittest.TestCase):
         self.assertTrue(os.path.exists(live))
         self.assertTrue(os.path.exists(other))
 
+    def test_gemm_with_bias_on_empty_and_k0_inputs(self):
+        # MatMul + constant Add fuse into a Gemm with bias; an empty batch
+        # crashed oneDNN at load (SIGFPE, found by the onnx fuzz target), and
+        # K = 0 must give bias (+ Relu) alone. Expected values by hand.
+        for name, xshape, act, expected in (
+                ("gemm_m0", [0, 3], None, np.zeros((0, 4), np.float32)),
+                ("gemm_k0", [2, 0], None, np.array([[-1, 0, 1, 2]] * 2, np.float32)),
+                ("gemm_k0_relu", [2, 0], "Relu", np.array([[0, 0, 1, 2]] * 2, np.float32))):
+            k = xshape[1]
+            nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"])]
+            out = "a"
+            if act:
+                nodes.append(helper.make_node(act, ["a"], ["r"]))
+                out = "r"
+            g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape)],
+                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(np.ones((k, 4), np.float32), "w"),
+                                   numpy_helper.from_array(np.array([-1, 0, 1, 2], np.float32), "b")])
+            m = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), name + ".onnx")
+            kf = os.path.join(WORK, name + ".kiln")
+            rc, out_text = kiln("compile", "--model", m, "--output", kf)
+            self.assertEqual(rc, 0, out_text)
+            od = os.path.join(WORK, name + "_out")
+            rc, out_text = kiln("run", kf, "--output-dir", od)
+            self.assertEqual(rc, 0, out_text)
+            y = np.load(os.path.join(od, "output_0.npy"))
+            self.assertEqual(y.shape, expected.shape)
+            np.testing.assert_array_equal(y, expected)
+
 
 def main():
     global KILN, WORK
