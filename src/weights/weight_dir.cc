@@ -582,6 +582,15 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
   KILN_ASSIGN_OR_RETURN(DirLock lock, OpenStore(s, dir_str));
   StoreStats st;
   st.weights = blobs.size();
+  // The records of every blob, in order, once the store holds them all.
+  auto finish = [&]() -> std::vector<WeightRecord> {
+    std::vector<WeightRecord> out;
+    for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(s.meta.at(hashes[i]));
+    st.bytes_verified = s.bytes_verified;
+    st.warnings = s.warnings;
+    if (stats) *stats = st;
+    return out;
+  };
   std::map<std::string, std::size_t> todo;  // hash -> first blob index: to write
   std::vector<std::pair<std::string, std::size_t>> singles;  // weight_<h> files to (re)write
   // Which bytes already in the directory could serve each distinct weight:
@@ -676,12 +685,7 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
       return Error(StatusCode::kIoError, "weight directory '", dir_str, "' is read-only (", s.read_only_reason,
                    ") and ", to_write, " of the model's weights are missing or damaged in it");
     }
-    std::vector<WeightRecord> out;
-    for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(s.meta.at(hashes[i]));
-    st.bytes_verified = s.bytes_verified;
-    st.warnings = s.warnings;
-    if (stats) *stats = st;
-    return out;
+    return finish();
   }
   // Single-weight files: new, or rewritten over damaged ones.
   KILN_RETURN_IF_ERROR(ParallelEach(singles.size(), opts.writer_threads, [&](std::size_t k) -> Status {
@@ -815,12 +819,7 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
     }
   }
   if (!appended.empty() || created) unlink((dir / kAppendIntent).c_str());
-  std::vector<WeightRecord> out;
-  for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(s.meta.at(hashes[i]));
-  st.bytes_verified = s.bytes_verified;
-  st.warnings = s.warnings;
-  if (stats) *stats = st;
-  return out;
+  return finish();
 }
 
 }  // namespace
