@@ -41,22 +41,56 @@ struct TensorRef {
   void* data = nullptr;
   DType dtype = DType::kUndefined;
   Shape shape;
+  // Where `data` lives. Host memory (false) is copied to and from the
+  // model's device around each run where the device cannot use host memory
+  // (sim, a GPU); device memory (true: a DeviceBuffer of the model's device)
+  // is bound in place, by address refresh. On cpu both are bound in place.
+  bool on_device = false;
   template <typename T> static TensorRef Of(T* p, Shape s);
   static TensorRef Of(const float* p, Shape s) { return {const_cast<float*>(p), DType::kFloat32, std::move(s)}; }
 };
 
 namespace weights { class WeightManager; }
 
+// Memory of a device ("cpu", "sim", ...), for binding model inputs and
+// outputs without copies (TensorRef::on_device) or for filling external
+// weights in user memory. On cpu it is host memory.
+class DeviceBuffer {
+ public:
+  static Result<std::unique_ptr<DeviceBuffer>> Allocate(const std::string& device, std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  // Synchronous copies; errors name the range and the buffer's size.
+  Status CopyFromHost(const void* src, std::size_t bytes, std::size_t offset = 0);
+  Status CopyToHost(void* dst, std::size_t bytes, std::size_t offset = 0) const;
+  TensorRef Ref(DType dtype, Shape shape) const { return {data_, dtype, std::move(shape), true}; }
+
+  struct Impl;
+
+ private:
+  DeviceBuffer() = default;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  Impl* impl_ = nullptr;
+};
+
 // How external weight files are brought to the device.
 enum class WeightLoadMode {
   kAuto,  // map in place where the device can use host memory (CPU), else copy
-  kMap,   // map the files read-only and use them in place (zero copy)
+  kMap,   // map the files read-only and use them in place (zero copy; refused where the device cannot use host memory)
   kCopy,  // read in chunks into device memory (straight into it where it is host-addressable)
   kStagedCopy,  // always through staging buffers, reads overlapping copies: the GPU path, on any device
 };
 
 struct LoadOptions {
-  int threads = 1;                      // kernel threads (OpenMP)
+  // The device to run on: "cpu", or "sim" (a simulated discrete device that
+  // runs the CPU kernels on memory the host may not touch; options after a
+  // colon: "sim:lack=Relu+Conv,seed=7,delay_us=100"). See docs/design.md.
+  std::string device = "cpu";
+  int threads = 1;                      // kernel threads (OpenMP), per model
   bool verify_weights_checksum = true;  // CRC-32 of the embedded weights
   // Debug mode: every intermediate gets its own allocation framed by guard
   // bytes, checked after each kernel; an out-of-bounds write fails the run

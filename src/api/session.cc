@@ -69,7 +69,8 @@ Status Session::LoadGraph(std::uint32_t id, Stream* stream) {
   if (e->model) return Status::Ok();
   KILN_RETURN_IF_ERROR(CompileGraph(id));
   if (!e->compiled) return Error(StatusCode::kInternal, "graph ", id, " has no compiled form");
-  auto model = CreateModel(std::move(*e->compiled), nullptr, impl_->opts.load, *impl_->weights, e->summary.weight_dir,
+  KILN_ASSIGN_OR_RETURN(weights::WeightManager* manager, impl_->WeightsFor(impl_->opts.load.device));
+  auto model = CreateModel(std::move(*e->compiled), nullptr, impl_->opts.load, *manager, e->summary.weight_dir,
                            stream, StrCat("graph ", id));
   e->compiled.reset();
   if (!model.ok()) return model.status();

@@ -13,6 +13,7 @@
 #include "common/status.h"
 
 namespace kiln {
+namespace device { class Device; }
 
 class HostTensor {
  public:
@@ -32,6 +33,11 @@ class HostTensor {
   template <typename T> const T* data_as() const { return static_cast<const T*>(data_); }
   template <typename T> T* mutable_data_as() { return static_cast<T*>(mutable_data()); }
   bool owned() const { return owned_ != nullptr; }
+  // Non-null: the bytes are memory of this device (external weights copied
+  // to a device), which host code may read only where the device is
+  // host-addressable; null: host memory.
+  ::kiln::device::Device* device() const { return device_; }
+  void set_device(::kiln::device::Device* d) { device_ = d; }
 
   // Reads element i converted to double / int64 (for shape arithmetic, folding).
   double GetAsDouble(std::int64_t i) const;
@@ -44,6 +50,7 @@ class HostTensor {
   std::shared_ptr<std::vector<std::uint8_t>> owned_;
   std::shared_ptr<const void> owner_;
   const void* data_ = nullptr;
+  ::kiln::device::Device* device_ = nullptr;
 };
 
 using HostTensorPtr = std::shared_ptr<const HostTensor>;

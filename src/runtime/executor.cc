@@ -3,10 +3,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 #include "common/checked.h"
 #include "ops/op_registry.h"
+#include "runtime/devices.h"
 #include "runtime/stream_impl.h"
 
 namespace kiln::runtime {
@@ -14,9 +16,10 @@ namespace {
 
 class EagerCtx final : public EagerExecuteContext {
  public:
-  EagerCtx(std::vector<ArgBlock>& blocks, std::vector<std::vector<std::uint8_t>>& workspaces, CustomNode& cn,
+  using AllocFn = std::function<Result<void*>(std::size_t)>;
+  EagerCtx(std::vector<ArgBlock>& blocks, AllocFn alloc, device::Stream& copies, CustomNode& cn,
            std::vector<void*> in, std::vector<void*> out, Stream& stream)
-      : blocks_(blocks), workspaces_(workspaces), cn_(cn), in_(std::move(in)), out_(std::move(out)),
+      : blocks_(blocks), alloc_(std::move(alloc)), copies_(copies), cn_(cn), in_(std::move(in)), out_(std::move(out)),
         stream_(stream), attrs_(*cn.node) {}
   const std::string& node_name() const override { return cn_.node->name(); }
   int num_inputs() const override { return static_cast<int>(cn_.inputs.size()); }
@@ -32,20 +35,19 @@ class EagerCtx final : public EagerExecuteContext {
     const Binding& b = cn_.outputs[i];
     return DeviceTensor{out_[i], b.dtype, b.shape, b.bytes};
   }
-  Result<void*> MallocWorkspace(std::size_t bytes) override {
-    workspaces_.emplace_back(bytes + 64);
-    return static_cast<void*>(workspaces_.back().data());
-  }
+  Result<void*> MallocWorkspace(std::size_t bytes) override { return alloc_(bytes == 0 ? 1 : bytes); }
   Result<const void*> MallocReadOnlyDevArgs(const void* host_args, std::size_t size) override {
     if (!host_args || size == 0) {
       return Error(StatusCode::kInvalidArgument, "node '", node_name(), "': MallocReadOnlyDevArgs needs a non-empty block");
     }
     ArgBlock b;
     b.host.assign(static_cast<const std::uint8_t*>(host_args), static_cast<const std::uint8_t*>(host_args) + size);
-    b.dev = b.host;
+    KILN_ASSIGN_OR_RETURN(void* dev, alloc_(size));
+    b.dev = static_cast<std::uint8_t*>(dev);
+    KILN_RETURN_IF_ERROR(copies_.Copy(b.dev, b.host.data(), size, device::CopyKind::kHostToDevice));
     cn_.blocks.push_back(static_cast<int>(blocks_.size()));
     blocks_.push_back(std::move(b));
-    return static_cast<const void*>(blocks_.back().dev.data());
+    return static_cast<const void*>(blocks_.back().dev);
   }
   Stream& GetStream() override { return stream_; }
 
@@ -54,7 +56,8 @@ class EagerCtx final : public EagerExecuteContext {
     return Error(StatusCode::kOutOfRange, "node '", node_name(), "': ", fn, "(", i, "): index out of range 0..", n - 1);
   }
   std::vector<ArgBlock>& blocks_;
-  std::vector<std::vector<std::uint8_t>>& workspaces_;
+  AllocFn alloc_;
+  device::Stream& copies_;
   CustomNode& cn_;
   std::vector<void*> in_, out_;
   Stream& stream_;
@@ -83,7 +86,7 @@ class UpdaterCtx final : public ArgsUpdaterContext {
       return Range("GetKernelArgs", index, static_cast<int>(cn_.blocks.size()));
     }
     ArgBlock& b = blocks_[cn_.blocks[index]];
-    return static_cast<void*>(placement == Placement::kHost ? b.host.data() : b.dev.data());
+    return static_cast<void*>(placement == Placement::kHost ? b.host.data() : b.dev);
   }
   std::size_t num_kernel_args() const override { return cn_.blocks.size(); }
 
@@ -98,9 +101,18 @@ class UpdaterCtx final : public ArgsUpdaterContext {
 
 }  // namespace
 
+
 Executor::~Executor() {
-  std::free(arena_);
-  for (void* p : placeholders_) std::free(p);
+  // Children first (they may share nothing with us, but keep the order of
+  // creation reversed), then every device allocation.
+  tasks_.clear();
+  for (void* p : allocations_) device_->Free(p);
+}
+
+Result<void*> Executor::Alloc(std::size_t bytes) {
+  KILN_ASSIGN_OR_RETURN(void* p, device_->Allocate(bytes));
+  allocations_.push_back(p);
+  return p;
 }
 
 void* Executor::Address(const Binding& b) const {
@@ -108,10 +120,69 @@ void* Executor::Address(const Binding& b) const {
   return bases_[b.region] ? bases_[b.region] + b.offset : nullptr;
 }
 
+namespace {
+
+// Runs `f` for task `t`, turning an exception into an error naming its node
+// (a try block costs nothing until something throws).
+template <typename F>
+Status Guard(const Task& t, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, t.node->Describe(), ": out of memory while running");
+  } catch (const std::exception& e) {
+    return Error(StatusCode::kInternal, t.node->Describe(), ": kernel failed: ", e.what());
+  }
+}
+
+}  // namespace
+
+Status Executor::LaunchKernelTask(void* obj, const void* args, const device::ExecContext& ctx) {
+  Task& t = *static_cast<Task*>(obj);
+  cpu::UseThreads(ctx.threads);
+  cpu::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
+  a.ctx = &ctx;
+  Status st = Guard(t, [&] { return t.kernel->Run(a); });
+  if (!st.ok()) return st.WithContext(t.node->Describe());
+  return st;
+}
+
+Status Executor::LaunchGuardedTask(void* obj, const void* args, const device::ExecContext& ctx) {
+  KILN_RETURN_IF_ERROR(LaunchKernelTask(obj, args, ctx));
+  Task& t = *static_cast<Task*>(obj);
+  for (GuardedBuffer* b : t.guarded_outputs) {
+    for (std::uint64_t i = 0; i < GuardedBuffer::kGuard; ++i) {
+      const bool before = b->bytes[i] != GuardedBuffer::kPattern;
+      const bool after = b->bytes[GuardedBuffer::kGuard + b->size + i] != GuardedBuffer::kPattern;
+      if (before || after) {
+        return Error(StatusCode::kInternal, t.node->Describe(), " wrote out of bounds of tensor '", b->name, "' (",
+                     b->size, " bytes): guard byte ", before ? "before" : "after", " the buffer was overwritten");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Executor::LaunchDynamicTask(void* obj, const void*, const device::ExecContext& ctx) {
+  Task& t = *static_cast<Task*>(obj);
+  cpu::UseThreads(ctx.threads);
+  return Guard(t, [&] { return t.exec->RunDynamic(t, ctx); });
+}
+
+Status Executor::LaunchIfTask(void* obj, const void* args, const device::ExecContext& ctx) {
+  Task& t = *static_cast<Task*>(obj);
+  return Guard(t, [&] { return t.exec->RunIf(t, static_cast<void* const*>(args), ctx, nullptr, nullptr); });
+}
+
 Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const plan::MemoryPlan& plan,
                                                    const ExecutorOptions& opts) {
   std::unique_ptr<Executor> ex(new Executor());
   ex->graph_ = &graph;
+  ex->device_ = opts.device ? opts.device : &CpuDevice();
+  device::Device& dev = *ex->device_;
+  const device::Capabilities& caps = dev.caps();
+  KILN_ASSIGN_OR_RETURN(ex->stream_, dev.CreateSyncStream());
+  device::Stream& stream = *ex->stream_;
   const std::size_t n_in = graph.inputs().size();
   const std::size_t num_regions = plan::kRegionIoBase + n_in + graph.outputs().size();
   ex->region_refs_.resize(num_regions);
@@ -120,31 +191,44 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   // Not zero-filled and not touched here: no kernel reads arena bytes it did
   // not write in the same run, and a model too large for the machine fails
   // here with an error instead of being killed while pages are touched.
-  std::uint64_t arena_alloc = 0;
-  if (!CheckedAddU(plan.arena_size, plan::kAlignment, &arena_alloc)) {
-    return Error(StatusCode::kOutOfRange, "arena of ", plan.arena_size, " bytes is too large to allocate");
-  }
-  arena_alloc = arena_alloc / plan::kAlignment * plan::kAlignment;
-  ex->arena_ = static_cast<std::uint8_t*>(std::aligned_alloc(plan::kAlignment, arena_alloc));
-  if (!ex->arena_) {
-    return Error(StatusCode::kOutOfRange, "cannot allocate the arena of ", plan.arena_size, " bytes: ",
-                 std::strerror(errno));
+  {
+    auto arena = ex->Alloc(plan.arena_size == 0 ? 1 : plan.arena_size);
+    if (!arena.ok()) {
+      return Error(StatusCode::kOutOfRange, "cannot allocate the arena of ", plan.arena_size, " bytes on device '",
+                   dev.spec(), "': ", arena.status().message());
+    }
+    ex->arena_ = static_cast<std::uint8_t*>(arena.value());
   }
   ex->bases_[plan::kRegionArena] = ex->arena_;
   // Stand-ins for the caller's buffers until the first run binds real ones
-  // (custom ops record their launches against them). calloc: untouched pages.
+  // (custom ops record their launches against them). Never touched here.
   for (std::size_t i = 0; i + plan::kRegionIoBase < num_regions; ++i) {
     const ir::Value* v = i < n_in ? graph.inputs()[i] : graph.outputs()[i - n_in];
     auto bytes = CheckedTensorBytes(v->dtype(), v->shape(), StrCat("'", v->name(), "'"));
     if (!bytes.ok()) return bytes.status();
-    void* p = std::calloc(1, static_cast<std::size_t>(bytes.value()) + 64);
-    if (!p) {
+    auto p = ex->Alloc(static_cast<std::size_t>(bytes.value()) + 64);
+    if (!p.ok()) {
       return Error(StatusCode::kOutOfRange, "cannot allocate a stand-in of ", bytes.value(), " bytes for '",
-                   v->name(), "'");
+                   v->name(), "': ", p.status().message());
     }
-    ex->placeholders_.push_back(p);
-    ex->bases_[plan::kRegionIoBase + i] = static_cast<std::uint8_t*>(p);
+    ex->bases_[plan::kRegionIoBase + i] = static_cast<std::uint8_t*>(p.value());
+    ex->standins_.push_back(p.value());
   }
+
+  // Constants: used in place where the device can read host memory (or the
+  // weight already lives in this device's memory), else uploaded once.
+  std::unordered_map<const HostTensor*, void*> uploaded;
+  auto constant_address = [&](const ir::Value* v) -> Result<void*> {
+    const HostTensor* t = v->constant().get();
+    void* host = const_cast<void*>(t->data());
+    if (caps.maps_host_memory || t->device() == &dev || t->nbytes() == 0) return host;
+    auto it = uploaded.find(t);
+    if (it != uploaded.end()) return it->second;
+    KILN_ASSIGN_OR_RETURN(void* d, ex->Alloc(t->nbytes()));
+    KILN_RETURN_IF_ERROR(stream.Copy(d, host, t->nbytes(), device::CopyKind::kHostToDevice));
+    uploaded.emplace(t, d);
+    return d;
+  };
 
   // check_bounds: one guarded allocation per arena tensor (views share their
   // source's) instead of the shared arena.
@@ -155,7 +239,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     b.shape = v->shape();
     b.bytes = static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype());
     if (v->is_constant()) {
-      b.fixed = const_cast<void*>(v->constant()->data());
+      KILN_ASSIGN_OR_RETURN(b.fixed, constant_address(v));
       return b;
     }
     auto it = plan.placements.find(v->name());
@@ -175,7 +259,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       GuardedBuffer*& g = guarded_of[v];
       if (!g) {
         auto gb = std::make_unique<GuardedBuffer>();
-        gb->bytes.assign(p.size + 2 * GuardedBuffer::kGuard, GuardedBuffer::kPattern);
+        const std::uint64_t total = p.size + 2 * GuardedBuffer::kGuard;
+        KILN_ASSIGN_OR_RETURN(void* mem, ex->Alloc(total));
+        gb->bytes = static_cast<std::uint8_t*>(mem);
+        KILN_RETURN_IF_ERROR(dev.RunPrepare([&]() {
+          std::memset(gb->bytes, GuardedBuffer::kPattern, total);
+          return Status::Ok();
+        }));
         gb->size = p.size;
         gb->name = v->name();
         g = gb.get();
@@ -215,6 +305,38 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     d->self_shaped = node.op_type() == "If" && node.domain().empty();
     return d;
   };
+  // If: each branch is a self-contained graph (the lower-subgraphs pass made
+  // every captured value an input), planned and recorded as a child executor.
+  auto make_if = [&](const ir::Node& n) -> Result<std::unique_ptr<IfTask>> {
+    if (!caps.launches_run_on_host) {
+      return Error(StatusCode::kUnimplemented, n.Describe(), ": If is not supported yet on device '", dev.spec(), "'");
+    }
+    auto it = std::make_unique<IfTask>();
+    for (int b = 0; b < 2; ++b) {
+      const char* name = b == 0 ? "then_branch" : "else_branch";
+      const ir::Attribute* a = n.FindAttr(name);
+      if (!a || !a->g) return Error(StatusCode::kInvalidArgument, n.Describe(), ": attribute '", name, "' is missing");
+      it->graphs[b] = a->g;
+      for (auto& sn : a->g->nodes()) {
+        for (const ir::Value* v : sn->inputs()) {
+          if (v && v->owner() != a->g.get()) {
+            return Error(StatusCode::kInvalidArgument, n.Describe(), " attribute '", name, "': ", sn->Describe(),
+                         " reads outer value '", v->name(), "' (branches must be lowered by lower-subgraphs)");
+          }
+        }
+      }
+      auto bp = plan::PlanMemory(*a->g);
+      if (!bp.ok()) return bp.status().WithContext(StrCat(n.Describe(), " attribute '", name, "'"));
+      it->plans[b] = std::move(bp).value();
+      ExecutorOptions co = opts;
+      co.device = &dev;
+      auto child = Executor::Create(*a->g, it->plans[b], co);
+      if (!child.ok()) return child.status().WithContext(StrCat(n.Describe(), " attribute '", name, "'"));
+      it->children[b] = std::move(child).value();
+    }
+    it->io.resize(static_cast<std::size_t>(n.num_inputs() - 1 + n.num_outputs()));
+    return it;
+  };
 
   for (auto& node_ptr : graph.nodes()) {
     const ir::Node& node = *node_ptr;
@@ -222,6 +344,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       if (auto d = make_dynamic(node)) {  // its extents still follow its input's
         d->alias = true;
         Task t;
+        t.exec = ex.get();
         t.node = &node;
         t.dyn = std::move(d);
         ex->tasks_.push_back(std::move(t));
@@ -253,34 +376,38 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
           if (b.region >= plan::kRegionIoBase) cn.regions.insert(b.region);
         }
       }
-      Stream* stream = opts.load_stream;
-      if (!stream) {
+      Stream* pub = opts.load_stream;
+      if (!pub) {
         if (!ex->own_load_stream_) {
-          KILN_ASSIGN_OR_RETURN(ex->own_load_stream_, Stream::Create());
+          KILN_ASSIGN_OR_RETURN(ex->own_load_stream_, Stream::Create(dev.spec()));
         }
-        stream = ex->own_load_stream_.get();
+        pub = ex->own_load_stream_.get();
       }
-      std::vector<CapturedLaunch> captured;
-      EagerCtx ctx(ex->blocks_, ex->workspaces_, cn, in, out, *stream);
-      stream->impl()->capture = &captured;
+      device::Stream& load = DeviceStreamOf(*pub);
+      if (&load.device() != &dev) {
+        return Error(StatusCode::kInvalidArgument, "custom op ", node.Describe(), ": the load stream is on device '",
+                     load.device().spec(), "' but the model loads on '", dev.spec(), "'");
+      }
+      EagerCtx ctx(ex->blocks_, [e = ex.get()](std::size_t n) { return e->Alloc(n); }, stream, cn, in, out, *pub);
+      KILN_RETURN_IF_ERROR(load.BeginCapture());
       Status st = cn.op->eager->Execute(ctx);
-      stream->impl()->capture = nullptr;
+      auto rec = load.EndCapture();
       if (!st.ok()) return st.WithContext(StrCat("custom op ", node.Describe(), ": Execute"));
-      if (captured.empty()) {
+      if (!rec.ok()) return rec.status().WithContext(StrCat("custom op ", node.Describe()));
+      if (rec.value()->size() == 0) {
         return Error(StatusCode::kInvalidArgument, "custom op ", node.Describe(),
                      ": Execute launched no kernel on the context's stream");
       }
-      for (const CapturedLaunch& l : captured) {
-        Task t;
-        t.fn = l.fn;
-        t.fn_args = l.args;
-        t.node = &node;
-        ex->tasks_.push_back(std::move(t));
-      }
+      Task t;
+      t.exec = ex.get();
+      t.node = &node;
+      t.custom = std::move(rec).value();
+      ex->tasks_.push_back(std::move(t));
       ex->custom_.push_back(std::move(cn));
       continue;
     }
     Task task;
+    task.exec = ex.get();
     task.node = &node;
     task.num_inputs = node.num_inputs();
     task.block = static_cast<int>(ex->blocks_.size());
@@ -317,14 +444,51 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       init.outputs.push_back({v->dtype(), v->shape()});
       KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(node.num_inputs() + j), true));
     }
+    const bool is_if = node.op_type() == "If" && node.domain().empty();
     task.dyn = make_dynamic(node);
-    if (!task.dyn) {
-      KILN_ASSIGN_OR_RETURN(task.kernel, cpu::CreateKernel(init));
+    if (is_if) {
+      KILN_ASSIGN_OR_RETURN(task.if_task, make_if(node));
+      if (task.dyn) task.dyn->if_task = task.if_task.get();
+    } else if (!task.dyn) {
+      // Kernel preparation (weight prepacking) is a device operation: it may
+      // read weights resident in device memory.
+      KILN_RETURN_IF_ERROR(dev.RunPrepare([&]() -> Status {
+        KILN_ASSIGN_OR_RETURN(task.kernel, cpu::CreateKernel(init));
+        return Status::Ok();
+      }));
     }
-    block.dev = block.host;
+    KILN_ASSIGN_OR_RETURN(void* bdev, ex->Alloc(block.host.size() == 0 ? 1 : block.host.size()));
+    block.dev = static_cast<std::uint8_t*>(bdev);
+    KILN_RETURN_IF_ERROR(stream.Copy(block.dev, block.host.data(), block.host.size(), device::CopyKind::kHostToDevice));
     ex->blocks_.push_back(std::move(block));
     ex->tasks_.push_back(std::move(task));
   }
+
+  // Record the task list once; runs replay it.
+  KILN_RETURN_IF_ERROR(stream.BeginCapture());
+  Status rec_st;
+  device::ExecContext ctx0{&dev, &stream, 1};
+  for (Task& t : ex->tasks_) {
+    if (t.custom) {
+      rec_st = stream.Replay(*t.custom, ctx0);
+      ex->num_launches_ += t.custom->size();
+    } else {
+      void* args = t.block >= 0 ? ex->blocks_[t.block].dev : nullptr;
+      device::LaunchFn fn = t.dyn                        ? LaunchDynamicTask
+                            : t.if_task                  ? LaunchIfTask
+                            : t.guarded_outputs.empty()  ? LaunchKernelTask
+                                                         : LaunchGuardedTask;
+      rec_st = stream.Launch(fn, &t, args, ctx0);
+      ++ex->num_launches_;
+    }
+    if (!rec_st.ok()) break;
+  }
+  auto rec = stream.EndCapture();
+  KILN_RETURN_IF_ERROR(rec_st);
+  if (!rec.ok()) return rec.status();
+  ex->recording_ = std::move(rec).value();
+  // The uploads and initial block copies are done before the first run.
+  KILN_RETURN_IF_ERROR(stream.Synchronize().WithContext(StrCat("preparing on device '", dev.spec(), "'")));
   return ex;
 }
 
@@ -370,6 +534,19 @@ Status Executor::Refresh(const std::vector<void*>& io, std::uint64_t* refreshed)
   return Status::Ok();
 }
 
+Status Executor::QueueBlockCopies(device::Stream& stream) {
+  for (ArgBlock& b : blocks_) {
+    if (!b.dirty) continue;
+    // Host -> device copies take the bytes now: a later refresh cannot leak
+    // into this run, and a run in flight keeps its device copy until the
+    // stream reaches this copy.
+    Status st = stream.Copy(b.dev, b.host.data(), b.host.size(), device::CopyKind::kHostToDevice);
+    if (!st.ok()) return st;
+    b.dirty = false;
+  }
+  return Status::Ok();
+}
+
 Shape Executor::ValueShape(const ir::Value* v) const {
   auto it = shape_ids_.find(v);
   return it == shape_ids_.end() ? v->shape() : shapes_[it->second];
@@ -394,7 +571,47 @@ Status Executor::SetInputShapes(const std::vector<Shape>& shapes) {
   return Status::Ok();
 }
 
-Status Executor::RunDynamic(Task& t) {
+Status Executor::RunNested(const std::vector<void*>& io, const device::ExecContext& ctx) {
+  std::uint64_t refreshed = 0;
+  KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
+  // Inside a launch on a device whose launches run on the host: its memory
+  // is accessible, so changed blocks are copied directly.
+  for (ArgBlock& b : blocks_) {
+    if (!b.dirty) continue;
+    std::memcpy(b.dev, b.host.data(), b.host.size());
+    b.dirty = false;
+  }
+  const auto* rec = dynamic_cast<const device::HostRecording*>(recording_.get());
+  if (!rec) return Error(StatusCode::kInternal, "a nested list was not recorded on a host-run device");
+  return device::ReplayHostRecording(*rec, ctx);
+}
+
+Status Executor::RunIf(Task& t, void* const* slots, const device::ExecContext& ctx, const Shape* in_shapes,
+                       Shape* out_shapes) {
+  IfTask& it = *t.if_task;
+  const bool cond = *static_cast<const std::uint8_t*>(slots[0]) != 0;
+  const std::size_t n_cap = static_cast<std::size_t>(t.num_inputs) - 1;
+  for (std::size_t i = 0; i < n_cap; ++i) it.io[i] = slots[i + 1];
+  for (std::size_t j = n_cap; j < it.io.size(); ++j) it.io[j] = slots[t.num_inputs + (j - n_cap)];
+  const int b = cond ? 0 : 1;
+  const char* name = cond ? "then_branch" : "else_branch";
+  Executor& child = *it.children[b];
+  if (in_shapes) {  // data-dependent captured values: tell the branch their extents
+    std::vector<Shape> shapes(in_shapes + 1, in_shapes + t.num_inputs);
+    Status st = child.SetInputShapes(shapes);
+    if (!st.ok()) return st.WithContext(StrCat(t.node->Describe(), " ", name));
+  }
+  Status st = child.RunNested(it.io, ctx);
+  if (!st.ok()) return st.WithContext(StrCat(t.node->Describe(), " ", name));
+  if (out_shapes) {
+    for (std::size_t j = 0; j < it.graphs[b]->outputs().size(); ++j) {
+      out_shapes[j] = child.ValueShape(it.graphs[b]->outputs()[j]);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
   DynamicTask& d = *t.dyn;
   ir::Node& c = *d.clone;
   std::vector<Shape> key;
@@ -421,8 +638,6 @@ Status Executor::RunDynamic(Task& t) {
       d.have_last = true;
     }
   }
-  static const std::vector<Shape> kAnyShapes;
-  const std::vector<Shape>& cache_key = d.self_shaped ? kAnyShapes : key;  // If: one kernel for all shapes
   // Outputs that are all empty need no kernel (oneDNN rejects some empty
   // problems, e.g. a Gemm with M = 0): zero detections is a normal run.
   bool all_empty = !outs.empty();
@@ -449,25 +664,29 @@ Status Executor::RunDynamic(Task& t) {
   };
   KILN_RETURN_IF_ERROR(check(outs));
   if (!d.alias && !all_empty) {
-    auto it = d.kernels.find(cache_key);
-    if (it == d.kernels.end()) {
-      cpu::KernelInit init;
-      init.node = &c;
-      for (int i = 0; i < c.num_inputs(); ++i) {
-        const ir::Value* v = c.input(i);
-        const Shape s = !v ? Shape{} : d.self_shaped ? t.node->input(i)->shape() : v->shape();
-        init.inputs.push_back(v ? cpu::TensorDesc{v->dtype(), s} : cpu::TensorDesc{});
-        init.const_inputs.push_back(v && v->is_constant() ? v->constant().get() : nullptr);
+    void* const* slots = reinterpret_cast<void* const*>(blocks_[t.block].dev);
+    if (d.if_task) {
+      KILN_RETURN_IF_ERROR(RunIf(t, slots, ctx, key.data(), outs.data()));
+    } else {
+      auto it = d.kernels.find(key);
+      if (it == d.kernels.end()) {
+        cpu::KernelInit init;
+        init.node = &c;
+        for (int i = 0; i < c.num_inputs(); ++i) {
+          const ir::Value* v = c.input(i);
+          init.inputs.push_back(v ? cpu::TensorDesc{v->dtype(), v->shape()} : cpu::TensorDesc{});
+          init.const_inputs.push_back(v && v->is_constant() ? v->constant().get() : nullptr);
+        }
+        for (std::size_t j = 0; j < outs.size(); ++j) init.outputs.push_back({c.output(static_cast<int>(j))->dtype(), outs[j]});
+        auto k = cpu::CreateKernel(init);
+        if (!k.ok()) return k.status().WithContext(StrCat(t.node->Describe(), " at run time"));
+        if (d.kernels.size() >= 16) d.kernels.clear();  // shapes keep changing: bound the cache
+        it = d.kernels.emplace(key, std::move(k).value()).first;
       }
-      for (std::size_t j = 0; j < outs.size(); ++j) init.outputs.push_back({c.output(static_cast<int>(j))->dtype(), outs[j]});
-      auto k = cpu::CreateKernel(init);
-      if (!k.ok()) return k.status().WithContext(StrCat(t.node->Describe(), " at run time"));
-      if (d.kernels.size() >= 16) d.kernels.clear();  // shapes keep changing: bound the cache
-      it = d.kernels.emplace(cache_key, std::move(k).value()).first;
+      cpu::KernelArgs args{slots, t.num_inputs, outs.data(), key.data()};
+      args.ctx = &ctx;
+      KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
     }
-    cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs, outs.data(),
-                         key.data()};
-    KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
     KILN_RETURN_IF_ERROR(check(outs));
   }
   for (std::size_t j = 0; j < outs.size(); ++j) {
@@ -476,85 +695,50 @@ Status Executor::RunDynamic(Task& t) {
   return Status::Ok();
 }
 
-Status Executor::Replay() {
-  // One try around the whole list (no per-task cost): an exception from a
-  // kernel becomes an error naming the task's node.
-  std::size_t at = 0;
-  try {
-    return ReplayFrom(&at);
-  } catch (const std::bad_alloc&) {
-    return Error(StatusCode::kOutOfRange, tasks_[at].node->Describe(), ": out of memory while running");
-  } catch (const std::exception& e) {
-    return Error(StatusCode::kInternal, tasks_[at].node->Describe(), ": kernel failed: ", e.what());
-  }
-}
-
-Status Executor::ReplayFrom(std::size_t* at) {
-  for (*at = 0; *at < tasks_.size(); ++*at) {
-    Task& t = tasks_[*at];
-    if (t.dyn) {
-      KILN_RETURN_IF_ERROR(RunDynamic(t));
-    } else if (t.kernel) {
-      cpu::KernelArgs args{reinterpret_cast<void* const*>(blocks_[t.block].dev.data()), t.num_inputs};
-      Status st = t.kernel->Run(args);
-      if (!st.ok()) return st.WithContext(t.node->Describe());
-    } else {
-      t.fn(t.fn_args);
-    }
-    for (GuardedBuffer* b : t.guarded_outputs) {
-      for (std::uint64_t i = 0; i < GuardedBuffer::kGuard; ++i) {
-        const bool before = b->bytes[i] != GuardedBuffer::kPattern;
-        const bool after = b->bytes[GuardedBuffer::kGuard + b->size + i] != GuardedBuffer::kPattern;
-        if (before || after) {
-          return Error(StatusCode::kInternal, t.node->Describe(), " wrote out of bounds of tensor '", b->name,
-                       "' (", b->size, " bytes): guard byte ", before ? "before" : "after",
-                       " the buffer was overwritten");
-        }
-      }
-    }
-  }
+namespace {
+Status QueueIo(device::Stream& s, const std::vector<IoCopy>& copies, device::CopyKind kind) {
+  for (const IoCopy& c : copies) KILN_RETURN_IF_ERROR(s.Copy(c.dst, c.src, c.bytes, kind));
   return Status::Ok();
 }
+}  // namespace
 
-Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats) {
+Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats, int threads, const IoCopies* copies) {
   std::uint64_t refreshed = 0;
   KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
-  for (ArgBlock& b : blocks_) {
-    if (!b.dirty) continue;
-    std::memcpy(b.dev.data(), b.host.data(), b.host.size());
-    b.dirty = false;
-  }
-  KILN_RETURN_IF_ERROR(Replay());
+  device::Stream& stream = *stream_;
+  KILN_RETURN_IF_ERROR(QueueBlockCopies(stream));
+  const device::ExecContext ctx{device_, &stream, threads};
+  Status st = copies ? QueueIo(stream, copies->in, device::CopyKind::kHostToDevice) : Status::Ok();
+  if (st.ok()) st = stream.Replay(*recording_, ctx);
+  if (st.ok() && copies) st = QueueIo(stream, copies->out, device::CopyKind::kDeviceToHost);
+  Status sync = stream.Synchronize();
+  KILN_RETURN_IF_ERROR(st);
+  KILN_RETURN_IF_ERROR(sync);
   if (stats) {
-    stats->tasks_run = tasks_.size();
+    stats->tasks_run = num_launches_;
     stats->slots_refreshed = refreshed;
   }
   return Status::Ok();
 }
 
-Status Executor::Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats,
-                         std::shared_ptr<const void> keepalive) {
+Status Executor::Enqueue(device::Stream& stream, const std::vector<void*>& io, ExecutionStats* stats,
+                         std::shared_ptr<const void> keepalive, int threads, const IoCopies* copies) {
+  if (&stream.device() != device_) {
+    return Error(StatusCode::kInvalidArgument, "the stream is on device '", stream.device().spec(),
+                 "' but the model was loaded on '", device_->spec(), "'");
+  }
   std::uint64_t refreshed = 0;
   KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
-  // Snapshot the changed host blocks now: a later refresh must not leak into
-  // this run, and a run in flight keeps reading the device copies untouched
-  // until this task reaches it on the stream.
-  std::vector<std::pair<int, std::vector<std::uint8_t>>> snap;
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    if (!blocks_[i].dirty) continue;
-    snap.emplace_back(static_cast<int>(i), blocks_[i].host);
-    blocks_[i].dirty = false;
-  }
-  const int threads = cpu::NumThreads();
+  KILN_RETURN_IF_ERROR(QueueBlockCopies(stream));
+  const device::ExecContext ctx{device_, &stream, threads};
+  if (copies) KILN_RETURN_IF_ERROR(QueueIo(stream, copies->in, device::CopyKind::kHostToDevice));
+  KILN_RETURN_IF_ERROR(stream.Replay(*recording_, ctx));
+  if (copies) KILN_RETURN_IF_ERROR(QueueIo(stream, copies->out, device::CopyKind::kDeviceToHost));
   // The queued work holds `keepalive` (the model owning this executor): a
   // model destroyed while this is queued lives on until the work is done.
-  KILN_RETURN_IF_ERROR(stream.LaunchHostFunc([this, snap = std::move(snap), threads, keep = std::move(keepalive)]() {
-    for (auto& [i, bytes] : snap) std::memcpy(blocks_[i].dev.data(), bytes.data(), bytes.size());
-    cpu::SetNumThreads(threads);
-    return Replay();
-  }));
+  KILN_RETURN_IF_ERROR(stream.HostFunc([keep = std::move(keepalive)]() { return Status::Ok(); }));
   if (stats) {
-    stats->tasks_run = tasks_.size();
+    stats->tasks_run = num_launches_;
     stats->slots_refreshed = refreshed;
   }
   return Status::Ok();

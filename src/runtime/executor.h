@@ -3,7 +3,14 @@
 //
 // Each task is a built-in kernel or a custom op's recorded launch, with an
 // argument block. Every block has a host copy (rewritten by address refresh)
-// and a device copy (read by the kernels). Built-in blocks are arrays of
+// and a device copy (read by the kernels). Everything the kernels touch (the
+// arena, I/O stand-ins, argument blocks, workspaces, constants where the
+// device cannot use host memory) is allocated through the device, and the
+// task list is recorded once through a device stream (Launch per task,
+// BeginCapture/EndCapture) and replayed as a unit; the executor never reads
+// device memory itself except inside a launch on a device whose launches run
+// on the host. `If` is an executor construct: a task that selects one of two
+// child executors (recorded lists) by its condition. Built-in blocks are arrays of
 // pointers whose slots are declared: fixed (constants) or (region, offset)
 // for the arena and the caller's input/output buffers. Per run, the bound
 // addresses are compared with the last run's; only the slots of regions that
@@ -22,28 +29,40 @@
 
 #include "backends/cpu/kernel.h"
 #include "common/status.h"
+#include "device/device.h"
 #include "custom/registry.h"
 #include "ir/graph.h"
 #include "kiln/runtime.h"
 #include "kiln/stream.h"
+#include "device/host_stream.h"
 #include "plan/memory_plan.h"
 
 namespace kiln::runtime {
 
 // A separately allocated tensor framed by guard bytes (check_bounds mode).
 struct GuardedBuffer {
-  std::vector<std::uint8_t> bytes;  // kGuard + size + kGuard
+  std::uint8_t* bytes = nullptr;  // device memory: kGuard + size + kGuard
   std::uint64_t size = 0;
   std::string name;
-  std::uint8_t* data() { return bytes.data() + kGuard; }
+  std::uint8_t* data() { return bytes + kGuard; }
   static constexpr std::uint64_t kGuard = 64;
   static constexpr std::uint8_t kPattern = 0xA5;
 };
 
 struct ArgBlock {
   std::vector<std::uint8_t> host;  // rewritten by refresh / UpdateHostArgs
-  std::vector<std::uint8_t> dev;   // what kernels read
+  std::uint8_t* dev = nullptr;     // device copy: what kernels read
   bool dirty = false;
+};
+
+class Executor;
+
+// An If node: both branches recorded as child executors on the same device.
+struct IfTask {
+  std::shared_ptr<ir::Graph> graphs[2];  // kept alive for the children
+  plan::MemoryPlan plans[2];
+  std::unique_ptr<Executor> children[2];
+  std::vector<void*> io;  // scratch: the branch's I/O addresses
 };
 
 // Where a tensor lives: fixed address, or (region, offset).
@@ -69,6 +88,7 @@ struct DynamicTask {
   bool alias = false;                  // a view: shapes only, no kernel
   bool self_shaped = false;            // If: one kernel for all shapes; it reports its outputs' extents
   std::map<std::vector<Shape>, std::unique_ptr<cpu::Kernel>> kernels;  // by input shapes
+  IfTask* if_task = nullptr;           // self-shaped If: the task's branches
   // The last run's input shapes and inferred output shapes: the same inputs
   // skip inference (the common case: extents that repeat).
   std::vector<Shape> last_in, last_inferred;
@@ -76,10 +96,11 @@ struct DynamicTask {
 };
 
 struct Task {
+  Executor* exec = nullptr;
   std::unique_ptr<DynamicTask> dyn;     // data-dependent shapes (else null)
   std::unique_ptr<cpu::Kernel> kernel;  // built-in
-  KernelFn fn = nullptr;                // custom op launch
-  const void* fn_args = nullptr;
+  std::unique_ptr<IfTask> if_task;      // If (executor construct)
+  std::unique_ptr<device::Recording> custom;  // a custom op's recorded launches
   int block = -1;                       // built-in argument block
   int num_inputs = 0;
   const ir::Node* node = nullptr;
@@ -100,9 +121,22 @@ struct SlotRef {
   std::uint64_t offset;
 };
 
+// Copies around a run between the caller's host buffers and the I/O
+// stand-ins, for a device that cannot use host memory.
+struct IoCopy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+};
+struct IoCopies {
+  std::vector<IoCopy> in;   // host -> device, before the run
+  std::vector<IoCopy> out;  // device -> host, after it
+};
+
 struct ExecutorOptions {
+  device::Device* device = nullptr;  // null: cpu
   bool check_bounds = false;
-  Stream* load_stream = nullptr;  // custom ops launch on it while recording
+  Stream* load_stream = nullptr;  // custom ops launch on it while recording (same device)
 };
 
 class Executor {
@@ -113,15 +147,19 @@ class Executor {
                                                   const ExecutorOptions& opts = {});
   ~Executor();
 
-  // io[i]: base address of region kRegionIoBase + i (inputs, then outputs).
-  // Runs on the calling thread.
-  Status Run(const std::vector<void*>& io, ExecutionStats* stats);
-  // Refreshes now; queues the block copies and the replay on `stream`. The
-  // queued work keeps `keepalive` (whatever owns this executor and the graph)
-  // alive until it has run or been skipped.
-  Status Enqueue(Stream& stream, const std::vector<void*>& io, ExecutionStats* stats,
-                 std::shared_ptr<const void> keepalive);
-  std::size_t num_tasks() const { return tasks_.size(); }
+  // io[i]: base address of region kRegionIoBase + i (inputs, then outputs),
+  // in device memory. Runs to completion (on cpu: on the calling thread).
+  Status Run(const std::vector<void*>& io, ExecutionStats* stats, int threads, const IoCopies* copies = nullptr);
+  // Refreshes now; queues the block copies and the replay on `stream` (of
+  // this executor's device). The queued work keeps `keepalive` (whatever
+  // owns this executor and the graph) alive until it has run or been skipped.
+  Status Enqueue(device::Stream& stream, const std::vector<void*>& io, ExecutionStats* stats,
+                 std::shared_ptr<const void> keepalive, int threads, const IoCopies* copies = nullptr);
+  // Device memory standing in for I/O i (inputs, then outputs) until the
+  // caller binds its own; used as the staging buffer for host I/O.
+  void* standin(std::size_t i) const { return standins_[i]; }
+  device::Device& device() const { return *device_; }
+  std::size_t num_tasks() const { return num_launches_; }
   // The shape `v` had in the last completed run: its actual extents if they
   // are data-dependent (its upper bound before any run), else its static shape.
   Shape ValueShape(const ir::Value* v) const;
@@ -135,11 +173,25 @@ class Executor {
   friend class ExecutorBuilder;
   Executor() = default;
   Status Refresh(const std::vector<void*>& io, std::uint64_t* refreshed);
-  Status Replay();
-  Status ReplayFrom(std::size_t* at);  // *at: the task being run
-  Status RunDynamic(Task& t);
+  Status QueueBlockCopies(device::Stream& stream);
+  // Inside a launch (host-run devices): refresh, copy changed blocks and
+  // replay this (child) executor's list directly.
+  Status RunNested(const std::vector<void*>& io, const device::ExecContext& ctx);
+  Status RunDynamic(Task& t, const device::ExecContext& ctx);
+  Status RunIf(Task& t, void* const* slots, const device::ExecContext& ctx, const Shape* in_shapes,
+               Shape* out_shapes);
   void* Address(const Binding& b) const;
+  static Status LaunchKernelTask(void* obj, const void* args, const device::ExecContext& ctx);
+  static Status LaunchGuardedTask(void* obj, const void* args, const device::ExecContext& ctx);
+  static Status LaunchDynamicTask(void* obj, const void* args, const device::ExecContext& ctx);
+  static Status LaunchIfTask(void* obj, const void* args, const device::ExecContext& ctx);
+  Result<void*> Alloc(std::size_t bytes);
 
+  device::Device* device_ = nullptr;
+  std::vector<void*> allocations_;  // device memory, freed with the executor
+  std::vector<void*> standins_;
+  std::unique_ptr<device::Stream> stream_;  // for Run
+  std::unique_ptr<device::Recording> recording_;
   std::vector<Task> tasks_;
   std::vector<ArgBlock> blocks_;
   std::vector<CustomNode> custom_;
@@ -147,10 +199,9 @@ class Executor {
   std::vector<std::uint8_t*> bases_;                // current base per region
   std::uint8_t* arena_ = nullptr;
   std::vector<std::unique_ptr<GuardedBuffer>> guarded_;
-  std::vector<std::vector<std::uint8_t>> workspaces_;  // custom ops' workspace
-  std::vector<void*> placeholders_;                    // I/O stand-ins until the first run
   std::unique_ptr<Stream> own_load_stream_;
   std::uint64_t arena_size_ = 0;
+  std::size_t num_launches_ = 0;
   const ir::Graph* graph_ = nullptr;
   std::vector<Shape> shapes_;  // actual shapes of dynamic values
   std::unordered_map<const ir::Value*, int> shape_ids_;

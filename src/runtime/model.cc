@@ -9,7 +9,9 @@
 #include "kiln/custom_op.h"
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
+#include "runtime/devices.h"
 #include "runtime/executor.h"
+#include "runtime/stream_impl.h"
 #include "runtime/session_impl.h"
 #include "weights/weight_manager.h"
 
@@ -109,14 +111,15 @@ class ModelImpl final : public Model {
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("running", name_, [&]() -> Status {
       KILN_RETURN_IF_ERROR(Bind(ins, outs));
-      return state_->executor->Run(io_, &stats_);
+      return state_->executor->Run(io_, &stats_, threads_, staged_ ? &copies_ : nullptr);
     });
   }
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("queueing a run of", name_, [&]() -> Status {
       KILN_RETURN_IF_ERROR(Bind(ins, outs));
-      return state_->executor->Enqueue(stream, io_, &stats_, state_);
+      return state_->executor->Enqueue(DeviceStreamOf(stream), io_, &stats_, state_, threads_,
+                                       staged_ ? &copies_ : nullptr);
     });
   }
 
@@ -126,9 +129,26 @@ class ModelImpl final : public Model {
     KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));
     KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
     io_.clear();
-    for (auto& t : ins) io_.push_back(t.data);
-    for (auto& t : outs) io_.push_back(t.data);
-    cpu::SetNumThreads(threads_);
+    copies_.in.clear();
+    copies_.out.clear();
+    // Host buffers on a device that cannot use host memory go through the
+    // I/O stand-ins (copied in before and out after the run); device
+    // buffers are bound in place.
+    const bool host_ok = state_->executor->device().caps().host_addressable;
+    for (std::size_t i = 0; i < ins.size() + outs.size(); ++i) {
+      const bool is_in = i < ins.size();
+      const TensorRef& t = is_in ? ins[i] : outs[i - ins.size()];
+      if (host_ok || t.on_device) {
+        io_.push_back(t.data);
+        continue;
+      }
+      void* standin = state_->executor->standin(i);
+      io_.push_back(standin);
+      const std::size_t bytes = (is_in ? inputs_[i] : outputs_[i - ins.size()]).bytes;
+      if (is_in) copies_.in.push_back({standin, t.data, bytes});
+      else copies_.out.push_back({t.data, standin, bytes});
+    }
+    staged_ = !copies_.in.empty() || !copies_.out.empty();
     return Status::Ok();
   }
 
@@ -174,8 +194,8 @@ class ModelImpl final : public Model {
     };
     for (ir::Value* v : g.inputs()) m->inputs_.push_back(info(v));
     for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));
-    cpu::SetNumThreads(m->threads_);
     runtime::ExecutorOptions eo;
+    eo.device = &manager.device();
     eo.check_bounds = opts.check_bounds;
     eo.load_stream = load_stream;
     auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);
@@ -186,6 +206,7 @@ class ModelImpl final : public Model {
 
   static Result<std::unique_ptr<Model>> CreateFromFile(const std::string& path, const LoadOptions& opts,
                                                        weights::WeightManager& manager) {
+    // The manager is the device's (the caller picked it for opts.device).
     format::ReadOptions ro;
     ro.verify_weights_checksum = opts.verify_weights_checksum;
     KILN_ASSIGN_OR_RETURN(format::LoadedFile file, format::ReadModelFile(path, ro));
@@ -263,6 +284,8 @@ class ModelImpl final : public Model {
   std::string name_;
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<void*> io_;
+  runtime::IoCopies copies_;
+  bool staged_ = false;
   int threads_ = 1;
   ExecutionStats stats_;
 };
@@ -271,7 +294,8 @@ class ModelImpl final : public Model {
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& opts) {
   return Guarded("loading model", path, [&]() -> Result<std::unique_ptr<Model>> {
-    weights::WeightManager manager;  // weights stay alive through the model's tensors
+    KILN_ASSIGN_OR_RETURN(device::Device* dev, runtime::OpenDevice(opts.device));
+    weights::WeightManager manager(dev);  // weights stay alive through the model's tensors
     return ModelImpl::CreateFromFile(path, opts, manager);
   });
 }
@@ -284,6 +308,44 @@ Result<std::unique_ptr<Model>> CreateModel(format::CompiledModel model, std::sha
     return ModelImpl::Create(std::move(model), std::move(keepalive), opts, manager, default_weight_dir, load_stream,
                              what);
   });
+}
+
+struct DeviceBuffer::Impl {
+  device::Device* device = nullptr;
+};
+
+Result<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(const std::string& device, std::size_t bytes) {
+  KILN_ASSIGN_OR_RETURN(device::Device* d, runtime::OpenDevice(device));
+  std::unique_ptr<DeviceBuffer> b(new DeviceBuffer());
+  KILN_ASSIGN_OR_RETURN(b->data_, d->Allocate(bytes == 0 ? 1 : bytes));
+  b->size_ = bytes;
+  b->impl_ = new Impl{d};
+  return b;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (impl_) impl_->device->Free(data_);
+  delete impl_;
+}
+
+Status DeviceBuffer::CopyFromHost(const void* src, std::size_t bytes, std::size_t offset) {
+  if (offset > size_ || bytes > size_ - offset) {
+    return Error(StatusCode::kOutOfRange, "DeviceBuffer::CopyFromHost: bytes [", offset, ", +", bytes,
+                 ") exceed the buffer's ", size_, " bytes");
+  }
+  KILN_ASSIGN_OR_RETURN(auto s, impl_->device->CreateSyncStream());
+  KILN_RETURN_IF_ERROR(s->Copy(static_cast<std::uint8_t*>(data_) + offset, src, bytes, device::CopyKind::kHostToDevice));
+  return s->Synchronize();
+}
+
+Status DeviceBuffer::CopyToHost(void* dst, std::size_t bytes, std::size_t offset) const {
+  if (offset > size_ || bytes > size_ - offset) {
+    return Error(StatusCode::kOutOfRange, "DeviceBuffer::CopyToHost: bytes [", offset, ", +", bytes,
+                 ") exceed the buffer's ", size_, " bytes");
+  }
+  KILN_ASSIGN_OR_RETURN(auto s, impl_->device->CreateSyncStream());
+  KILN_RETURN_IF_ERROR(s->Copy(dst, static_cast<const std::uint8_t*>(data_) + offset, bytes, device::CopyKind::kDeviceToHost));
+  return s->Synchronize();
 }
 
 Session::Impl::~Impl() {
@@ -299,13 +361,29 @@ Session::~Session() = default;
 
 Result<std::unique_ptr<Model>> Session::LoadModel(const std::string& path, const LoadOptions& opts) {
   return Guarded("loading model", path, [&]() -> Result<std::unique_ptr<Model>> {
-    return ModelImpl::CreateFromFile(path, opts, *impl_->weights);
+    KILN_ASSIGN_OR_RETURN(weights::WeightManager* manager, impl_->WeightsFor(opts.device));
+    return ModelImpl::CreateFromFile(path, opts, *manager);
   });
 }
 
 WeightStats Session::weight_stats() const {
-  weights::WeightManagerStats s = impl_->weights->stats();
-  return {s.bytes_read, s.bytes_mapped, s.files_opened, s.weights_shared, s.resident_bytes};
+  WeightStats w;
+  for (auto& [d, m] : impl_->weights) {
+    weights::WeightManagerStats s = m->stats();
+    w.bytes_read += s.bytes_read;
+    w.bytes_mapped += s.bytes_mapped;
+    w.files_opened += s.files_opened;
+    w.weights_shared += s.weights_shared;
+    w.resident_bytes += s.resident_bytes;
+  }
+  return w;
+}
+
+Result<weights::WeightManager*> Session::Impl::WeightsFor(const std::string& spec) {
+  KILN_ASSIGN_OR_RETURN(device::Device* dev, runtime::OpenDevice(spec));
+  auto& m = weights[dev];
+  if (!m) m = std::make_shared<weights::WeightManager>(dev);
+  return m.get();
 }
 
 Model* Session::GetLoadedGraph(std::uint32_t id) const {

@@ -33,7 +33,10 @@ struct Session::Impl {
     std::unique_ptr<Model> model;                     // once loaded
   };
   SessionOptions opts;
-  std::shared_ptr<weights::WeightManager> weights = std::make_shared<weights::WeightManager>();
+  // One weight manager per device: a weight is loaded once per device and
+  // content.
+  std::map<device::Device*, std::shared_ptr<weights::WeightManager>> weights;
+  Result<weights::WeightManager*> WeightsFor(const std::string& device_spec);
   std::map<std::uint32_t, GraphEntry> graphs;
   std::uint32_t next_id = 1;
   std::vector<std::string> temp_dirs;  // removed when the session ends

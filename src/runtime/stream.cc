@@ -1,17 +1,19 @@
+// The public Stream, Event and Recording: thin handles over the device layer.
 #include "runtime/stream_impl.h"
 
-#include <immintrin.h>
-
-#include <chrono>
+#include "device/host_stream.h"
+#include "runtime/devices.h"
 
 namespace kiln {
+namespace {
 
-struct Event::State {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::uint64_t recorded = 0;   // generation last recorded
-  std::uint64_t completed = 0;  // generation last reached
-};
+Status LaunchUserKernel(void* obj, const void* args, const device::ExecContext&) {
+  auto fn = reinterpret_cast<KernelFn>(obj);
+  fn(args);
+  return Status::Ok();
+}
+
+}  // namespace
 
 Event::Event() : state_(std::make_shared<State>()) {}
 Event::~Event() = default;
@@ -28,152 +30,57 @@ bool Event::Query() const {
   return state_->completed >= state_->recorded;
 }
 
+Recording::Recording(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Recording::~Recording() = default;
+std::size_t Recording::size() const { return impl_->rec ? impl_->rec->size() : 0; }
+
 Stream::Stream() : impl_(std::make_unique<Impl>()) {}
 
-Result<std::unique_ptr<Stream>> Stream::Create() {
-  try {
-    std::unique_ptr<Stream> s(new Stream());
-    Impl* im = s->impl_.get();
-    im->worker = std::thread([im] { im->Loop(); });
-    return s;
-  } catch (const std::exception& e) {
-    return Error(StatusCode::kInternal, "cannot start a stream's worker thread: ", e.what());
-  }
+Result<std::unique_ptr<Stream>> Stream::Create() { return Create("cpu"); }
+
+Result<std::unique_ptr<Stream>> Stream::Create(const std::string& device) {
+  KILN_ASSIGN_OR_RETURN(device::Device* d, runtime::OpenDevice(device));
+  std::unique_ptr<Stream> s(new Stream());
+  s->impl_->device = d;
+  KILN_ASSIGN_OR_RETURN(s->impl_->stream, d->CreateStream());
+  return s;
 }
 
-Stream::~Stream() {
-  if (!impl_->worker.joinable()) return;  // never started
-  (void)Synchronize();
-  {
-    std::lock_guard<std::mutex> l(impl_->mu);
-    impl_->stop = true;
-  }
-  impl_->cv.notify_all();
-  impl_->worker.join();
-}
+Stream::~Stream() = default;  // the device stream waits for queued work
 
-Status Stream::Impl::Enqueue(std::function<Status()> fn) {
-  try {
-    std::lock_guard<std::mutex> l(mu);
-    queue.push_back(std::move(fn));
-    ++enqueued;
-  } catch (const std::bad_alloc&) {
-    return Error(StatusCode::kOutOfRange, "out of memory queueing work on a stream");
-  }
-  pending.store(true, std::memory_order_release);
-  cv.notify_one();
-  return Status::Ok();
-}
-
-void Stream::Impl::Loop() {
-  for (;;) {
-    std::function<Status()> fn;
-    bool failed = false;
-    {
-      std::unique_lock<std::mutex> l(mu);
-      if (queue.empty()) {
-        // Spin ~50 us before sleeping: a wake-up costs ~15 us on these VMs.
-        l.unlock();
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-        while (!pending.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) _mm_pause();
-        l.lock();
-        cv.wait(l, [&] { return !queue.empty() || stop; });
-        if (queue.empty() && stop) return;
-      }
-      fn = std::move(queue.front());
-      queue.pop_front();
-      if (queue.empty()) pending.store(false, std::memory_order_relaxed);
-      failed = !error.ok();
-    }
-    if (!failed) {
-      Status st;
-      try {
-        st = fn();
-      } catch (const std::bad_alloc&) {
-        st = Error(StatusCode::kOutOfRange, "work queued on a stream ran out of memory");
-      } catch (const std::exception& e) {
-        st = Error(StatusCode::kInternal, "work queued on a stream threw: ", e.what());
-      } catch (...) {
-        st = Error(StatusCode::kInternal, "work queued on a stream threw an exception");
-      }
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> l(mu);
-        if (error.ok()) error = st;
-      }
-    }
-    fn = nullptr;  // what the work held (e.g. a destroyed model) goes before it counts as done
-    {
-      std::lock_guard<std::mutex> l(mu);
-      ++completed;
-    }
-    done_cv.notify_all();
-  }
-}
-
-Status Stream::Synchronize() {
-  std::unique_lock<std::mutex> l(impl_->mu);
-  const std::uint64_t want = impl_->enqueued;
-  impl_->done_cv.wait(l, [&] { return impl_->completed >= want; });
-  Status st = impl_->error;
-  impl_->error = Status::Ok();
-  return st;
-}
-
-Status Stream::RecordEvent(Event& e) {
-  auto st = e.state();
-  std::uint64_t gen;
-  {
-    std::lock_guard<std::mutex> l(st->mu);
-    gen = ++st->recorded;
-  }
-  return impl_->Enqueue([st, gen]() {
-    {
-      std::lock_guard<std::mutex> l(st->mu);
-      st->completed = std::max(st->completed, gen);
-    }
-    st->cv.notify_all();
-    return Status::Ok();
-  });
-}
-
-Status Stream::WaitEvent(const Event& e) {
-  auto st = e.state();
-  std::uint64_t want;
-  {
-    std::lock_guard<std::mutex> l(st->mu);
-    want = st->recorded;
-  }
-  return impl_->Enqueue([st, want]() {
-    std::unique_lock<std::mutex> l(st->mu);
-    st->cv.wait(l, [&] { return st->completed >= want; });
-    return Status::Ok();
-  });
-}
-
-Status Stream::LaunchHostFunc(std::function<Status()> fn) {
-  if (!fn) return Error(StatusCode::kInvalidArgument, "LaunchHostFunc: empty function");
-  return impl_->Enqueue(std::move(fn));
-}
+Status Stream::Synchronize() { return impl_->stream->Synchronize(); }
+Status Stream::RecordEvent(Event& e) { return impl_->stream->RecordEvent(e); }
+Status Stream::WaitEvent(const Event& e) { return impl_->stream->WaitEvent(e); }
+Status Stream::LaunchHostFunc(std::function<Status()> fn) { return impl_->stream->HostFunc(std::move(fn)); }
 
 Status Stream::LaunchKernel(KernelFn fn, const void* args) {
   if (!fn) return Error(StatusCode::kInvalidArgument, "LaunchKernel: null kernel function");
-  if (impl_->capture) {
-    try {
-      impl_->capture->push_back({fn, args});
-    } catch (const std::bad_alloc&) {
-      return Error(StatusCode::kOutOfRange, "LaunchKernel: out of memory recording a launch");
-    }
-    return Status::Ok();
-  }
-  return impl_->Enqueue([fn, args]() {
-    fn(args);
-    return Status::Ok();
-  });
+  const device::ExecContext ctx{impl_->device, impl_->stream.get(), 1};
+  return impl_->stream->Launch(LaunchUserKernel, reinterpret_cast<void*>(fn), args, ctx);
 }
 
-std::uint64_t Stream::tasks_completed() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
-  return impl_->completed;
+Status Stream::BeginCapture() { return impl_->stream->BeginCapture(); }
+
+Result<std::unique_ptr<Recording>> Stream::EndCapture() {
+  KILN_ASSIGN_OR_RETURN(auto rec, impl_->stream->EndCapture());
+  auto impl = std::make_unique<Recording::Impl>();
+  impl->rec = std::move(rec);
+  impl->device = impl_->device;
+  return std::make_unique<Recording>(std::move(impl));
 }
+
+Status Stream::Replay(const Recording& recording) {
+  if (!recording.impl() || !recording.impl()->rec) return Error(StatusCode::kInvalidArgument, "Replay: empty recording");
+  if (recording.impl()->device != impl_->device) {
+    return Error(StatusCode::kInvalidArgument, "Replay: the recording was made on device '",
+                 recording.impl()->device->spec(), "', this stream is on '", impl_->device->spec(), "'");
+  }
+  const device::ExecContext ctx{impl_->device, impl_->stream.get(), 1};
+  return impl_->stream->Replay(*recording.impl()->rec, ctx);
+}
+
+const std::string& Stream::device() const { return impl_->device->spec(); }
+
+std::uint64_t Stream::tasks_completed() const { return impl_->stream->tasks_completed(); }
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/file.h"
+#include "runtime/devices.h"
 #include "weights/path.h"
 #include "weights/sha256.h"
 
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 
 // A whole weight file resident on the device: mapped, or copied.
 struct Block {
-  runtime::Device* device = nullptr;
+  device::Device* device = nullptr;
   void* data = nullptr;
   std::uint64_t size = 0;
   bool mapped = false;
@@ -51,11 +52,11 @@ Status ReadFully(int fd, std::uint8_t* p, std::uint64_t off, std::uint64_t len, 
   return Status::Ok();
 }
 
-Status ChunkedCopy(int fd, runtime::Device& dev, std::uint8_t* dst, std::uint64_t size, std::size_t chunk,
+Status ChunkedCopy(int fd, device::Device& dev, std::uint8_t* dst, std::uint64_t size, std::size_t chunk,
                    const std::string& path, bool staged) {
   if (size == 0) return Status::Ok();
   chunk = std::max<std::size_t>(chunk, 4096);
-  if (dev.can_map_host_memory() && !staged) {
+  if (dev.caps().host_addressable && !staged) {
     // Device memory is host-addressable (CPU): the read is the copy. Two
     // readers take alternate chunks so the file reads overlap.
     const std::uint64_t n_chunks = (size + chunk - 1) / chunk;
@@ -106,15 +107,22 @@ Status ChunkedCopy(int fd, runtime::Device& dev, std::uint8_t* dst, std::uint64_
     }
   });
   Status copy_status;
-  for (std::uint64_t i = 0; i < n_chunks; ++i) {
+  auto stream = dev.CreateSyncStream();
+  if (!stream.ok()) {
+    copy_status = stream.status();
+    std::lock_guard<std::mutex> l(mu);
+    consumed = n_chunks + 2;  // release the reader
+    cv.notify_all();
+  }
+  for (std::uint64_t i = 0; i < n_chunks && copy_status.ok(); ++i) {
     {
       std::unique_lock<std::mutex> l(mu);
       cv.wait(l, [&] { return filled > i; });
       if (!read_status.ok()) break;
     }
     const std::uint64_t off = i * chunk, len = std::min<std::uint64_t>(chunk, size - off);
-    copy_status = dev.CopyFromHost(dst + off, staging[i % 2].data(), len);
-    if (copy_status.ok()) copy_status = dev.Synchronize();
+    // The bytes are taken before Copy returns: the staging buffer is free.
+    copy_status = (*stream)->Copy(dst + off, staging[i % 2].data(), len, device::CopyKind::kHostToDevice);
     std::lock_guard<std::mutex> l(mu);
     ++consumed;
     cv.notify_all();
@@ -125,6 +133,10 @@ Status ChunkedCopy(int fd, runtime::Device& dev, std::uint8_t* dst, std::uint64_
     }
   }
   reader.join();
+  if (stream.ok()) {
+    Status st = (*stream)->Synchronize();
+    if (copy_status.ok()) copy_status = st;
+  }
   if (!read_status.ok()) return read_status;
   return copy_status;
 }
@@ -132,7 +144,7 @@ Status ChunkedCopy(int fd, runtime::Device& dev, std::uint8_t* dst, std::uint64_
 }  // namespace
 
 struct WeightManager::Impl {
-  runtime::Device* device;
+  device::Device* device;
   mutable std::mutex mu;
   std::map<std::string, std::weak_ptr<Block>> blocks;  // "map|copy:" + canonical path
   std::map<std::string, std::weak_ptr<const HostTensor>> by_hash;
@@ -171,7 +183,10 @@ struct WeightManager::Impl {
   }
 };
 
-WeightManager::WeightManager(runtime::Device& device) : impl_(std::make_shared<Impl>()) { impl_->device = &device; }
+WeightManager::WeightManager(device::Device* device) : impl_(std::make_shared<Impl>()) {
+  impl_->device = device ? device : &runtime::CpuDevice();
+}
+device::Device& WeightManager::device() const { return *impl_->device; }
 WeightManager::~WeightManager() = default;
 
 WeightManagerStats WeightManager::stats() const {
@@ -190,10 +205,21 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
   std::lock_guard<std::mutex> l(impl_->mu);
   Impl& im = *impl_;
   const fs::path dir = cfg.weight_dir.empty() ? fs::path(model_dir) / "weight" : fs::path(cfg.weight_dir);
-  const bool map = cfg.mode == LoadMode::kMap || (cfg.mode == LoadMode::kAuto && im.device->can_map_host_memory());
-  if (cfg.mode == LoadMode::kMap && !im.device->can_map_host_memory()) {
-    return Error(StatusCode::kInvalidArgument, "device '", im.device->name(), "' cannot use mapped weight files in place");
+  const device::Capabilities& caps = im.device->caps();
+  const bool map = cfg.mode == LoadMode::kMap || (cfg.mode == LoadMode::kAuto && caps.maps_host_memory);
+  if (cfg.mode == LoadMode::kMap && !caps.maps_host_memory) {
+    return Error(StatusCode::kInvalidArgument, "weight load mode 'map' is impossible on device '", im.device->spec(),
+                 "': it cannot use host memory (a mapped weight file) in place; use 'auto', 'copy' or 'staged'");
   }
+  // SHA-256 of resident bytes (copied back where the host cannot read them).
+  auto hash = [&](const HostTensor& t, std::uint64_t len) -> Result<std::string> {
+    if (!t.device() || caps.host_addressable) return Sha256Hex(t.data(), len);
+    std::vector<std::uint8_t> host(len);
+    KILN_ASSIGN_OR_RETURN(auto s, im.device->CreateSyncStream());
+    KILN_RETURN_IF_ERROR(s->Copy(host.data(), t.data(), len, device::CopyKind::kDeviceToHost));
+    KILN_RETURN_IF_ERROR(s->Synchronize());
+    return Sha256Hex(host.data(), len);
+  };
   std::vector<HostTensorPtr> out;
   for (const WeightRef& r : refs) {
     const std::string what = StrCat("FileConstant node '", r.node, "'");
@@ -212,7 +238,8 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
     if (!r.sha256.empty()) {
       if (auto t = im.by_hash[r.sha256].lock(); t && t->dtype() == r.dtype && t->shape() == r.shape) {
         // A shared weight is checked for this model too when it asks for it.
-        if (cfg.verify && Sha256Hex(t->data(), r.length) != r.sha256) {
+        KILN_ASSIGN_OR_RETURN(std::string h, cfg.verify ? hash(*t, r.length) : Result<std::string>(r.sha256));
+        if (h != r.sha256) {
           return Error(StatusCode::kCorrupt, "shared weight for ", what, " fails its SHA-256 check (expected ",
                        r.sha256, "): its file was modified after it was first loaded");
         }
@@ -224,12 +251,38 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
     KILN_ASSIGN_OR_RETURN(fs::path path, ResolveInside(dir, r.location, what));
     const std::pair<std::string, std::uint64_t> loc_key{path.string() + (map ? "|map" : "|copy"), r.offset};
     if (auto t = im.by_location[loc_key].lock(); t && t->dtype() == r.dtype && t->shape() == r.shape) {
-      if (cfg.verify && !r.sha256.empty() && Sha256Hex(t->data(), r.length) != r.sha256) {
+      KILN_ASSIGN_OR_RETURN(std::string h,
+                            cfg.verify && !r.sha256.empty() ? hash(*t, r.length) : Result<std::string>(r.sha256));
+      if (h != r.sha256) {
         return Error(StatusCode::kCorrupt, "weight file '", path.string(), "' bytes [", r.offset, ", ",
                      r.offset + r.length, ") for ", what, " fail their SHA-256 check (expected ", r.sha256,
                      "): the file was modified");
       }
       ++im.stats.weights_shared;
+      out.push_back(t);
+      continue;
+    }
+    if (!caps.host_addressable && !map && r.length <= kHostWeightBytes) {
+      // Small weights stay on the host (see the header).
+      KILN_ASSIGN_OR_RETURN(OpenedFile file, OpenRegularFile(path.string(), StrCat(what, ": weight file")));
+      ++im.stats.files_opened;
+      if (r.offset > static_cast<std::uint64_t>(file.size) || r.length > static_cast<std::uint64_t>(file.size) - r.offset) {
+        return Error(StatusCode::kCorrupt, "weight file '", path.string(), "' has ", file.size, " bytes but ", what,
+                     " needs [", r.offset, ", ", r.offset + r.length, ") (truncated?)");
+      }
+      auto t = std::make_shared<HostTensor>(r.dtype, r.shape);
+      if (t->nbytes() != r.length) {
+        return Error(StatusCode::kCorrupt, what, ": length ", r.length, " does not match ", DTypeName(r.dtype),
+                     ShapeToString(r.shape));
+      }
+      KILN_RETURN_IF_ERROR(ReadFully(file.fd.get(), static_cast<std::uint8_t*>(t->mutable_data()), r.offset,
+                                     r.length, path.string()));
+      im.stats.bytes_read += r.length;
+      if (cfg.verify && !r.sha256.empty() && Sha256Hex(t->data(), r.length) != r.sha256) {
+        return Error(StatusCode::kCorrupt, "weight file '", path.string(), "' bytes [", r.offset, ", ",
+                     r.offset + r.length, ") for ", what, " fail their SHA-256 check (expected ", r.sha256,
+                     "): the file was modified");
+      }
       out.push_back(t);
       continue;
     }
@@ -239,14 +292,16 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
                    " needs [", r.offset, ", ", r.offset + r.length, ") (truncated?)");
     }
     const auto* p = static_cast<const std::uint8_t*>(block->data) + r.offset;
+    auto t = std::make_shared<HostTensor>(r.dtype, r.shape, p, block);
+    if (!block->mapped) t->set_device(im.device);
     if (cfg.verify && !r.sha256.empty()) {
-      if (Sha256Hex(p, r.length) != r.sha256) {
+      KILN_ASSIGN_OR_RETURN(std::string h, hash(*t, r.length));
+      if (h != r.sha256) {
         return Error(StatusCode::kCorrupt, "weight file '", path.string(), "' bytes [", r.offset, ", ",
                      r.offset + r.length, ") for ", what, " fail their SHA-256 check (expected ", r.sha256,
                      "): the file was modified");
       }
     }
-    auto t = std::make_shared<HostTensor>(r.dtype, r.shape, p, block);
     if (!r.sha256.empty()) im.by_hash[r.sha256] = t;
     im.by_location[loc_key] = t;
     out.push_back(t);

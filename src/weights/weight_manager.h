@@ -11,6 +11,11 @@
 //     readers; otherwise (and always with kStagedCopy) through two staging
 //     buffers, the read of chunk i+1 overlapping the copy of chunk i: the path
 //     a GPU needs, kept testable on the CPU.
+// On a device whose memory is not host-addressable (sim, a GPU), weights of
+// at most kHostWeightBytes are read into host memory instead (the runtime
+// uploads them with the embedded constants): load-time shape inference reads
+// such values (Reshape's shape, Slice's starts), as a GPU engine keeps shape
+// tensors on the host. Verification hashes what is resident, copied back.
 // Within a manager, a weight already resident (same SHA-256, or same file and
 // offset) is not loaded again: models share it, and memory is released when
 // the last model using it goes.
@@ -25,9 +30,11 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
-#include "runtime/device.h"
+#include "device/device.h"
 
 namespace kiln::weights {
+
+inline constexpr std::uint64_t kHostWeightBytes = 64 * 1024;
 
 enum class LoadMode { kAuto, kMap, kCopy, kStagedCopy };
 
@@ -64,7 +71,9 @@ struct WeightManagerStats {
 
 class WeightManager {
  public:
-  explicit WeightManager(runtime::Device& device = runtime::CpuDevice());
+  // Loads into `device`'s memory (cpu when null).
+  explicit WeightManager(device::Device* device = nullptr);
+  device::Device& device() const;
   ~WeightManager();
   WeightManager(const WeightManager&) = delete;
   WeightManager& operator=(const WeightManager&) = delete;

@@ -236,14 +236,14 @@ TEST(Where, ConditionMustBeBool) {
 }
 
 TEST(Binary, LargeBroadcastRunsInParallel) {
-  cpu::SetNumThreads(2);
+  cpu::UseThreads(2);
   const std::int64_t rows = 300, cols = 1000;
   std::vector<float> a(rows * cols), b(cols);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 7);
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5);
   NodeRunner r("Pow", 15, {F32T({rows, cols}, a), F32T({cols}, b)});
   auto out = Out<float>(r.Run());
-  cpu::SetNumThreads(1);
+  cpu::UseThreads(1);
   ASSERT_EQ(out.size(), a.size());
   for (std::size_t i = 0; i < a.size(); i += 997) EXPECT_FLOAT_EQ(out[i], std::pow(a[i], b[i % cols])) << i;
 }

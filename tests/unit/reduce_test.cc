@@ -176,7 +176,7 @@ std::vector<double> NaiveSum(const std::vector<float>& x, std::int64_t outer, st
 }
 
 TEST(Reduce, LargeTensorsMatchNaiveSumOnEveryPath) {
-  cpu::SetNumThreads(2);
+  cpu::UseThreads(2);
   const std::int64_t a = 7, b = 5000, c = 30;
   std::vector<float> x(a * b * c);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 100.f - 5;
@@ -191,7 +191,7 @@ TEST(Reduce, LargeTensorsMatchNaiveSumOnEveryPath) {
     ASSERT_EQ(out.size(), want.size());
     for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-3 * (1 + std::fabs(want[i]))) << i;
   }
-  cpu::SetNumThreads(1);
+  cpu::UseThreads(1);
 }
 
 TEST(ArgMax, KeepdimsAndLastIndex) {

@@ -117,11 +117,11 @@ TEST(Unary, UnknownAttributeIsNamed) {
 }
 
 TEST(Unary, LargeInputRunsInParallel) {
-  cpu::SetNumThreads(2);
+  cpu::UseThreads(2);
   std::vector<float> x(100000);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) - 6;
   auto out = RunF("Abs", 13, x);
-  cpu::SetNumThreads(1);
+  cpu::UseThreads(1);
   ASSERT_EQ(out.size(), x.size());
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], std::fabs(x[i])) << i;
 }

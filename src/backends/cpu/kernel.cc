@@ -22,7 +22,6 @@ KernelRegistry& KernelRegistry::Get() {
     RegisterConvTransposeKernels(*reg);
     RegisterResizeKernels(*reg);
     RegisterRnnKernels(*reg);
-    RegisterControlFlowKernels(*reg);
     RegisterDynamicKernels(*reg);
     return reg;
   }();
@@ -115,13 +114,17 @@ static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel_ref, const ir:
 }
 
 namespace {
-int g_threads = 1;
-}
+thread_local int t_threads = 1;
+thread_local bool t_omp_set = false;
+}  // namespace
 
-void SetNumThreads(int n) {
-  g_threads = n < 1 ? 1 : n;
-  omp_set_num_threads(g_threads);
+void UseThreads(int n) {
+  n = n < 1 ? 1 : n;
+  if (n == t_threads && t_omp_set) return;
+  t_threads = n;
+  t_omp_set = true;
+  omp_set_num_threads(n);
 }
-int NumThreads() { return g_threads; }
+int NumThreads() { return t_threads; }
 
 }  // namespace kiln::cpu

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "device/device.h"
 #include "ir/graph.h"
 
 namespace kiln::cpu {
@@ -51,6 +52,9 @@ struct KernelArgs {
   // Set with out_shapes: the actual input shapes (for If, whose branches
   // take data-dependent inputs).
   const Shape* in_shapes = nullptr;
+  // What the kernel runs with (device, stream, threads); null only for
+  // eager evaluation on the host (constant folding).
+  const device::ExecContext* ctx = nullptr;
   const void* in(int i) const { return ptrs[i]; }
   void* out(int i) const { return ptrs[num_inputs + i]; }
   template <typename T> const T* in_as(int i) const { return static_cast<const T*>(ptrs[i]); }
@@ -97,8 +101,11 @@ Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init);
 Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
                                             const std::vector<HostTensorPtr>& inputs);
 
-// Thread count used by kernels (OpenMP); set per execution by the executor.
-void SetNumThreads(int n);
+// Kernel thread count of the calling thread: set from the ExecContext of the
+// work the thread runs (UseThreads), also as this thread's OpenMP thread
+// count (an OpenMP setting per thread, not per process). 1 on a new thread.
+// Two models with different thread counts run side by side on two threads.
+void UseThreads(int n);
 int NumThreads();
 
 // A kernel built from a lambda, for simple ops.
@@ -128,7 +135,6 @@ void RegisterTensorOpsKernels(KernelRegistry& r);
 void RegisterConvTransposeKernels(KernelRegistry& r);
 void RegisterResizeKernels(KernelRegistry& r);
 void RegisterRnnKernels(KernelRegistry& r);
-void RegisterControlFlowKernels(KernelRegistry& r);
 void RegisterDynamicKernels(KernelRegistry& r);
 
 }  // namespace kiln::cpu
