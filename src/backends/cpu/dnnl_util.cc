@@ -17,6 +17,11 @@ dnnl::stream& DnnlStream() {
   return s;
 }
 
+dnnl::primitive_attr UserScratchpad(dnnl::primitive_attr attr) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type dt) {
   dnnl::memory::dims d(shape.begin(), shape.end());
   if (d.empty()) d = {1};

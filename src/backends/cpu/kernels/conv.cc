@@ -45,6 +45,7 @@ class ConvKernel : public Kernel {
     KILN_RETURN_IF_ERROR(AppendFusedActivation(node, po));
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
+    attr = UserScratchpad(attr);
     return DnnlCall("Conv", [&] {
       memory::desc w_md = wconst ? memory::desc(memory::dims(wg.begin(), wg.end()), memory::data_type::f32, tag::any) : w_plain;
       memory::desc b_md = has_bias ? PlainDesc({w[0]}) : memory::desc();
@@ -64,7 +65,8 @@ class ConvKernel : public Kernel {
         weights_ = memory(w_plain, DnnlEngine(), nullptr);
         runtime_weights_ = true;
       }
-      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_}};
+      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_},
+               {DNNL_ARG_SCRATCHPAD, ScratchpadFor(pd)}};
       if (has_bias) {
         bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
         args_[DNNL_ARG_BIAS] = bias_;

@@ -47,19 +47,22 @@ class ConvTransposeKernel : public Kernel {
       memory::desc b_md = has_bias ? PlainDesc({y[1]}) : memory::desc();
       dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
                                           PlainDesc(x), w_any, b_md, PlainDesc(y), strides, dil, pl, pr);
-      dnnl::deconvolution_forward::primitive_desc pd(d, DnnlEngine());
+      dnnl::deconvolution_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
       prim_ = dnnl::deconvolution_forward(pd);
       src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
       weights_ = memory(pd.weights_desc(), DnnlEngine());
       user_w_ = memory(w_user, DnnlEngine(), wconst ? const_cast<void*>(wconst->data()) : nullptr);
-      reorder_ = dnnl::reorder(user_w_, weights_);
+      dnnl::reorder::primitive_desc rpd(user_w_, weights_, UserScratchpad());
+      reorder_ = dnnl::reorder(rpd);
+      reorder_args_ = {{DNNL_ARG_FROM, user_w_}, {DNNL_ARG_TO, weights_}, {DNNL_ARG_SCRATCHPAD, ScratchpadFor(rpd)}};
       if (wconst) {
-        reorder_.execute(DnnlStream(), user_w_, weights_);
+        reorder_.execute(DnnlStream(), reorder_args_);
         DnnlStream().wait();
       }
       runtime_weights_ = !wconst;
-      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_}};
+      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_},
+               {DNNL_ARG_SCRATCHPAD, ScratchpadFor(pd)}};
       if (has_bias) {
         bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
         args_[DNNL_ARG_BIAS] = bias_;
@@ -70,7 +73,7 @@ class ConvTransposeKernel : public Kernel {
   Status Run(const KernelArgs& a) override {
     if (runtime_weights_) {
       user_w_.set_data_handle(const_cast<void*>(a.in(1)));
-      reorder_.execute(DnnlStream(), user_w_, weights_);
+      reorder_.execute(DnnlStream(), reorder_args_);
     }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
@@ -85,6 +88,7 @@ class ConvTransposeKernel : public Kernel {
   dnnl::reorder reorder_;
   memory src_, weights_, user_w_, bias_, dst_;
   std::unordered_map<int, memory> args_;
+  std::unordered_map<int, memory> reorder_args_;
   bool runtime_weights_ = false;
 };
 

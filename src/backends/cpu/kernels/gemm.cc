@@ -22,6 +22,7 @@ class MatMulKernel : public Kernel {
     KILN_RETURN_IF_ERROR(AppendFusedActivation(node, po));
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
+    attr = UserScratchpad(attr);
     return DnnlCall(node.op_type().c_str(), [&] {
       // Constant B is used in place (no packing), so mapped or user-provided
       // weights are read where they lie; only a Gemm alpha forces a scaled copy.
@@ -42,7 +43,8 @@ class MatMulKernel : public Kernel {
         b_ = memory(b_md, DnnlEngine(), nullptr);
         runtime_b_ = true;
       }
-      args_ = {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, dst_}};
+      args_ = {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, dst_},
+               {DNNL_ARG_SCRATCHPAD, ScratchpadFor(pd)}};
       if (bias) {
         bias_ = memory(pd.bias_desc(), DnnlEngine());
         std::memcpy(bias_.get_data_handle(), bias->data(), bias->nbytes());

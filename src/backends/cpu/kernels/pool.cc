@@ -163,24 +163,25 @@ class DnnlPoolKernel : public Kernel {
     return DnnlCall("pooling", [&] {
              dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, desc(lx), desc(ly), strides,
                                               kernel, dil, pl, pr);
-             dnnl::pooling_v2_forward::primitive_desc pd(d, DnnlEngine());
+             dnnl::pooling_v2_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
              prim_ = dnnl::pooling_v2_forward(pd);
              src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
              dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+             scratch_ = ScratchpadFor(pd);
            }).ok();
   }
 
   Status Run(const KernelArgs& a) override {
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
-    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
+    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_}});
     DnnlStream().wait();
     return Status::Ok();
   }
 
  private:
   dnnl::pooling_v2_forward prim_;
-  memory src_, dst_;
+  memory src_, dst_, scratch_;
 };
 
 Result<std::unique_ptr<Kernel>> MakePool(const KernelInit& init) {

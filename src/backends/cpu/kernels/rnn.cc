@@ -133,8 +133,9 @@ class TransposedMatMul {
           ? memory::desc({k, n}, memory::data_type::f32, memory::format_tag::any)
           : user_w_md;
       dnnl::matmul::desc d(src_md, w_md, dst_md);
-      dnnl::matmul::primitive_desc pd(d, DnnlEngine());
+      dnnl::matmul::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
       prim_ = dnnl::matmul(pd);
+      const memory scratch = ScratchpadFor(pd);
       src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
       if (const_w) {
@@ -150,7 +151,7 @@ class TransposedMatMul {
         runtime_w_ = true;
       }
       for (const memory& w : weights_) {
-        args_.push_back({{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_}});
+        args_.push_back({{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch}});
       }
     });
   }
