@@ -19,7 +19,7 @@ FUZZ_JOBS         ?= 2
 # model lifetime, concurrent compiles, threaded weight stores and loaders,
 # custom ops' stream callbacks. LoadDoesNotTouchTheArena measures resident
 # memory, which TSan's shadow memory inflates.
-TSAN_FILTER ?= *Stream*:*Session*:*Async*:*Concurrent*:*Thread*:CustomOp.*:ExternalWeightsTest.*:Executor.*:-AsyncModelLifetime.LoadDoesNotTouchTheArena
+TSAN_FILTER ?= *Device*:*Stream*:*Session*:*Async*:*Concurrent*:*Thread*:CustomOp.*:ExternalWeightsTest.*:Executor.*:-AsyncModelLifetime.LoadDoesNotTouchTheArena
 
 .PHONY: demo test build build-asan build-tsan test-tsan fuzz coverage bench clean
 

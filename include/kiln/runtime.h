@@ -89,7 +89,9 @@ struct LoadOptions {
   // The device to run on: "cpu", or "sim" (a simulated discrete device that
   // runs the CPU kernels on memory the host may not touch; options after a
   // colon: "sim:lack=Relu+Conv,seed=7,delay_us=100"). See docs/design.md.
-  std::string device = "cpu";
+  // Empty: $KILN_DEVICE if set (how the test suites run on every device),
+  // else "cpu".
+  std::string device;
   int threads = 1;                      // kernel threads (OpenMP), per model
   bool verify_weights_checksum = true;  // CRC-32 of the embedded weights
   // Debug mode: every intermediate gets its own allocation framed by guard

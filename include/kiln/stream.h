@@ -55,7 +55,7 @@ class Recording {
 
 class Stream {
  public:
-  // Starts a stream on the CPU.
+  // Starts a stream on the default device ($KILN_DEVICE if set, else the CPU).
   static Result<std::unique_ptr<Stream>> Create();
   // Starts a stream on `device` ("cpu", "sim", "sim:seed=3", ...).
   static Result<std::unique_ptr<Stream>> Create(const std::string& device);

@@ -1,5 +1,6 @@
 #include "runtime/devices.h"
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,11 +13,16 @@ device::Device& CpuDevice() { return cpu::CpuDevice(); }
 
 std::vector<std::string> DeviceKinds() { return {"cpu", "sim"}; }
 
-Result<device::Device*> OpenDevice(const std::string& spec) {
+Result<device::Device*> OpenDevice(const std::string& requested) {
+  std::string spec = requested;
+  if (spec.empty()) {
+    const char* env = std::getenv("KILN_DEVICE");
+    spec = env && *env ? env : "cpu";
+  }
   const auto colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
   const std::string options = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  if (kind == "cpu" || kind.empty()) {
+  if (kind == "cpu") {
     if (!options.empty()) {
       return Error(StatusCode::kInvalidArgument, "device '", spec, "': the cpu device takes no options");
     }

@@ -12,6 +12,7 @@
 
 namespace kiln::runtime {
 
+// An empty spec means $KILN_DEVICE if set, else "cpu".
 Result<device::Device*> OpenDevice(const std::string& spec);
 device::Device& CpuDevice();
 // Device kinds this build has ("cpu", "sim").

@@ -36,7 +36,7 @@ std::size_t Recording::size() const { return impl_->rec ? impl_->rec->size() : 0
 
 Stream::Stream() : impl_(std::make_unique<Impl>()) {}
 
-Result<std::unique_ptr<Stream>> Stream::Create() { return Create("cpu"); }
+Result<std::unique_ptr<Stream>> Stream::Create() { return Create(""); }
 
 Result<std::unique_ptr<Stream>> Stream::Create(const std::string& device) {
   KILN_ASSIGN_OR_RETURN(device::Device* d, runtime::OpenDevice(device));

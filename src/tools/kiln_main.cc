@@ -463,9 +463,11 @@ static int RealMain(int argc, char** argv) {
   std::string weight_dir, weight_load = "auto";
   bool verify_sha = false;
   double chunk_mib = 10;
-  std::string device = "cpu";
+  std::string device;
   for (CLI::App* sub : {run, bench}) {
-    sub->add_option("--device", device, "cpu | sim (a simulated discrete device; options: sim:lack=Op1+Op2,seed=N,delay_us=N)");
+    sub->add_option("--device", device,
+                    "cpu | sim (a simulated discrete device; options: sim:lack=Op1+Op2,seed=N,delay_us=N); "
+                    "default: $KILN_DEVICE, else cpu");
     sub->add_option("--weight-dir", weight_dir, "external weight directory (default: <model dir>/weight)");
     sub->add_flag("--verify-weights", verify_sha, "check every external weight's SHA-256");
     sub->add_option("--weight-load", weight_load, "auto | map | copy | staged (copy through staging buffers, the GPU path)")

@@ -283,6 +283,8 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
                      r.offset + r.length, ") for ", what, " fail their SHA-256 check (expected ", r.sha256,
                      "): the file was modified");
       }
+      if (!r.sha256.empty()) im.by_hash[r.sha256] = t;
+      im.by_location[loc_key] = t;
       out.push_back(t);
       continue;
     }

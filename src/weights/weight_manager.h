@@ -34,7 +34,7 @@
 
 namespace kiln::weights {
 
-inline constexpr std::uint64_t kHostWeightBytes = 64 * 1024;
+inline constexpr std::uint64_t kHostWeightBytes = 4096;
 
 enum class LoadMode { kAuto, kMap, kCopy, kStagedCopy };
 

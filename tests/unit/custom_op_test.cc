@@ -338,3 +338,55 @@ TEST(Streams, InOrderEventsAndErrors) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// On a discrete device (sim) the op's kernel reads device memory and its
+// argument block is refreshed through ArgsUpdater when device buffers move;
+// host buffers are staged through the I/O stand-ins (bound once: no refresh).
+TEST(CustomOp, RefreshThroughDeviceBuffersOnSim) {
+  RegisterOnce();
+  ScaleRefresh::fail_next = 0;
+  SessionOptions so;
+  so.load.device = "sim";
+  Session s(so);
+  auto id = AddScaleGraph(s, "TestScaleRefresh");
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto stream = Stream::Create("sim");
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE(s.LoadGraph(*id, stream->get()).ok());
+  auto x1 = DeviceBuffer::Allocate("sim", 16), x2 = DeviceBuffer::Allocate("sim", 16);
+  auto y1 = DeviceBuffer::Allocate("sim", 16), y2 = DeviceBuffer::Allocate("sim", 16);
+  ASSERT_TRUE(x1.ok() && x2.ok() && y1.ok() && y2.ok());
+  const std::vector<float> a = {1, 2, 3, 4}, b = {-1, 0, 1, 2};
+  ASSERT_TRUE((*x1)->CopyFromHost(a.data(), 16).ok());
+  ASSERT_TRUE((*x2)->CopyFromHost(b.data(), 16).ok());
+  auto run = [&](DeviceBuffer& x, DeviceBuffer& y) {
+    return s.ExecuteGraphWithStreamAsync(*id, **stream, {x.Ref(DType::kFloat32, {4})}, {y.Ref(DType::kFloat32, {4})});
+  };
+  Log().clear();
+  ASSERT_TRUE(run(**x1, **y1).ok());
+  ASSERT_TRUE(run(**x2, **y2).ok());  // queued back to back: each sees its own buffers
+  ASSERT_TRUE((*stream)->Synchronize().ok());
+  EXPECT_EQ(Log(), (std::vector<std::string>{"UpdateHostArgs", "UpdateHostArgs"}));
+  std::vector<float> r1(4), r2(4);
+  ASSERT_TRUE((*y1)->CopyToHost(r1.data(), 16).ok());
+  ASSERT_TRUE((*y2)->CopyToHost(r2.data(), 16).ok());
+  EXPECT_EQ(r1, (std::vector<float>{3, 6, 9, 12}));
+  EXPECT_EQ(r2, (std::vector<float>{-3, 0, 3, 6}));
+  // Host buffers: staged, correct, and no refresh after the first binding.
+  Log().clear();
+  std::vector<float> hx = {2, 2, 2, 2}, hy(4);
+  ASSERT_TRUE(s.RunGraph(*id, {TensorRef::Of(hx.data(), {4})}, {TensorRef::Of(hy.data(), {4})}).ok());
+  EXPECT_EQ(hy, (std::vector<float>{6, 6, 6, 6}));
+  EXPECT_EQ(Log(), (std::vector<std::string>{"UpdateHostArgs"}));  // bound to the stand-ins once
+  Log().clear();
+  std::vector<float> hy2(4);
+  ASSERT_TRUE(s.RunGraph(*id, {TensorRef::Of(hx.data(), {4})}, {TensorRef::Of(hy2.data(), {4})}).ok());
+  EXPECT_EQ(hy2, (std::vector<float>{6, 6, 6, 6}));
+  EXPECT_TRUE(Log().empty());
+}
+
+}  // namespace
+}  // namespace kiln

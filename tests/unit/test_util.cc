@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "runtime/devices.h"
+
 #include "ops/op_registry.h"
 
 namespace kiln::test {
@@ -13,6 +15,11 @@ void SetLatestVersions(ir::Graph& g) {
       if (a.g) SetLatestVersions(*a.g);
     }
   }
+}
+
+bool DefaultDeviceMapsHostMemory() {
+  auto d = runtime::OpenDevice("");
+  return d.ok() && d.value()->caps().maps_host_memory;
 }
 
 Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,

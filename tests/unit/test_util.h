@@ -49,6 +49,10 @@ class TempDir {
 // (subgraphs included).
 void SetLatestVersions(ir::Graph& g);
 
+// Whether the device tests run on ($KILN_DEVICE, else cpu) can use host
+// memory in place (mapped weight files): false on sim.
+bool DefaultDeviceMapsHostMemory();
+
 // Compiles `g` (latest op versions), writes dir/m.kiln and loads it back;
 // `keep` receives the compiled model if given.
 Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,

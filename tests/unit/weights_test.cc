@@ -1014,6 +1014,7 @@ TEST_F(ExternalWeightsTest, Modes012GiveIdenticalOutputs) {
     ASSERT_TRUE(cm.ok()) << cm.status().ToString();
     EXPECT_EQ(ListExternalWeights(*cm.value().graph).size(), mode ? 2u : 0u);
     for (auto lm : {WeightLoadMode::kAuto, WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
+      if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
       LoadOptions lo;
       lo.weight_load_mode = lm;
       auto m = Model::Load(d.file("m.kiln"), lo);
@@ -1237,6 +1238,7 @@ TEST_F(ExternalWeightsTest, MissingWeightFileIsNamed) {
     const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
     fs::remove(fs::path(d.file("weight")) / w.location);
     for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
+      if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
       LoadOptions lo;
       lo.weight_load_mode = lm;
       auto m = Model::Load(d.file("m.kiln"), lo);
@@ -1265,6 +1267,7 @@ TEST_F(ExternalWeightsTest, NonRegularWeightFileIsRefusedWithoutHanging) {
         fs::create_directories(f);
       }
       for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy}) {
+        if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
         LoadOptions lo;
         lo.weight_load_mode = lm;
         auto m = Model::Load(d.file("m.kiln"), lo);
@@ -1286,6 +1289,7 @@ TEST_F(ExternalWeightsTest, TruncatedWeightFileIsNamed) {
     const fs::path f = fs::path(d.file("weight")) / w.location;
     fs::resize_file(f, w.offset + w.size - 1);
     for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
+      if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
       for (bool verify : {false, true}) {
         LoadOptions lo;
         lo.weight_load_mode = lm;
@@ -1315,6 +1319,7 @@ TEST_F(ExternalWeightsTest, TamperedWeightFileFailsVerificationNamingIt) {
     std::memcpy(&bytes[w.offset], &three, 4);
     WriteAll(f, bytes);
     for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
+      if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
       LoadOptions lo;
       lo.weight_load_mode = lm;
       lo.verify_weights = true;
@@ -1540,6 +1545,7 @@ TEST_F(ExternalWeightsTest, FileConstantLocationsOutsideTheWeightDirectoryAreRef
     fc->SetAttr("location", ir::Attribute::String(c.location));
     ASSERT_TRUE(format::WriteModelFile(cm.value(), kiln_file()).ok());
     for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy}) {
+      if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
       LoadOptions lo;
       lo.weight_load_mode = lm;
       auto m = Model::Load(kiln_file(), lo);
