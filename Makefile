@@ -1,6 +1,7 @@
 # Kiln's entry points on a fresh Debian 12 machine:
 #   make demo      install deps, build, compile + run the built-in sample
-#   make test      install deps, build (Release, ASan+UBSan, TSan), run every
+#   make test      install deps, build (Release, ASan+UBSan, TSan, and a
+#                  runtime-only build without the compiler), run every
 #                  test, replay the fuzz regression inputs and fuzz each
 #                  target for FUZZ_SECONDS
 #   make fuzz      fuzz each target for FUZZ_LONG_SECONDS (tests/fuzz/README.md)
@@ -9,6 +10,7 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+RT_BUILD   ?= build-rt
 COV_BUILD  ?= build-cov
 JOBS       ?= $(shell nproc)
 CLANGXX    ?= clang++-14
@@ -21,7 +23,7 @@ FUZZ_JOBS         ?= 2
 # memory, which TSan's shadow memory inflates.
 TSAN_FILTER ?= *Device*:*Stream*:*Session*:*Async*:*Concurrent*:*Thread*:CustomOp.*:ExternalWeightsTest.*:Executor.*:-AsyncModelLifetime.LoadDoesNotTouchTheArena
 
-.PHONY: demo test build build-asan build-tsan test-tsan fuzz coverage bench clean
+.PHONY: demo test build build-asan build-tsan build-rt test-tsan fuzz coverage bench clean
 
 build:
 	scripts/install_deps.sh build
@@ -43,6 +45,13 @@ build-asan:
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
 	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add kiln_fuzzers kiln_op_harness
+
+# Runtime only (-DKILN_BUILD_COMPILER=OFF: no protobuf or ONNX): the kiln
+# binary runs, inspects and benchmarks .kiln files; tests/runtime_only.
+build-rt:
+	scripts/install_deps.sh build
+	cmake -S . -B $(RT_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_COMPILER=OFF
+	cmake --build $(RT_BUILD) -j $(JOBS)
 
 # ThreadSanitizer build (Clang): only the unit-test binary.
 build-tsan:
@@ -67,6 +76,8 @@ test:
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
 	$(MAKE) test-tsan
+	$(MAKE) build-rt
+	ctest --test-dir $(RT_BUILD) --output-on-failure -j $(JOBS)
 	tests/fuzz/run_fuzz.sh --build $(ASAN_BUILD) --kiln $(BUILD)/kiln --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS)
 
 fuzz: build build-asan

@@ -89,16 +89,6 @@ weights::StoreOptions StoreOpts(const CompileOptions& opts, const ir::Graph& g) 
 
 }  // namespace
 
-std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g) {
-  std::vector<ExternalWeightInfo> out;
-  for (auto& n : g.nodes()) {
-    if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
-    out.push_back({n->name(), n->GetString("location", ""), static_cast<std::uint64_t>(n->GetInt("offset", 0)),
-                   static_cast<std::uint64_t>(n->GetInt("length", 0)), n->GetString("kiln.sha256", "")});
-  }
-  return out;
-}
-
 Status MigrateExternalWeights(format::CompiledModel& model, CompileReport& report,
                               const std::string& final_dir, const CompileOptions& opts) {
   if (!report.weight_dir_is_temporary || report.weight_dir.empty()) return Status::Ok();

@@ -25,14 +25,8 @@ struct CompileOptions {
   std::string model_name;  // mode 2 file prefix; default: the graph's name
 };
 
-// One external weight of a compiled model.
-struct ExternalWeightInfo {
-  std::string node;      // the FileConstant / value name
-  std::string location;  // file, relative to the weight directory
-  std::uint64_t offset = 0;
-  std::uint64_t size = 0;
-  std::string id;        // SHA-256 of the bytes
-};
+// ExternalWeightInfo and ListExternalWeights: format/kiln_file.h (the
+// runtime-only build's `kiln inspect` uses them too).
 
 struct CompileReport {
   std::vector<std::string> pass_log;
@@ -42,8 +36,6 @@ struct CompileReport {
   weights::StoreStats weight_stats;
 };
 
-// Lists the FileConstants of a compiled graph.
-std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g);
 
 // Offline compiles: moves weights from a temporary directory to `final_dir`
 // (merging with what is there) and repoints the graph's FileConstants.

@@ -271,3 +271,17 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
 }
 
 }  // namespace kiln::format
+
+namespace kiln {
+
+std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g) {
+  std::vector<ExternalWeightInfo> out;
+  for (auto& n : g.nodes()) {
+    if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
+    out.push_back({n->name(), n->GetString("location", ""), static_cast<std::uint64_t>(n->GetInt("offset", 0)),
+                   static_cast<std::uint64_t>(n->GetInt("length", 0)), n->GetString("kiln.sha256", "")});
+  }
+  return out;
+}
+
+}  // namespace kiln

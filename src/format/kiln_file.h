@@ -96,3 +96,19 @@ Result<CompiledModel> ParseModelImage(const std::uint8_t* data, std::uint64_t si
 std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed = 0);
 
 }  // namespace kiln::format
+
+namespace kiln {
+
+// One external weight of a compiled model (a FileConstant node).
+struct ExternalWeightInfo {
+  std::string node;      // the FileConstant / value name
+  std::string location;  // file, relative to the weight directory
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::string id;        // SHA-256 of the bytes
+};
+
+// Lists the FileConstants of a compiled graph.
+std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g);
+
+}  // namespace kiln

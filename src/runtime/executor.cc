@@ -103,8 +103,11 @@ class UpdaterCtx final : public ArgsUpdaterContext {
 
 
 Executor::~Executor() {
-  // Children first (they may share nothing with us, but keep the order of
-  // creation reversed), then every device allocation.
+  // Work still queued (a load that failed after queueing its uploads) must
+  // finish before the memory it writes goes; then children, then every
+  // device allocation.
+  if (stream_) (void)stream_->Synchronize();
+  if (own_load_stream_) (void)own_load_stream_->Synchronize();
   tasks_.clear();
   for (void* p : allocations_) device_->Free(p);
 }
@@ -445,6 +448,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(node.num_inputs() + j), true));
     }
     const bool is_if = node.op_type() == "If" && node.domain().empty();
+    if (!is_if) {  // If is an executor construct: every device has it
+      std::vector<DType> dtypes;
+      for (const ir::Value* v : node.inputs()) dtypes.push_back(v ? v->dtype() : DType::kUndefined);
+      if (!dev.SupportsOp(node.op_type(), node.domain(), dtypes)) {
+        return Error(StatusCode::kUnimplemented, node.Describe(), ": device '", dev.spec(), "' has no kernel for ",
+                     node.domain().empty() ? "" : node.domain() + ".", node.op_type(),
+                     " (this file was compiled for a target that has one; load it on a device that does)");
+      }
+    }
     task.dyn = make_dynamic(node);
     if (is_if) {
       KILN_ASSIGN_OR_RETURN(task.if_task, make_if(node));

@@ -18,9 +18,11 @@
 #include <set>
 #include <cstring>
 
+#ifdef KILN_HAVE_COMPILER
 #include "api/compiler.h"
-#include "format/kiln_file.h"
 #include "frontend/onnx/onnx_import.h"
+#endif
+#include "format/kiln_file.h"
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
 #include "tools/npy.h"
@@ -155,6 +157,12 @@ struct ExternalWeightFlags {
 int Compile(const std::string& model, const std::string& output, const std::string& shapes,
             const std::vector<std::string>& disable, const std::vector<std::string>& const_inputs, bool verbose,
             const ExternalWeightFlags& ew) {
+#ifndef KILN_HAVE_COMPILER
+  (void)model, (void)output, (void)shapes, (void)disable, (void)const_inputs, (void)verbose, (void)ew;
+  return Fail(kiln::Error(StatusCode::kUnimplemented,
+                          "kiln compile: the compiler is not built in (Kiln was configured with "
+                          "-DKILN_BUILD_COMPILER=OFF); this kiln runs, inspects and benchmarks .kiln files"));
+#else
   kiln::CompileOptions opts;
   opts.external_weight = ew.mode;
   opts.external_weight_dir = ew.dir;
@@ -202,6 +210,7 @@ int Compile(const std::string& model, const std::string& output, const std::stri
               << " already present, in " << report.weight_dir << "\n";
   }
   return 0;
+#endif
 }
 
 void PrintTensorSummary(const std::string& label, const kiln::HostTensor& t) {

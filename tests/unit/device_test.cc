@@ -431,6 +431,25 @@ TEST_P(DeviceModel, AsyncRunsOnTheDevicesStream) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceModel, ::testing::Values("cpu", "sim"));
 
+// A device without a kernel the file needs refuses to load it, naming the
+// node, the op and the device.
+TEST(DeviceModelCompare, LoadingOnADeviceThatLacksAKernelIsRefused) {
+  test::TempDir dir;
+  auto m = SmallModel();
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(format::WriteModelFile(m.value(), dir.file("m.kiln")).ok());
+  LoadOptions o;
+  o.device = "sim:lack=Relu";
+  auto model = Model::Load(dir.file("m.kiln"), o);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented);
+  const std::string msg = model.status().message();
+  EXPECT_NE(msg.find("'relu'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("device 'sim:lack=Relu' has no kernel for Relu"), std::string::npos) << msg;
+  o.device = "sim:lack=Conv";  // lacks an op the model does not use
+  EXPECT_TRUE(Model::Load(dir.file("m.kiln"), o).ok());
+}
+
 // The same model on cpu and sim gives the same bits.
 TEST(DeviceModelCompare, SimIsBitIdenticalToCpu) {
   test::TempDir dir;
