@@ -185,6 +185,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   device::Device& dev = *ex->device_;
   const device::Capabilities& caps = dev.caps();
   KILN_ASSIGN_OR_RETURN(ex->stream_, dev.CreateSyncStream());
+  // Kernels are created on this thread with the model's thread count (oneDNN
+  // sizes a primitive's parallelism when it is created).
+  cpu::UseThreads(opts.threads);
   device::Stream& stream = *ex->stream_;
   const std::size_t n_in = graph.inputs().size();
   const std::size_t num_regions = plan::kRegionIoBase + n_in + graph.outputs().size();

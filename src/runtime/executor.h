@@ -135,6 +135,9 @@ struct IoCopies {
 
 struct ExecutorOptions {
   device::Device* device = nullptr;  // null: cpu
+  // Kernel threads the model runs with: kernels are created with it (oneDNN
+  // fixes a primitive's thread count when it is created).
+  int threads = 1;
   bool check_bounds = false;
   Stream* load_stream = nullptr;  // custom ops launch on it while recording (same device)
 };

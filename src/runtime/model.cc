@@ -196,6 +196,7 @@ class ModelImpl final : public Model {
     for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));
     runtime::ExecutorOptions eo;
     eo.device = &manager.device();
+    eo.threads = m->threads_;
     eo.check_bounds = opts.check_bounds;
     eo.load_stream = load_stream;
     auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);

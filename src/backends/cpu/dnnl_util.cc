@@ -1,5 +1,8 @@
 #include "backends/cpu/dnnl_util.h"
 
+#include <cstdlib>
+#include <new>
+
 #include <cmath>
 #include <limits>
 
@@ -15,6 +18,24 @@ dnnl::engine& DnnlEngine() {
 dnnl::stream& DnnlStream() {
   thread_local dnnl::stream s(DnnlEngine());
   return s;
+}
+
+void* ThreadScratch(std::size_t bytes) {
+  struct Buffer {
+    void* p = nullptr;
+    std::size_t size = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer b;
+  if (b.size < bytes) {
+    const std::size_t size = (bytes + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(64, size);
+    if (!p) throw std::bad_alloc();
+    std::free(b.p);
+    b.p = p;
+    b.size = size;
+  }
+  return b.p;
 }
 
 dnnl::primitive_attr UserScratchpad(dnnl::primitive_attr attr) {

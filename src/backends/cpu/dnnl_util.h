@@ -19,13 +19,29 @@ dnnl::memory::desc StridedDesc(const Shape& shape, const Shape& strides,
 // oneDNN's library-managed scratchpad belongs to the thread that created the
 // primitive (Debian's oneDNN keeps one per thread), so a primitive created at
 // load and run by a stream's worker thread would find none and write through
-// a null pointer. Every primitive here therefore uses a user scratchpad that
-// its kernel owns: attributes with UserScratchpad, memory from
-// ScratchpadFor(pd) passed as DNNL_ARG_SCRATCHPAD.
+// a null pointer. Every primitive here therefore uses a user scratchpad
+// (attributes from UserScratchpad) bound, right before each execute, to the
+// scratch memory of the thread that runs it: one buffer per thread, reused by
+// every primitive (cache-hot, as oneDNN's own), found when it runs, not when
+// the primitive was created.
 dnnl::primitive_attr UserScratchpad(dnnl::primitive_attr attr = dnnl::primitive_attr());
+// The calling thread's scratch memory, at least `bytes` (64-byte aligned;
+// grows, never shrinks).
+void* ThreadScratch(std::size_t bytes);
+struct Scratchpad {
+  dnnl::memory mem;  // the primitive's scratchpad, its handle set by Bind
+  std::size_t bytes = 0;
+  const dnnl::memory& Bind() {
+    if (bytes) mem.set_data_handle(ThreadScratch(bytes));
+    return mem;
+  }
+};
 template <typename PD>
-dnnl::memory ScratchpadFor(const PD& pd) {
-  return dnnl::memory(pd.scratchpad_desc(), DnnlEngine());
+Scratchpad ScratchpadFor(const PD& pd) {
+  Scratchpad s;
+  s.bytes = pd.scratchpad_desc().get_size();
+  s.mem = dnnl::memory(pd.scratchpad_desc(), DnnlEngine(), nullptr);
+  return s;
 }
 
 // Appends the node's fused activation (kiln.activation etc.) to `ops`.

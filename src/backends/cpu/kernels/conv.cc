@@ -65,8 +65,9 @@ class ConvKernel : public Kernel {
         weights_ = memory(w_plain, DnnlEngine(), nullptr);
         runtime_weights_ = true;
       }
+      scratch_ = ScratchpadFor(pd);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_},
-               {DNNL_ARG_SCRATCHPAD, ScratchpadFor(pd)}};
+               {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
       if (has_bias) {
         bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
         args_[DNNL_ARG_BIAS] = bias_;
@@ -79,6 +80,7 @@ class ConvKernel : public Kernel {
     dst_.set_data_handle(a.out(0));
     if (runtime_weights_) weights_.set_data_handle(const_cast<void*>(a.in(1)));
     if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
+    scratch_.Bind();
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
     return Status::Ok();
@@ -88,6 +90,7 @@ class ConvKernel : public Kernel {
   dnnl::convolution_forward prim_;
   memory src_, weights_, bias_, dst_;
   std::unordered_map<int, memory> args_;
+  Scratchpad scratch_;
   bool runtime_weights_ = false;
 };
 

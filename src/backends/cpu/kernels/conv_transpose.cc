@@ -55,14 +55,17 @@ class ConvTransposeKernel : public Kernel {
       user_w_ = memory(w_user, DnnlEngine(), wconst ? const_cast<void*>(wconst->data()) : nullptr);
       dnnl::reorder::primitive_desc rpd(user_w_, weights_, UserScratchpad());
       reorder_ = dnnl::reorder(rpd);
-      reorder_args_ = {{DNNL_ARG_FROM, user_w_}, {DNNL_ARG_TO, weights_}, {DNNL_ARG_SCRATCHPAD, ScratchpadFor(rpd)}};
+      reorder_scratch_ = ScratchpadFor(rpd);
+      reorder_args_ = {{DNNL_ARG_FROM, user_w_}, {DNNL_ARG_TO, weights_}, {DNNL_ARG_SCRATCHPAD, reorder_scratch_.mem}};
       if (wconst) {
+        reorder_scratch_.Bind();
         reorder_.execute(DnnlStream(), reorder_args_);
         DnnlStream().wait();
       }
       runtime_weights_ = !wconst;
+      scratch_ = ScratchpadFor(pd);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_},
-               {DNNL_ARG_SCRATCHPAD, ScratchpadFor(pd)}};
+               {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
       if (has_bias) {
         bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
         args_[DNNL_ARG_BIAS] = bias_;
@@ -73,11 +76,13 @@ class ConvTransposeKernel : public Kernel {
   Status Run(const KernelArgs& a) override {
     if (runtime_weights_) {
       user_w_.set_data_handle(const_cast<void*>(a.in(1)));
+      reorder_scratch_.Bind();
       reorder_.execute(DnnlStream(), reorder_args_);
     }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
     if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
+    scratch_.Bind();
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
     return Status::Ok();
@@ -89,6 +94,7 @@ class ConvTransposeKernel : public Kernel {
   memory src_, weights_, user_w_, bias_, dst_;
   std::unordered_map<int, memory> args_;
   std::unordered_map<int, memory> reorder_args_;
+  Scratchpad scratch_, reorder_scratch_;
   bool runtime_weights_ = false;
 };
 

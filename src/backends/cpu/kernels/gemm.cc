@@ -43,8 +43,9 @@ class MatMulKernel : public Kernel {
         b_ = memory(b_md, DnnlEngine(), nullptr);
         runtime_b_ = true;
       }
+      scratch_ = ScratchpadFor(pd);
       args_ = {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, dst_},
-               {DNNL_ARG_SCRATCHPAD, ScratchpadFor(pd)}};
+               {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
       if (bias) {
         bias_ = memory(pd.bias_desc(), DnnlEngine());
         std::memcpy(bias_.get_data_handle(), bias->data(), bias->nbytes());
@@ -57,6 +58,7 @@ class MatMulKernel : public Kernel {
     a_.set_data_handle(const_cast<void*>(a));
     if (runtime_b_) b_.set_data_handle(const_cast<void*>(b));
     dst_.set_data_handle(out);
+    scratch_.Bind();
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
   }
@@ -70,6 +72,7 @@ class MatMulKernel : public Kernel {
   dnnl::matmul prim_;
   memory a_, b_, bias_, dst_;
   std::unordered_map<int, memory> args_;
+  Scratchpad scratch_;
   std::vector<float> scaled_;
   bool runtime_b_ = false;
 };

@@ -174,14 +174,15 @@ class DnnlPoolKernel : public Kernel {
   Status Run(const KernelArgs& a) override {
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
-    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_}});
+    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_.Bind()}});
     DnnlStream().wait();
     return Status::Ok();
   }
 
  private:
   dnnl::pooling_v2_forward prim_;
-  memory src_, dst_, scratch_;
+  memory src_, dst_;
+  Scratchpad scratch_;
 };
 
 Result<std::unique_ptr<Kernel>> MakePool(const KernelInit& init) {

@@ -135,7 +135,8 @@ class TransposedMatMul {
       dnnl::matmul::desc d(src_md, w_md, dst_md);
       dnnl::matmul::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
       prim_ = dnnl::matmul(pd);
-      const memory scratch = ScratchpadFor(pd);
+      scratch_ = ScratchpadFor(pd);
+      const memory scratch = scratch_.mem;
       src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
       if (const_w) {
@@ -166,6 +167,7 @@ class TransposedMatMul {
     }
     src_.set_data_handle(const_cast<float*>(a));
     dst_.set_data_handle(c);
+    scratch_.Bind();
     if (runtime_w_) {
       weights_[0].set_data_handle(const_cast<float*>(w + offsets_[block]));
       prim_.execute(DnnlStream(), args_[0]);
@@ -182,6 +184,7 @@ class TransposedMatMul {
   memory src_, dst_;
   std::vector<memory> weights_;
   std::vector<std::unordered_map<int, memory>> args_;
+  Scratchpad scratch_;
   bool runtime_w_ = false;
 };
 

@@ -583,7 +583,7 @@ class EinsumKernel : public Kernel {
     View view;                     // kCopy
     I64 batch = 1, m = 1, k = 1, n = 1;  // kSum: m rows of k; kMatMul
     std::shared_ptr<dnnl::matmul> prim;
-    std::shared_ptr<dnnl::memory> scratch;  // the primitive's user scratchpad
+    std::shared_ptr<Scratchpad> scratch;  // the primitive's user scratchpad
   };
 
   int NewTemp(I64 size) {
@@ -721,7 +721,7 @@ class EinsumKernel : public Kernel {
           dnnl::matmul::desc d(PlainDesc({s.batch, s.m, s.k}), PlainDesc({s.batch, s.k, s.n}), PlainDesc({s.batch, s.m, s.n}));
           dnnl::matmul::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
           s.prim = std::make_shared<dnnl::matmul>(pd);
-          s.scratch = std::make_shared<dnnl::memory>(ScratchpadFor(pd));
+          s.scratch = std::make_shared<Scratchpad>(ScratchpadFor(pd));
         }));
       }
     }
@@ -736,7 +736,7 @@ class EinsumKernel : public Kernel {
       memory bm(PlainDesc({s.batch, s.k, s.n}), DnnlEngine(), const_cast<T*>(b));
       memory cm(PlainDesc({s.batch, s.m, s.n}), DnnlEngine(), c);
       s.prim->execute(DnnlStream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
-                                     {DNNL_ARG_SCRATCHPAD, *s.scratch}});
+                                     {DNNL_ARG_SCRATCHPAD, s.scratch->Bind()}});
       DnnlStream().wait();
       return;
     }
