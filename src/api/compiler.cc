@@ -1,5 +1,7 @@
 #include "api/compiler.h"
 
+#include "runtime/devices.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -131,9 +133,14 @@ Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph,
   if (opts.weight_writer_threads < 1) {
     return Error(StatusCode::kInvalidArgument, "weight writer threads must be >= 1, got ", opts.weight_writer_threads);
   }
+  auto target = runtime::OpenDevice(opts.target.empty() ? "cpu" : opts.target);
+  if (!target.ok()) return target.status().WithContext("compile target");
+  passes::PassOptions popts = opts.passes;
+  popts.target_channels_last = target.value()->caps().channels_last_conv;
+  popts.target_fused_epilogues = target.value()->caps().fused_epilogues;
   std::vector<std::string> log;
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
-  KILN_RETURN_IF_ERROR(passes::PassManager::Default().Run(*graph, opts.passes, &log));
+  KILN_RETURN_IF_ERROR(passes::PassManager::Default().Run(*graph, popts, &log));
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
   CompileReport local;
   CompileReport& rep = report ? *report : local;
@@ -156,6 +163,7 @@ Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph,
   m.custom_op_types.assign(custom_types.begin(), custom_types.end());
   m.graph = std::move(graph);
   m.plan = std::move(plan);
+  m.target = target.value()->spec();
   return m;
 }
 

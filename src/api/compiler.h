@@ -23,6 +23,9 @@ struct CompileOptions {
   std::string external_weight_dir;
   int weight_writer_threads = 8;
   std::string model_name;  // mode 2 file prefix; default: the graph's name
+  // The device kind the model is compiled for ("cpu", "sim", "sim:lack=Relu"):
+  // passes ask it what it supports (layouts, fusions); the .kiln records it.
+  std::string target = "cpu";
 };
 
 // ExternalWeightInfo and ListExternalWeights: format/kiln_file.h (the

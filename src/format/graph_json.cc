@@ -520,6 +520,30 @@ Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* paren
 
 }  // namespace
 
+// A device spec as runtime::OpenDevice takes it: a kind of lowercase letters,
+// digits and '_', then optionally ':' and options of letters, digits and
+// "_+=,.-"; 1 to 128 bytes.
+static Status CheckTargetSpec(const std::string& t) {
+  if (t.empty() || t.size() > 128) {
+    return Corrupt("field 'target' must be a device spec of 1 to 128 bytes, found ", t.size(), " bytes");
+  }
+  bool options = false;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(t[i]);
+    const bool kind_ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    const bool opt_ok = kind_ok || (c >= 'A' && c <= 'Z') || c == '+' || c == '=' || c == ',' || c == '.' || c == '-';
+    if (!options && c == ':' && i > 0) {
+      options = true;
+      continue;
+    }
+    if (!(options ? opt_ok : kind_ok)) {
+      return Corrupt("field 'target' = '", std::string(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(t.size(), 64))),
+                     "' is not a device spec (byte ", i, " is not allowed there)");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::string> SerializeModelJson(const CompiledModel& model) {
   try {
     json placements = json::object();
@@ -527,6 +551,7 @@ Result<std::string> SerializeModelJson(const CompiledModel& model) {
       placements[name] = json::array({p.region, p.offset, p.size});
     }
     json j{{"format", "kiln-graph"},
+           {"target", model.target},
            {"custom_ops", model.custom_op_types},
            {"graph", GraphToJson(*model.graph, &model.plan)},
            {"plan", json{{"arena_size", model.plan.arena_size},
@@ -566,6 +591,10 @@ Result<CompiledModel> ParseModelJson(const char* text, std::size_t size, const s
     ParseCtx ctx{weights, weights_size, std::move(owner)};
     KILN_ASSIGN_OR_RETURN(const json* jg, Field(j, "", "graph"));
     KILN_ASSIGN_OR_RETURN(m.graph, GraphFromJson(*jg, nullptr, ctx, "graph", 0));
+    if (j.contains("target")) {  // format version 2; absent (version 1): compiled for "cpu"
+      KILN_ASSIGN_OR_RETURN(m.target, AsString(j.at("target"), "target"));
+      KILN_RETURN_IF_ERROR(CheckTargetSpec(m.target));
+    }
     if (j.contains("custom_ops")) {
       KILN_ASSIGN_OR_RETURN(m.custom_op_types, AsList<std::string>(j.at("custom_ops"), "custom_ops", AsString));
     }

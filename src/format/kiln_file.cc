@@ -170,7 +170,10 @@ Result<CompiledModel> ParseModelImage(const std::uint8_t* base, std::uint64_t si
   FileHeader h;
   std::memcpy(&h, base, sizeof(h));
   if (std::memcmp(h.magic, kMagic, 8) != 0) return corrupt("bad magic (not a .kiln file)");
-  if (h.version != kFormatVersion) return corrupt("format version ", h.version, ", this Kiln reads version ", kFormatVersion);
+  if (h.version < kOldestFormatVersion || h.version > kFormatVersion) {
+    return corrupt("format version ", h.version, ", this Kiln reads versions ", kOldestFormatVersion, " to ",
+                   kFormatVersion);
+  }
   if (h.header_size != sizeof(FileHeader)) return corrupt("header size ", h.header_size, ", expected ", sizeof(FileHeader));
   if (h.num_partitions == 0 || h.num_partitions > 64) return corrupt("partition count ", h.num_partitions, " out of range 1..64");
   if (h.file_size != size) return corrupt("header says ", h.file_size, " bytes, file has ", size, " (truncated?)");

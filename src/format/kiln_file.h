@@ -28,7 +28,10 @@
 namespace kiln::format {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
-inline constexpr std::uint32_t kFormatVersion = 1;
+// 2: the graph JSON records the compile target ("target"). Version 1 files
+// (no target) are still read, as compiled for "cpu".
+inline constexpr std::uint32_t kFormatVersion = 2;
+inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 
 enum class PartitionType : std::uint32_t { kGraph = 1, kWeights = 2 };
@@ -63,6 +66,8 @@ struct CompiledModel {
   // Custom op types the graph uses (recorded so a load without their
   // package fails clearly).
   std::vector<std::string> custom_op_types;
+  // The device spec it was compiled for ("cpu", "sim:lack=Relu").
+  std::string target = "cpu";
 };
 
 // Writes `model` to `path` atomically (temporary name, then rename).

@@ -76,7 +76,8 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
   return Status::Ok();
 }
 
-Status FuseBiasActivation(ir::Graph& g, const PassOptions&) {
+Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
+  if (!opts.target_fused_epilogues) return Status::Ok();  // the target's kernels take no epilogues
   // 1. MatMul(A[M,K], const B[K,N]) + Add(const bias[N] or [1,N]) -> Gemm.
   std::unordered_set<const ir::Node*> removed;
   std::vector<ir::Node*> nodes;

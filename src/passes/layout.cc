@@ -123,6 +123,7 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
 }  // namespace
 
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
+  if (!opts.target_channels_last) return Status::Ok();  // the target has no NHWC kernels
   std::vector<ir::Node*> nodes;
   for (auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* n : nodes) {

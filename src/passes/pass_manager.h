@@ -21,6 +21,11 @@ namespace kiln::passes {
 
 struct PassOptions {
   std::set<std::string> disabled;       // pass names to skip
+  // What the compile target supports (its device's capabilities): the
+  // channels-last layout pass and the epilogue fusions run only where the
+  // target has them.
+  bool target_channels_last = true;
+  bool target_fused_epilogues = true;
   std::uint64_t fold_limit_bytes = 64u << 20;  // largest constant folding may create
 };
 

@@ -456,8 +456,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       for (const ir::Value* v : node.inputs()) dtypes.push_back(v ? v->dtype() : DType::kUndefined);
       if (!dev.SupportsOp(node.op_type(), node.domain(), dtypes)) {
         return Error(StatusCode::kUnimplemented, node.Describe(), ": device '", dev.spec(), "' has no kernel for ",
-                     node.domain().empty() ? "" : node.domain() + ".", node.op_type(),
-                     " (this file was compiled for a target that has one; load it on a device that does)");
+                     node.domain().empty() ? "" : node.domain() + ".", node.op_type(), " (the model was compiled for '",
+                     opts.target, "'; load it on a device that has every kernel its target needs)");
       }
     }
     task.dyn = make_dynamic(node);

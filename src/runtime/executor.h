@@ -139,6 +139,7 @@ struct ExecutorOptions {
   // fixes a primitive's thread count when it is created).
   int threads = 1;
   bool check_bounds = false;
+  std::string target = "cpu";  // what the file was compiled for (for messages)
   Stream* load_stream = nullptr;  // custom ops launch on it while recording (same device)
 };
 

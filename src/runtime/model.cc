@@ -197,6 +197,7 @@ class ModelImpl final : public Model {
     runtime::ExecutorOptions eo;
     eo.device = &manager.device();
     eo.threads = m->threads_;
+    eo.target = m->state_->model.target;
     eo.check_bounds = opts.check_bounds;
     eo.load_stream = load_stream;
     auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);

@@ -148,6 +148,7 @@ Bound Bind(const kiln::Model& model, std::vector<kiln::HostTensor>& inputs) {
 // ---- commands --------------------------------------------------------------
 
 struct ExternalWeightFlags {
+  std::string target = "cpu";
   int mode = 0;
   std::string dir;
   int writer_threads = 8;
@@ -164,6 +165,7 @@ int Compile(const std::string& model, const std::string& output, const std::stri
                           "-DKILN_BUILD_COMPILER=OFF); this kiln runs, inspects and benchmarks .kiln files"));
 #else
   kiln::CompileOptions opts;
+  opts.target = ew.target;
   opts.external_weight = ew.mode;
   opts.external_weight_dir = ew.dir;
   opts.weight_writer_threads = ew.writer_threads;
@@ -319,6 +321,7 @@ json InspectJson(const kiln::format::LoadedFile& f) {
     ext.push_back({{"node", w.node}, {"path", w.location}, {"size", w.size}, {"offset", w.offset}, {"id", w.id}});
   }
   return json{{"file_size", f.file_size},
+              {"target", f.model.target},
               {"external_weights", ext},
               {"inputs", ins},
               {"outputs", outs},
@@ -340,7 +343,7 @@ int Inspect(const std::string& path, bool as_json) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << path << " (" << HumanBytes(j["file_size"]) << ")\n";
+  std::cout << path << " (" << HumanBytes(j["file_size"]) << ", compiled for " << j["target"].get<std::string>() << ")\n";
   for (const char* k : {"inputs", "outputs"}) {
     std::cout << k << ":\n";
     for (auto& t : j[k]) {
@@ -449,6 +452,8 @@ static int RealMain(int argc, char** argv) {
   compile->add_option("--external-weight-dir", ew.dir, "where to write external weights (default: <output dir>/weight)");
   compile->add_option("--weight-writer-threads", ew.writer_threads, "threads hashing/writing weights")->check(CLI::Range(1, 256));
   compile->add_option("--model-name", ew.model_name, "mode 2 file prefix (default: output file stem)");
+  std::string target = "cpu";
+  compile->add_option("--target", target, "device kind to compile for: cpu | sim[:options] (passes ask it what it supports)");
 
   auto* run = app.add_subcommand("run", "run a .kiln model once");
   run->add_option("model", path, ".kiln file")->required();
@@ -502,6 +507,7 @@ static int RealMain(int argc, char** argv) {
                       : weight_load == "copy" ? kiln::WeightLoadMode::kCopy
                       : weight_load == "staged" ? kiln::WeightLoadMode::kStagedCopy : kiln::WeightLoadMode::kAuto;
   lo.weight_chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
+  ew.target = target;
   if (*compile) return Compile(model, output, shapes, disable, const_inputs, verbose, ew);
   if (*run) return Run(path, inputs, out_dir, lo);
   if (*inspect) return Inspect(path, as_json);

@@ -116,7 +116,8 @@ bool PassesContainerChecks(const std::uint8_t* d, std::size_t n) {
   if (n < sizeof(FileHeader)) return false;
   FileHeader h;
   std::memcpy(&h, d, sizeof(h));
-  if (std::memcmp(h.magic, kiln::format::kMagic, 8) != 0 || h.version != kiln::format::kFormatVersion ||
+  if (std::memcmp(h.magic, kiln::format::kMagic, 8) != 0 || h.version < kiln::format::kOldestFormatVersion ||
+      h.version > kiln::format::kFormatVersion ||
       h.header_size != sizeof(FileHeader) || h.num_partitions == 0 || h.num_partitions > 64 ||
       h.file_size != n || h.table_offset != sizeof(FileHeader) ||
       h.table_offset + std::uint64_t{h.num_partitions} * sizeof(PartitionEntry) > n) {

@@ -4,7 +4,7 @@ verifier (plan::VerifyPlan) and the load-time re-inference, plus non-regular
 files and truncated files given as the model.
 
 The writer below mirrors format::WriteModelFile (src/format/kiln_file.cc):
-  [0, 64)    header  '<8sIIIIQQ24s': magic b"KILNMDL\\0", version 1,
+  [0, 64)    header  '<8sIIIIQQ24s': magic b"KILNMDL\\0", version 2,
              header_size 64, num_partitions, crc, file_size, table_offset 64,
              24 reserved zero bytes
   [64, ...)  table   '<IIQQII' per partition: type (1 graph JSON, 2 weights),
@@ -37,6 +37,9 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
+FORMAT_VERSION = 2  # src/format/kiln_file.h kFormatVersion (2: the graph JSON records "target")
+
+
 def align(v, a):
     return (v + a - 1) // a * a
 
@@ -44,7 +47,7 @@ def align(v, a):
 def read_kiln(path):
     b = open(path, "rb").read()
     magic, version, hsize, n, crc, fsize, toff, _ = HEADER.unpack_from(b, 0)
-    assert magic == b"KILNMDL\0" and version == 1 and n == 2, "unexpected .kiln layout"
+    assert magic == b"KILNMDL\0" and version == FORMAT_VERSION and n == 2, "unexpected .kiln layout"
     parts = {}
     for i in range(n):
         t, _flags, off, size, _crc, _res = ENTRY.unpack_from(b, toff + 32 * i)
@@ -60,9 +63,9 @@ def kiln_bytes(graph, weights, weights_offset=None, flags=0, json_text=None):
     table = (ENTRY.pack(1, flags, g_off, len(text), zlib.crc32(text), 0) +
              ENTRY.pack(2, 0, w_off, len(weights), zlib.crc32(weights), 0))
     fsize = w_off + len(weights)
-    h0 = HEADER.pack(b"KILNMDL\0", 1, 64, 2, 0, fsize, 64, b"\0" * 24)
+    h0 = HEADER.pack(b"KILNMDL\0", FORMAT_VERSION, 64, 2, 0, fsize, 64, b"\0" * 24)
     crc = zlib.crc32(table, zlib.crc32(h0))
-    h = HEADER.pack(b"KILNMDL\0", 1, 64, 2, crc, fsize, 64, b"\0" * 24)
+    h = HEADER.pack(b"KILNMDL\0", FORMAT_VERSION, 64, 2, crc, fsize, 64, b"\0" * 24)
     out = bytearray(fsize)
     out[0:64] = h
     out[64:64 + len(table)] = table
@@ -303,6 +306,13 @@ def generate(ctx):
     crafted("json", "deep_nesting", None, ["Tanh node 'tanh' attribute 'kiln.deep'", "must be an integer, found array"],
             json_text=deep)
     # Only the load-time re-inference sees these (kiln inspect does not infer).
+    crafted("target", "uppercase", setp(["target"], "Cpu"),
+            ["field 'target' = 'Cpu' is not a device spec (byte 0 is not allowed there)"])
+    crafted("target", "path", setp(["target"], "../../etc/passwd"),
+            ["field 'target' = '../../etc/passwd' is not a device spec"])
+    crafted("target", "empty", setp(["target"], ""), ["field 'target' must be a device spec of 1 to 128 bytes"])
+    crafted("target", "long", setp(["target"], "sim:" + "a" * 200), ["found 204 bytes"])
+    crafted("target", "number", setp(["target"], 7), ["field 'target' must be a string, found number"])
     crafted("infer", "op_version", lambda j: node(j, "tanh").update(since=99),
             ["Tanh node 'tanh' has op version 99"], inspect=False)
     crafted("infer", "recorded_shape", lambda j: value(j, "d").update(shape=[2, 8]),

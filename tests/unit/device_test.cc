@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -72,7 +73,9 @@ class DeviceConformance : public ::testing::TestWithParam<std::string> {
     return p.value();
   }
   void TearDown() override {
-    if (stream_) EXPECT_TRUE(stream_->Synchronize().ok());
+    if (stream_) {
+      EXPECT_TRUE(stream_->Synchronize().ok());
+    }
     stream_.reset();
     for (void* p : allocs_) dev_->Free(p);
   }
@@ -446,9 +449,110 @@ TEST(DeviceModelCompare, LoadingOnADeviceThatLacksAKernelIsRefused) {
   const std::string msg = model.status().message();
   EXPECT_NE(msg.find("'relu'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("device 'sim:lack=Relu' has no kernel for Relu"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("compiled for 'cpu'"), std::string::npos) << msg;
   o.device = "sim:lack=Conv";  // lacks an op the model does not use
   EXPECT_TRUE(Model::Load(dir.file("m.kiln"), o).ok());
 }
+
+// The compile target: passes ask it, the .kiln records it, a file compiled
+// for one device runs on another that has its kernels; an unknown target is
+// an error naming it.
+TEST(DeviceModelCompare, TheCompileTargetIsRecorded) {
+  test::TempDir dir;
+  auto build = []() {
+    auto g = std::make_unique<ir::Graph>();
+    g->set_name("t");
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
+    g->inputs().push_back(x);
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("Relu", "relu", {x}, {y});
+    g->outputs().push_back(y);
+    test::SetLatestVersions(*g);
+    return g;
+  };
+  CompileOptions co;
+  co.target = "sim:seed=4";
+  auto cm = CompileGraph(build(), co);
+  ASSERT_TRUE(cm.ok()) << cm.status().ToString();
+  EXPECT_EQ(cm.value().target, "sim:seed=4");
+  ASSERT_TRUE(format::WriteModelFile(cm.value(), dir.file("m.kiln")).ok());
+  auto back = format::ReadModelFile(dir.file("m.kiln"), {});
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back.value().model.target, "sim:seed=4");
+  for (const char* dev : {"cpu", "sim"}) {  // both have the kernels a sim target needs
+    LoadOptions o;
+    o.device = dev;
+    auto m = Model::Load(dir.file("m.kiln"), o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    std::vector<float> x = {-1, 2, -3, 4}, y(4);
+    ASSERT_TRUE((*m)->Execute({TensorRef::Of(x.data(), {4})}, {TensorRef::Of(y.data(), {4})}).ok());
+    EXPECT_EQ(y, (std::vector<float>{0, 2, 0, 4}));
+  }
+  co.target = "tpu";
+  auto bad = CompileGraph(build(), co);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown device 'tpu'"), std::string::npos) << bad.status().message();
+}
+
+// Passes ask the target: Conv + Relu fuses (one node) and goes channels-last
+// (Transposes around it) for cpu, neither for a target without them.
+TEST(DeviceModelCompare, PassesAskTheTargetWhatItSupports) {
+  auto build = []() {
+    auto g = std::make_unique<ir::Graph>();
+    g->set_name("cr");
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {1, 2, 5, 5});
+    g->inputs().push_back(x);
+    std::vector<float> wv(3 * 2 * 3 * 3);
+    for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>(i % 5) - 2.f;
+    ir::Value* w = g->AddConstant("w", test::F32({3, 2, 3, 3}, wv));
+    ir::Value* c = g->AddValue("c");
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("Conv", "conv", {x, w}, {c});
+    g->AddNode("Relu", "relu", {c}, {y});
+    g->outputs().push_back(y);
+    test::SetLatestVersions(*g);
+    return g;
+  };
+  auto count = [](const format::CompiledModel& m, const std::string& op) {
+    int n = 0;
+    for (auto& node : m.graph->nodes()) n += node->op_type() == op;
+    return n;
+  };
+  CompileOptions co;
+  auto cpu = CompileGraph(build(), co);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(count(cpu.value(), "Relu"), 0);  // fused into the Conv
+  EXPECT_GT(count(cpu.value(), "Transpose"), 0);  // NHWC around it
+  co.target = "sim:no_fusion,no_nhwc";
+  auto plain = CompileGraph(build(), co);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(count(plain.value(), "Relu"), 1);
+  EXPECT_EQ(count(plain.value(), "Transpose"), 0);
+  co.target = "sim:no_fusion";
+  auto nhwc = CompileGraph(build(), co);
+  ASSERT_TRUE(nhwc.ok());
+  EXPECT_EQ(count(nhwc.value(), "Relu"), 1);
+  EXPECT_GT(count(nhwc.value(), "Transpose"), 0);
+  // Both compile to the same numbers.
+  test::TempDir dir;
+  std::vector<std::vector<float>> outs;
+  for (auto* m : {&cpu.value(), &plain.value()}) {
+    ASSERT_TRUE(format::WriteModelFile(*m, dir.file("m.kiln")).ok());
+    LoadOptions o;
+    o.device = "cpu";
+    auto model = Model::Load(dir.file("m.kiln"), o);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    std::vector<float> x(50), y(27);
+    for (int i = 0; i < 50; ++i) x[i] = std::sin(0.3f * static_cast<float>(i));
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 2, 5, 5})}, {TensorRef::Of(y.data(), {1, 3, 3, 3})}).ok());
+    outs.push_back(y);
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_NEAR(outs[0][i], outs[1][i], 1e-5f) << i;
+  co.target = "tpu";
+  auto bad2 = CompileGraph(build(), co);
+  ASSERT_FALSE(bad2.ok());
+}
+
 
 // The same model on cpu and sim gives the same bits.
 TEST(DeviceModelCompare, SimIsBitIdenticalToCpu) {

@@ -105,6 +105,33 @@ TEST(KilnJson, WellFormedDocumentParses) {
   EXPECT_EQ(m.value().graph->nodes()[0]->since_version(), 14);
 }
 
+// Format version 2: the compile target. Absent (version 1 files): "cpu".
+TEST(KilnJson, TargetIsADeviceSpec) {
+  Doc plain;
+  auto m = Parse(plain.Text());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m.value().target, "cpu");
+  Doc sim;
+  sim.extra = R"(,"target":"sim:lack=Relu+Conv,seed=3")";
+  m = Parse(sim.Text());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m.value().target, "sim:lack=Relu+Conv,seed=3");
+  auto with = [](const std::string& t) {
+    Doc d;
+    d.extra = ",\"target\":" + t;
+    return d.Text();
+  };
+  ExpectAllRefused({
+      {with(R"("")"), "field 'target' must be a device spec of 1 to 128 bytes, found 0 bytes"},
+      {with("\"" + std::string(129, 'a') + "\""), "found 129 bytes"},
+      {with(R"("Cpu")"), "field 'target' = 'Cpu' is not a device spec (byte 0 is not allowed there)"},
+      {with(R"(":sim")"), "(byte 0 is not allowed there)"},
+      {with(R"("sim:lack=Re lu")"), "(byte 11 is not allowed there)"},
+      {with(R"("sim:a:b")"), "(byte 5 is not allowed there)"},
+      {with("5"), "field 'target' must be a string, found number"},
+  });
+}
+
 TEST(KilnJson, TopLevelFieldsAndPlan) {
   Doc other;
   other.format = R"("kiln-graph-v2")";
@@ -653,7 +680,8 @@ TEST(KilnImage, HeaderFaults) {
   using Tweak = std::function<void(FileHeader&, std::vector<PartitionEntry>&)>;
   const std::vector<std::pair<Tweak, std::string>> faults = {
       {[](FileHeader& h, auto&) { h.magic[0] = 'k'; }, "bad magic (not a .kiln file)"},
-      {[](FileHeader& h, auto&) { h.version = 2; }, "format version 2, this Kiln reads version 1"},
+      {[](FileHeader& h, auto&) { h.version = 3; }, "format version 3, this Kiln reads versions 1 to 2"},
+      {[](FileHeader& h, auto&) { h.version = 0; }, "format version 0, this Kiln reads versions 1 to 2"},
       {[](FileHeader& h, auto&) { h.header_size = 128; }, "header size 128, expected 64"},
       {[](FileHeader& h, auto&) { h.num_partitions = 0; }, "partition count 0 out of range 1..64"},
       {[](FileHeader& h, auto&) { h.num_partitions = 65; }, "partition count 65 out of range 1..64"},

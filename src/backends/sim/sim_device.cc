@@ -8,8 +8,9 @@
 //     operation completes after a seeded random delay (0..delay_us), so a
 //     missing Synchronize shows up as wrong or stale data;
 //   - it cannot use host memory in place (no mapped weight files);
-//   - it can be told to lack ops (lack=Relu+Conv), so the compiler's CPU
-//     fallback placement and its copies are exercised.
+//   - it can be told to lack ops (lack=Relu+Conv): a file needing them is
+//     refused at load; and to lack channels-last kernels (no_nhwc) or fused
+//     epilogues (no_fusion), so the compiler's target-driven choices show.
 // Outputs are bit-identical to the CPU's: the same kernels run.
 #include <cstdlib>
 #include <mutex>
@@ -37,7 +38,8 @@ namespace {
 
 class SimDevice final : public device::Device, public device::OpWindow {
  public:
-  SimDevice(std::string spec, std::set<std::string> lack, std::uint64_t seed, std::uint32_t delay_us)
+  SimDevice(std::string spec, std::set<std::string> lack, std::uint64_t seed, std::uint32_t delay_us, bool nhwc,
+            bool fusion)
       : spec_(std::move(spec)), lack_(std::move(lack)), seed_(seed), delay_us_(delay_us) {
     caps_.kind = "sim";
     caps_.host_addressable = false;
@@ -45,8 +47,8 @@ class SimDevice final : public device::Device, public device::OpWindow {
     caps_.pinned_host_memory = true;
     caps_.launches_run_on_host = true;
     caps_.alignment = 256;  // as CUDA's allocator
-    caps_.channels_last_conv = true;
-    caps_.fused_epilogues = true;
+    caps_.channels_last_conv = nhwc;
+    caps_.fused_epilogues = fusion;
     caps_.kernel_library = "cpu";
   }
   ~SimDevice() override = default;
@@ -169,6 +171,7 @@ bool ParseU64(const std::string& s, std::uint64_t max, std::uint64_t* out) {
 Result<std::unique_ptr<device::Device>> CreateSimDevice(const std::string& spec, const std::string& options) {
   std::set<std::string> lack;
   std::uint64_t seed = 1, delay = 50;
+  bool nhwc = true, fusion = true;
   std::stringstream ss(options);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -190,13 +193,17 @@ Result<std::unique_ptr<device::Device>> CreateSimDevice(const std::string& spec,
         return Error(StatusCode::kInvalidArgument, "device '", spec, "': delay_us '", value,
                      "' is not a number of microseconds up to 1000000");
       }
+    } else if (key == "no_nhwc" && eq == std::string::npos) {
+      nhwc = false;
+    } else if (key == "no_fusion" && eq == std::string::npos) {
+      fusion = false;
     } else {
       return Error(StatusCode::kInvalidArgument, "device '", spec, "': unknown option '", key,
-                   "' (sim takes lack=Op1+Op2, seed=N, delay_us=N)");
+                   "' (sim takes lack=Op1+Op2, seed=N, delay_us=N, no_nhwc, no_fusion)");
     }
   }
   return std::unique_ptr<device::Device>(
-      new SimDevice(spec, std::move(lack), seed, static_cast<std::uint32_t>(delay)));
+      new SimDevice(spec, std::move(lack), seed, static_cast<std::uint32_t>(delay), nhwc, fusion));
 }
 
 }  // namespace kiln::sim
