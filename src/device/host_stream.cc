@@ -192,6 +192,20 @@ Status HostStream::Replay(const Recording& rec, const ExecContext& ctx) {
   if (capture_) return Launch(ReplayTrampoline, const_cast<HostRecording*>(hr), nullptr, ctx);
   ExecContext c = ctx;
   c.stream = this;
+  if (inline_ && !window_) {  // cpu, synchronous: straight through (the common path)
+    Status st;
+    try {
+      st = ReplayHostRecording(*hr, c);
+    } catch (const std::bad_alloc&) {
+      st = Error(StatusCode::kOutOfRange, "work queued on a stream ran out of memory");
+    } catch (const std::exception& e) {
+      st = Error(StatusCode::kInternal, "work queued on a stream threw: ", e.what());
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    ++enqueued_;
+    ++completed_;
+    return st;
+  }
   return Enqueue([hr, c]() { return ReplayHostRecording(*hr, c); }, true);
 }
 

@@ -140,13 +140,19 @@ Status Guard(const Task& t, F&& f) {
 
 }  // namespace
 
+// The replay's first launch: the kernel thread count of the thread that runs
+// the list, from the context (so the per-task launches need not set it).
+static Status LaunchSetThreads(void*, const void*, const device::ExecContext& ctx) {
+  cpu::UseThreads(ctx.threads);
+  return Status::Ok();
+}
+
 Status Executor::LaunchKernelTask(void* obj, const void* args, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
-  cpu::UseThreads(ctx.threads);
   cpu::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
   a.ctx = &ctx;
-  Status st = Guard(t, [&] { return t.kernel->Run(a); });
-  if (!st.ok()) return st.WithContext(t.node->Describe());
+  Status st = Guard(t, [&] { return t.kernel->Run(a); });  // one named result: no copy on the hot path
+  if (!st.ok()) st = st.WithContext(t.node->Describe());
   return st;
 }
 
@@ -168,7 +174,6 @@ Status Executor::LaunchGuardedTask(void* obj, const void* args, const device::Ex
 
 Status Executor::LaunchDynamicTask(void* obj, const void*, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
-  cpu::UseThreads(ctx.threads);
   return Guard(t, [&] { return t.exec->RunDynamic(t, ctx); });
 }
 
@@ -481,9 +486,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
 
   // Record the task list once; runs replay it.
   KILN_RETURN_IF_ERROR(stream.BeginCapture());
-  Status rec_st;
   device::ExecContext ctx0{&dev, &stream, 1};
+  Status rec_st = stream.Launch(LaunchSetThreads, nullptr, nullptr, ctx0);
   for (Task& t : ex->tasks_) {
+    if (!rec_st.ok()) break;
     if (t.custom) {
       rec_st = stream.Replay(*t.custom, ctx0);
       ex->num_launches_ += t.custom->size();
