@@ -138,6 +138,14 @@ Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph,
   passes::PassOptions popts = opts.passes;
   popts.target_channels_last = target.value()->caps().channels_last_conv;
   popts.target_fused_epilogues = target.value()->caps().fused_epilogues;
+  device::Device* tdev = target.value();
+  if (tdev != &runtime::CpuDevice()) {  // on the CPU itself nothing moves
+    popts.target_has_kernel = [tdev](const ir::Node& n) {
+      std::vector<DType> dtypes;
+      for (const ir::Value* v : n.inputs()) dtypes.push_back(v ? v->dtype() : DType::kUndefined);
+      return tdev->SupportsOp(n.op_type(), n.domain(), dtypes);
+    };
+  }
   std::vector<std::string> log;
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
   KILN_RETURN_IF_ERROR(passes::PassManager::Default().Run(*graph, popts, &log));

@@ -34,13 +34,18 @@ namespace kiln::device {
 
 class Device;
 class Stream;
+class Kernel;        // device/kernel.h
+struct KernelInit;   // device/kernel.h
 
 enum class MemoryKind {
   kDevice,      // device memory: host code may touch it only if host_addressable
-  kPinnedHost,  // host memory the device copies from/to fastest
+  kPinnedHost,  // host memory the device copies from/to fastest; device launches
+                // may read and write it too (CUDA: mapped pinned memory)
 };
 
-enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+// kHostToHost: between host buffers (pinned or not) in stream order, e.g.
+// the argument blocks of CPU-placed tasks.
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };
 
 struct Capabilities {
   std::string kind;                // "cpu", "sim"
@@ -61,6 +66,12 @@ struct ExecContext {
   Device* device = nullptr;
   Stream* stream = nullptr;
   int threads = 1;  // host threads a CPU kernel may use
+  // Scratch memory for the running kernel, in the memory it runs on: at
+  // least the largest Kernel::workspace_bytes() of the list being replayed
+  // (one per executor: its tasks run one after another). Null: none given
+  // (eager evaluation); a kernel then finds its own.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 // One unit of device work. On devices whose launches run on the host, fn is
@@ -88,6 +99,11 @@ class Stream {
   virtual Status Copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
   // Queues (or, while capturing, records) fn(obj, args, ctx).
   virtual Status Launch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) = 0;
+  // Like Launch, but fn is host work in stream order (a node placed on the
+  // CPU; a host node in a CUDA graph): it is not a device operation, so it
+  // may touch only host memory (pinned host memory included), and `args`
+  // must be host memory. Recorded while capturing, like Launch.
+  virtual Status LaunchHost(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) = 0;
   // Queues host work in stream order. It is not a device operation: it must
   // not touch device memory (on sim that is caught).
   virtual Status HostFunc(std::function<Status()> fn) = 0;
@@ -125,6 +141,10 @@ class Device {
   // Whether a kernel for this op (type, domain, input dtypes) exists here.
   virtual bool SupportsOp(const std::string& op_type, const std::string& domain,
                           const std::vector<DType>& input_dtypes) const = 0;
+  // Creates the kernel for init.node from this device's kernel library (the
+  // executor calls it once per node at load, and per new shape for nodes
+  // with data-dependent extents). Errors name the node; never throws.
+  virtual Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init) = 0;
   // Runs `fn` synchronously as a device operation (sim: its memory is
   // accessible meanwhile). Used for kernel preparation at load time (weight
   // prepacking reads device-resident weights), never on the replay path.

@@ -29,7 +29,14 @@ Status Call(const std::function<Status()>& fn) {
 
 Status ReplayHostRecording(const HostRecording& rec, const ExecContext& ctx) {
   for (const HostLaunch& l : rec.launches) {
-    Status st = l.fn(l.obj, l.args, ctx);
+    Status st;
+    if (l.host && rec.window) {  // not a device operation: the device's memory is off limits
+      rec.window->Exit();
+      st = Call([&] { return l.fn(l.obj, l.args, ctx); });
+      rec.window->Enter();
+    } else {
+      st = l.fn(l.obj, l.args, ctx);
+    }
     if (!st.ok()) return st;
   }
   return Status::Ok();
@@ -134,7 +141,8 @@ Status HostStream::Copy(void* dst, const void* src, std::size_t bytes, CopyKind 
   if (capture_) return Error(StatusCode::kInvalidArgument, "Copy: the stream is capturing (only launches are recorded)");
   if (bytes == 0) return Status::Ok();
   if (!dst || !src) return Error(StatusCode::kInvalidArgument, "Copy: null address for ", bytes, " bytes");
-  if (kind == CopyKind::kHostToDevice && !inline_) {
+  const bool device_op = kind != CopyKind::kHostToHost;
+  if ((kind == CopyKind::kHostToDevice || kind == CopyKind::kHostToHost) && !inline_) {
     // The source may be reused once Copy returns: take the bytes now.
     std::shared_ptr<std::vector<std::uint8_t>> snap;
     try {
@@ -146,19 +154,19 @@ Status HostStream::Copy(void* dst, const void* src, std::size_t bytes, CopyKind 
     return Enqueue([dst, snap]() {
       std::memcpy(dst, snap->data(), snap->size());
       return Status::Ok();
-    }, true);
+    }, device_op);
   }
   return Enqueue([dst, src, bytes]() {
     std::memmove(dst, src, bytes);
     return Status::Ok();
-  }, true);
+  }, device_op);
 }
 
-Status HostStream::Launch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) {
+Status HostStream::DoLaunch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx, bool host) {
   if (!fn) return Error(StatusCode::kInvalidArgument, "Launch: null kernel function");
   if (capture_) {
     try {
-      capture_->launches.push_back({fn, obj, args});
+      capture_->launches.push_back({fn, obj, args, host});
     } catch (const std::bad_alloc&) {
       return Error(StatusCode::kOutOfRange, "Launch: out of memory recording a launch");
     }
@@ -166,7 +174,15 @@ Status HostStream::Launch(LaunchFn fn, void* obj, const void* args, const ExecCo
   }
   ExecContext c = ctx;
   c.stream = this;
-  return Enqueue([fn, obj, args, c]() { return fn(obj, args, c); }, true);
+  return Enqueue([fn, obj, args, c]() { return fn(obj, args, c); }, !host);
+}
+
+Status HostStream::Launch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) {
+  return DoLaunch(fn, obj, args, ctx, false);
+}
+
+Status HostStream::LaunchHost(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) {
+  return DoLaunch(fn, obj, args, ctx, true);
 }
 
 Status HostStream::HostFunc(std::function<Status()> fn) {
@@ -178,6 +194,7 @@ Status HostStream::HostFunc(std::function<Status()> fn) {
 Status HostStream::BeginCapture() {
   if (capture_) return Error(StatusCode::kInvalidArgument, "BeginCapture: the stream is already capturing");
   capture_ = std::make_unique<HostRecording>();
+  capture_->window = window_;
   return Status::Ok();
 }
 

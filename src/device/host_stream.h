@@ -44,15 +44,18 @@ struct HostLaunch {
   LaunchFn fn;
   void* obj;
   const void* args;
+  bool host = false;  // LaunchHost: runs outside the device's op window
 };
 
 class HostRecording final : public Recording {
  public:
   std::size_t size() const override { return launches.size(); }
   std::vector<HostLaunch> launches;
+  OpWindow* window = nullptr;  // of the stream that recorded it (null: cpu)
 };
 
-// Runs a recording's launches in order; the first error stops it.
+// Runs a recording's launches in order; the first error stops it. Runs
+// inside the recording stream's op window; host launches step out of it.
 Status ReplayHostRecording(const HostRecording& rec, const ExecContext& ctx);
 
 class HostStream final : public Stream {
@@ -65,6 +68,7 @@ class HostStream final : public Stream {
   Device& device() override { return device_; }
   Status Copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
   Status Launch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) override;
+  Status LaunchHost(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) override;
   Status HostFunc(std::function<Status()> fn) override;
   Status BeginCapture() override;
   Result<std::unique_ptr<Recording>> EndCapture() override;
@@ -81,6 +85,7 @@ class HostStream final : public Stream {
   Status Enqueue(std::function<Status()> fn, bool device_op);
   Status RunOne(const std::function<Status()>& fn, bool device_op);
   void Loop();
+  Status DoLaunch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx, bool host);
 
   Device& device_;
   const bool inline_;

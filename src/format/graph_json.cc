@@ -555,6 +555,7 @@ Result<std::string> SerializeModelJson(const CompiledModel& model) {
            {"custom_ops", model.custom_op_types},
            {"graph", GraphToJson(*model.graph, &model.plan)},
            {"plan", json{{"arena_size", model.plan.arena_size},
+                         {"host_arena_size", model.plan.host_arena_size},
                          {"no_reuse_size", model.plan.no_reuse_size},
                          {"lower_bound", model.plan.lower_bound},
                          {"const_size", model.plan.const_size},
@@ -601,6 +602,9 @@ Result<CompiledModel> ParseModelJson(const char* text, std::size_t size, const s
     KILN_ASSIGN_OR_RETURN(const json* jp, Field(j, "", "plan"));
     const json& p = *jp;
     KILN_ASSIGN_OR_RETURN(m.plan.arena_size, UIntField(p, "plan", "arena_size"));
+    if (p.contains("host_arena_size")) {  // format version 3; absent: nothing runs on the CPU
+      KILN_ASSIGN_OR_RETURN(m.plan.host_arena_size, UIntField(p, "plan", "host_arena_size"));
+    }
     KILN_ASSIGN_OR_RETURN(m.plan.no_reuse_size, UIntField(p, "plan", "no_reuse_size"));
     KILN_ASSIGN_OR_RETURN(m.plan.lower_bound, UIntField(p, "plan", "lower_bound"));
     KILN_ASSIGN_OR_RETURN(m.plan.const_size, UIntField(p, "plan", "const_size"));

@@ -30,7 +30,11 @@ namespace kiln::format {
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // 2: the graph JSON records the compile target ("target"). Version 1 files
 // (no target) are still read, as compiled for "cpu".
-inline constexpr std::uint32_t kFormatVersion = 2;
+// 3: placement. Nodes the target lacks run on the CPU (attribute
+// kiln.device = "cpu"), kiln.MemcpyToHost / kiln.MemcpyFromHost nodes move
+// values across, and the plan has a host arena (plan.host_arena_size,
+// region 2 + inputs + outputs). Older files have neither and read as before.
+inline constexpr std::uint32_t kFormatVersion = 3;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -388,4 +388,11 @@ Status Graph::Verify() const {
   return Status::Ok();
 }
 
+bool IsHostPlaced(const Node& n) {
+  const Attribute* a = n.FindAttr(kPlaceAttr);
+  return a && a->kind == Attribute::Kind::kString && a->s == kPlaceHost;
+}
+bool IsCopyToHost(const Node& n) { return n.domain() == "kiln" && n.op_type() == kMemcpyToHost; }
+bool IsCopyFromHost(const Node& n) { return n.domain() == "kiln" && n.op_type() == kMemcpyFromHost; }
+
 }  // namespace kiln::ir

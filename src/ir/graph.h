@@ -137,6 +137,19 @@ class Node {
   Graph* graph_ = nullptr;
 };
 
+// Placement (the compiler's placement pass): a node the compile target has
+// no kernel for runs on the CPU and carries kPlaceAttr = "cpu"; every other
+// node runs on the target. Values written by a CPU-placed node live in host
+// memory; kiln.MemcpyToHost / kiln.MemcpyFromHost nodes (which run on the
+// target) move values across.
+inline constexpr const char* kPlaceAttr = "kiln.device";
+inline constexpr const char* kPlaceHost = "cpu";
+inline constexpr const char* kMemcpyToHost = "MemcpyToHost";
+inline constexpr const char* kMemcpyFromHost = "MemcpyFromHost";
+bool IsHostPlaced(const Node& n);            // kPlaceAttr == "cpu"
+bool IsCopyToHost(const Node& n);            // kiln.MemcpyToHost
+bool IsCopyFromHost(const Node& n);          // kiln.MemcpyFromHost
+
 class Graph {
  public:
   Graph() = default;

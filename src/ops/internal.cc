@@ -6,6 +6,12 @@
 // kiln.sha256 (content hash). No inputs, one output. Created only by the
 // compiler (ExternalizeConstants); a model may not contain it (the ONNX
 // importer refuses Kiln's domain).
+//
+// MemcpyToHost / MemcpyFromHost: copies between the target device's memory
+// and host memory, inserted by the placement pass around nodes that run on
+// the CPU because the target lacks their kernel. One input, one output of
+// the same type and shape; the output lives in host memory (ToHost) or in
+// the device's (FromHost). They run on the target device.
 #include "ops/common_infer.h"
 
 namespace kiln::ops {
@@ -41,6 +47,14 @@ void RegisterInternalOps(OpRegistry& r) {
   d.attributes = {"location", "offset", "length", "dtype", "shape"};
   d.infer = InferFileConstant;
   r.Register(d);
+  for (const char* copy : {ir::kMemcpyToHost, ir::kMemcpyFromHost}) {
+    OpDef c;
+    c.type = copy;
+    c.domain = "kiln";
+    c.versions = {1};
+    c.infer = InferSameAsInput;
+    r.Register(c);
+  }
 }
 
 }  // namespace kiln::ops

@@ -14,6 +14,7 @@ PassManager PassManager::Default() {
   pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
   pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});
+  pm.Add({"placement", "finalize", true, PlaceNodes});
   pm.Add({"check-resolved", "finalize", true, CheckResolved});
   return pm;
 }

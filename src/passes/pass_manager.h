@@ -3,8 +3,8 @@
 // Phases run in order: "infer" (shape inference and constant folding, If
 // with a constant condition inlined; then subgraphs made self-contained and
 // compiled), "simplify" (dead-code elimination), "fuse" (Conv+BatchNorm
-// folding, bias and activation fusion), "finalize" (boundary Identity insertion, checks that
-// every dim is resolved). Memory planning follows as a separate step.
+// folding, bias and activation fusion), "finalize" (boundary Identity insertion, placement
+// of nodes the target lacks on the CPU with copies, checks that every dim is resolved). Memory planning follows as a separate step.
 #pragma once
 
 #include <functional>
@@ -26,6 +26,9 @@ struct PassOptions {
   // target has them.
   bool target_channels_last = true;
   bool target_fused_epilogues = true;
+  // Whether the target has a kernel for a node (the placement pass puts the
+  // others on the CPU). Null: every node runs on the target.
+  std::function<bool(const ir::Node&)> target_has_kernel;
   std::uint64_t fold_limit_bytes = 64u << 20;  // largest constant folding may create
 };
 
@@ -61,6 +64,7 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);
 Status RejectInternalOps(ir::Graph& g, const PassOptions& opts);
 Status InsertIdentityForNonRefreshable(ir::Graph& g, const PassOptions& opts);
 Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts);
+Status PlaceNodes(ir::Graph& g, const PassOptions& opts);
 // Replaces If node `n` (constant condition) by its taken branch's nodes;
 // returns the nodes added to `g`.
 Result<std::vector<ir::Node*>> InlineConstantIf(ir::Graph& g, ir::Node* n);

@@ -21,12 +21,18 @@ bool IsViewOp(const ir::Node& n) {
 
 struct Group {
   int first = 0, last = 0;  // node indices: defined at `first`, last read at `last`
+  bool host = false;        // in the host arena
   std::uint64_t size = 0;
   std::vector<std::string> members;
   std::uint64_t offset = 0;
 };
 
 }  // namespace
+
+bool LivesOnHost(const ir::Value* v) {
+  const ir::Node* p = v ? v->producer() : nullptr;
+  return p && (ir::IsHostPlaced(*p) || ir::IsCopyToHost(*p));
+}
 
 Result<MemoryPlan> PlanMemory(ir::Graph& g) {
   MemoryPlan plan;
@@ -83,7 +89,8 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
       if (!in_arena(o)) continue;
       KILN_ASSIGN_OR_RETURN(std::uint64_t size, value_bytes(o));
       ir::Value* src = n.input(0);
-      if (IsViewOp(n) && in_arena(src) && group_of.count(src) && o == n.output(0)) {
+      if (IsViewOp(n) && in_arena(src) && group_of.count(src) && o == n.output(0) &&
+          LivesOnHost(src) == LivesOnHost(o)) {
         int gi = group_of[src];
         group_of[o] = gi;
         groups[gi].members.push_back(o->name());
@@ -93,6 +100,7 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
       group_of[o] = static_cast<int>(groups.size());
       Group grp;
       grp.first = grp.last = idx;
+      grp.host = LivesOnHost(o);
       grp.size = AlignUp(size);
       grp.members.push_back(o->name());
       groups.push_back(grp);
@@ -135,7 +143,7 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> busy;  // [offset, end)
     for (int pi : placed) {
       const Group& p = groups[pi];
-      if (p.first <= grp.last && grp.first <= p.last) busy.emplace_back(p.offset, p.offset + p.size);
+      if (p.host == grp.host && p.first <= grp.last && grp.first <= p.last) busy.emplace_back(p.offset, p.offset + p.size);
     }
     std::sort(busy.begin(), busy.end());
     std::uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
@@ -147,12 +155,14 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
       cursor = std::max(cursor, e);
     }
     grp.offset = best != UINT64_MAX ? best : cursor;
-    plan.arena_size = std::max(plan.arena_size, grp.offset + grp.size);
+    std::uint64_t& size = grp.host ? plan.host_arena_size : plan.arena_size;
+    size = std::max(size, grp.offset + grp.size);
     placed.push_back(gi);
   }
+  const int host_region = HostArenaRegion(g.inputs().size(), g.outputs().size());
   for (auto& [v, gi] : group_of) {
     KILN_ASSIGN_OR_RETURN(std::uint64_t size, value_bytes(v));
-    plan.placements[v->name()] = {kRegionArena, groups[gi].offset, size};
+    plan.placements[v->name()] = {groups[gi].host ? host_region : kRegionArena, groups[gi].offset, size};
   }
   return plan;
 }
@@ -183,6 +193,7 @@ std::string RegionName(const ir::Graph& g, int region) {
     const int j = region - kRegionIoBase - n_in;
     return StrCat("region ", region, " (output ", j, " '", g.outputs()[j]->name(), "')");
   }
+  if (region == HostArenaRegion(n_in, n_out)) return StrCat("region ", region, " (host arena)");
   return StrCat("region ", region);
 }
 
@@ -234,6 +245,35 @@ Status VerifyGraphAt(const ir::Graph& g, int depth) {
       return Corrupt("graph output ", j, " '", v->name(), "'", where, " is an external weight; outputs are written by a node");
     }
   }
+  // Placement: each value's memory follows from its producer (LivesOnHost);
+  // no node may read memory of the other kind.
+  for (auto& n : g.nodes()) {
+    const ir::Attribute* pa = n->FindAttr(ir::kPlaceAttr);
+    if (pa) {
+      if (pa->kind != ir::Attribute::Kind::kString || pa->s != ir::kPlaceHost) {
+        return Corrupt(n->Describe(), where, ": attribute '", ir::kPlaceAttr, "' must be the string \"", ir::kPlaceHost, "\"");
+      }
+      if (n->domain() == "kiln" || (n->op_type() == "If" && n->domain().empty())) {
+        return Corrupt(n->Describe(), where, " cannot be placed on the CPU (attribute '", ir::kPlaceAttr, "')");
+      }
+    }
+    const bool host = pa != nullptr;
+    for (const ir::Value* v : n->inputs()) {
+      if (!v || v->is_constant() || IsExternal(v)) continue;
+      const bool want_host = host || ir::IsCopyFromHost(*n);
+      if (LivesOnHost(v) != want_host) {
+        return Corrupt(n->Describe(), where, host ? " runs on the CPU" : " runs on the target device", " but reads '",
+                       v->name(), "', which lives in ", LivesOnHost(v) ? "host" : "device",
+                       " memory (placement copies are missing)");
+      }
+    }
+  }
+  for (const ir::Value* v : g.outputs()) {
+    if (LivesOnHost(v)) {
+      return Corrupt("graph output '", v->name(), "'", where, " is written into host memory by ",
+                     v->producer()->Describe(), "; outputs live in the device's memory");
+    }
+  }
   for (auto& n : g.nodes()) {
     if (!top && n->op_type() == "FileConstant" && n->domain() == "kiln") {
       return Corrupt(n->Describe(), where, ": external weights are only allowed in the top-level graph");
@@ -274,7 +314,8 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
   KILN_RETURN_IF_ERROR(VerifyGraphAt(g, 0));
   const std::size_t n_in = g.inputs().size();
   const std::size_t n_out = g.outputs().size();
-  const std::int64_t num_regions = kRegionIoBase + static_cast<std::int64_t>(n_in + n_out);
+  const int host_region = HostArenaRegion(n_in, n_out);
+  const std::int64_t num_regions = host_region + 1;
   if (plan.const_size != const_bytes) {
     return Corrupt("plan const_size ", plan.const_size, " differs from the weights partition's ", const_bytes, " bytes");
   }
@@ -283,7 +324,7 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
   for (const ir::Value* v : g.outputs()) io.insert(v);
 
   std::unordered_map<const ir::Value*, const Placement*> placed;
-  std::uint64_t arena_need = 0;
+  std::uint64_t arena_need = 0, host_need = 0;
   const auto* cbase = static_cast<const std::uint8_t*>(const_base);
   for (auto& entry : plan.placements) {
     // Not a structured binding: Clang 14 cannot capture those in lambdas.
@@ -314,14 +355,24 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
         return Corrupt(at(), ": the constant's data is not there (weights partition of ", const_bytes, " bytes)");
       }
       if (p.offset % kAlignment != 0) return Corrupt(at(), ": offset is not ", kAlignment, "-byte aligned");
-    } else if (p.region == kRegionArena) {
-      if (v->is_constant()) return Corrupt(at(), ": a constant cannot live in the arena");
-      if (io.count(v)) return Corrupt(at(), ": a graph input or output cannot live in the arena");
+    } else if (p.region == kRegionArena || p.region == host_region) {
+      const bool host = p.region == host_region;
+      const char* arena_name = host ? "the host arena" : "the arena";
+      if (v->is_constant()) return Corrupt(at(), ": a constant cannot live in ", arena_name);
+      if (io.count(v)) return Corrupt(at(), ": a graph input or output cannot live in ", arena_name);
       if (!v->producer()) return Corrupt(at(), ": no node writes it");
       if (IsExternal(v)) return Corrupt(at(), ": an external weight has no arena placement");
+      if (LivesOnHost(v) != host) {
+        return Corrupt(at(), ": ", v->producer()->Describe(), " writes it in ", LivesOnHost(v) ? "host" : "device",
+                       " memory");
+      }
       if (p.offset % kAlignment != 0) return Corrupt(at(), ": offset is not ", kAlignment, "-byte aligned");
-      if (end > plan.arena_size) return Corrupt(at(), ": it ends at ", end, ", past the arena's ", plan.arena_size, " bytes");
-      arena_need = std::max(arena_need, end);
+      const std::uint64_t size = host ? plan.host_arena_size : plan.arena_size;
+      if (end > size) {
+        return Corrupt(at(), ": it ends at ", end, ", past the ", host ? "host arena" : "arena", "'s ", size, " bytes");
+      }
+      std::uint64_t& need = host ? host_need : arena_need;
+      need = std::max(need, end);
     } else {
       const std::size_t k = static_cast<std::size_t>(p.region - kRegionIoBase);
       const ir::Value* owner = k < n_in ? g.inputs()[k] : g.outputs()[k - n_in];
@@ -369,8 +420,9 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     }
     auto pi = placed.find(n->input(0));
     auto po = placed.find(n->output(0));
-    if (pi == placed.end() || po == placed.end() || pi->second->region != kRegionArena ||
-        po->second->region != kRegionArena || pi->second->offset != po->second->offset ||
+    if (pi == placed.end() || po == placed.end() ||
+        (pi->second->region != kRegionArena && pi->second->region != host_region) ||
+        po->second->region != pi->second->region || pi->second->offset != po->second->offset ||
         pi->second->size != po->second->size) {
       return Corrupt(n->Describe(), " is marked as a view (", kAliasAttr, ") but its output '", n->output(0)->name(),
                      "' does not share its input '", n->input(0)->name(), "''s arena bytes");
@@ -383,6 +435,7 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     std::uint64_t offset, end;
     int first, last;
     const ir::Value* value;
+    int region;
   };
   std::vector<Live> groups;
   std::unordered_map<const ir::Value*, int> group_of;
@@ -390,7 +443,7 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     const ir::Node& n = *nodes[idx];
     for (const ir::Value* o : n.outputs()) {
       auto it = placed.find(o);
-      if (it == placed.end() || it->second->region != kRegionArena) continue;
+      if (it == placed.end() || (it->second->region != kRegionArena && it->second->region != host_region)) continue;
       if (n.FindAttr(kAliasAttr)) {
         auto src = group_of.find(n.input(0));
         if (src != group_of.end()) {
@@ -399,7 +452,7 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
         }
       }
       group_of[o] = static_cast<int>(groups.size());
-      groups.push_back({it->second->offset, it->second->offset + it->second->size, idx, idx, o});
+      groups.push_back({it->second->offset, it->second->offset + it->second->size, idx, idx, o, it->second->region});
     }
     auto touch = [&](const ir::Value* in) {
       auto it = group_of.find(in);
@@ -417,23 +470,29 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
       }
     }
   }
-  // The arena is exactly what its placements need (as PlanMemory sizes it),
-  // and no more than all arena tensors side by side: a hostile arena_size
-  // (2^64-1, or one that wraps when rounded) is refused before allocation.
-  std::uint64_t total = 0;
-  for (const Live& l : groups) {
-    const std::uint64_t aligned = (l.end - l.offset + kAlignment - 1) / kAlignment * kAlignment;  // <= 64 GiB
-    if (!CheckedAddU(total, aligned, &total)) return Corrupt("arena tensors' total size overflows");
-  }
-  std::uint64_t need = 0;
-  if (arena_need > total) {
-    return Corrupt("arena placements reach offset ", arena_need, ", past the ", total,
-                   " bytes of all arena tensors side by side");
-  }
-  need = (arena_need + kAlignment - 1) / kAlignment * kAlignment;  // arena_need <= total: no overflow
-  if (plan.arena_size != need) {
-    return Corrupt("plan arena_size ", plan.arena_size, " differs from the ", need,
-                   " bytes its arena placements need");
+  // Each arena is exactly what its placements need (as PlanMemory sizes it),
+  // and no more than all its tensors side by side: a hostile size (2^64-1,
+  // or one that wraps when rounded) is refused before allocation.
+  for (const bool host : {false, true}) {
+    const int region = host ? host_region : kRegionArena;
+    const char* what = host ? "host arena" : "arena";
+    std::uint64_t total = 0;
+    for (const Live& l : groups) {
+      if (l.region != region) continue;
+      const std::uint64_t aligned = (l.end - l.offset + kAlignment - 1) / kAlignment * kAlignment;  // <= 64 GiB
+      if (!CheckedAddU(total, aligned, &total)) return Corrupt(what, " tensors' total size overflows");
+    }
+    const std::uint64_t reach = host ? host_need : arena_need;
+    if (reach > total) {
+      return Corrupt(what, " placements reach offset ", reach, ", past the ", total, " bytes of all ", what,
+                     " tensors side by side");
+    }
+    const std::uint64_t need = (reach + kAlignment - 1) / kAlignment * kAlignment;  // reach <= total: no overflow
+    const std::uint64_t size = host ? plan.host_arena_size : plan.arena_size;
+    if (size != need) {
+      return Corrupt("plan ", host ? "host_arena_size " : "arena_size ", size, " differs from the ", need, " bytes its ",
+                     what, " placements need");
+    }
   }
   std::vector<const Live*> order;
   for (const Live& l : groups) {
@@ -444,7 +503,7 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     const Live& a = *order[i];
     for (std::size_t j = i + 1; j < order.size() && order[j]->offset < a.end; ++j) {
       const Live& b = *order[j];
-      if (a.first <= b.last && b.first <= a.last) {
+      if (a.region == b.region && a.first <= b.last && b.first <= a.last) {
         return Corrupt("arena tensors '", a.value->name(), "' (offset ", a.offset, " size ", a.end - a.offset,
                        ") and '", b.value->name(), "' (offset ", b.offset, " size ", b.end - b.offset,
                        ") share bytes while both are live (", nodes[std::max(a.first, b.first)]->Describe(), ")");

@@ -1,7 +1,9 @@
 // Memory planning: every tensor of a compiled graph gets a (region, offset).
 //
-// Regions: 0 = constants (the weights blob), 1 = the feature-map arena,
-// 2.. = model inputs (2 + i) then model outputs (2 + num_inputs + j). The
+// Regions: 0 = constants (the weights blob), 1 = the feature-map arena (in
+// the device's memory), 2.. = model inputs (2 + i) then model outputs
+// (2 + num_inputs + j), then the host arena (2 + num_inputs + num_outputs:
+// values written by nodes placed on the CPU, see ir::kPlaceAttr). The
 // arena is shared by intermediates whose lifetimes do not overlap (greedy
 // best-fit by size); view ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity)
 // on arena tensors alias their input and run no kernel.
@@ -29,11 +31,20 @@ struct Placement {
 
 struct MemoryPlan {
   std::uint64_t arena_size = 0;      // bytes of the shared feature-map arena
+  std::uint64_t host_arena_size = 0; // bytes of the host arena (0: nothing runs on the CPU)
   std::uint64_t no_reuse_size = 0;   // sum of all intermediates (no sharing)
   std::uint64_t lower_bound = 0;     // largest set of simultaneously live bytes
   std::uint64_t const_size = 0;      // bytes of the constants blob
   std::unordered_map<std::string, Placement> placements;  // by value name
 };
+
+// The host arena's region for a graph with these many inputs and outputs.
+inline int HostArenaRegion(std::size_t num_inputs, std::size_t num_outputs) {
+  return kRegionIoBase + static_cast<int>(num_inputs + num_outputs);
+}
+// Whether `v` lives in host memory: written by a CPU-placed node or a
+// kiln.MemcpyToHost.
+bool LivesOnHost(const ir::Value* v);
 
 // Attribute set on view nodes whose output aliases their input.
 inline constexpr const char* kAliasAttr = "kiln.alias";
@@ -52,18 +63,23 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g);
 //    (top level) not data-dependent; graph outputs distinct, written by
 //    exactly one node, neither inputs, constants nor external weights;
 //    subgraphs self-contained (no outer reads), no FileConstant inside them;
+//  - placement (every graph): kiln.device is absent or "cpu", never on If,
+//    kiln-domain or custom nodes; a CPU-placed node reads only constants and
+//    host values and writes no graph output; a target node reads no host
+//    value, except kiln.MemcpyFromHost, which reads only host values;
+//    kiln.MemcpyToHost reads no host value; outputs are not host values;
 //  - placements: each names an existing value of the top graph and a region
-//    that exists; size == dtype size x element count; constants only in
+//    that exists; host values in the host arena and no others there; size == dtype size x element count; constants only in
 //    region 0 at their data's offset (64-byte aligned, inside the weights
 //    partition); arena placements only for intermediates (written by a node,
 //    not an I/O value), 64-byte aligned, inside arena_size (checked
 //    arithmetic); input i only in region 2+i and output j only in region
 //    2+n_in+j, both at offset 0; every value a kernel touches is placed;
-//  - const_size equals the weights partition; arena_size equals what the
-//    arena placements need (so 2^64-1 is refused before any allocation);
+//  - const_size equals the weights partition; arena_size (host_arena_size)
+//    equals what the arena (host arena) placements need (so 2^64-1 is refused before any allocation);
 //  - view nodes marked kiln.alias are view ops whose output has exactly
 //    their input's arena bytes;
-//  - arena tensors that are live at the same time do not share bytes.
+//  - tensors of one arena that are live at the same time do not share bytes.
 // Op semantics (definitions, versions, attributes, shape inference) are
 // checked against the recorded shapes at Model::Load.
 Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_base, std::uint64_t const_bytes);

@@ -149,8 +149,9 @@ static Status LaunchSetThreads(void*, const void*, const device::ExecContext& ct
 
 Status Executor::LaunchKernelTask(void* obj, const void* args, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
-  cpu::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
-  a.ctx = &ctx;
+  const device::ExecContext c = t.exec->TaskContext(t, ctx);
+  device::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
+  a.ctx = &c;
   Status st = Guard(t, [&] { return t.kernel->Run(a); });  // one named result: no copy on the hot path
   if (!st.ok()) st = st.WithContext(t.node->Describe());
   return st;
@@ -174,7 +175,8 @@ Status Executor::LaunchGuardedTask(void* obj, const void* args, const device::Ex
 
 Status Executor::LaunchDynamicTask(void* obj, const void*, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
-  return Guard(t, [&] { return t.exec->RunDynamic(t, ctx); });
+  const device::ExecContext c = t.exec->TaskContext(t, ctx);
+  return Guard(t, [&] { return t.exec->RunDynamic(t, c); });
 }
 
 Status Executor::LaunchIfTask(void* obj, const void* args, const device::ExecContext& ctx) {
@@ -195,7 +197,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   cpu::UseThreads(opts.threads);
   device::Stream& stream = *ex->stream_;
   const std::size_t n_in = graph.inputs().size();
-  const std::size_t num_regions = plan::kRegionIoBase + n_in + graph.outputs().size();
+  const int host_region = plan::HostArenaRegion(n_in, graph.outputs().size());
+  const std::size_t num_regions = static_cast<std::size_t>(host_region) + 1;
   ex->region_refs_.resize(num_regions);
   ex->bases_.assign(num_regions, nullptr);
   ex->arena_size_ = plan.arena_size;
@@ -211,9 +214,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     ex->arena_ = static_cast<std::uint8_t*>(arena.value());
   }
   ex->bases_[plan::kRegionArena] = ex->arena_;
+  if (plan.host_arena_size > 0) {  // values of CPU-placed nodes
+    KILN_ASSIGN_OR_RETURN(void* h, dev.Allocate(plan.host_arena_size, device::MemoryKind::kPinnedHost));
+    ex->allocations_.push_back(h);
+    ex->host_arena_ = static_cast<std::uint8_t*>(h);
+    ex->bases_[host_region] = ex->host_arena_;
+  }
   // Stand-ins for the caller's buffers until the first run binds real ones
   // (custom ops record their launches against them). Never touched here.
-  for (std::size_t i = 0; i + plan::kRegionIoBase < num_regions; ++i) {
+  for (std::size_t i = 0; i + plan::kRegionIoBase < static_cast<std::size_t>(host_region); ++i) {
     const ir::Value* v = i < n_in ? graph.inputs()[i] : graph.outputs()[i - n_in];
     auto bytes = CheckedTensorBytes(v->dtype(), v->shape(), StrCat("'", v->name(), "'"));
     if (!bytes.ok()) return bytes.status();
@@ -229,8 +238,29 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   // Constants: used in place where the device can read host memory (or the
   // weight already lives in this device's memory), else uploaded once.
   std::unordered_map<const HostTensor*, void*> uploaded;
-  auto constant_address = [&](const ir::Value* v) -> Result<void*> {
+  // For CPU-placed nodes: host memory (a device-resident weight is read back
+  // once).
+  std::unordered_map<const HostTensor*, HostTensorPtr> downloaded;
+  auto host_constant = [&](const ir::Value* v) -> Result<const HostTensor*> {
     const HostTensor* t = v->constant().get();
+    if (!t->device() || t->device()->caps().host_addressable || t->nbytes() == 0) return t;
+    HostTensorPtr& h = downloaded[t];
+    if (!h) {
+      auto copy = std::make_shared<HostTensor>(t->dtype(), t->shape());
+      KILN_RETURN_IF_ERROR(stream.Copy(copy->mutable_data(), t->data(), t->nbytes(), device::CopyKind::kDeviceToHost));
+      KILN_RETURN_IF_ERROR(stream.Synchronize().WithContext(StrCat("reading weight '", v->name(), "' back from device '",
+                                                                   dev.spec(), "' for a CPU-placed node")));
+      h = copy;
+      ex->host_constants_.push_back(h);
+    }
+    return h.get();
+  };
+  auto constant_address = [&](const ir::Value* v, bool on_host) -> Result<void*> {
+    const HostTensor* t = v->constant().get();
+    if (on_host) {
+      KILN_ASSIGN_OR_RETURN(const HostTensor* h, host_constant(v));
+      return const_cast<void*>(h->data());
+    }
     void* host = const_cast<void*>(t->data());
     if (caps.maps_host_memory || t->device() == &dev || t->nbytes() == 0) return host;
     auto it = uploaded.find(t);
@@ -250,7 +280,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     b.shape = v->shape();
     b.bytes = static_cast<std::uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype());
     if (v->is_constant()) {
-      KILN_ASSIGN_OR_RETURN(b.fixed, constant_address(v));
+      KILN_ASSIGN_OR_RETURN(b.fixed, constant_address(v, ir::IsHostPlaced(node)));
       return b;
     }
     auto it = plan.placements.find(v->name());
@@ -261,17 +291,20 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     if (p.region <= plan::kRegionConst || static_cast<std::size_t>(p.region) >= num_regions) {
       return Error(StatusCode::kCorrupt, "value '", v->name(), "' placed in invalid region ", p.region);
     }
-    if (p.size != b.bytes ||
-        (p.region == plan::kRegionArena && (p.offset > plan.arena_size || p.size > plan.arena_size - p.offset))) {
+    const bool arena = p.region == plan::kRegionArena || p.region == host_region;
+    const std::uint64_t arena_bytes = p.region == host_region ? plan.host_arena_size : plan.arena_size;
+    if (p.size != b.bytes || (arena && (p.offset > arena_bytes || p.size > arena_bytes - p.offset))) {
       return Error(StatusCode::kCorrupt, "value '", v->name(), "' placement [", p.offset, ", +", p.size,
                    ") does not fit region ", p.region);
     }
-    if (opts.check_bounds && p.region == plan::kRegionArena) {
+    if (opts.check_bounds && arena) {
       GuardedBuffer*& g = guarded_of[v];
       if (!g) {
         auto gb = std::make_unique<GuardedBuffer>();
         const std::uint64_t total = p.size + 2 * GuardedBuffer::kGuard;
-        KILN_ASSIGN_OR_RETURN(void* mem, ex->Alloc(total));
+        KILN_ASSIGN_OR_RETURN(void* mem, dev.Allocate(total, p.region == host_region ? device::MemoryKind::kPinnedHost
+                                                                                      : device::MemoryKind::kDevice));
+        ex->allocations_.push_back(mem);
         gb->bytes = static_cast<std::uint8_t*>(mem);
         KILN_RETURN_IF_ERROR(dev.RunPrepare([&]() {
           std::memset(gb->bytes, GuardedBuffer::kPattern, total);
@@ -367,6 +400,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       continue;
     }
     if (custom::IsCustomNode(node)) {
+      if (ir::IsHostPlaced(node)) {
+        return Error(StatusCode::kCorrupt, "custom op ", node.Describe(), " is placed on the CPU (attribute '",
+                     ir::kPlaceAttr, "'); custom ops run on the target device");
+      }
       CustomNode cn;
       cn.node = &node;
       cn.op = custom::Find(node.op_type());
@@ -421,12 +458,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     task.exec = ex.get();
     task.node = &node;
     task.num_inputs = node.num_inputs();
+    task.on_host = ir::IsHostPlaced(node);
     task.block = static_cast<int>(ex->blocks_.size());
     const std::size_t n_slots = node.num_inputs() + node.num_outputs();
     ArgBlock block;
     block.host.assign(n_slots * sizeof(void*), 0);
     auto* slots = reinterpret_cast<void**>(block.host.data());
-    cpu::KernelInit init;
+    device::KernelInit init;
     init.node = &node;
     auto bind = [&](const ir::Value* v, std::uint32_t slot, bool output) -> Status {
       KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
@@ -442,7 +480,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     };
     for (int i = 0; i < node.num_inputs(); ++i) {
       const ir::Value* v = node.input(i);
-      cpu::TensorDesc d;
+      device::TensorDesc d;
       if (v) {
         d = {v->dtype(), v->shape()};
         KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(i), false));
@@ -459,29 +497,67 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     if (!is_if) {  // If is an executor construct: every device has it
       std::vector<DType> dtypes;
       for (const ir::Value* v : node.inputs()) dtypes.push_back(v ? v->dtype() : DType::kUndefined);
-      if (!dev.SupportsOp(node.op_type(), node.domain(), dtypes)) {
-        return Error(StatusCode::kUnimplemented, node.Describe(), ": device '", dev.spec(), "' has no kernel for ",
-                     node.domain().empty() ? "" : node.domain() + ".", node.op_type(), " (the model was compiled for '",
+      device::Device& runs_on = task.on_host ? CpuDevice() : dev;
+      if (!runs_on.SupportsOp(node.op_type(), node.domain(), dtypes)) {
+        return Error(StatusCode::kUnimplemented, node.Describe(), ": device '", runs_on.spec(), "' has no kernel for ",
+                     node.domain().empty() ? "" : node.domain() + ".", node.op_type(),
+                     task.on_host ? " (the node is placed on the CPU)" : "", " (the model was compiled for '",
                      opts.target, "'; load it on a device that has every kernel its target needs)");
       }
     }
+    if (task.on_host) {  // the CPU kernel library reads weights in host memory
+      for (int i = 0; i < node.num_inputs(); ++i) {
+        const ir::Value* v = node.input(i);
+        if (v && v->is_constant()) {
+          KILN_ASSIGN_OR_RETURN(init.const_inputs[i], host_constant(v));
+        }
+      }
+    }
     task.dyn = make_dynamic(node);
+    if (task.dyn) task.dyn->const_inputs = init.const_inputs;
     if (is_if) {
       KILN_ASSIGN_OR_RETURN(task.if_task, make_if(node));
       if (task.dyn) task.dyn->if_task = task.if_task.get();
+    } else if (task.on_host) {  // the CPU's kernel library, outside the device's op window
+      KILN_ASSIGN_OR_RETURN(task.kernel, CpuDevice().CreateKernel(init));
     } else if (!task.dyn) {
       // Kernel preparation (weight prepacking) is a device operation: it may
       // read weights resident in device memory.
       KILN_RETURN_IF_ERROR(dev.RunPrepare([&]() -> Status {
-        KILN_ASSIGN_OR_RETURN(task.kernel, cpu::CreateKernel(init));
+        KILN_ASSIGN_OR_RETURN(task.kernel, dev.CreateKernel(init));
         return Status::Ok();
       }));
     }
-    KILN_ASSIGN_OR_RETURN(void* bdev, ex->Alloc(block.host.size() == 0 ? 1 : block.host.size()));
-    block.dev = static_cast<std::uint8_t*>(bdev);
-    KILN_RETURN_IF_ERROR(stream.Copy(block.dev, block.host.data(), block.host.size(), device::CopyKind::kHostToDevice));
+    const std::size_t block_bytes = block.host.size() == 0 ? 1 : block.host.size();
+    block.host_task = task.on_host;
+    if (task.on_host) {  // read by a host launch: pinned host memory
+      KILN_ASSIGN_OR_RETURN(void* bhost, dev.Allocate(block_bytes, device::MemoryKind::kPinnedHost));
+      ex->allocations_.push_back(bhost);
+      block.dev = static_cast<std::uint8_t*>(bhost);
+    } else {
+      KILN_ASSIGN_OR_RETURN(void* bdev, ex->Alloc(block_bytes));
+      block.dev = static_cast<std::uint8_t*>(bdev);
+    }
+    KILN_RETURN_IF_ERROR(stream.Copy(block.dev, block.host.data(), block.host.size(),
+                                     task.on_host ? device::CopyKind::kHostToHost : device::CopyKind::kHostToDevice));
     ex->blocks_.push_back(std::move(block));
     ex->tasks_.push_back(std::move(task));
+  }
+
+  // One workspace per memory kind, as large as the largest task's need.
+  for (const Task& t : ex->tasks_) {
+    if (!t.kernel) continue;
+    std::size_t& need = t.on_host ? ex->host_workspace_bytes_ : ex->workspace_bytes_;
+    need = std::max(need, t.kernel->workspace_bytes());
+  }
+  if (ex->workspace_bytes_ > 0) {
+    auto w = ex->Alloc(ex->workspace_bytes_);
+    if (!w.ok()) return w.status().WithContext("kernel workspace");
+    ex->workspace_ = w.value();
+  }
+  if (ex->host_workspace_bytes_ > 0) {
+    KILN_ASSIGN_OR_RETURN(ex->host_workspace_, dev.Allocate(ex->host_workspace_bytes_, device::MemoryKind::kPinnedHost));
+    ex->allocations_.push_back(ex->host_workspace_);
   }
 
   // Record the task list once; runs replay it.
@@ -499,7 +575,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
                             : t.if_task                  ? LaunchIfTask
                             : t.guarded_outputs.empty()  ? LaunchKernelTask
                                                          : LaunchGuardedTask;
-      rec_st = stream.Launch(fn, &t, args, ctx0);
+      rec_st = t.on_host ? stream.LaunchHost(fn, &t, args, ctx0) : stream.Launch(fn, &t, args, ctx0);
       ++ex->num_launches_;
     }
     if (!rec_st.ok()) break;
@@ -561,7 +637,8 @@ Status Executor::QueueBlockCopies(device::Stream& stream) {
     // Host -> device copies take the bytes now: a later refresh cannot leak
     // into this run, and a run in flight keeps its device copy until the
     // stream reaches this copy.
-    Status st = stream.Copy(b.dev, b.host.data(), b.host.size(), device::CopyKind::kHostToDevice);
+    Status st = stream.Copy(b.dev, b.host.data(), b.host.size(),
+                            b.host_task ? device::CopyKind::kHostToHost : device::CopyKind::kHostToDevice);
     if (!st.ok()) return st;
     b.dirty = false;
   }
@@ -691,20 +768,22 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
     } else {
       auto it = d.kernels.find(key);
       if (it == d.kernels.end()) {
-        cpu::KernelInit init;
+        device::KernelInit init;
         init.node = &c;
         for (int i = 0; i < c.num_inputs(); ++i) {
           const ir::Value* v = c.input(i);
-          init.inputs.push_back(v ? cpu::TensorDesc{v->dtype(), v->shape()} : cpu::TensorDesc{});
-          init.const_inputs.push_back(v && v->is_constant() ? v->constant().get() : nullptr);
+          init.inputs.push_back(v ? device::TensorDesc{v->dtype(), v->shape()} : device::TensorDesc{});
         }
+        init.const_inputs = d.const_inputs;
         for (std::size_t j = 0; j < outs.size(); ++j) init.outputs.push_back({c.output(static_cast<int>(j))->dtype(), outs[j]});
-        auto k = cpu::CreateKernel(init);
+        // Inside this task's launch: a device operation for the device's
+        // tasks, host work for CPU-placed ones.
+        auto k = (t.on_host ? CpuDevice() : *device_).CreateKernel(init);
         if (!k.ok()) return k.status().WithContext(StrCat(t.node->Describe(), " at run time"));
         if (d.kernels.size() >= 16) d.kernels.clear();  // shapes keep changing: bound the cache
         it = d.kernels.emplace(key, std::move(k).value()).first;
       }
-      cpu::KernelArgs args{slots, t.num_inputs, outs.data(), key.data()};
+      device::KernelArgs args{slots, t.num_inputs, outs.data(), key.data()};
       args.ctx = &ctx;
       KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
     }

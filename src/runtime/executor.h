@@ -9,7 +9,10 @@
 // task list is recorded once through a device stream (Launch per task,
 // BeginCapture/EndCapture) and replayed as a unit; the executor never reads
 // device memory itself except inside a launch on a device whose launches run
-// on the host. `If` is an executor construct: a task that selects one of two
+// on the host. Nodes the compiler placed on the CPU (the target lacks
+// their kernel) run as host launches in stream order, on values in a host
+// arena (pinned host memory); the placement copies around them are ordinary
+// device tasks. `If` is an executor construct: a task that selects one of two
 // child executors (recorded lists) by its condition. Built-in blocks are arrays of
 // pointers whose slots are declared: fixed (constants) or (region, offset)
 // for the arena and the caller's input/output buffers. Per run, the bound
@@ -30,6 +33,7 @@
 #include "backends/cpu/kernel.h"
 #include "common/status.h"
 #include "device/device.h"
+#include "device/kernel.h"
 #include "custom/registry.h"
 #include "ir/graph.h"
 #include "kiln/runtime.h"
@@ -53,6 +57,7 @@ struct ArgBlock {
   std::vector<std::uint8_t> host;  // rewritten by refresh / UpdateHostArgs
   std::uint8_t* dev = nullptr;     // device copy: what kernels read
   bool dirty = false;
+  bool host_task = false;          // a CPU-placed task's: `dev` is pinned host memory
 };
 
 class Executor;
@@ -85,9 +90,10 @@ struct DynamicTask {
   std::vector<std::uint64_t> out_bound_bytes;  // planned (upper-bound) bytes
   std::vector<Shape> out_static;       // compiled shapes of outputs with static extents
   std::vector<std::uint64_t> out_masks;
+  std::vector<const HostTensor*> const_inputs;  // as the kernel reads them (host copies for CPU-placed nodes)
   bool alias = false;                  // a view: shapes only, no kernel
   bool self_shaped = false;            // If: one kernel for all shapes; it reports its outputs' extents
-  std::map<std::vector<Shape>, std::unique_ptr<cpu::Kernel>> kernels;  // by input shapes
+  std::map<std::vector<Shape>, std::unique_ptr<device::Kernel>> kernels;  // by input shapes
   IfTask* if_task = nullptr;           // self-shaped If: the task's branches
   // The last run's input shapes and inferred output shapes: the same inputs
   // skip inference (the common case: extents that repeat).
@@ -98,11 +104,12 @@ struct DynamicTask {
 struct Task {
   Executor* exec = nullptr;
   std::unique_ptr<DynamicTask> dyn;     // data-dependent shapes (else null)
-  std::unique_ptr<cpu::Kernel> kernel;  // built-in
+  std::unique_ptr<device::Kernel> kernel;  // built-in
   std::unique_ptr<IfTask> if_task;      // If (executor construct)
   std::unique_ptr<device::Recording> custom;  // a custom op's recorded launches
   int block = -1;                       // built-in argument block
   int num_inputs = 0;
+  bool on_host = false;                 // placed on the CPU (ir::kPlaceAttr): a host launch
   const ir::Node* node = nullptr;
   std::vector<GuardedBuffer*> guarded_outputs;  // check_bounds mode only
 };
@@ -202,6 +209,21 @@ class Executor {
   std::vector<std::vector<SlotRef>> region_refs_;  // by region id
   std::vector<std::uint8_t*> bases_;                // current base per region
   std::uint8_t* arena_ = nullptr;
+  std::uint8_t* host_arena_ = nullptr;  // pinned host memory: values of CPU-placed nodes
+  // Kernel workspaces (the largest workspace_bytes() of the tasks): device
+  // memory for the device's tasks, pinned host memory for CPU-placed ones.
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+  void* host_workspace_ = nullptr;
+  std::size_t host_workspace_bytes_ = 0;
+  // `ctx` with this executor's workspace for task `t`.
+  device::ExecContext TaskContext(const Task& t, const device::ExecContext& ctx) const {
+    device::ExecContext c = ctx;
+    c.workspace = t.on_host ? host_workspace_ : workspace_;
+    c.workspace_bytes = t.on_host ? host_workspace_bytes_ : workspace_bytes_;
+    return c;
+  }
+  std::vector<HostTensorPtr> host_constants_;  // device-resident weights read back for CPU-placed nodes
   std::vector<std::unique_ptr<GuardedBuffer>> guarded_;
   std::unique_ptr<Stream> own_load_stream_;
   std::uint64_t arena_size_ = 0;

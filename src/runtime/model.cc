@@ -1,5 +1,6 @@
 // kiln::Model: the runtime entry point over a mapped .kiln file.
 #include <algorithm>
+#include <deque>
 #include <filesystem>
 #include <memory>
 
@@ -78,13 +79,24 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
   return Status::Ok();
 }
 
+// A plan: the recorded task list (executor) for one signature of input
+// shapes. A file compiled for static shapes has exactly one; dynamic shapes
+// add one per new signature (each with its own recording: a CUDA graph per
+// plan on a GPU; custom ops' Execute runs once per plan, when it is made).
+// Runs pick their plan by the shapes of the inputs they are given.
+struct Plan {
+  std::vector<Shape> input_shapes;
+  std::unique_ptr<runtime::Executor> executor;
+};
+
 // What work queued on a stream refers to: shared with that work, so a Model
 // destroyed while an ExecuteAsync is still queued lives on until the stream
-// has run (or skipped) it. Members are destroyed executor first.
+// has run (or skipped) it. Members are destroyed plans (executors) first.
 struct ModelState {
   format::CompiledModel model;
   std::shared_ptr<const void> keepalive;  // the file mapping (null: compiled in process)
-  std::unique_ptr<runtime::Executor> executor;
+  std::deque<Plan> plans;  // stable addresses as plans are added
+  Plan* last = nullptr;  // the plan of the last run (output_shape reports its extents)
 };
 
 class ModelImpl final : public Model {
@@ -98,7 +110,8 @@ class ModelImpl final : public Model {
   Shape output_shape(std::size_t i) const override {
     const auto& outs = state_->model.graph->outputs();
     try {
-      return i < outs.size() ? state_->executor->ValueShape(outs[i]) : Shape{};
+      const Plan* p = state_->last ? state_->last : &state_->plans.front();
+      return i < outs.size() ? p->executor->ValueShape(outs[i]) : Shape{};
     } catch (...) {
       return Shape{};
     }
@@ -110,23 +123,38 @@ class ModelImpl final : public Model {
 
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("running", name_, [&]() -> Status {
-      KILN_RETURN_IF_ERROR(Bind(ins, outs));
-      return state_->executor->Run(io_, &stats_, threads_, staged_ ? &copies_ : nullptr);
+      KILN_ASSIGN_OR_RETURN(Plan * plan, Select(ins));
+      KILN_RETURN_IF_ERROR(Bind(*plan, ins, outs));
+      return plan->executor->Run(io_, &stats_, threads_, staged_ ? &copies_ : nullptr);
     });
   }
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("queueing a run of", name_, [&]() -> Status {
-      KILN_RETURN_IF_ERROR(Bind(ins, outs));
-      return state_->executor->Enqueue(DeviceStreamOf(stream), io_, &stats_, state_, threads_,
-                                       staged_ ? &copies_ : nullptr);
+      KILN_ASSIGN_OR_RETURN(Plan * plan, Select(ins));
+      KILN_RETURN_IF_ERROR(Bind(*plan, ins, outs));
+      return plan->executor->Enqueue(DeviceStreamOf(stream), io_, &stats_, state_, threads_,
+                                     staged_ ? &copies_ : nullptr);
     });
   }
 
-  // Checks the caller's buffers and lists their addresses in io_ (inputs,
-  // then outputs) for the executor.
-  Status Bind(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) {
+  // The plan for these input shapes (checked against the model's inputs).
+  Result<Plan*> Select(const std::vector<TensorRef>& ins) {
     KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));
+    for (Plan& p : state_->plans) {
+      bool match = p.input_shapes.size() == ins.size();
+      for (std::size_t i = 0; match && i < ins.size(); ++i) match = ins[i].shape == p.input_shapes[i];
+      if (match) {
+        state_->last = &p;
+        return &p;
+      }
+    }
+    return Error(StatusCode::kInvalidArgument, "no plan of the model matches the input shapes");
+  }
+
+  // Checks the caller's buffers and lists their addresses in io_ (inputs,
+  // then outputs) for the plan's executor.
+  Status Bind(Plan& plan, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) {
     KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
     io_.clear();
     copies_.in.clear();
@@ -134,7 +162,7 @@ class ModelImpl final : public Model {
     // Host buffers on a device that cannot use host memory go through the
     // I/O stand-ins (copied in before and out after the run); device
     // buffers are bound in place.
-    const bool host_ok = state_->executor->device().caps().host_addressable;
+    const bool host_ok = plan.executor->device().caps().host_addressable;
     for (std::size_t i = 0; i < ins.size() + outs.size(); ++i) {
       const bool is_in = i < ins.size();
       const TensorRef& t = is_in ? ins[i] : outs[i - ins.size()];
@@ -142,7 +170,7 @@ class ModelImpl final : public Model {
         io_.push_back(t.data);
         continue;
       }
-      void* standin = state_->executor->standin(i);
+      void* standin = plan.executor->standin(i);
       io_.push_back(standin);
       const std::size_t bytes = (is_in ? inputs_[i] : outputs_[i - ins.size()]).bytes;
       if (is_in) copies_.in.push_back({standin, t.data, bytes});
@@ -202,7 +230,10 @@ class ModelImpl final : public Model {
     eo.load_stream = load_stream;
     auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
-    m->state_->executor = std::move(ex).value();
+    Plan plan;
+    for (const TensorInfo& t : m->inputs_) plan.input_shapes.push_back(t.shape);
+    plan.executor = std::move(ex).value();
+    m->state_->plans.push_back(std::move(plan));
     return std::unique_ptr<Model>(std::move(m));
   }
 

@@ -314,7 +314,14 @@ json InspectJson(const kiln::format::LoadedFile& f) {
     for (auto& [k, a] : n->attrs()) {
       if (k.rfind("kiln.", 0) == 0) attrs[k] = a.kind == kiln::ir::Attribute::Kind::kString ? json(a.s) : a.kind == kiln::ir::Attribute::Kind::kFloat ? json(a.f) : json(a.i);
     }
-    nodes.push_back({{"name", n->name()}, {"op", n->op_type()}, {"fused", attrs}});
+    json node{{"name", n->name()}, {"op", n->op_type()}, {"fused", attrs},
+              {"placement", kiln::ir::IsHostPlaced(*n) ? "cpu" : "target"}};
+    if (kiln::ir::IsCopyToHost(*n) || kiln::ir::IsCopyFromHost(*n)) {
+      node["copies"] = n->input(0) ? n->input(0)->name() : std::string();
+      node["bytes"] = static_cast<std::uint64_t>(kiln::NumElements(n->output(0)->shape())) *
+                      kiln::DTypeSize(n->output(0)->dtype());
+    }
+    nodes.push_back(node);
   }
   json ext = json::array();
   for (auto& w : kiln::ListExternalWeights(g)) {
@@ -329,10 +336,12 @@ json InspectJson(const kiln::format::LoadedFile& f) {
               {"op_counts", counts},
               {"nodes", nodes},
               {"memory", {{"arena_bytes", p.arena_size},
+                          {"host_arena_bytes", p.host_arena_size},
                           {"no_reuse_bytes", p.no_reuse_size},
                           {"lower_bound_bytes", p.lower_bound},
                           {"weights_bytes", p.const_size},
-                          {"arena_over_lower_bound", p.lower_bound ? double(p.arena_size) / p.lower_bound : 1.0}}}};
+                          {"arena_over_lower_bound",
+                           p.lower_bound ? double(p.arena_size + p.host_arena_size) / p.lower_bound : 1.0}}}};
 }
 
 int Inspect(const std::string& path, bool as_json) {
@@ -372,11 +381,35 @@ int Inspect(const std::string& path, bool as_json) {
                 << "' does not implement ArgsUpdater, so this Identity runs every execution\n";
     }
   }
+  // Placement: nodes the target has no kernel for run on the CPU, with copies.
+  {
+    std::vector<const json*> on_cpu, copies;
+    for (auto& n : j["nodes"]) {
+      if (n["placement"] == "cpu") on_cpu.push_back(&n);
+      if (n.contains("copies")) copies.push_back(&n);
+    }
+    if (!on_cpu.empty()) {
+      std::cout << "placement: " << j["num_nodes"].get<std::size_t>() - on_cpu.size() << " nodes on the target, "
+                << on_cpu.size() << " on the CPU (the target has no kernel for them), " << copies.size()
+                << " copies inserted\n";
+      for (const json* n : on_cpu) {
+        std::cout << "  cpu   " << (*n)["op"].get<std::string>() << " '" << (*n)["name"].get<std::string>() << "'\n";
+      }
+      for (const json* n : copies) {
+        const bool to_host = (*n)["op"] == kiln::ir::kMemcpyToHost;
+        std::cout << "  copy  " << (to_host ? "to host   " : "to device ") << "'" << (*n)["copies"].get<std::string>()
+                  << "' (" << HumanBytes((*n)["bytes"]) << ")\n";
+      }
+    }
+  }
   std::cout << "ops (" << j["num_nodes"] << " nodes):\n";
   for (auto& [op, c] : j["op_counts"].items()) std::cout << "  " << op << " x" << c << "\n";
   auto& m = j["memory"];
   std::cout << "memory plan:\n"
             << "  arena (planned)        " << HumanBytes(m["arena_bytes"]) << "\n"
+            << (m["host_arena_bytes"].get<std::uint64_t>() == 0
+                    ? std::string()
+                    : "  host arena (CPU nodes) " + HumanBytes(m["host_arena_bytes"]) + "\n")
             << "  lower bound (max live) " << HumanBytes(m["lower_bound_bytes"]) << "\n"
             << "  no reuse (sum)         " << HumanBytes(m["no_reuse_bytes"]) << "\n"
             << "  arena / lower bound    " << m["arena_over_lower_bound"].get<double>() << "\n"

@@ -143,6 +143,11 @@ def main():
         p = os.path.join(out, "onnx", name + ".onnx")
         onnx.save(m, p)
         kiln("compile", "--model", p, "--output", os.path.join(out, "kiln", name + ".kiln"))
+    # Placement (format version 3): compiled for a target lacking some ops,
+    # so CPU-placed nodes, copies and a host arena reach the verifier.
+    for name, lack in (("conv_relu_pool", "MaxPool+Relu"), ("matmul_add", "Add")):
+        kiln("compile", "--model", os.path.join(out, "onnx", name + ".onnx"),
+             "--output", os.path.join(out, "kiln", f"placed_{name}.kiln"), "--target", f"sim:lack={lack},no_fusion")
     # .kiln files with external weights (FileConstant nodes); fuzz_kiln loads
     # them with OUT/kiln_weights as the weight directory.
     # Different models per mode, so the store holds both kinds of files.

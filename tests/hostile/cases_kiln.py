@@ -37,7 +37,7 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 2  # src/format/kiln_file.h kFormatVersion (2: the graph JSON records "target")
+FORMAT_VERSION = 3  # src/format/kiln_file.h kFormatVersion (2: the graph JSON records "target"; 3: placement)
 
 
 def align(v, a):
@@ -154,8 +154,8 @@ def generate(ctx):
 
     cases = [Case("rewritten_file_runs", ["run", os.path.join(d, "rewritten.kiln")], ["output 0 'out'"], rc=0)]
 
-    def crafted(sub, name, mutate, needles, inspect=True, weights=None, **kw):
-        j = copy.deepcopy(j0)
+    def crafted(sub, name, mutate, needles, inspect=True, weights=None, base=None, **kw):
+        j = copy.deepcopy(j0 if base is None else base)
         if mutate:
             mutate(j)
         fname = f"{sub}_{name}.kiln"
@@ -173,7 +173,7 @@ def generate(ctx):
             ["value 'x'", "offset 64", "region 2 (input 0 'x')"])
     crafted("out_of_region", "output_offset", place("out2", 5, 2**40, 64),
             ["value 'out2'", f"offset {2**40}", "region 5 (output 1 'out2')"])
-    crafted("out_of_region", "no_such_region", place("a", 99, 0, 64), ["value 'a'", "region 99", "regions 0..5"])
+    crafted("out_of_region", "no_such_region", place("a", 99, 0, 64), ["value 'a'", "region 99", "regions 0..6"])
     crafted("out_of_region", "negative_region", place("b", -1, 64, 64), ["value 'b'", "region -1"])
     crafted("out_of_region", "constant_past_blob", setp(["graph", "values", 0, "const", "offset"], 4096),
             ["constant 'W'", "offset 4096", "outside the weights partition of 192 bytes"])
@@ -319,6 +319,47 @@ def generate(ctx):
             ["Tanh node 'tanh' output 'd' is recorded as float32[2,8] but infers to float32[4,4]"], inspect=False)
     crafted("infer", "unknown_op", lambda j: node(j, "tanh").update(op="Tanhh"),
             ["Tanhh node 'tanh'", "not supported"], inspect=False)
+
+    # -- placement (format version 3): nodes on the CPU, copies, host arena ---
+    # The same model compiled for a target without Tanh (hand-derived: tanh
+    # on the CPU reading c_on_host, writing d in the host arena, region 6;
+    # sigmoid reads the copy d_on_device).
+    placed = os.path.join(d, "placed.kiln")
+    rc, out = ctx.run(["compile", "--model", onnx_path, "--output", placed, "--target", "sim:lack=Tanh"])
+    assert rc == 0, out
+    j1, w1 = read_kiln(placed)
+    assert j1["plan"]["placements"]["d"][0] == 6 and j1["plan"]["host_arena_size"] == 128, j1["plan"]
+    assert node(j1, "tanh")["attrs"]["kiln.device"] == {"kind": "string", "v": "cpu"}
+    cases.append(Case("placement/placed_file_runs_on_the_lacking_device",
+                      ["run", placed, "--device", "sim:lack=Tanh"], ["output 0 'out'"], rc=0))
+    cases.append(Case("placement/inspect_shows_placement", ["inspect", placed],
+                      ["1 on the CPU", "cpu   Tanh 'tanh'", "copy  to host   'c'", "copy  to device 'd'"], rc=0))
+    cpu_attr = {"kind": "string", "v": "cpu"}
+    crafted("placement", "cpu_node_reads_device_memory", lambda j: node(j, "tanh")["attrs"].update({"kiln.device": cpu_attr}),
+            ["Tanh node 'tanh' runs on the CPU but reads 'c', which lives in device memory"])
+    crafted("placement", "not_cpu", lambda j: node(j, "tanh")["attrs"].update({"kiln.device": {"kind": "string", "v": "gpu"}}),
+            ["Tanh node 'tanh'", "attribute 'kiln.device' must be the string \"cpu\""])
+    crafted("placement", "device_int", lambda j: node(j, "tanh")["attrs"].update({"kiln.device": {"kind": "int", "v": 1}}),
+            ["Tanh node 'tanh'", "attribute 'kiln.device' must be the string"])
+    crafted("placement", "copy_missing", lambda j: node(j, "tanh")["attrs"].pop("kiln.device"),
+            ["Tanh node 'tanh' runs on the target device but reads 'c_on_host', which lives in host memory"], base=j1,
+            weights=w1)
+    crafted("placement", "host_value_in_device_arena", place("d", 1, 0, 64),
+            ["value 'd'", "region 1 (arena)", "Tanh node 'tanh' writes it in host memory"], base=j1, weights=w1)
+    crafted("placement", "device_value_in_host_arena", lambda j: j["plan"]["placements"]["d_on_device"].__setitem__(0, 6),
+            ["value 'd_on_device'", "region 6 (host arena)", "writes it in device memory"], base=j1, weights=w1)
+    crafted("placement", "host_arena_huge", setp(["plan", "host_arena_size"], U64_MAX),
+            [f"plan host_arena_size {U64_MAX} differs from the 128 bytes"], base=j1, weights=w1)
+    crafted("placement", "host_arena_short", setp(["plan", "host_arena_size"], 64),
+            ["past the host arena's 64 bytes"], base=j1, weights=w1)
+    crafted("placement", "host_arena_string", setp(["plan", "host_arena_size"], "128"),
+            ["host_arena_size", "found string"], base=j1, weights=w1)
+    crafted("placement", "host_tensors_overlap",
+            chain(place("c_on_host", 6, 0, 64), place("d", 6, 0, 64), setp(["plan", "host_arena_size"], 64)),
+            ["share bytes while both are live"], base=j1, weights=w1)
+    crafted("placement", "copy_on_cpu",
+            lambda j: [n["attrs"].update({"kiln.device": cpu_attr}) for n in j["graph"]["nodes"] if n["op"] == "MemcpyToHost"],
+            ["MemcpyToHost node 'copy_to_host_c' cannot be placed on the CPU"], base=j1, weights=w1)
 
     # -- non-regular files as the model (must not block) ----------------------
     fifo = os.path.join(d, "fifo.kiln")

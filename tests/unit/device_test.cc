@@ -322,7 +322,7 @@ TEST(SimDevice, AHostReadOutsideADeviceOperationAborts) {
 // ---- models on every device ----
 
 // y = relu(x * w + b), z = x + 1 (two outputs; constants embedded).
-Result<format::CompiledModel> SmallModel() {
+std::unique_ptr<ir::Graph> SmallGraph() {
   auto g = std::make_unique<ir::Graph>();
   g->set_name("small");
   ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 3});
@@ -341,8 +341,9 @@ Result<format::CompiledModel> SmallModel() {
   g->outputs().push_back(y);
   g->outputs().push_back(z);
   test::SetLatestVersions(*g);
-  return CompileGraph(std::move(g), {});
+  return g;
 }
+Result<format::CompiledModel> SmallModel() { return CompileGraph(SmallGraph(), {}); }
 
 class DeviceModel : public ::testing::TestWithParam<std::string> {
  protected:
@@ -553,6 +554,89 @@ TEST(DeviceModelCompare, PassesAskTheTargetWhatItSupports) {
   ASSERT_FALSE(bad2.ok());
 }
 
+
+// Placement: compiled for a target without Add and Relu, mul runs on the
+// target and add, relu and inc on the CPU, with copies: x and m to the host
+// (for inc and add), y and z back into the outputs. Hand-computed results
+// on every device that has the target's kernels (the lacking one included),
+// through host buffers, moved device buffers (refreshed: the copy of x is a
+// task like any other) and queued asynchronous runs.
+TEST(Placement, CpuPlacedNodesRunOnEveryDevice) {
+  CompileOptions co;
+  co.target = "sim:lack=Add+Relu,no_fusion";
+  auto cm = CompileGraph(SmallGraph(), co);
+  ASSERT_TRUE(cm.ok()) << cm.status().ToString();
+  int on_cpu = 0, to_host = 0, to_device = 0;
+  for (auto& n : cm.value().graph->nodes()) {
+    on_cpu += ir::IsHostPlaced(*n);
+    to_host += ir::IsCopyToHost(*n);
+    to_device += ir::IsCopyFromHost(*n);
+    if (n->name() == "mul") EXPECT_FALSE(ir::IsHostPlaced(*n));
+  }
+  EXPECT_EQ(on_cpu, 3);
+  EXPECT_EQ(to_host, 2);
+  EXPECT_EQ(to_device, 2);
+  EXPECT_GT(cm.value().plan.host_arena_size, 0u);
+  test::TempDir dir;
+  ASSERT_TRUE(format::WriteModelFile(cm.value(), dir.file("m.kiln")).ok());
+  for (const char* dev : {"cpu", "sim", "sim:lack=Add+Relu", "sim:lack=Add+Relu,seed=9,delay_us=300"}) {
+    SCOPED_TRACE(dev);
+    LoadOptions o;
+    o.device = dev;
+    auto loaded = Model::Load(dir.file("m.kiln"), o);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    Model& m = **loaded;
+    std::vector<float> x = {1, 2, 3, 4, 5, 6}, y(6), z(6);
+    ASSERT_TRUE(m.Execute({TensorRef::Of(x.data(), {2, 3})},
+                          {TensorRef::Of(y.data(), {2, 3}), TensorRef::Of(z.data(), {2, 3})}).ok());
+    EXPECT_EQ(y, (std::vector<float>{0, 4, 19, 6, 25, 46}));
+    EXPECT_EQ(z, (std::vector<float>{2, 3, 4, 5, 6, 7}));
+    // Device buffers, moved between runs.
+    auto x1 = DeviceBuffer::Allocate(dev, 24), x2 = DeviceBuffer::Allocate(dev, 24);
+    auto y1 = DeviceBuffer::Allocate(dev, 24), y2 = DeviceBuffer::Allocate(dev, 24);
+    auto zb = DeviceBuffer::Allocate(dev, 24);
+    ASSERT_TRUE(x1.ok() && x2.ok() && y1.ok() && y2.ok() && zb.ok());
+    std::vector<float> b = {-1, -2, -3, 1, 2, 3};
+    ASSERT_TRUE((*x1)->CopyFromHost(x.data(), 24).ok());
+    ASSERT_TRUE((*x2)->CopyFromHost(b.data(), 24).ok());
+    auto run = [&](DeviceBuffer& xi, DeviceBuffer& yi) {
+      return m.Execute({xi.Ref(DType::kFloat32, {2, 3})},
+                       {yi.Ref(DType::kFloat32, {2, 3}), (*zb)->Ref(DType::kFloat32, {2, 3})});
+    };
+    ASSERT_TRUE(run(**x1, **y1).ok());
+    EXPECT_EQ(m.last_stats().slots_refreshed, 4u);  // x: mul, its copy to the host; y, z: their copies
+    ASSERT_TRUE(run(**x2, **y2).ok());
+    EXPECT_EQ(m.last_stats().slots_refreshed, 3u);
+    std::vector<float> r1(6), r2(6), rz(6);
+    ASSERT_TRUE((*y1)->CopyToHost(r1.data(), 24).ok());
+    ASSERT_TRUE((*y2)->CopyToHost(r2.data(), 24).ok());
+    ASSERT_TRUE((*zb)->CopyToHost(rz.data(), 24).ok());
+    EXPECT_EQ(r1, (std::vector<float>{0, 4, 19, 6, 25, 46}));
+    EXPECT_EQ(r2, (std::vector<float>{0, 0, 1, 0, 10, 28}));
+    EXPECT_EQ(rz, (std::vector<float>{0, -1, -2, 2, 3, 4}));
+    // Two runs queued back to back on a stream: the second's refresh does
+    // not disturb the first (host argument blocks are copied in stream order).
+    auto s = Stream::Create(dev);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    std::vector<float> xa = {1, 2, 3, 4, 5, 6}, xb(6, 1.f), ya(6), yb(6), za(6), zb2(6);
+    ASSERT_TRUE(m.ExecuteAsync(**s, {TensorRef::Of(xa.data(), {2, 3})},
+                               {TensorRef::Of(ya.data(), {2, 3}), TensorRef::Of(za.data(), {2, 3})}).ok());
+    ASSERT_TRUE(m.ExecuteAsync(**s, {TensorRef::Of(xb.data(), {2, 3})},
+                               {TensorRef::Of(yb.data(), {2, 3}), TensorRef::Of(zb2.data(), {2, 3})}).ok());
+    ASSERT_TRUE((*s)->Synchronize().ok());
+    EXPECT_EQ(ya, (std::vector<float>{0, 4, 19, 6, 25, 46}));
+    EXPECT_EQ(za, (std::vector<float>{2, 3, 4, 5, 6, 7}));
+    EXPECT_EQ(yb, (std::vector<float>{0, 2, 13, 0, 5, 16}));
+    EXPECT_EQ(zb2, (std::vector<float>{2, 2, 2, 2, 2, 2}));
+  }
+  // A device that lacks an op the CPU-placed file still runs on the target is refused.
+  LoadOptions o;
+  o.device = "sim:lack=Mul";
+  auto bad = Model::Load(dir.file("m.kiln"), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("device 'sim:lack=Mul' has no kernel for Mul"), std::string::npos)
+      << bad.status().message();
+}
 
 // The same model on cpu and sim gives the same bits.
 TEST(DeviceModelCompare, SimIsBitIdenticalToCpu) {

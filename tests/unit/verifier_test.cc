@@ -166,8 +166,10 @@ TEST_F(VerifierTest, PlacementsOutsideTheirRegion) {
   p("out2").offset = std::uint64_t{1} << 40;
   ExpectRefused({"value 'out2'", "region 5 (output 1 'out2')"});
   p("out2").offset = 0;
-  p("a").region = 6;
-  ExpectRefused({"value 'a'", "region 6", "regions 0..5"});
+  p("a").region = 7;
+  ExpectRefused({"value 'a'", "region 7", "regions 0..6"});
+  p("a").region = 6;  // the host arena: only values written on the CPU
+  ExpectRefused({"value 'a'", "region 6 (host arena)", "Add node 'add' writes it in device memory"});
   p("a").region = 1;
   p("a").offset = UINT64_MAX - 63;
   ExpectRefused({"value 'a'", "overflows"});
@@ -393,6 +395,106 @@ TEST(GraphJson, InvalidUtf8NameIsAnErrorNotAThrow) {
   Status st = format::WriteModelFile(m.value(), dir.file("m.kiln"));
   ASSERT_FALSE(st.ok());
   EXPECT_FALSE(std::filesystem::exists(dir.file("m.kiln")));
+}
+
+// Placement (format version 3): BaseGraph compiled for a target without
+// Tanh. Hand-derived: tanh runs on the CPU; its input c is copied to the
+// host (c_on_host), it writes d in host memory, and d is copied back
+// (d_on_device) for sigmoid. The host arena (region 2 + 2 + 2 = 6) holds
+// c_on_host and d, both live while tanh runs: 64 + 64 = 128 bytes.
+class PlacementVerifierTest : public VerifierTest {
+ protected:
+  void SetUp() override {
+    CompileOptions co;
+    co.target = "sim:lack=Tanh";
+    auto m = CompileGraph(BaseGraph(), co);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    path_ = dir_.file("placed.kiln");
+    ASSERT_TRUE(format::WriteModelFile(m.value(), path_).ok());
+    Parse(path_);
+    ASSERT_TRUE(model_.graph);
+  }
+  ir::Node* node(const std::string& name) {
+    for (auto& n : g().nodes()) {
+      if (n->name() == name) return n.get();
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(PlacementVerifierTest, TheCompilerPlacesWhatTheTargetLacksOnTheCpu) {
+  ASSERT_TRUE(Verify().ok()) << Verify().ToString();
+  ASSERT_TRUE(node("tanh"));
+  EXPECT_TRUE(ir::IsHostPlaced(*node("tanh")));
+  int on_cpu = 0, to_host = 0, to_device = 0;
+  for (auto& n : g().nodes()) {
+    on_cpu += ir::IsHostPlaced(*n);
+    to_host += ir::IsCopyToHost(*n);
+    to_device += ir::IsCopyFromHost(*n);
+  }
+  EXPECT_EQ(on_cpu, 1);
+  EXPECT_EQ(to_host, 1);
+  EXPECT_EQ(to_device, 1);
+  ASSERT_TRUE(v("c_on_host") && v("d_on_device"));
+  EXPECT_EQ(node("tanh")->input(0), v("c_on_host"));
+  EXPECT_EQ(node("sigmoid")->input(0), v("d_on_device"));
+  EXPECT_EQ(model_.plan.host_arena_size, 128u);
+  EXPECT_EQ(p("c_on_host").region, 6);
+  EXPECT_EQ(p("d").region, 6);
+  EXPECT_EQ(p("d_on_device").region, plan::kRegionArena);
+}
+
+TEST_F(PlacementVerifierTest, InconsistentPlacementsAreRefused) {
+  node("tanh")->attrs().erase(ir::kPlaceAttr);
+  ExpectRefused({"Tanh node 'tanh' runs on the target device but reads 'c_on_host', which lives in host memory"});
+}
+
+TEST_F(PlacementVerifierTest, OnlyCpuIsAPlacement) {
+  node("tanh")->SetAttr(ir::kPlaceAttr, ir::Attribute::String("gpu"));
+  ExpectRefused({"Tanh node 'tanh'", "attribute 'kiln.device' must be the string \"cpu\""});
+}
+
+TEST_F(PlacementVerifierTest, ACpuNodeReadingDeviceMemoryIsRefused) {
+  node("mul2")->SetAttr(ir::kPlaceAttr, ir::Attribute::String("cpu"));
+  ExpectRefused({"Mul node 'mul2' runs on the CPU but reads 'a', which lives in device memory"});
+}
+
+TEST_F(PlacementVerifierTest, CopiesAndControlFlowStayOnTheTarget) {
+  for (auto& n : g().nodes()) {
+    if (ir::IsCopyToHost(*n)) n->SetAttr(ir::kPlaceAttr, ir::Attribute::String("cpu"));
+  }
+  ExpectRefused({"MemcpyToHost node 'copy_to_host_c' cannot be placed on the CPU"});
+}
+
+TEST_F(PlacementVerifierTest, HostValuesLiveInTheHostArenaOnly) {
+  p("d").region = plan::kRegionArena;
+  ExpectRefused({"value 'd'", "region 1 (arena)", "Tanh node 'tanh' writes it in host memory"});
+}
+
+TEST_F(PlacementVerifierTest, DeviceValuesStayOutOfTheHostArena) {
+  p("d_on_device").region = 6;
+  ExpectRefused({"value 'd_on_device'", "region 6 (host arena)", "writes it in device memory"});
+}
+
+TEST_F(PlacementVerifierTest, TheHostArenaSizeIsWhatItsPlacementsNeed) {
+  model_.plan.host_arena_size = 64;
+  ExpectRefused({"value '", "past the host arena's 64 bytes"});
+  model_.plan.host_arena_size = 1u << 30;
+  ExpectRefused({"plan host_arena_size 1073741824 differs from the 128 bytes its host arena placements need"});
+}
+
+TEST_F(PlacementVerifierTest, LiveHostTensorsMayNotShareBytes) {
+  p("d").offset = 0;
+  p("c_on_host").offset = 0;
+  model_.plan.host_arena_size = 64;
+  ExpectRefused({"share bytes while both are live", "Tanh node 'tanh'"});
+}
+
+TEST_F(PlacementVerifierTest, OutputsAreNeverHostValues) {
+  // sigmoid reads d (host) directly and writes output 'out' on the CPU.
+  node("sigmoid")->SetInput(0, v("d"));
+  node("sigmoid")->SetAttr(ir::kPlaceAttr, ir::Attribute::String("cpu"));
+  ExpectRefused({"graph output 'out' is written into host memory by Sigmoid node 'sigmoid'"});
 }
 
 }  // namespace

@@ -78,6 +78,9 @@ class CpuDeviceImpl final : public device::Device {
   bool SupportsOp(const std::string& op_type, const std::string& domain, const std::vector<DType>&) const override {
     return HasKernel(op_type, domain);
   }
+  Result<std::unique_ptr<device::Kernel>> CreateKernel(const device::KernelInit& init) override {
+    return cpu::CreateKernel(init);
+  }
   Status RunPrepare(const std::function<Status()>& fn) override { return fn(); }
 
  private:

@@ -28,11 +28,18 @@ dnnl::primitive_attr UserScratchpad(dnnl::primitive_attr attr = dnnl::primitive_
 // The calling thread's scratch memory, at least `bytes` (64-byte aligned;
 // grows, never shrinks).
 void* ThreadScratch(std::size_t bytes);
+// Bound to the run's workspace (ExecContext::workspace: the executor sizes
+// it from Kernel::workspace_bytes) when it is large enough, else (eager
+// evaluation, or a kernel created at run time for new extents) to the
+// calling thread's scratch memory.
 struct Scratchpad {
   dnnl::memory mem;  // the primitive's scratchpad, its handle set by Bind
   std::size_t bytes = 0;
-  const dnnl::memory& Bind() {
-    if (bytes) mem.set_data_handle(ThreadScratch(bytes));
+  const dnnl::memory& Bind(const device::ExecContext* ctx) {
+    if (bytes) {
+      mem.set_data_handle(ctx && ctx->workspace && ctx->workspace_bytes >= bytes ? ctx->workspace
+                                                                                  : ThreadScratch(bytes));
+    }
     return mem;
   }
 };

@@ -1,8 +1,5 @@
-// CPU kernel interface. A kernel is created once per node when a model is
-// loaded (it may prepack weights or build oneDNN primitives then) and run many
-// times. It reads every tensor address from its argument block, so the
-// executor can rebind inputs/outputs by rewriting pointers ("address
-// refresh") without recreating the kernel.
+// The CPU kernel library: its registry, factory and helpers. Kernels
+// implement the backend-neutral interface of device/kernel.h.
 #pragma once
 
 #include <functional>
@@ -16,56 +13,17 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "device/device.h"
+#include "device/kernel.h"
 #include "ir/graph.h"
 
 namespace kiln::cpu {
 
-struct TensorDesc {
-  DType dtype = DType::kUndefined;  // kUndefined: optional input absent
-  Shape shape;
-  std::size_t bytes() const {
-    return static_cast<std::size_t>(NumElements(shape) < 0 ? 0 : NumElements(shape)) *
-           DTypeSize(dtype);
-  }
-  bool present() const { return dtype != DType::kUndefined; }
-};
-
-struct KernelInit {
-  const ir::Node* node = nullptr;
-  std::vector<TensorDesc> inputs;
-  std::vector<TensorDesc> outputs;
-  // Data of inputs that are compile-time constants (weights), else null.
-  std::vector<const HostTensor*> const_inputs;
-  const HostTensor* const_input(int i) const {
-    return i < static_cast<int>(const_inputs.size()) ? const_inputs[i] : nullptr;
-  }
-};
-
-// Pointer block: inputs first, then outputs. Absent optional inputs are null.
-struct KernelArgs {
-  void* const* ptrs;
-  int num_inputs;
-  // Set only for nodes with data-dependent output extents: holds the inferred
-  // (upper-bound) output shapes on entry; NonZero / NonMaxSuppression store
-  // the actual ones. Their outputs are written densely at the buffer start.
-  Shape* out_shapes = nullptr;
-  // Set with out_shapes: the actual input shapes (for If, whose branches
-  // take data-dependent inputs).
-  const Shape* in_shapes = nullptr;
-  // What the kernel runs with (device, stream, threads); null only for
-  // eager evaluation on the host (constant folding).
-  const device::ExecContext* ctx = nullptr;
-  const void* in(int i) const { return ptrs[i]; }
-  void* out(int i) const { return ptrs[num_inputs + i]; }
-  template <typename T> const T* in_as(int i) const { return static_cast<const T*>(ptrs[i]); }
-  template <typename T> T* out_as(int i) const { return static_cast<T*>(ptrs[num_inputs + i]); }
-};
-
-class Kernel {
- public:
-  virtual ~Kernel() = default;
-  virtual Status Run(const KernelArgs& args) = 0;
-};
+// The interface is the device layer's (device/kernel.h); the CPU kernel
+// library implements it.
+using device::TensorDesc;
+using device::KernelInit;
+using device::KernelArgs;
+using device::Kernel;
 
 // kernel.Run(args), with any exception turned into an error naming `node`
 // (inline: the replay loop calls it for every task).

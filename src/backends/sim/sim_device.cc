@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/cpu_device.h"
+#include "backends/cpu/kernel.h"
 #include "device/host_stream.h"
 
 #if defined(__has_feature)
@@ -97,6 +98,11 @@ class SimDevice final : public device::Device, public device::OpWindow {
   Result<std::unique_ptr<device::Stream>> CreateSyncStream() override { return CreateStream(); }
   bool SupportsOp(const std::string& op_type, const std::string& domain, const std::vector<DType>&) const override {
     return lack_.count(op_type) == 0 && cpu::HasKernel(op_type, domain);
+  }
+  // The CPU kernel library runs here (a kernel's preparation is a device
+  // operation: the executor calls this inside RunPrepare).
+  Result<std::unique_ptr<device::Kernel>> CreateKernel(const device::KernelInit& init) override {
+    return cpu::CreateKernel(init);
   }
   Status RunPrepare(const std::function<Status()>& fn) override {
     Enter();

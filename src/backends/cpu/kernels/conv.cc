@@ -80,11 +80,12 @@ class ConvKernel : public Kernel {
     dst_.set_data_handle(a.out(0));
     if (runtime_weights_) weights_.set_data_handle(const_cast<void*>(a.in(1)));
     if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
-    scratch_.Bind();
+    scratch_.Bind(a.ctx);
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
     return Status::Ok();
   }
+  std::size_t workspace_bytes() const override { return scratch_.bytes; }
 
  private:
   dnnl::convolution_forward prim_;

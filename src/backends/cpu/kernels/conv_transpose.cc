@@ -58,7 +58,7 @@ class ConvTransposeKernel : public Kernel {
       reorder_scratch_ = ScratchpadFor(rpd);
       reorder_args_ = {{DNNL_ARG_FROM, user_w_}, {DNNL_ARG_TO, weights_}, {DNNL_ARG_SCRATCHPAD, reorder_scratch_.mem}};
       if (wconst) {
-        reorder_scratch_.Bind();
+        reorder_scratch_.Bind(nullptr);  // at creation: this thread's scratch
         reorder_.execute(DnnlStream(), reorder_args_);
         DnnlStream().wait();
       }
@@ -76,17 +76,19 @@ class ConvTransposeKernel : public Kernel {
   Status Run(const KernelArgs& a) override {
     if (runtime_weights_) {
       user_w_.set_data_handle(const_cast<void*>(a.in(1)));
-      reorder_scratch_.Bind();
+      reorder_scratch_.Bind(a.ctx);
       reorder_.execute(DnnlStream(), reorder_args_);
     }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
     if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
-    scratch_.Bind();
+    scratch_.Bind(a.ctx);
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
     return Status::Ok();
   }
+  // The reorder runs before the deconvolution: they share the workspace.
+  std::size_t workspace_bytes() const override { return std::max(scratch_.bytes, reorder_scratch_.bytes); }
 
  private:
   dnnl::deconvolution_forward prim_;

@@ -54,19 +54,20 @@ class MatMulKernel : public Kernel {
     });
   }
 
-  void Execute(const void* a, const void* b, void* out) {
+  void Execute(const void* a, const void* b, void* out, const device::ExecContext* ctx) {
     a_.set_data_handle(const_cast<void*>(a));
     if (runtime_b_) b_.set_data_handle(const_cast<void*>(b));
     dst_.set_data_handle(out);
-    scratch_.Bind();
+    scratch_.Bind(ctx);
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
   }
 
   Status Run(const KernelArgs& a) override {
-    Execute(a.in(0), a.in(1), a.out(0));
+    Execute(a.in(0), a.in(1), a.out(0), a.ctx);
     return Status::Ok();
   }
+  std::size_t workspace_bytes() const override { return scratch_.bytes; }
 
  private:
   dnnl::matmul prim_;
@@ -117,7 +118,7 @@ class GemmKernel : public Kernel {
 
   Status Run(const KernelArgs& a) override {
     float* y = a.out_as<float>(0);
-    mm_.Execute(a.in(0), a.in(1), y);
+    mm_.Execute(a.in(0), a.in(1), y, a.ctx);
     const std::int64_t total = m_ * n_;
     if (scale_after_ != 1.f) {
       for (std::int64_t i = 0; i < total; ++i) y[i] *= scale_after_;
@@ -134,6 +135,7 @@ class GemmKernel : public Kernel {
     }
     return Status::Ok();
   }
+  std::size_t workspace_bytes() const override { return mm_.workspace_bytes(); }
 
  private:
   MatMulKernel mm_;

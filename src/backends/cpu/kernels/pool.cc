@@ -174,10 +174,11 @@ class DnnlPoolKernel : public Kernel {
   Status Run(const KernelArgs& a) override {
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
-    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_.Bind()}});
+    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_.Bind(a.ctx)}});
     DnnlStream().wait();
     return Status::Ok();
   }
+  std::size_t workspace_bytes() const override { return scratch_.bytes; }
 
  private:
   dnnl::pooling_v2_forward prim_;

@@ -159,7 +159,7 @@ class TransposedMatMul {
 
   // `w` is the weights tensor's address (used when it is not constant);
   // `block` picks the offset given at Init.
-  void Run(const float* a, const float* w, int block, float* c) {
+  void Run(const float* a, const float* w, int block, float* c, const device::ExecContext* ctx) {
     if (m_ == 0 || n_ == 0) return;
     if (k_ == 0) {
       std::memset(c, 0, static_cast<std::size_t>(m_ * n_) * sizeof(float));
@@ -167,7 +167,7 @@ class TransposedMatMul {
     }
     src_.set_data_handle(const_cast<float*>(a));
     dst_.set_data_handle(c);
-    scratch_.Bind();
+    scratch_.Bind(ctx);
     if (runtime_w_) {
       weights_[0].set_data_handle(const_cast<float*>(w + offsets_[block]));
       prim_.execute(DnnlStream(), args_[0]);
@@ -176,6 +176,8 @@ class TransposedMatMul {
     }
     DnnlStream().wait();
   }
+
+  std::size_t scratch_bytes() const { return scratch_.bytes; }
 
  private:
   std::int64_t m_ = 0, k_ = 0, n_ = 0;
@@ -290,7 +292,12 @@ class RnnKernel : public Kernel {
     return Status::Ok();
   }
 
+  std::size_t workspace_bytes() const override {
+    return std::max({proj_.scratch_bytes(), rec_.scratch_bytes(), rec_h_.scratch_bytes()});
+  }
+
   Status Run(const KernelArgs& args) override {
+    ctx_ = args.ctx;
     const float* x = args.in_as<float>(0);
     const float* w = args.in_as<float>(1);
     const float* r = args.in_as<float>(2);
@@ -332,7 +339,7 @@ class RnnKernel : public Kernel {
       }
     }
 
-    proj_.Run(x, w, 0, gx_.data());
+    proj_.Run(x, w, 0, gx_.data(), ctx_);
 
     for (int d = 0; d < nd_; ++d) {
       KILN_RETURN_IF_ERROR(RunDirection(d, r, p, h0, c0, y));
@@ -391,7 +398,7 @@ class RnnKernel : public Kernel {
 
     for (std::int64_t s = 0; s < seq_; ++s) {
       // Recurrent product for all entries (finished ones are ignored below).
-      rec_.Run(h, r, d, g);
+      rec_.Run(h, r, d, g, ctx_);
       // Time index of entry bb at step s, or -1 when it is past its length.
       auto time_of = [&](std::int64_t bb) -> std::int64_t {
         const std::int64_t len = lens_[bb];
@@ -493,7 +500,7 @@ class RnnKernel : public Kernel {
             for (std::int64_t i = 0; i < H; ++i) rrow[i] = gr[H + i] * hp[i];
           }
         });
-        rec_h_.Run(rh, r, d, hh_.data());
+        rec_h_.Run(rh, r, d, hh_.data(), ctx_);
         ParallelFor(batch_, grain, [&](std::int64_t b0, std::int64_t b1) {
           for (std::int64_t bb = b0; bb < b1; ++bb) {
             const std::int64_t t = time_of(bb);
@@ -533,6 +540,7 @@ class RnnKernel : public Kernel {
   bool input_forget_ = false, linear_before_reset_ = false;
   bool has_b_ = false, has_lens_ = false, lens_int64_ = false, has_h0_ = false, has_c0_ = false, has_p_ = false;
   TransposedMatMul proj_, rec_, rec_h_;
+  const device::ExecContext* ctx_ = nullptr;  // of the run in progress (its workspace)
   std::vector<float> gx_, gates_buf_, h_, c_, rh_, hh_, bias_, rbh_;
   std::vector<std::int64_t> lens_;
 };

@@ -397,6 +397,9 @@ Result<std::unique_ptr<Kernel>> MakeCast(const KernelInit& init) {
 
 void RegisterShapeKernels(KernelRegistry& r) {
   for (const char* op : {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}) r.Register(op, MakeCopy);
+  // Placement copies: on the CPU kernel library's devices (cpu, sim) device
+  // and host memory are both reachable from a launch.
+  for (const char* op : {ir::kMemcpyToHost, ir::kMemcpyFromHost}) r.Register(op, MakeCopy, "kiln");
   r.Register("Transpose", MakeTranspose);
   r.Register("Slice", MakeSlice);
   r.Register("Concat", MakeConcat);

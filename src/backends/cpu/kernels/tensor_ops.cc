@@ -564,10 +564,15 @@ class EinsumKernel : public Kernel {
           }
         });
       } else {
-        MatMul(s, src, ptr(s.src2), dst);
+        MatMul(s, src, ptr(s.src2), dst, a.ctx);
       }
     }
     return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override {
+    std::size_t w = 0;
+    for (const Step& s : steps_) w = std::max(w, s.scratch ? s.scratch->bytes : 0);
+    return w;
   }
 
  private:
@@ -729,14 +734,14 @@ class EinsumKernel : public Kernel {
     return Status::Ok();
   }
 
-  void MatMul(const Step& s, const T* a, const T* b, T* c) const {
+  void MatMul(const Step& s, const T* a, const T* b, T* c, const device::ExecContext* ctx) const {
     if (s.prim) {
       using dnnl::memory;
       memory am(PlainDesc({s.batch, s.m, s.k}), DnnlEngine(), const_cast<T*>(a));
       memory bm(PlainDesc({s.batch, s.k, s.n}), DnnlEngine(), const_cast<T*>(b));
       memory cm(PlainDesc({s.batch, s.m, s.n}), DnnlEngine(), c);
       s.prim->execute(DnnlStream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
-                                     {DNNL_ARG_SCRATCHPAD, s.scratch->Bind()}});
+                                     {DNNL_ARG_SCRATCHPAD, s.scratch->Bind(ctx)}});
       DnnlStream().wait();
       return;
     }

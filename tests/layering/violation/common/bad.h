@@ -1,0 +1,1 @@
+#include "runtime/executor.h"  // up: common may not use runtime

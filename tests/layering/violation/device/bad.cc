@@ -1,0 +1,3 @@
+#include "backends/cpu/kernel.h"  // sideways into a backend
+#include "device/device.h"
+#include "kiln/status.h"
