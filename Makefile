@@ -51,7 +51,7 @@ build-asan:
 build-rt:
 	scripts/install_deps.sh build
 	cmake -S . -B $(RT_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_COMPILER=OFF
-	cmake --build $(RT_BUILD) -j $(JOBS)
+	cmake --build $(RT_BUILD) -j $(JOBS) --target kiln kiln_runtime_only_test
 
 # ThreadSanitizer build (Clang): only the unit-test binary.
 build-tsan:

@@ -1,5 +1,6 @@
 // Fusions: Conv+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
-// activation fusion into one kernel (oneDNN post-ops).
+// activation fusion into one kernel (oneDNN post-ops), SiLU (x * Sigmoid(x))
+// included as the Swish activation.
 #include <cmath>
 #include <unordered_set>
 
@@ -30,6 +31,29 @@ void Absorb(ir::Graph& g, ir::Node* first, ir::Node* second, std::unordered_set<
   removed.insert(second);
   g.RemoveNode(second);
   g.RebindOutput(first, 0, out);
+}
+
+// The Mul of x * Sigmoid(x) when `x` is read by exactly that Sigmoid and
+// that Mul (in either input order), the Sigmoid's output only by the Mul,
+// neither a graph output; else null.
+ir::Node* SiluMul(const ir::Graph& g, ir::Value* x) {
+  if (g.IsGraphOutput(x) || x->uses().size() != 2) return nullptr;
+  ir::Node* sig = nullptr;
+  ir::Node* mul = nullptr;
+  for (const ir::Use& u : x->uses()) {
+    ir::Node* n = u.node;
+    if (!n->domain().empty()) return nullptr;
+    if (n->op_type() == "Sigmoid") sig = n;
+    else if (n->op_type() == "Mul") mul = n;
+  }
+  if (!sig || !mul || mul->num_inputs() != 2 || sig->num_outputs() != 1) return nullptr;
+  ir::Value* s = sig->output(0);
+  const bool pair = (mul->input(0) == x && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == x);
+  if (!pair || !OnlyUse(g, s, mul) || mul->output(0)->shape() != x->shape() ||
+      mul->output(0)->dtype() != DType::kFloat32) {
+    return nullptr;
+  }
+  return mul;
 }
 
 }  // namespace
@@ -135,6 +159,18 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
     if (removed.count(op)) continue;
     if ((op->op_type() != "Conv" && op->op_type() != "Gemm") || !op->domain().empty()) continue;
     if (op->HasAttr(kActAttr) || op->output(0)->dtype() != DType::kFloat32) continue;
+    // SiLU / Swish, x * Sigmoid(x) (EfficientNet, YOLO): the output feeds
+    // exactly a Sigmoid and the Mul of the two.
+    if (ir::Node* mul = SiluMul(g, op->output(0))) {
+      ir::Node* sig = mul->input(0) == op->output(0) ? mul->input(1)->producer() : mul->input(0)->producer();
+      removed.insert(sig);
+      g.RemoveNode(sig);
+      op->SetAttr(kActAttr, ir::Attribute::String("Swish"));
+      op->SetAttr(kActAlphaAttr, ir::Attribute::Float(1.f));
+      op->SetAttr(kActBetaAttr, ir::Attribute::Float(0.f));
+      Absorb(g, op, mul, removed);
+      continue;
+    }
     const ir::Node* act_c = SoleConsumer(g, op->output(0));
     if (!act_c || !act_c->domain().empty()) continue;
     auto* act = const_cast<ir::Node*>(act_c);

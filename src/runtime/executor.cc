@@ -106,7 +106,7 @@ Executor::~Executor() {
   // Work still queued (a load that failed after queueing its uploads) must
   // finish before the memory it writes goes; then children, then every
   // device allocation.
-  if (stream_) (void)stream_->Synchronize();
+  if (own_stream_) (void)own_stream_->Synchronize();
   if (own_load_stream_) (void)own_load_stream_->Synchronize();
   tasks_.clear();
   for (void* p : allocations_) device_->Free(p);
@@ -191,7 +191,12 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   ex->device_ = opts.device ? opts.device : &CpuDevice();
   device::Device& dev = *ex->device_;
   const device::Capabilities& caps = dev.caps();
-  KILN_ASSIGN_OR_RETURN(ex->stream_, dev.CreateSyncStream());
+  if (opts.parent_stream) {
+    ex->stream_ = opts.parent_stream;
+  } else {
+    KILN_ASSIGN_OR_RETURN(ex->own_stream_, dev.CreateSyncStream());
+    ex->stream_ = ex->own_stream_.get();
+  }
   // Kernels are created on this thread with the model's thread count (oneDNN
   // sizes a primitive's parallelism when it is created).
   cpu::UseThreads(opts.threads);
@@ -374,6 +379,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       it->plans[b] = std::move(bp).value();
       ExecutorOptions co = opts;
       co.device = &dev;
+      co.parent_stream = &stream;
       auto child = Executor::Create(*a->g, it->plans[b], co);
       if (!child.ok()) return child.status().WithContext(StrCat(n.Describe(), " attribute '", name, "'"));
       it->children[b] = std::move(child).value();

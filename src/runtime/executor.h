@@ -148,6 +148,9 @@ struct ExecutorOptions {
   bool check_bounds = false;
   std::string target = "cpu";  // what the file was compiled for (for messages)
   Stream* load_stream = nullptr;  // custom ops launch on it while recording (same device)
+  // If branches: the parent's stream (prepared and recorded on it; a branch
+  // never runs on its own, so it needs no stream of its own).
+  device::Stream* parent_stream = nullptr;
 };
 
 class Executor {
@@ -201,7 +204,8 @@ class Executor {
   device::Device* device_ = nullptr;
   std::vector<void*> allocations_;  // device memory, freed with the executor
   std::vector<void*> standins_;
-  std::unique_ptr<device::Stream> stream_;  // for Run
+  device::Stream* stream_ = nullptr;  // for Run and preparation: own_stream_, or the parent's (If branches)
+  std::unique_ptr<device::Stream> own_stream_;
   std::unique_ptr<device::Recording> recording_;
   std::vector<Task> tasks_;
   std::vector<ArgBlock> blocks_;

@@ -81,6 +81,68 @@ TEST(Pipeline, ChannelsLastConvKeepsResults) {
   EXPECT_EQ(y, (std::vector<float>{0, 5, 11, 17, 0, 0, 0, 0}));
 }
 
+// SiLU as PyTorch exports it: c = Conv(x); y = c * Sigmoid(c) (either Mul
+// input order) fuses into the Conv's Swish epilogue. Reference: the same
+// 1x1 conv and x / (1 + e^-x) in double, written here.
+std::unique_ptr<ir::Graph> ConvSilu(bool sigmoid_first, bool sigmoid_is_output) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {1, 2, 2, 2});
+  g->inputs().push_back(x);
+  ir::Value* w = g->AddConstant("w", test::F32({2, 2, 1, 1}, {1, 2, -3, 0.5f}));
+  ir::Value* c = g->AddValue("c");
+  ir::Value* sg = g->AddValue("sg");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Conv", "conv", {x, w}, {c});
+  g->AddNode("Sigmoid", "sig", {c}, {sg});
+  g->AddNode("Mul", "mul", sigmoid_first ? std::vector<ir::Value*>{sg, c} : std::vector<ir::Value*>{c, sg}, {y});
+  g->outputs().push_back(y);
+  if (sigmoid_is_output) g->outputs().push_back(sg);
+  test::SetLatestVersions(*g);
+  return g;
+}
+
+TEST(Pipeline, SiluFusesIntoTheConvAsSwish) {
+  const std::vector<float> x = {1, 2, 3, 4, -1, 0, 1, 2};
+  std::vector<float> want(8);
+  for (int p = 0; p < 4; ++p) {
+    const double c0 = 1.0 * x[p] + 2.0 * x[4 + p], c1 = -3.0 * x[p] + 0.5 * x[4 + p];
+    want[p] = static_cast<float>(c0 / (1 + std::exp(-c0)));
+    want[4 + p] = static_cast<float>(c1 / (1 + std::exp(-c1)));
+  }
+  for (bool sigmoid_first : {false, true}) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(ConvSilu(sigmoid_first, false), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    int convs = 0, others = 0;
+    for (auto& n : cm.graph->nodes()) {
+      if (n->op_type() == "Conv") {
+        ++convs;
+        EXPECT_EQ(n->GetString("kiln.activation", ""), "Swish");
+      } else if (n->op_type() != "Transpose") {
+        ++others;  // NHWC conversions aside, nothing else is left
+      }
+    }
+    EXPECT_EQ(convs, 1);
+    EXPECT_EQ(others, 0);
+    std::vector<float> y(8);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 2, 2, 2})}, {TensorRef::Of(y.data(), {1, 2, 2, 2})}).ok());
+    for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[i], want[i], 1e-6f * std::max(1.f, std::fabs(want[i]))) << i;
+  }
+  // The Sigmoid is also a model output: no fusion, same results.
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(ConvSilu(false, true), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  int sigmoids = 0;
+  for (auto& n : cm.graph->nodes()) sigmoids += n->op_type() == "Sigmoid";
+  EXPECT_EQ(sigmoids, 1);
+  std::vector<float> y(8), sg(8);
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 2, 2, 2})},
+                                {TensorRef::Of(y.data(), {1, 2, 2, 2}), TensorRef::Of(sg.data(), {1, 2, 2, 2})}).ok());
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[i], want[i], 1e-6f * std::max(1.f, std::fabs(want[i]))) << i;
+}
+
 TEST(Pipeline, UnknownPassNameIsRejected) {
   auto g = ConvBnRelu();
   test::SetLatestVersions(*g);
