@@ -319,6 +319,46 @@ TEST(SimDevice, AHostReadOutsideADeviceOperationAborts) {
 #endif
 }
 
+// A host launch (a CPU-placed node) in a replayed recording is not a device
+// operation: reading the device's memory from it aborts the sanitizer
+// build, while the same read from a device launch in the same list is fine.
+Status ReadFirstInt(void*, const void* args, const ExecContext&) {
+  volatile const int* q = *static_cast<int* const*>(args);
+  return q[0] == 12345 ? Error(StatusCode::kInternal, "never") : Status::Ok();
+}
+TEST(SimDevice, AHostLaunchReadingDeviceMemoryAborts) {
+#ifndef KILN_TEST_ASAN
+  GTEST_SKIP() << "sim memory is poisoned only in the AddressSanitizer build (make test-asan runs this)";
+#else
+  auto d = runtime::OpenDevice("sim:delay_us=0");
+  ASSERT_TRUE(d.ok());
+  auto p = d.value()->Allocate(64);
+  ASSERT_TRUE(p.ok());
+  int* dev_ptr = static_cast<int*>(p.value());
+  auto s = d.value()->CreateStream();
+  ASSERT_TRUE(s.ok());
+  ExecContext ctx{d.value(), s.value().get(), 1};
+  ASSERT_TRUE((*s)->BeginCapture().ok());
+  ASSERT_TRUE((*s)->Launch(ReadFirstInt, nullptr, &dev_ptr, ctx).ok());
+  auto ok_rec = (*s)->EndCapture();
+  ASSERT_TRUE(ok_rec.ok());
+  ASSERT_TRUE((*s)->Replay(**ok_rec, ctx).ok());
+  ASSERT_TRUE((*s)->Synchronize().ok());
+  auto host_read = [&]() {
+    auto s2 = d.value()->CreateStream();
+    ExecContext c2{d.value(), s2.value().get(), 1};
+    (void)(*s2)->BeginCapture();
+    (void)(*s2)->Launch(ReadFirstInt, nullptr, &dev_ptr, c2);
+    (void)(*s2)->LaunchHost(ReadFirstInt, nullptr, &dev_ptr, c2);
+    auto rec = (*s2)->EndCapture();
+    (void)(*s2)->Replay(**rec, c2);
+    (void)(*s2)->Synchronize();
+  };
+  EXPECT_DEATH(host_read(), "use-after-poison");
+  d.value()->Free(p.value());
+#endif
+}
+
 // ---- models on every device ----
 
 // y = relu(x * w + b), z = x + 1 (two outputs; constants embedded).
