@@ -29,18 +29,24 @@ Status Call(const std::function<Status()>& fn) {
 
 Status ReplayHostRecording(const HostRecording& rec, const ExecContext& ctx) {
   for (const HostLaunch& l : rec.launches) {
-    Status st;
-    if (l.host && rec.window) {  // not a device operation: the device's memory is off limits
-      rec.window->Exit();
-      st = Call([&] { return l.fn(l.obj, l.args, ctx); });
-      rec.window->Enter();
-    } else {
-      st = l.fn(l.obj, l.args, ctx);
-    }
+    Status st = l.fn(l.obj, l.args, ctx);
     if (!st.ok()) return st;
   }
   return Status::Ok();
 }
+
+namespace {
+// A recorded host launch: not a device operation, so the device's memory is
+// off limits while it runs (sim poisons it again).
+Status HostCallTrampoline(void* obj, const void*, const ExecContext& ctx) {
+  const HostCall& h = *static_cast<const HostCall*>(obj);
+  if (!h.window) return h.fn(h.obj, h.args, ctx);
+  h.window->Exit();
+  Status st = Call([&] { return h.fn(h.obj, h.args, ctx); });
+  h.window->Enter();
+  return st;
+}
+}  // namespace
 
 HostStream::HostStream(Device& device, bool inline_mode, OpWindow* window, std::uint64_t seed)
     : device_(device), inline_(inline_mode), window_(window), rng_(seed) {}
@@ -166,7 +172,12 @@ Status HostStream::DoLaunch(LaunchFn fn, void* obj, const void* args, const Exec
   if (!fn) return Error(StatusCode::kInvalidArgument, "Launch: null kernel function");
   if (capture_) {
     try {
-      capture_->launches.push_back({fn, obj, args, host});
+      if (host) {
+        capture_->host_calls.push_back(std::make_unique<HostCall>(HostCall{fn, obj, args, window_}));
+        capture_->launches.push_back({HostCallTrampoline, capture_->host_calls.back().get(), nullptr});
+      } else {
+        capture_->launches.push_back({fn, obj, args});
+      }
     } catch (const std::bad_alloc&) {
       return Error(StatusCode::kOutOfRange, "Launch: out of memory recording a launch");
     }
@@ -194,7 +205,6 @@ Status HostStream::HostFunc(std::function<Status()> fn) {
 Status HostStream::BeginCapture() {
   if (capture_) return Error(StatusCode::kInvalidArgument, "BeginCapture: the stream is already capturing");
   capture_ = std::make_unique<HostRecording>();
-  capture_->window = window_;
   return Status::Ok();
 }
 

@@ -44,18 +44,27 @@ struct HostLaunch {
   LaunchFn fn;
   void* obj;
   const void* args;
-  bool host = false;  // LaunchHost: runs outside the device's op window
+};
+
+// A LaunchHost recorded into a list: replayed through a trampoline that
+// steps out of the device's op window around it (the list itself runs
+// inside the window), so plain launches pay nothing for it.
+struct HostCall {
+  LaunchFn fn;
+  void* obj;
+  const void* args;
+  OpWindow* window;  // of the recording stream (null: cpu)
 };
 
 class HostRecording final : public Recording {
  public:
   std::size_t size() const override { return launches.size(); }
   std::vector<HostLaunch> launches;
-  OpWindow* window = nullptr;  // of the stream that recorded it (null: cpu)
+  std::vector<std::unique_ptr<HostCall>> host_calls;  // what host launches' trampolines point at
 };
 
 // Runs a recording's launches in order; the first error stops it. Runs
-// inside the recording stream's op window; host launches step out of it.
+// inside the recording stream's op window (host launches step out of it).
 Status ReplayHostRecording(const HostRecording& rec, const ExecContext& ctx);
 
 class HostStream final : public Stream {

@@ -149,17 +149,22 @@ static Status LaunchSetThreads(void*, const void*, const device::ExecContext& ct
 
 Status Executor::LaunchKernelTask(void* obj, const void* args, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
-  const device::ExecContext c = t.exec->TaskContext(t, ctx);
   device::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
-  a.ctx = &c;
+  a.ctx = &ctx;  // the replay's context carries this executor's device workspace
   Status st = Guard(t, [&] { return t.kernel->Run(a); });  // one named result: no copy on the hot path
   if (!st.ok()) st = st.WithContext(t.node->Describe());
   return st;
 }
 
-Status Executor::LaunchGuardedTask(void* obj, const void* args, const device::ExecContext& ctx) {
-  KILN_RETURN_IF_ERROR(LaunchKernelTask(obj, args, ctx));
+// A CPU-placed task: the same, with the host workspace.
+Status Executor::LaunchHostKernelTask(void* obj, const void* args, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
+  return LaunchKernelTask(obj, args, t.exec->HostContext(ctx));
+}
+
+Status Executor::LaunchGuardedTask(void* obj, const void* args, const device::ExecContext& ctx) {
+  Task& t = *static_cast<Task*>(obj);
+  KILN_RETURN_IF_ERROR(t.on_host ? LaunchHostKernelTask(obj, args, ctx) : LaunchKernelTask(obj, args, ctx));
   for (GuardedBuffer* b : t.guarded_outputs) {
     for (std::uint64_t i = 0; i < GuardedBuffer::kGuard; ++i) {
       const bool before = b->bytes[i] != GuardedBuffer::kPattern;
@@ -175,7 +180,7 @@ Status Executor::LaunchGuardedTask(void* obj, const void* args, const device::Ex
 
 Status Executor::LaunchDynamicTask(void* obj, const void*, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
-  const device::ExecContext c = t.exec->TaskContext(t, ctx);
+  const device::ExecContext c = t.on_host ? t.exec->HostContext(ctx) : ctx;
   return Guard(t, [&] { return t.exec->RunDynamic(t, c); });
 }
 
@@ -579,8 +584,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       void* args = t.block >= 0 ? ex->blocks_[t.block].dev : nullptr;
       device::LaunchFn fn = t.dyn                        ? LaunchDynamicTask
                             : t.if_task                  ? LaunchIfTask
-                            : t.guarded_outputs.empty()  ? LaunchKernelTask
-                                                         : LaunchGuardedTask;
+                            : !t.guarded_outputs.empty() ? LaunchGuardedTask
+                            : t.on_host                  ? LaunchHostKernelTask
+                                                         : LaunchKernelTask;
       rec_st = t.on_host ? stream.LaunchHost(fn, &t, args, ctx0) : stream.Launch(fn, &t, args, ctx0);
       ++ex->num_launches_;
     }
@@ -687,7 +693,10 @@ Status Executor::RunNested(const std::vector<void*>& io, const device::ExecConte
   }
   const auto* rec = dynamic_cast<const device::HostRecording*>(recording_.get());
   if (!rec) return Error(StatusCode::kInternal, "a nested list was not recorded on a host-run device");
-  return device::ReplayHostRecording(*rec, ctx);
+  device::ExecContext c = ctx;  // this (child) executor's workspace
+  c.workspace = workspace_;
+  c.workspace_bytes = workspace_bytes_;
+  return device::ReplayHostRecording(*rec, c);
 }
 
 Status Executor::RunIf(Task& t, void* const* slots, const device::ExecContext& ctx, const Shape* in_shapes,
@@ -813,7 +822,7 @@ Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats, int th
   KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
   device::Stream& stream = *stream_;
   KILN_RETURN_IF_ERROR(QueueBlockCopies(stream));
-  const device::ExecContext ctx{device_, &stream, threads};
+  const device::ExecContext ctx{device_, &stream, threads, workspace_, workspace_bytes_};
   Status st = copies ? QueueIo(stream, copies->in, device::CopyKind::kHostToDevice) : Status::Ok();
   if (st.ok()) st = stream.Replay(*recording_, ctx);
   if (st.ok() && copies) st = QueueIo(stream, copies->out, device::CopyKind::kDeviceToHost);
@@ -836,7 +845,7 @@ Status Executor::Enqueue(device::Stream& stream, const std::vector<void*>& io, E
   std::uint64_t refreshed = 0;
   KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
   KILN_RETURN_IF_ERROR(QueueBlockCopies(stream));
-  const device::ExecContext ctx{device_, &stream, threads};
+  const device::ExecContext ctx{device_, &stream, threads, workspace_, workspace_bytes_};
   if (copies) KILN_RETURN_IF_ERROR(QueueIo(stream, copies->in, device::CopyKind::kHostToDevice));
   KILN_RETURN_IF_ERROR(stream.Replay(*recording_, ctx));
   if (copies) KILN_RETURN_IF_ERROR(QueueIo(stream, copies->out, device::CopyKind::kDeviceToHost));

@@ -196,6 +196,7 @@ class Executor {
                Shape* out_shapes);
   void* Address(const Binding& b) const;
   static Status LaunchKernelTask(void* obj, const void* args, const device::ExecContext& ctx);
+  static Status LaunchHostKernelTask(void* obj, const void* args, const device::ExecContext& ctx);
   static Status LaunchGuardedTask(void* obj, const void* args, const device::ExecContext& ctx);
   static Status LaunchDynamicTask(void* obj, const void* args, const device::ExecContext& ctx);
   static Status LaunchIfTask(void* obj, const void* args, const device::ExecContext& ctx);
@@ -220,11 +221,12 @@ class Executor {
   std::size_t workspace_bytes_ = 0;
   void* host_workspace_ = nullptr;
   std::size_t host_workspace_bytes_ = 0;
-  // `ctx` with this executor's workspace for task `t`.
-  device::ExecContext TaskContext(const Task& t, const device::ExecContext& ctx) const {
+  // The replay's context (which carries the device workspace) for a
+  // CPU-placed task: the host workspace.
+  device::ExecContext HostContext(const device::ExecContext& ctx) const {
     device::ExecContext c = ctx;
-    c.workspace = t.on_host ? host_workspace_ : workspace_;
-    c.workspace_bytes = t.on_host ? host_workspace_bytes_ : workspace_bytes_;
+    c.workspace = host_workspace_;
+    c.workspace_bytes = host_workspace_bytes_;
     return c;
   }
   std::vector<HostTensorPtr> host_constants_;  // device-resident weights read back for CPU-placed nodes
