@@ -9,7 +9,7 @@ Uses exported models in DIR/<model>/ (model.onnx and input.npy or x.npy): the
 cache of bench/run_bench.py, or the model tests' build/models (detection_offset
 and detection_batched are run_bench.py's detector and detector_batched_nms). Each binary compiles its own .kiln, then
 `kiln bench --json` runs interleaved (old, new, old, new, ...) for --rounds
-rounds so machine noise hits both. Per model: the median over rounds of each
+rounds so machine noise hits both (the order alternates between rounds). Per model: the median over rounds of each
 round's median, new/old ratio; then the geometric mean of the ratios. Prints a
 Markdown table.
 """
@@ -60,9 +60,14 @@ def main():
             files[tag] = os.path.join(mdir, f"compare_{tag}.kiln")
             compile_model(kiln, onnx, files[tag])
         t = {"old": [], "new": []}
-        for _ in range(a.rounds):
-            t["old"].append(bench(a.old, files["old"], inputs, a.threads, a.runs, a.warmup, ""))
-            t["new"].append(bench(a.new, files["new"], inputs, a.threads, a.runs, a.warmup, a.device))
+        for r in range(a.rounds):
+            # ABBA order: whichever runs second in a round tends to run a
+            # little faster (measured: ~2% with the same binary twice), so the
+            # order alternates between rounds.
+            order = ("old", "new") if r % 2 == 0 else ("new", "old")
+            for tag in order:
+                kiln = a.old if tag == "old" else a.new
+                t[tag].append(bench(kiln, files[tag], inputs, a.threads, a.runs, a.warmup, "" if tag == "old" else a.device))
         old, new = statistics.median(t["old"]), statistics.median(t["new"])
         ratios.append(new / old)
         rows.append((m, old, new, new / old))
@@ -73,7 +78,7 @@ def main():
     for m, o, n, r in rows:
         print(f"| {m} | {a.threads} | {o:.3f} | {n:.3f} | {r:.3f} |")
     print(f"| **geometric mean** | | | | **{geo:.3f}** |")
-    print(f"\nworst: {max(ratios):.3f}; rounds {a.rounds} x {a.runs} runs (+{a.warmup} warm-up), interleaved old/new")
+    print(f"\nworst: {max(ratios):.3f}; rounds {a.rounds} x {a.runs} runs (+{a.warmup} warm-up), interleaved old/new, order alternating")
 
 
 if __name__ == "__main__":
