@@ -98,6 +98,9 @@ struct LoadOptions {
   // bytes, checked after each kernel; an out-of-bounds write fails the run
   // with an error naming the node and tensor. Slower; for tests.
   bool check_bounds = false;
+  // Profiling: every built-in task's start and duration are recorded per run
+  // (Model::profile(); `kiln bench --profile`). Costs two clock reads per task.
+  bool profile = false;
 
   // External weights (models compiled with external_weight 1 or 2).
   std::string weight_dir;               // empty: <model dir>/weight
@@ -131,6 +134,17 @@ struct ExecutionStats {
 };
 
 class Stream;
+
+// One task of a profiled model (LoadOptions::profile): its node, op type,
+// input shapes, and per run (oldest first, at most the last 10000 runs) the
+// start (microseconds since the model was loaded) and duration.
+struct TaskProfile {
+  std::string node;
+  std::string op;
+  std::string shapes;  // e.g. "float32[1,3,224,224] float32[64,3,7,7]"
+  double flops = 0;    // per run, for Conv/ConvTranspose/MatMul/Gemm (0: not counted)
+  std::vector<std::pair<double, double>> spans_us;  // (start, duration)
+};
 
 class Model {
  public:
@@ -166,6 +180,9 @@ class Model {
   // Output i's shape in the last completed run (after ExecuteAsync: once the
   // stream has run it). Equals outputs()[i].shape unless dynamic_dims is set.
   virtual Shape output_shape(std::size_t i) const = 0;
+  // The per-task timings of the runs so far (empty unless loaded with
+  // LoadOptions::profile). Custom ops' launches are not timed.
+  virtual std::vector<TaskProfile> profile() const = 0;
 };
 
 class Graph;   // kiln/graph.h

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -178,6 +179,58 @@ Status Executor::LaunchGuardedTask(void* obj, const void* args, const device::Ex
   return Status::Ok();
 }
 
+namespace {
+std::uint64_t NowNs() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+constexpr std::size_t kMaxProfiledRuns = 10000;
+}  // namespace
+
+// Profiling: the task's own launch function between two clock reads.
+Status Executor::LaunchTimedTask(void* obj, const void* args, const device::ExecContext& ctx) {
+  Task& t = *static_cast<Task*>(obj);
+  const std::uint64_t t0 = NowNs();
+  Status st = t.timed(obj, args, ctx);
+  const std::uint64_t t1 = NowNs();
+  if (t.spans.size() < kMaxProfiledRuns) t.spans.emplace_back(t0 - t.exec->epoch_ns_, t1 - t0);
+  return st;
+}
+
+std::vector<TaskProfile> Executor::Profile() const {
+  std::vector<TaskProfile> out;
+  for (const Task& t : tasks_) {
+    if (!t.timed) continue;
+    TaskProfile p;
+    p.node = t.node->name();
+    p.op = t.node->op_type();
+    for (const ir::Value* v : t.node->inputs()) {
+      if (!v) continue;
+      p.shapes += (p.shapes.empty() ? "" : " ") + std::string(DTypeName(v->dtype())) + ShapeToString(v->shape());
+    }
+    // Multiply-adds x 2 of the compute-bound ops, from the recorded shapes.
+    const ir::Node& n = *t.node;
+    auto numel = [](const Shape& s) { return static_cast<double>(NumElements(s)); };
+    if ((p.op == "Conv" || p.op == "ConvTranspose") && n.num_inputs() > 1 && n.input(1)) {
+      const Shape& w = n.input(1)->shape();  // [OC, IC/g, k...] (ConvTranspose: [IC, OC/g, k...])
+      const Shape& y = n.output(0)->shape();
+      const Shape& x = n.input(0)->shape();
+      const double per_out = p.op == "Conv" ? numel(w) / static_cast<double>(w[0])
+                                            : numel(w) / static_cast<double>(w[0]) * static_cast<double>(x[1]) /
+                                                  static_cast<double>(y[1] > 0 ? y[1] : 1);
+      p.flops = 2 * numel(y) * per_out;
+    } else if ((p.op == "MatMul" || p.op == "Gemm") && n.num_inputs() > 1 && n.input(0)) {
+      const Shape& a = n.input(0)->shape();
+      const bool ta = p.op == "Gemm" && n.GetInt("transA", 0) != 0;
+      const double k = a.empty() ? 0 : static_cast<double>(ta ? a[a.size() - 2] : a.back());
+      p.flops = 2 * numel(n.output(0)->shape()) * k;
+    }
+    for (const auto& [start, dur] : t.spans) p.spans_us.emplace_back(start / 1e3, dur / 1e3);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 Status Executor::LaunchDynamicTask(void* obj, const void*, const device::ExecContext& ctx) {
   Task& t = *static_cast<Task*>(obj);
   const device::ExecContext c = t.on_host ? t.exec->HostContext(ctx) : ctx;
@@ -193,6 +246,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
                                                    const ExecutorOptions& opts) {
   std::unique_ptr<Executor> ex(new Executor());
   ex->graph_ = &graph;
+  ex->epoch_ns_ = NowNs();
   ex->device_ = opts.device ? opts.device : &CpuDevice();
   device::Device& dev = *ex->device_;
   const device::Capabilities& caps = dev.caps();
@@ -587,6 +641,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
                             : !t.guarded_outputs.empty() ? LaunchGuardedTask
                             : t.on_host                  ? LaunchHostKernelTask
                                                          : LaunchKernelTask;
+      if (opts.profile && t.node && !(t.dyn && t.dyn->alias)) {
+        t.timed = fn;
+        fn = LaunchTimedTask;
+      }
       rec_st = t.on_host ? stream.LaunchHost(fn, &t, args, ctx0) : stream.Launch(fn, &t, args, ctx0);
       ++ex->num_launches_;
     }

@@ -110,6 +110,8 @@ struct Task {
   int block = -1;                       // built-in argument block
   int num_inputs = 0;
   bool on_host = false;                 // placed on the CPU (ir::kPlaceAttr): a host launch
+  device::LaunchFn timed = nullptr;     // profiling: the launch function the timer wraps
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // profiling: (start, duration) ns per run
   const ir::Node* node = nullptr;
   std::vector<GuardedBuffer*> guarded_outputs;  // check_bounds mode only
 };
@@ -146,6 +148,7 @@ struct ExecutorOptions {
   // fixes a primitive's thread count when it is created).
   int threads = 1;
   bool check_bounds = false;
+  bool profile = false;  // time every built-in task (Executor::Profile)
   std::string target = "cpu";  // what the file was compiled for (for messages)
   Stream* load_stream = nullptr;  // custom ops launch on it while recording (same device)
   // If branches: the parent's stream (prepared and recorded on it; a branch
@@ -182,6 +185,9 @@ class Executor {
   // their declared shape, within its bound.
   Status SetInputShapes(const std::vector<Shape>& shapes);
   std::size_t num_blocks() const { return blocks_.size(); }
+  // Profiling (ExecutorOptions::profile): every built-in task's spans, in
+  // task order, with its node. Call when no run is in flight.
+  std::vector<TaskProfile> Profile() const;
 
  private:
   friend class ExecutorBuilder;
@@ -197,6 +203,7 @@ class Executor {
   void* Address(const Binding& b) const;
   static Status LaunchKernelTask(void* obj, const void* args, const device::ExecContext& ctx);
   static Status LaunchHostKernelTask(void* obj, const void* args, const device::ExecContext& ctx);
+  static Status LaunchTimedTask(void* obj, const void* args, const device::ExecContext& ctx);
   static Status LaunchGuardedTask(void* obj, const void* args, const device::ExecContext& ctx);
   static Status LaunchDynamicTask(void* obj, const void* args, const device::ExecContext& ctx);
   static Status LaunchIfTask(void* obj, const void* args, const device::ExecContext& ctx);
@@ -229,7 +236,8 @@ class Executor {
     c.workspace_bytes = host_workspace_bytes_;
     return c;
   }
-  std::vector<HostTensorPtr> host_constants_;  // device-resident weights read back for CPU-placed nodes
+  std::vector<HostTensorPtr> host_constants_;
+  std::uint64_t epoch_ns_ = 0;  // profiling: spans start from here (load time)  // device-resident weights read back for CPU-placed nodes
   std::vector<std::unique_ptr<GuardedBuffer>> guarded_;
   std::unique_ptr<Stream> own_load_stream_;
   std::uint64_t arena_size_ = 0;

@@ -107,6 +107,10 @@ class ModelImpl final : public Model {
   std::uint64_t weight_bytes() const override { return state_->model.plan.const_size; }
   void set_threads(int threads) override { threads_ = threads < 1 ? 1 : threads; }
   const ExecutionStats& last_stats() const override { return stats_; }
+  std::vector<TaskProfile> profile() const override {
+    const Plan* p = state_->last ? state_->last : &state_->plans.front();
+    return p->executor->Profile();
+  }
   Shape output_shape(std::size_t i) const override {
     const auto& outs = state_->model.graph->outputs();
     try {
@@ -227,6 +231,7 @@ class ModelImpl final : public Model {
     eo.threads = m->threads_;
     eo.target = m->state_->model.target;
     eo.check_bounds = opts.check_bounds;
+    eo.profile = opts.profile;
     eo.load_stream = load_stream;
     auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));

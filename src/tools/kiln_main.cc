@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -417,9 +419,84 @@ int Inspect(const std::string& path, bool as_json) {
   return 0;
 }
 
+// Writes `text` to `path` through a temporary name and a rename: a failed
+// write leaves no half-written file where a good one stood.
+Status WriteTextAtomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return Error(StatusCode::kIoError, "cannot create '", tmp, "': ", std::strerror(errno));
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      return Error(StatusCode::kIoError, "cannot write '", path, "': ", std::strerror(errno));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return Error(StatusCode::kIoError, "cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
+  }
+  return Status::Ok();
+}
+
+// `kiln bench --profile FILE`: a Chrome / Perfetto trace of the timed runs
+// (one complete event per task and run, with op type and input shapes) and
+// a per-op table on stdout: time per run (sum over the op's tasks of each
+// task's median), share, and GFLOP/s for the ops whose FLOPs are counted.
+Status WriteProfile(const kiln::Model& model, const std::string& file, int warmup, int runs, std::FILE* out) {
+  const std::vector<kiln::TaskProfile> tasks = model.profile();
+  json events = json::array();
+  struct OpRow {
+    double us = 0, flops = 0, flop_us = 0;
+    int tasks = 0;
+  };
+  std::map<std::string, OpRow> ops;
+  double total_us = 0;
+  for (const kiln::TaskProfile& t : tasks) {
+    std::vector<double> durs;
+    for (std::size_t r = static_cast<std::size_t>(warmup); r < t.spans_us.size(); ++r) {
+      const auto& [start, dur] = t.spans_us[r];
+      durs.push_back(dur);
+      events.push_back({{"name", t.node}, {"cat", t.op}, {"ph", "X"}, {"ts", start}, {"dur", dur}, {"pid", 1},
+                        {"tid", 1}, {"args", {{"op", t.op}, {"shapes", t.shapes}, {"run", r - warmup}}}});
+    }
+    if (durs.empty()) continue;
+    std::sort(durs.begin(), durs.end());
+    const double med = durs.size() % 2 ? durs[durs.size() / 2] : 0.5 * (durs[durs.size() / 2 - 1] + durs[durs.size() / 2]);
+    OpRow& row = ops[t.op];
+    row.us += med;
+    row.tasks += 1;
+    if (t.flops > 0) {
+      row.flops += t.flops;
+      row.flop_us += med;
+    }
+    total_us += med;
+  }
+  json trace{{"traceEvents", events}, {"displayTimeUnit", "ms"},
+             {"otherData", {{"runs", runs}, {"warmup_runs_excluded", warmup}}}};
+  KILN_RETURN_IF_ERROR(WriteTextAtomic(file, trace.dump()));
+  std::vector<std::pair<std::string, OpRow>> rows(ops.begin(), ops.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  std::fprintf(out, "per-op time (sum of each task's median over %d runs; %zu tasks timed, custom ops not):\n", runs,
+               tasks.size());
+  std::fprintf(out, "  %-24s %6s %10s %7s %9s\n", "op", "tasks", "ms/run", "share", "GFLOP/s");
+  for (const auto& [op, r] : rows) {
+    char gf[32] = "";
+    if (r.flop_us > 0) std::snprintf(gf, sizeof(gf), "%.1f", r.flops / (r.flop_us * 1e3));
+    std::fprintf(out, "  %-24s %6d %10.3f %6.1f%% %9s\n", op.c_str(), r.tasks, r.us / 1e3,
+                 total_us > 0 ? 100.0 * r.us / total_us : 0.0, gf);
+  }
+  std::fprintf(out, "  %-24s %6zu %10.3f %6.1f%%\n", "total", tasks.size(), total_us / 1e3, 100.0);
+  std::fprintf(out, "trace written to %s (open it in chrome://tracing or ui.perfetto.dev)\n", file.c_str());
+  return Status::Ok();
+}
+
 int Bench(const std::string& path, const std::vector<std::string>& input_specs, int runs, int warmup,
-          kiln::LoadOptions lo, bool as_json) {
+          kiln::LoadOptions lo, bool as_json, const std::string& profile_file) {
   const int threads = lo.threads;
+  lo.profile = !profile_file.empty();
   auto t_load = std::chrono::steady_clock::now();
   auto model = kiln::Model::Load(path, lo);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
@@ -456,6 +533,11 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   } else {
     std::printf("%s: %d runs, %d thread%s: median %.3f ms, p90 %.3f ms, min %.3f ms\n", path.c_str(), runs,
                 threads, threads == 1 ? "" : "s", median, pct(0.9), s.front());
+  }
+  if (!profile_file.empty()) {
+    // With --json the table goes to stderr: stdout stays one JSON object.
+    Status st = WriteProfile(*model.value(), profile_file, warmup, runs, as_json ? stderr : stdout);
+    if (!st.ok()) return Fail(st);
   }
   return 0;
 }
@@ -507,6 +589,9 @@ static int RealMain(int argc, char** argv) {
   bench->add_option("--warmup", warmup, "untimed runs first")->check(CLI::Range(0, 1000000));
   bench->add_option("--threads", threads, "kernel threads")->check(CLI::Range(1, 256));
   bench->add_flag("--json", as_json, "one JSON object: median_ms, p90_ms, min_ms");
+  std::string profile_file;
+  bench->add_option("--profile", profile_file,
+                    "time every task: write a Chrome/Perfetto trace to this file and print a per-op table");
   std::string weight_dir, weight_load = "auto";
   bool verify_sha = false;
   double chunk_mib = 10;
@@ -544,7 +629,7 @@ static int RealMain(int argc, char** argv) {
   if (*compile) return Compile(model, output, shapes, disable, const_inputs, verbose, ew);
   if (*run) return Run(path, inputs, out_dir, lo);
   if (*inspect) return Inspect(path, as_json);
-  if (*bench) return Bench(path, inputs, runs, warmup, lo, as_json);
+  if (*bench) return Bench(path, inputs, runs, warmup, lo, as_json, profile_file);
   if (*ops) {
     for (auto& t : kiln::ops::OpRegistry::Get().Types()) std::cout << t << "\n";
     return 0;

@@ -341,6 +341,39 @@ class CliBadInput(unittest.TestCase):
         self.assertEqual(read(k), before)
         self.assertEqual([f for f in os.listdir(WORK) if ".tmp" in f], [])
 
+    def test_bench_profile_writes_a_trace_and_a_per_op_table(self):
+        # Relu -> Sigmoid (no fusion possible): two tasks, 4 timed runs after 2 warm-up.
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                               helper.make_node("Sigmoid", ["r"], ["y"], name="sig")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+        m = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "prof.onnx")
+        k = os.path.join(WORK, "prof.kiln")
+        self.assertEqual(kiln("compile", "--model", m, "--output", k)[0], 0)
+        trace = os.path.join(WORK, "prof_trace.json")
+        rc, out = kiln("bench", k, "--runs", "4", "--warmup", "2", "--profile", trace)
+        self.assertEqual(rc, 0, out)
+        import json
+        with open(trace) as f:
+            events = json.load(f)["traceEvents"]
+        self.assertEqual(len(events), 2 * 4)  # the warm-up runs are left out
+        self.assertEqual(sorted({e["name"] for e in events}), ["relu", "sig"])
+        self.assertTrue(all(e["ph"] == "X" and e["dur"] >= 0 for e in events))
+        self.assertEqual(sorted({e["args"]["run"] for e in events}), [0, 1, 2, 3])
+        self.assertEqual({e["args"]["shapes"] for e in events}, {"float32[2,8]"})
+        self.assertIn("Relu", out)
+        self.assertIn("Sigmoid", out)
+        self.assertIn("total", out)
+        # --json keeps stdout one JSON object; the table goes to stderr.
+        p = subprocess.run([KILN, "bench", k, "--runs", "2", "--warmup", "0", "--json", "--profile", trace],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        json.loads(p.stdout)
+        self.assertIn("per-op time", p.stderr)
+        # An unwritable trace path is a clean error naming it.
+        rc, out = kiln("bench", k, "--runs", "1", "--profile", os.path.join(WORK, "no_such_dir", "t.json"))
+        self.assertCleanError(rc, out, "no_such_dir")
+
     def test_stale_temporaries_of_dead_writers_are_removed(self):
         # A compile killed while writing leaves OUT.tmp.<pid>; the next compile
         # of the same output removes it when that process is gone, and leaves
