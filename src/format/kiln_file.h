@@ -34,7 +34,8 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // kiln.device = "cpu"), kiln.MemcpyToHost / kiln.MemcpyFromHost nodes move
 // values across, and the plan has a host arena (plan.host_arena_size,
 // region 2 + inputs + outputs). Older files have neither and read as before.
-// Also new in 3: the fused activation "Swish" (kiln.activation, SiLU).
+// Also new in 3: the fused activation "Swish" (kiln.activation, SiLU) and
+// the kiln.Gelu op (fuse-gelu).
 inline constexpr std::uint32_t kFormatVersion = 3;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;

@@ -12,6 +12,10 @@
 // the CPU because the target lacks their kernel. One input, one output of
 // the same type and shape; the output lives in host memory (ToHost) or in
 // the device's (FromHost). They run on the target device.
+//
+// Gelu: the exact (erf) GELU, x * 0.5 * (1 + erf(x / sqrt(2))), one float32
+// input and output; created by the fuse-gelu pass from the five nodes
+// exporters write for it.
 #include "ops/common_infer.h"
 
 namespace kiln::ops {
@@ -47,6 +51,15 @@ void RegisterInternalOps(OpRegistry& r) {
   d.attributes = {"location", "offset", "length", "dtype", "shape"};
   d.infer = InferFileConstant;
   r.Register(d);
+  {
+    OpDef g;  // kiln.Gelu: x * 0.5 * (1 + erf(x / sqrt(2))), fused by the fuse-gelu pass
+    g.type = "Gelu";
+    g.domain = "kiln";
+    g.versions = {1};
+    g.input_types = {DType::kFloat32};
+    g.infer = InferSameAsInput;
+    r.Register(g);
+  }
   for (const char* copy : {ir::kMemcpyToHost, ir::kMemcpyFromHost}) {
     OpDef c;
     c.type = copy;

@@ -10,6 +10,7 @@ PassManager PassManager::Default() {
   pm.Add({"dce", "simplify", false, EliminateDeadCode});
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});
+  pm.Add({"fuse-gelu", "fuse", false, FuseGelu});
   pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
   pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
   pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});

@@ -58,6 +58,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts);
 Status EliminateDeadCode(ir::Graph& g, const PassOptions& opts);
 Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
+Status FuseGelu(ir::Graph& g, const PassOptions& opts);
 Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);

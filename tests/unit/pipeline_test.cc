@@ -143,6 +143,106 @@ TEST(Pipeline, SiluFusesIntoTheConvAsSwish) {
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[i], want[i], 1e-6f * std::max(1.f, std::fabs(want[i]))) << i;
 }
 
+// GELU as exporters write it: d = x / sqrt(2) (or x * 1/sqrt(2)), e = Erf(d),
+// a = e + 1, then x * a * 0.5 with the Muls in one of three orders.
+// `form` 0: (x*a)*0.5, 1: (x*0.5)*a, 2: x*(a*0.5); `div_by` is the divisor
+// (a near miss uses another); `erf_also_output` makes Erf's output a model
+// output (a near miss: it must then survive).
+std::unique_ptr<ir::Graph> GeluGraph(int form, float div_by, bool erf_also_output, std::int64_t n) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {n});
+  g->inputs().push_back(x);
+  ir::Value* k = g->AddConstant("k", test::F32({}, {div_by}));
+  ir::Value* one = g->AddConstant("one", test::F32({}, {1.f}));
+  ir::Value* half = g->AddConstant("half", test::F32({}, {0.5f}));
+  ir::Value *d = g->AddValue("d"), *e = g->AddValue("e"), *a = g->AddValue("a"), *m = g->AddValue("m"),
+            *y = g->AddValue("y");
+  g->AddNode("Div", "div", {x, k}, {d});
+  g->AddNode("Erf", "erf", {d}, {e});
+  g->AddNode("Add", "add", {one, e}, {a});
+  if (form == 0) {
+    g->AddNode("Mul", "m1", {x, a}, {m});
+    g->AddNode("Mul", "m2", {m, half}, {y});
+  } else if (form == 1) {
+    g->AddNode("Mul", "m1", {half, x}, {m});
+    g->AddNode("Mul", "m2", {a, m}, {y});
+  } else {
+    g->AddNode("Mul", "m1", {a, half}, {m});
+    g->AddNode("Mul", "m2", {m, x}, {y});
+  }
+  g->outputs().push_back(y);
+  if (erf_also_output) g->outputs().push_back(e);
+  test::SetLatestVersions(*g);
+  return g;
+}
+
+int CountOps(const format::CompiledModel& m, const std::string& op) {
+  int c = 0;
+  for (auto& n : m.graph->nodes()) c += n->op_type() == op;
+  return c;
+}
+
+// The fused kernel (oneDNN's erf GELU) against x * 0.5 * (1 + erf(x / sqrt 2))
+// in double over [-10, 10] in steps of 1/400, in every pattern form.
+TEST(Pipeline, GeluFusesIntoOneAccurateKernel) {
+  const std::int64_t n = 8001;
+  std::vector<float> x(n), y(n);
+  for (std::int64_t i = 0; i < n; ++i) x[i] = -10.f + static_cast<float>(i) / 400.f;
+  for (int form = 0; form < 3; ++form) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluGraph(form, std::sqrt(2.f), false, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 1) << "form " << form;
+    EXPECT_EQ(cm.graph->nodes().size(), 1u) << "form " << form;
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {n})}, {TensorRef::Of(y.data(), {n})}).ok());
+    double worst = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double xd = x[i], want = xd * 0.5 * (1.0 + std::erf(xd / std::sqrt(2.0)));
+      const double err = std::fabs(y[i] - want) / std::max(1.0, std::fabs(want));
+      worst = std::max(worst, err);
+    }
+    // float32 has 6e-8 relative resolution; a few ulps of slack.
+    EXPECT_LT(worst, 1e-6) << "form " << form;
+  }
+}
+
+TEST(Pipeline, GeluNearMissesDoNotFuse) {
+  const std::int64_t n = 5;
+  std::vector<float> x = {-2, -0.5f, 0, 0.5f, 2}, y(n), e(n);
+  {  // another divisor: not GELU; computed as written
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluGraph(0, 1.5f, false, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 0);
+    EXPECT_EQ(CountOps(cm, "Erf"), 1);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {n})}, {TensorRef::Of(y.data(), {n})}).ok());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_NEAR(y[i], x[i] * 0.5 * (1 + std::erf(x[i] / 1.5)), 1e-6) << i;
+    }
+  }
+  {  // Erf's output is also a model output: it must stay
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluGraph(0, std::sqrt(2.f), true, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 0);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {n})},
+                                  {TensorRef::Of(y.data(), {n}), TensorRef::Of(e.data(), {n})}).ok());
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(e[i], std::erf(x[i] / std::sqrt(2.0)), 1e-6) << i;
+  }
+  {  // the pass switched off
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions co;
+    co.passes.disabled = {"fuse-gelu"};
+    auto model = CompileAndLoad(GeluGraph(1, std::sqrt(2.f), false, n), dir, &cm, co);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 0);
+  }
+}
+
 TEST(Pipeline, UnknownPassNameIsRejected) {
   auto g = ConvBnRelu();
   test::SetLatestVersions(*g);

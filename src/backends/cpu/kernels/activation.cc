@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
 
 namespace kiln::cpu {
@@ -132,9 +133,48 @@ Result<std::unique_ptr<Kernel>> MakeSoftmax(const KernelInit& init) {
   return k;
 }
 
+// kiln.Gelu: oneDNN's exact (erf) GELU, vectorised (tested against a double
+// reference over [-10, 10] in pipeline_test.cc).
+class GeluKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init) {
+    n_ = NumElements(init.outputs[0].shape);
+    if (n_ <= 0) return Status::Ok();
+    return DnnlCall("Gelu", [&] {
+      const dnnl::memory::desc md = PlainDesc({n_});
+      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_gelu_erf, md, 0.f, 0.f);
+      dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
+      prim_ = dnnl::eltwise_forward(pd);
+      scratch_ = ScratchpadFor(pd);
+      src_ = dnnl::memory(md, DnnlEngine(), nullptr);
+      dst_ = dnnl::memory(md, DnnlEngine(), nullptr);
+    });
+  }
+  Status Run(const KernelArgs& a) override {
+    if (n_ <= 0) return Status::Ok();
+    src_.set_data_handle(const_cast<void*>(a.in(0)));
+    dst_.set_data_handle(a.out(0));
+    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_.Bind(a.ctx)}});
+    DnnlStream().wait();
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return scratch_.bytes; }
+
+ private:
+  std::int64_t n_ = 0;
+  dnnl::eltwise_forward prim_;
+  dnnl::memory src_, dst_;
+  Scratchpad scratch_;
+};
+
 }  // namespace
 
 void RegisterActivationKernels(KernelRegistry& r) {
+  r.Register("Gelu", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    auto k = std::make_unique<GeluKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }, "kiln");
   r.Register("Relu", MakeRelu);
   r.Register("Clip", MakeClip);
   r.Register("Softmax", MakeSoftmax);
