@@ -212,13 +212,11 @@ std::vector<TaskProfile> Executor::Profile() const {
     const ir::Node& n = *t.node;
     auto numel = [](const Shape& s) { return static_cast<double>(NumElements(s)); };
     if ((p.op == "Conv" || p.op == "ConvTranspose") && n.num_inputs() > 1 && n.input(1)) {
-      const Shape& w = n.input(1)->shape();  // [OC, IC/g, k...] (ConvTranspose: [IC, OC/g, k...])
-      const Shape& y = n.output(0)->shape();
-      const Shape& x = n.input(0)->shape();
-      const double per_out = p.op == "Conv" ? numel(w) / static_cast<double>(w[0])
-                                            : numel(w) / static_cast<double>(w[0]) * static_cast<double>(x[1]) /
-                                                  static_cast<double>(y[1] > 0 ? y[1] : 1);
-      p.flops = 2 * numel(y) * per_out;
+      // Conv: W [OC, IC/g, k...], each output element IC/g x k... multiply-adds.
+      // ConvTranspose: W [IC, OC/g, k...], each input element OC/g x k... of them.
+      const Shape& w = n.input(1)->shape();
+      const double per = w.empty() || w[0] == 0 ? 0 : numel(w) / static_cast<double>(w[0]);
+      p.flops = 2 * per * numel(p.op == "Conv" ? n.output(0)->shape() : n.input(0)->shape());
     } else if ((p.op == "MatMul" || p.op == "Gemm") && n.num_inputs() > 1 && n.input(0)) {
       const Shape& a = n.input(0)->shape();
       const bool ta = p.op == "Gemm" && n.GetInt("transA", 0) != 0;

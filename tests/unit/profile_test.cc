@@ -74,6 +74,35 @@ TEST(Profile, EveryTaskIsTimedPerRun) {
   EXPECT_GE(p[1].spans_us[2].first, p[0].spans_us[2].first + p[0].spans_us[2].second);
 }
 
+// ConvTranspose FLOPs count per input element: x[1,2,3,3], W[2,4,3,3],
+// stride 2: each of the 18 input elements feeds 4 x 3 x 3 = 36 outputs,
+// 648 multiply-adds = 1296 FLOPs (the 1x4x7x7 output does not enter).
+TEST(Profile, ConvTransposeFlopsCountInputElements) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {1, 2, 3, 3});
+  g->inputs().push_back(x);
+  ir::Value* w = g->AddConstant("w", test::F32({2, 4, 3, 3}, std::vector<float>(72, 0.5f)));
+  ir::Value* y = g->AddValue("y");
+  ir::Node* ct = g->AddNode("ConvTranspose", "ct", {x, w}, {y});
+  ct->SetAttr("strides", ir::Attribute::Ints({2, 2}));
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto cm = CompileGraph(std::move(g), {});
+  ASSERT_TRUE(cm.ok()) << cm.status().ToString();
+  ASSERT_TRUE(format::WriteModelFile(cm.value(), dir.file("ct.kiln")).ok());
+  LoadOptions o;
+  o.profile = true;
+  auto m = Model::Load(dir.file("ct.kiln"), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<float> xv(18, 1.f), yv(4 * 7 * 7);
+  ASSERT_TRUE((*m)->Execute({TensorRef::Of(xv.data(), {1, 2, 3, 3})}, {TensorRef::Of(yv.data(), {1, 4, 7, 7})}).ok());
+  const auto p = (*m)->profile();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_DOUBLE_EQ(p[0].flops, 1296.0);
+  EXPECT_EQ(p[0].spans_us.size(), 1u);
+}
+
 TEST(Profile, OffByDefault) {
   test::TempDir dir;
   auto m = Load(dir, false);
