@@ -107,7 +107,9 @@ Executor::~Executor() {
   // Work still queued (a load that failed after queueing its uploads) must
   // finish before the memory it writes goes; then children, then every
   // device allocation.
-  if (own_stream_) (void)own_stream_->Synchronize();
+  // A branch executor queues on its parent's stream: wait for that too (a
+  // branch that failed to load after queueing argument-block copies).
+  if (stream_) (void)stream_->Synchronize();
   if (own_load_stream_) (void)own_load_stream_->Synchronize();
   tasks_.clear();
   for (void* p : allocations_) device_->Free(p);

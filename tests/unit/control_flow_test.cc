@@ -111,6 +111,23 @@ TEST(ControlFlow, RuntimeConditionRunsEitherBranchWithCapturedValues) {
   }
 }
 
+// A file compiled for the CPU loaded on a device lacking an op that only a
+// branch uses: refused naming the branch's node, and the half-built branch
+// executor waits for the argument-block copies it queued on its parent's
+// stream before freeing their memory (before, a use after free).
+TEST(ControlFlow, ABranchOpTheDeviceLacksIsRefusedCleanly) {
+  test::TempDir dir;
+  auto model = CompileAndLoad(CaptureModel(std::nullopt), dir, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  LoadOptions o;
+  o.device = "sim:lack=Sub,delay_us=200";
+  auto m = Model::Load(dir.file("m.kiln"), o);
+  ASSERT_FALSE(m.ok());
+  const std::string msg = m.status().message();
+  EXPECT_NE(msg.find("If node 'if1' attribute 'else_branch'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("device 'sim:lack=Sub,delay_us=200' has no kernel for Sub"), std::string::npos) << msg;
+}
+
 TEST(ControlFlow, ConstantConditionInlinesTheTakenBranch) {
   for (bool c : {true, false}) {
     test::TempDir dir;
