@@ -14,6 +14,7 @@ RT_BUILD   ?= build-rt
 COV_BUILD  ?= build-cov
 JOBS       ?= $(shell nproc)
 CLANGXX    ?= clang++-14
+CLANGCC    ?= clang-14
 FUZZ_SECONDS      ?= 45
 FUZZ_LONG_SECONDS ?= 600
 FUZZ_JOBS         ?= 2
@@ -43,8 +44,8 @@ build-asan:
 	@if [ -f $(ASAN_BUILD)/CMakeCache.txt ] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang' $(ASAN_BUILD)/CMakeCache.txt; then \
 	  echo "build-asan: configured with another compiler, starting afresh"; rm -rf $(ASAN_BUILD); fi
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
-	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add kiln_fuzzers kiln_op_harness
+	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DCMAKE_C_COMPILER=$(CLANGCC) -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add kiln_fuzzers kiln_op_harness kiln_capi_test
 
 # Runtime only (-DKILN_BUILD_COMPILER=OFF: no protobuf or ONNX): the kiln
 # binary runs, inspects and benchmarks .kiln files; tests/runtime_only.
@@ -57,7 +58,7 @@ build-rt:
 build-tsan:
 	scripts/install_deps.sh test
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
-	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DKILN_TSAN=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
+	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DCMAKE_C_COMPILER=$(CLANGCC) -DKILN_TSAN=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target kiln_unit_tests
 
 # One OpenMP thread: Debian's libgomp is not TSan-instrumented, its barriers

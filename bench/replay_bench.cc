@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../examples/custom_op/args_refresh_add/add_ops.h"
+#include "kiln/custom_op.h"
 #include "kiln/graph.h"
 #include "kiln/runtime.h"
 #include "kiln/stream.h"
@@ -86,11 +87,13 @@ int main(int argc, char** argv) {
               nodes, tasks, runs, sync_ns / 1e3, sync_ns / tasks, async_ns / 1e3, async_ns / tasks);
 
   // 2. Address refresh for the ArgsUpdater sample's op.
-  if (kiln::Status st = KILN_REGISTER_CUSTOM_OP(AddRefresh, add_sample::AddRefreshOp); !st.ok()) return Fail(st);
+  // The sample's package (built with this benchmark), loaded as Kiln loads
+  // any package.
+  if (kiln::Status st = kiln::LoadCustomOpLibrary(KILN_SAMPLE_PACKAGE); !st.ok()) return Fail(st);
   kiln::Graph ga("add");
   auto a = ga.AddInput("x", kiln::DType::kFloat32, {4, 4});
   auto b = ga.AddInput("y", kiln::DType::kFloat32, {4, 4});
-  auto z = ga.AddOp("AddRefresh", {a, b});
+  auto z = ga.AddOp(add_sample::kAddRefresh, {a, b});
   if (!z.ok()) return Fail(z.status());
   if (kiln::Status st = ga.AddOutput(z.value()[0], "z"); !st.ok()) return Fail(st);
   auto aid = s.AddGraph(std::move(ga));

@@ -51,6 +51,8 @@ class Graph {
 
   // Internal: hands the IR over (the Graph is empty afterwards).
   std::unique_ptr<ir::Graph> TakeIr();
+  // Internal: wraps an IR graph (an imported ONNX model, for the C API).
+  static Graph FromIr(std::unique_ptr<ir::Graph> g);
 
  private:
   std::unique_ptr<ir::Graph> g_;

@@ -103,7 +103,14 @@ struct LoadOptions {
   bool profile = false;
 
   // External weights (models compiled with external_weight 1 or 2).
-  std::string weight_dir;               // empty: <model dir>/weight
+  // Empty: the directory the .kiln records (relative to itself; a file
+  // compiled with an external weight directory records it), else
+  // <model dir>/weight.
+  std::string weight_dir;
+  // A recorded weight directory outside the model's own directory (say
+  // "../store") is used only when this is set; otherwise loading fails
+  // naming it. (A .kiln from a stranger must not pick what Kiln reads.)
+  bool trust_recorded_weight_dir = false;
   WeightLoadMode weight_load_mode = WeightLoadMode::kAuto;
   std::size_t weight_chunk_bytes = 10u << 20;
   bool verify_weights = false;          // check every weight's SHA-256
@@ -153,6 +160,10 @@ class Model {
   // Errors: kNotFound / kIoError for the file, kCorrupt for a malformed file,
   // kUnimplemented for an op this runtime lacks.
   static Result<std::unique_ptr<Model>> Load(const std::string& path, const LoadOptions& opts);
+  // The same from a .kiln image in memory (copied: the caller may free it on
+  // return; verified like a file). External weights come from
+  // opts.weight_dir or SetExternalWeightAddress only.
+  static Result<std::unique_ptr<Model>> LoadFromMemory(const void* data, std::size_t size, const LoadOptions& opts);
 
   virtual const std::vector<TensorInfo>& inputs() const = 0;
   virtual const std::vector<TensorInfo>& outputs() const = 0;

@@ -97,8 +97,16 @@ Status MigrateExternalWeights(format::CompiledModel& model, CompileReport& repor
   // A failed migration may have moved part of the temporary directory
   // already: the model is unusable then, and the directory is removed.
   TempDirGuard guard(report.weight_dir);
+  weights::StoreStats moved;
   KILN_ASSIGN_OR_RETURN(auto records, weights::MigrateWeights(report.weight_dir, final_dir, report.weight_records,
-                                                              StoreOpts(opts, *model.graph)));
+                                                              StoreOpts(opts, *model.graph), &moved));
+  // The statistics say what reached the final directory (not what the
+  // temporary one received): a weight already there is reused, not written.
+  report.weight_stats.written = moved.written;
+  report.weight_stats.bytes_written = moved.bytes_written;
+  report.weight_stats.reused = moved.reused;
+  report.weight_stats.repaired += moved.repaired;
+  report.weight_stats.warnings.insert(report.weight_stats.warnings.end(), moved.warnings.begin(), moved.warnings.end());
   KILN_RETURN_IF_ERROR(passes::RelocateFileConstants(*model.graph, records));
   guard.Keep();  // MigrateWeights removed it
   report.weight_records = std::move(records);
@@ -186,6 +194,9 @@ Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,
 Result<format::CompiledModel> CompileOnnxFile(const std::string& path, const CompileOptions& opts,
                                               CompileReport* report) {
   return NoThrow(path, [&]() -> Result<format::CompiledModel> {
+    // Packages under $KILN_CUSTOM_OP_PATH give the importer and shape
+    // inference their ops (found by type in any non-ONNX domain).
+    KILN_RETURN_IF_ERROR(LoadCustomOpPackages().WithContext(StrCat("compiling '", path, "'")));
     onnx_frontend::ImportOptions io;
     io.input_shapes = opts.input_shapes;
     io.constant_inputs = opts.constant_inputs;
@@ -194,6 +205,58 @@ Result<format::CompiledModel> CompileOnnxFile(const std::string& path, const Com
     if (!m.ok()) return m.status().WithContext(path);
     return m;
   });
+}
+
+CompiledGraphSummary SummarizeCompiled(const format::CompiledModel& cm, const CompileReport& report) {
+  CompiledGraphSummary s;
+  s.num_nodes = cm.graph->nodes().size();
+  s.arena_bytes = cm.plan.arena_size;
+  s.no_reuse_bytes = cm.plan.no_reuse_size;
+  s.lower_bound_bytes = cm.plan.lower_bound;
+  s.embedded_weight_bytes = cm.plan.const_size;
+  s.weight_dir = report.weight_dir;
+  for (auto& w : ListExternalWeights(*cm.graph)) s.external_weights.push_back({w.location, w.size, w.offset, w.id});
+  for (auto& n : cm.graph->nodes()) {
+    if (!n->HasAttr("kiln.inserted_for")) continue;
+    const std::string op = n->GetString("kiln.inserted_for", "");
+    const ir::Node* target = nullptr;
+    for (auto& o : cm.graph->nodes()) {
+      if (o->name() == op) target = o.get();
+    }
+    s.inserted_identities.push_back(
+        {n->name(), op,
+         StrCat("custom op '", op, "' (type ", target ? target->op_type() : std::string("?"),
+                ") does not implement ArgsUpdater, so its model inputs/outputs are copied each run")});
+  }
+  return s;
+}
+
+Result<format::CompiledModel> CompileOnnxFileTo(const std::string& path, const std::string& output,
+                                                const CompileOptions& opts, CompileReport* report) {
+  CompileReport local;
+  CompileReport& r = report ? *report : local;
+  CompileOptions o = opts;
+  if (o.model_name.empty()) o.model_name = std::filesystem::path(output).stem().string();
+  KILN_ASSIGN_OR_RETURN(format::CompiledModel m, CompileOnnxFile(path, o, &r));
+  if (r.weight_dir_is_temporary) {
+    // Offline compile: weights move next to the model, locations stay relative.
+    std::error_code ec;
+    auto final_dir = std::filesystem::absolute(output, ec).parent_path() / "weight";
+    if (ec) return Error(StatusCode::kIoError, "output '", output, "': ", ec.message());
+    KILN_RETURN_IF_ERROR(MigrateExternalWeights(m, r, final_dir.string(), o));
+  }
+  if (!ListExternalWeights(*m.graph).empty() && !r.weight_dir.empty()) {
+    // The .kiln records its weight directory relative to itself, so it runs
+    // without flags wherever the two move together.
+    std::error_code ec;
+    const auto out_dir = std::filesystem::absolute(output, ec).parent_path();
+    const auto wdir = std::filesystem::absolute(r.weight_dir, ec);
+    if (ec) return Error(StatusCode::kIoError, "weight directory '", r.weight_dir, "': ", ec.message());
+    const std::string rel = wdir.lexically_normal().lexically_relative(out_dir.lexically_normal()).generic_string();
+    m.weight_dir = rel;  // "." where the weights sit next to the .kiln
+  }
+  KILN_RETURN_IF_ERROR(format::WriteModelFile(m, output));
+  return m;
 }
 
 }  // namespace kiln

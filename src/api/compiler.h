@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "format/kiln_file.h"
+#include "kiln/runtime.h"
 #include "passes/pass_manager.h"
 
 namespace kiln {
@@ -48,6 +49,16 @@ Status MigrateExternalWeights(format::CompiledModel& model, CompileReport& repor
 // Imports, optimises and plans. Errors name file, node, attribute.
 Result<format::CompiledModel> CompileOnnxFile(const std::string& path, const CompileOptions& opts,
                                               CompileReport* report = nullptr);
+
+// What `kiln compile` does (and the C and Python APIs): CompileOnnxFile, then
+// for an offline external-weight compile (no external_weight_dir) the move of
+// the weights to <output dir>/weight, then the .kiln written atomically.
+// opts.model_name defaults to the output's stem.
+Result<format::CompiledModel> CompileOnnxFileTo(const std::string& path, const std::string& output,
+                                                const CompileOptions& opts, CompileReport* report = nullptr);
+
+// The summary of a compiled model (sessions, the C and Python APIs).
+CompiledGraphSummary SummarizeCompiled(const format::CompiledModel& model, const CompileReport& report);
 
 // Optimises and plans a graph built in memory.
 Result<format::CompiledModel> CompileGraph(std::unique_ptr<ir::Graph> graph,

@@ -137,4 +137,10 @@ Status Graph::AddOutput(Tensor t, const std::string& name) {
 
 std::unique_ptr<ir::Graph> Graph::TakeIr() { return std::move(g_); }
 
+Graph Graph::FromIr(std::unique_ptr<ir::Graph> g) {
+  Graph out;
+  out.g_ = std::move(g);
+  return out;
+}
+
 }  // namespace kiln

@@ -38,27 +38,7 @@ Status Session::CompileGraph(std::uint32_t id) {
   auto m = kiln::CompileGraph(std::move(e->graph), co, &rep);
   if (!m.ok()) return m.status().WithContext(StrCat("compiling graph ", id, " ('", name, "')"));
   if (rep.weight_dir_is_temporary) impl_->temp_dirs.push_back(rep.weight_dir);
-  CompiledGraphSummary& s = e->summary;
-  const format::CompiledModel& cm = m.value();
-  s.num_nodes = cm.graph->nodes().size();
-  s.arena_bytes = cm.plan.arena_size;
-  s.no_reuse_bytes = cm.plan.no_reuse_size;
-  s.lower_bound_bytes = cm.plan.lower_bound;
-  s.embedded_weight_bytes = cm.plan.const_size;
-  s.weight_dir = rep.weight_dir;
-  for (auto& w : ListExternalWeights(*cm.graph)) s.external_weights.push_back({w.location, w.size, w.offset, w.id});
-  for (auto& n : cm.graph->nodes()) {
-    if (!n->HasAttr("kiln.inserted_for")) continue;
-    const std::string op = n->GetString("kiln.inserted_for", "");
-    const ir::Node* target = nullptr;
-    for (auto& o : cm.graph->nodes()) {
-      if (o->name() == op) target = o.get();
-    }
-    s.inserted_identities.push_back(
-        {n->name(), op,
-         StrCat("custom op '", op, "' (type ", target ? target->op_type() : std::string("?"),
-                ") does not implement ArgsUpdater, so its model inputs/outputs are copied each run")});
-  }
+  e->summary = SummarizeCompiled(m.value(), rep);
   e->compiled = std::move(m).value();
   e->compiled_once = true;
   return Status::Ok();

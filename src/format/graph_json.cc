@@ -544,6 +544,33 @@ static Status CheckTargetSpec(const std::string& t) {
   return Status::Ok();
 }
 
+// A recorded weight directory: "." or a relative path of 1 to 4096 bytes,
+// without NUL or backslash bytes and with no empty or "." components (what the writer
+// produces from std::filesystem::relative). ".." components are allowed here;
+// whether a directory outside the model's own may be used is the loader's
+// decision (LoadOptions::trust_recorded_weight_dir).
+static Status CheckWeightDirField(const std::string& d) {
+  if (d.empty() || d.size() > 4096) {
+    return Corrupt("field 'weight_dir' must be a relative path of 1 to 4096 bytes, found ", d.size(), " bytes");
+  }
+  if (d == ".") return Status::Ok();  // the model's own directory
+  if (d.front() == '/') return Corrupt("field 'weight_dir' must be relative to the model file, found an absolute path");
+  std::size_t start = 0;
+  while (start <= d.size()) {
+    std::size_t end = d.find('/', start);
+    if (end == std::string::npos) end = d.size();
+    const std::string part = d.substr(start, end - start);
+    if (part.empty() || part == ".") {
+      return Corrupt("field 'weight_dir' has an empty or '.' component (byte ", start, ")");
+    }
+    for (char c : part) {
+      if (c == '\0' || c == '\\') return Corrupt("field 'weight_dir' holds a NUL or backslash byte");
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
 Result<std::string> SerializeModelJson(const CompiledModel& model) {
   try {
     json placements = json::object();
@@ -554,6 +581,7 @@ Result<std::string> SerializeModelJson(const CompiledModel& model) {
            {"target", model.target},
            {"custom_ops", model.custom_op_types},
            {"graph", GraphToJson(*model.graph, &model.plan)},
+           {"weight_dir", model.weight_dir},
            {"plan", json{{"arena_size", model.plan.arena_size},
                          {"host_arena_size", model.plan.host_arena_size},
                          {"no_reuse_size", model.plan.no_reuse_size},
@@ -595,6 +623,10 @@ Result<CompiledModel> ParseModelJson(const char* text, std::size_t size, const s
     if (j.contains("target")) {  // format version 2; absent (version 1): compiled for "cpu"
       KILN_ASSIGN_OR_RETURN(m.target, AsString(j.at("target"), "target"));
       KILN_RETURN_IF_ERROR(CheckTargetSpec(m.target));
+    }
+    if (j.contains("weight_dir")) {  // format version 4; "" or absent: not recorded
+      KILN_ASSIGN_OR_RETURN(m.weight_dir, AsString(j.at("weight_dir"), "weight_dir"));
+      if (!m.weight_dir.empty()) KILN_RETURN_IF_ERROR(CheckWeightDirField(m.weight_dir));
     }
     if (j.contains("custom_ops")) {
       KILN_ASSIGN_OR_RETURN(m.custom_op_types, AsList<std::string>(j.at("custom_ops"), "custom_ops", AsString));

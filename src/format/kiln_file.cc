@@ -279,11 +279,13 @@ namespace kiln {
 
 std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g) {
   std::vector<ExternalWeightInfo> out;
-  for (auto& n : g.nodes()) {
-    if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
-    out.push_back({n->name(), n->GetString("location", ""), static_cast<std::uint64_t>(n->GetInt("offset", 0)),
-                   static_cast<std::uint64_t>(n->GetInt("length", 0)), n->GetString("kiln.sha256", "")});
-  }
+  ir::ForEachGraph(g, [&](const ir::Graph& sub) {  // If branches' weights too
+    for (auto& n : sub.nodes()) {
+      if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
+      out.push_back({n->name(), n->GetString("location", ""), static_cast<std::uint64_t>(n->GetInt("offset", 0)),
+                     static_cast<std::uint64_t>(n->GetInt("length", 0)), n->GetString("kiln.sha256", "")});
+    }
+  });
   return out;
 }
 

@@ -36,7 +36,11 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // region 2 + inputs + outputs). Older files have neither and read as before.
 // Also new in 3: the fused activation "Swish" (kiln.activation, SiLU) and
 // the kiln.Gelu op (fuse-gelu).
-inline constexpr std::uint32_t kFormatVersion = 3;
+// 4: the graph JSON records where the external weights are, relative to the
+// .kiln file's directory ("weight_dir"), and FileConstant locations are only
+// weight_<sha256> or <name>_weight_combined file names. Older files have no
+// weight_dir (weights default to <model dir>/weight) and read as before.
+inline constexpr std::uint32_t kFormatVersion = 4;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 
@@ -74,6 +78,10 @@ struct CompiledModel {
   std::vector<std::string> custom_op_types;
   // The device spec it was compiled for ("cpu", "sim:lack=Relu").
   std::string target = "cpu";
+  // Where its external weights are, relative to the directory of the .kiln
+  // file ("weight", "../store"); empty: not recorded (<model dir>/weight).
+  // Generic form ('/' separators); see CheckWeightDirField.
+  std::string weight_dir;
 };
 
 // Writes `model` to `path` atomically (temporary name, then rename).

@@ -395,4 +395,20 @@ bool IsHostPlaced(const Node& n) {
 bool IsCopyToHost(const Node& n) { return n.domain() == "kiln" && n.op_type() == kMemcpyToHost; }
 bool IsCopyFromHost(const Node& n) { return n.domain() == "kiln" && n.op_type() == kMemcpyFromHost; }
 
+void ForEachGraph(Graph& g, const std::function<void(Graph&)>& fn) {
+  fn(g);
+  for (auto& n : g.nodes()) {
+    for (auto& [k, a] : n->attrs()) {
+      if (a.g) ForEachGraph(*a.g, fn);
+      for (auto& sub : a.graphs) {
+        if (sub) ForEachGraph(*sub, fn);
+      }
+    }
+  }
+}
+
+void ForEachGraph(const Graph& g, const std::function<void(const Graph&)>& fn) {
+  ForEachGraph(const_cast<Graph&>(g), [&](Graph& x) { fn(x); });
+}
+
 }  // namespace kiln::ir

@@ -7,6 +7,7 @@
 // enclosing graph ("captured" values).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -216,5 +217,10 @@ class Graph {
   std::map<std::string, Value*> by_name_;
   std::map<std::string, int> name_counter_;
 };
+
+// Calls fn on `g`, then on every subgraph of its nodes' attributes (If
+// branches, Loop bodies), depth first, recursively.
+void ForEachGraph(Graph& g, const std::function<void(Graph&)>& fn);
+void ForEachGraph(const Graph& g, const std::function<void(const Graph&)>& fn);
 
 }  // namespace kiln::ir

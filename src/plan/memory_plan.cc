@@ -275,9 +275,6 @@ Status VerifyGraphAt(const ir::Graph& g, int depth) {
     }
   }
   for (auto& n : g.nodes()) {
-    if (!top && n->op_type() == "FileConstant" && n->domain() == "kiln") {
-      return Corrupt(n->Describe(), where, ": external weights are only allowed in the top-level graph");
-    }
     if (const ir::Attribute* a = n->FindAttr(kAliasAttr)) {
       if (a->kind != ir::Attribute::Kind::kInt || a->i != 1) {
         return Corrupt(n->Describe(), where, ": attribute '", kAliasAttr, "' must be the integer 1");

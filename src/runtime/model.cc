@@ -1,4 +1,6 @@
 // kiln::Model: the runtime entry point over a mapped .kiln file.
+#include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "runtime/executor.h"
 #include "runtime/stream_impl.h"
 #include "runtime/session_impl.h"
+#include "weights/weight_dir.h"
 #include "weights/weight_manager.h"
 
 namespace kiln {
@@ -248,25 +251,83 @@ class ModelImpl final : public Model {
     format::ReadOptions ro;
     ro.verify_weights_checksum = opts.verify_weights_checksum;
     KILN_ASSIGN_OR_RETURN(format::LoadedFile file, format::ReadModelFile(path, ro));
-    const std::string dir = (std::filesystem::absolute(path).parent_path() / "weight").string();
+    KILN_ASSIGN_OR_RETURN(std::string dir, WeightDirOf(path, file.model.weight_dir, opts));
     return Create(std::move(file.model), file.mapping, opts, manager, dir, nullptr, path);
+  }
+
+  // The weight directory of a model file: the one it records (relative to
+  // the file's directory), else <model dir>/weight. A recorded directory
+  // outside the model's own directory (a ".." component) is used only when
+  // the caller trusts recorded paths; LoadOptions::weight_dir wins anyway.
+  static Result<std::string> WeightDirOf(const std::string& path, const std::string& recorded,
+                                         const LoadOptions& opts) {
+    const std::filesystem::path model_dir = std::filesystem::absolute(path).parent_path();
+    if (recorded.empty()) return (model_dir / "weight").string();
+    const std::filesystem::path rel = std::filesystem::path(recorded).lexically_normal();
+    const std::filesystem::path dir = (model_dir / rel).lexically_normal();
+    bool outside = rel.is_absolute();
+    for (const auto& part : rel) outside = outside || part == "..";
+    if (outside && opts.weight_dir.empty() && !opts.trust_recorded_weight_dir) {
+      return Error(StatusCode::kInvalidArgument, "model file '", path, "' records its weight directory as '",
+                   recorded.substr(0, 256), "' (", dir.string().substr(0, 512),
+                   "), outside the model's own directory: Kiln uses it only when told to (kiln --trust-weight-dir, "
+                   "LoadOptions::trust_recorded_weight_dir), or give the directory (--weight-dir, "
+                   "LoadOptions::weight_dir)");
+    }
+    return dir.string();
+  }
+
+  static Result<std::unique_ptr<Model>> CreateFromMemory(const void* data, std::size_t size, const LoadOptions& opts,
+                                                         weights::WeightManager& manager) {
+    const std::string what = StrCat("model in memory (", size, " bytes)");
+    if (!data && size) return Error(StatusCode::kInvalidArgument, what, ": null data");
+    // The image is copied to 64-byte-aligned memory that the model keeps
+    // (its constants point into it): the caller may free its copy.
+    const std::size_t padded = (size + 63) / 64 * 64;
+    std::shared_ptr<void> owner(std::aligned_alloc(64, padded == 0 ? 64 : padded), std::free);
+    if (!owner) return Error(StatusCode::kOutOfRange, what, ": out of memory copying it");
+    if (size) std::memcpy(owner.get(), data, size);
+    format::ReadOptions ro;
+    ro.verify_weights_checksum = opts.verify_weights_checksum;
+    KILN_ASSIGN_OR_RETURN(format::CompiledModel model,
+                          format::ParseModelImage(static_cast<const std::uint8_t*>(owner.get()), size, owner, what, ro));
+    // No directory of its own: external weights come from opts.weight_dir or
+    // registered memory only.
+    return Create(std::move(model), owner, opts, manager, std::string(), nullptr, what);
   }
 
   // Replaces every FileConstant by a constant in device memory.
   static Status ResolveExternalWeights(ir::Graph& g, const std::string& path, const LoadOptions& opts,
                                        weights::WeightManager& manager, const std::string& default_dir) {
-    std::vector<ir::Node*> fcs;
+    // Every graph's FileConstants, If branches' included, in one Acquire.
+    std::vector<std::pair<ir::Graph*, ir::Node*>> fcs;
     std::vector<weights::WeightRef> refs;
-    for (auto& n : g.nodes()) {
-      if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
+    std::vector<ir::Node*> all;
+    std::vector<ir::Graph*> owners;
+    ir::ForEachGraph(g, [&](ir::Graph& sub) {
+      for (auto& n : sub.nodes()) {
+        if (n->op_type() == "FileConstant" && n->domain() == "kiln") {
+          all.push_back(n.get());
+          owners.push_back(&sub);
+        }
+      }
+    });
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      ir::Node* n = all[k];
       // Checks its attributes (length == dtype size x shape) before any file
       // is touched.
       Status st = ops::InferNode(*n);
       if (!st.ok()) return st.WithContext(StrCat("model file '", path, "'"));
-      fcs.push_back(n.get());
+      fcs.push_back({owners[k], n});
       weights::WeightRef r;
       r.node = n->name();
       r.location = n->GetString("location", "");
+      // A .kiln names only the files a compile writes: never another file
+      // of the weight directory, a path, or a file elsewhere.
+      if (!weights::IsWeightFileName(r.location)) {
+        return Error(StatusCode::kCorrupt, "model file '", path, "': node '", r.node, "': external weight location '",
+                     r.location.substr(0, 128), "' is not a weight_<sha256> or <name>_weight_combined file name");
+      }
       r.offset = static_cast<std::uint64_t>(n->GetInt("offset", 0));
       r.length = static_cast<std::uint64_t>(n->GetInt("length", 0));
       r.dtype = n->output(0)->dtype();
@@ -275,6 +336,15 @@ class ModelImpl final : public Model {
       refs.push_back(r);
     }
     if (refs.empty()) return Status::Ok();
+    if (opts.weight_dir.empty() && default_dir.empty()) {
+      for (const weights::WeightRef& r : refs) {
+        if (!opts.user_weight_memory.count(r.location)) {
+          return Error(StatusCode::kInvalidArgument, path, ": node '", r.node, "' reads external weight file '",
+                       r.location, "' and there is no weight directory (a model loaded from memory has none): set "
+                       "LoadOptions::weight_dir or SetExternalWeightAddress for it");
+        }
+      }
+    }
     weights::WeightLoadConfig cfg;
     cfg.weight_dir = opts.weight_dir.empty() ? default_dir : opts.weight_dir;
     cfg.mode = opts.weight_load_mode == WeightLoadMode::kMap            ? weights::LoadMode::kMap
@@ -287,8 +357,8 @@ class ModelImpl final : public Model {
     auto tensors = manager.Acquire(refs, cfg, default_dir);
     if (!tensors.ok()) return tensors.status().WithContext(StrCat("loading external weights of '", path, "'"));
     for (std::size_t i = 0; i < fcs.size(); ++i) {
-      ir::Value* out = fcs[i]->output(0);
-      g.RemoveNode(fcs[i]);
+      ir::Value* out = fcs[i].second->output(0);
+      fcs[i].first->RemoveNode(fcs[i].second);
       out->set_constant(tensors.value()[i]);
     }
     return Status::Ok();
@@ -335,6 +405,14 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
     KILN_ASSIGN_OR_RETURN(device::Device* dev, runtime::OpenDevice(opts.device));
     weights::WeightManager manager(dev);  // weights stay alive through the model's tensors
     return ModelImpl::CreateFromFile(path, opts, manager);
+  });
+}
+
+Result<std::unique_ptr<Model>> Model::LoadFromMemory(const void* data, std::size_t size, const LoadOptions& opts) {
+  return Guarded("loading model", "in memory", [&]() -> Result<std::unique_ptr<Model>> {
+    KILN_ASSIGN_OR_RETURN(device::Device* dev, runtime::OpenDevice(opts.device));
+    weights::WeightManager manager(dev);
+    return ModelImpl::CreateFromMemory(data, size, opts, manager);
   });
 }
 

@@ -189,16 +189,8 @@ int Compile(const std::string& model, const std::string& output, const std::stri
   }
   kiln::CompileReport report;
   auto t0 = std::chrono::steady_clock::now();
-  auto m = kiln::CompileOnnxFile(model, opts, &report);
+  auto m = kiln::CompileOnnxFileTo(model, output, opts, &report);
   if (!m.ok()) return Fail(m.status());
-  if (report.weight_dir_is_temporary) {
-    // Offline compile: weights move next to the model, locations stay relative.
-    auto final_dir = std::filesystem::absolute(output).parent_path() / "weight";
-    Status mv = kiln::MigrateExternalWeights(m.value(), report, final_dir.string(), opts);
-    if (!mv.ok()) return Fail(mv);
-  }
-  Status st = kiln::format::WriteModelFile(m.value(), output);
-  if (!st.ok()) return Fail(st);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (verbose) {
     for (auto& l : report.pass_log) std::cout << "  pass " << l << "\n";
@@ -332,6 +324,7 @@ json InspectJson(const kiln::format::LoadedFile& f) {
   return json{{"file_size", f.file_size},
               {"target", f.model.target},
               {"external_weights", ext},
+              {"weight_dir", f.model.weight_dir},
               {"inputs", ins},
               {"outputs", outs},
               {"num_nodes", g.nodes().size()},
@@ -374,7 +367,11 @@ int Inspect(const std::string& path, bool as_json) {
       files.insert(w["path"].get<std::string>());
     }
     std::cout << "external weights: " << j["external_weights"].size() << " (" << HumanBytes(total) << ") in "
-              << files.size() << " file(s) of the weight directory (default: <model dir>/weight)\n";
+              << files.size() << " file(s) of the weight directory ("
+              << (j["weight_dir"].get<std::string>().empty()
+                      ? std::string("not recorded: <model dir>/weight")
+                      : "recorded: '" + j["weight_dir"].get<std::string>() + "', relative to the model file")
+              << ")\n";
   }
   for (auto& n : j["nodes"]) {
     if (n["fused"].contains("kiln.inserted_for")) {
@@ -593,14 +590,17 @@ static int RealMain(int argc, char** argv) {
   bench->add_option("--profile", profile_file,
                     "time every task: write a Chrome/Perfetto trace to this file and print a per-op table");
   std::string weight_dir, weight_load = "auto";
-  bool verify_sha = false;
+  bool verify_sha = false, trust_weight_dir = false;
   double chunk_mib = 10;
   std::string device;
   for (CLI::App* sub : {run, bench}) {
     sub->add_option("--device", device,
                     "cpu | sim (a simulated discrete device; options: sim:lack=Op1+Op2,seed=N,delay_us=N); "
                     "default: $KILN_DEVICE, else cpu");
-    sub->add_option("--weight-dir", weight_dir, "external weight directory (default: <model dir>/weight)");
+    sub->add_option("--weight-dir", weight_dir,
+                    "external weight directory (default: the one the model records, else <model dir>/weight)");
+    sub->add_flag("--trust-weight-dir", trust_weight_dir,
+                  "use the weight directory the model records even where it lies outside the model's directory");
     sub->add_flag("--verify-weights", verify_sha, "check every external weight's SHA-256");
     sub->add_option("--weight-load", weight_load, "auto | map | copy | staged (copy through staging buffers, the GPU path)")
         ->check(CLI::IsMember({"auto", "map", "copy", "staged"}));
@@ -620,6 +620,7 @@ static int RealMain(int argc, char** argv) {
   lo.verify_weights_checksum = !no_verify;
   lo.check_bounds = check_bounds;
   lo.weight_dir = weight_dir;
+  lo.trust_recorded_weight_dir = trust_weight_dir;
   lo.verify_weights = verify_sha;
   lo.weight_load_mode = weight_load == "map" ? kiln::WeightLoadMode::kMap
                       : weight_load == "copy" ? kiln::WeightLoadMode::kCopy

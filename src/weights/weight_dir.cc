@@ -15,6 +15,7 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -862,7 +863,9 @@ Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir_str,
 
 Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const std::string& to,
                                                  const std::vector<WeightRecord>& records,
-                                                 const StoreOptions& opts) {
+                                                 const StoreOptions& opts, StoreStats* final_stats) {
+  std::set<std::string> moved;  // contents that arrived by rename
+  std::uint64_t moved_bytes = 0;
   KILN_RETURN_IF_ERROR(CheckModelName(opts.model_name.empty() ? std::string("model") : opts.model_name));
   std::error_code ec;
   fs::create_directories(to, ec);
@@ -883,7 +886,9 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
         if (lstat((fs::path(to) / f).c_str(), &st) == 0) continue;
         if (rename((fs::path(from) / f).c_str(), (fs::path(to) / f).c_str()) != 0) continue;  // other fs: Store copies
         for (auto& r : records) {
-          if (r.file == f && !s.meta.count(r.sha256)) s.meta[r.sha256] = r;
+          if (r.file != f || s.meta.count(r.sha256)) continue;  // already present: not new here
+          s.meta[r.sha256] = r;
+          if (moved.insert(r.sha256).second) moved_bytes += r.length;
         }
         s.dirty = true;
       }
@@ -916,6 +921,15 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
   StoreStats stats;
   auto out = StoreHashed(to, blobs, hashes, opts, &stats);
   if (out.ok()) fs::remove_all(from, ec);
+  if (out.ok() && final_stats) {
+    // What reached `to`: moved contents count as written there, not as
+    // already present (the store below found them because they were moved).
+    const std::uint64_t m = std::min<std::uint64_t>(moved.size(), stats.reused);
+    stats.reused -= m;
+    stats.written += m;
+    stats.bytes_written += moved_bytes;
+    *final_stats = std::move(stats);
+  }
   return out;
 }
 

@@ -100,6 +100,6 @@ bool IsWeightFileName(const std::string& name);
 // and removes `from`. Returns records valid in `to` for the given hashes.
 Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const std::string& to,
                                                  const std::vector<WeightRecord>& records,
-                                                 const StoreOptions& opts);
+                                                 const StoreOptions& opts, StoreStats* final_stats = nullptr);
 
 }  // namespace kiln::weights

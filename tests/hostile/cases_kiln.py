@@ -37,7 +37,7 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 3  # src/format/kiln_file.h kFormatVersion (2: the graph JSON records "target"; 3: placement)
+FORMAT_VERSION = 4  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir")
 
 
 def align(v, a):
@@ -319,6 +319,32 @@ def generate(ctx):
             ["Tanh node 'tanh' output 'd' is recorded as float32[2,8] but infers to float32[4,4]"], inspect=False)
     crafted("infer", "unknown_op", lambda j: node(j, "tanh").update(op="Tanhh"),
             ["Tanhh node 'tanh'", "not supported"], inspect=False)
+
+    # -- the recorded weight directory and weight locations (format 4) ------
+    crafted("weight_dir", "absolute", setp(["weight_dir"], "/etc"), ["field 'weight_dir' must be relative"])
+    crafted("weight_dir", "empty_component", setp(["weight_dir"], "a//b"), ["field 'weight_dir' has an empty or '.'"])
+    crafted("weight_dir", "dot_component", setp(["weight_dir"], "./w"), ["field 'weight_dir' has an empty or '.'"])
+    crafted("weight_dir", "backslash", setp(["weight_dir"], "a\\..\\b"), ["field 'weight_dir' holds a NUL or backslash"])
+    crafted("weight_dir", "long", setp(["weight_dir"], "w" * 5000), ["field 'weight_dir' must be a relative path", "5000 bytes"])
+    crafted("weight_dir", "number", setp(["weight_dir"], 3), ["field 'weight_dir' must be a string, found number"])
+    ext = os.path.join(d, "ext.kiln")
+    rc, out = ctx.run(["compile", "--model", onnx_path, "--output", ext, "--external-weight", "1"])
+    assert rc == 0, out
+    j2, w2 = read_kiln(ext)
+    assert j2["weight_dir"] == "weight", j2["weight_dir"]
+    fc = next(n for n in j2["graph"]["nodes"] if n["op"] == "FileConstant")
+    cases.append(Case("weight_dir/external_weights_run", ["run", ext], ["output 0 'out'"], rc=0))
+    for name, loc in (("meta_json", "meta.json"), ("parent", "../" + fc["attrs"]["location"]["v"]),
+                      ("subdir", "sub/" + fc["attrs"]["location"]["v"]), ("short_hash", "weight_abc"),
+                      ("lock", "meta.json.lock"), ("absolute", "/etc/passwd")):
+        crafted("location", name, lambda j, loc=loc: next(n for n in j["graph"]["nodes"] if n["op"] == "FileConstant")
+                ["attrs"]["location"].update(v=loc),
+                [f"external weight location '{loc}' is not a weight_<sha256> or <name>_weight_combined file name"],
+                inspect=False, base=j2, weights=w2)
+    # Recorded outside the model's directory: refused unless trusted.
+    crafted("weight_dir", "outside_untrusted", setp(["weight_dir"], "../elsewhere"),
+            ["records its weight directory as '../elsewhere'", "outside the model's own directory", "--trust-weight-dir"],
+            inspect=False, base=j2, weights=w2)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

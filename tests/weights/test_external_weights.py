@@ -507,6 +507,128 @@ class ExternalWeights(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         check_weight_dir(self, wdir)
 
+    # ---- the weight directory the .kiln records (issue 14) --------------------------------
+
+    def test_recorded_weight_dir(self):
+        """A model compiled with --external-weight-dir runs without flags; the
+        pair moves together; a directory outside the model's own is refused
+        unless trusted or given; inspect shows what is recorded."""
+        d = fresh("recorded")
+        rng = np.random.default_rng(3)
+        ws = [(rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32))]
+        mlp_model(os.path.join(d, "m.onnx"), ws)
+        x = rng.standard_normal((2, 8)).astype(np.float32)
+        np.save(os.path.join(d, "x.npy"), x)
+        want = mlp_reference(x, ws)
+        for mode in (1, 2):
+            with self.subTest(mode=mode):
+                base = os.path.join(d, f"m{mode}")
+                os.makedirs(os.path.join(base, "models"))
+                store = os.path.join(base, "store")
+                near = os.path.join(base, "near.kiln")
+                far = os.path.join(base, "models", "far.kiln")
+                for k in (near, far):
+                    rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output", k,
+                                   "--external-weight", mode, "--external-weight-dir", store)
+                    self.assertEqual(rc, 0, out)
+                rc, js = kiln("inspect", near, "--json")
+                self.assertEqual(json.loads(js)["weight_dir"], "store")
+                rc, js = kiln("inspect", far, "--json")
+                self.assertEqual(json.loads(js)["weight_dir"], "../store")
+                rc, txt = kiln("inspect", far)
+                self.assertIn("recorded: '../store'", txt)
+                # Inside the model's directory: no flag needed.
+                y = run_model(self, near, os.path.join(d, "x.npy"), os.path.join(base, "o1"))
+                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+                # Outside: refused, naming the directory and both ways out.
+                rc, out = kiln("run", far, "--input", "0=" + os.path.join(d, "x.npy"))
+                self.assertCleanError(rc, out, "'../store'", "outside the model's own directory",
+                                      "--trust-weight-dir", "--weight-dir")
+                y = run_model(self, far, os.path.join(d, "x.npy"), os.path.join(base, "o2"), "--trust-weight-dir")
+                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+                y = run_model(self, far, os.path.join(d, "x.npy"), os.path.join(base, "o3"), "--weight-dir", store)
+                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+                # Model and store moved together: still found.
+                moved = os.path.join(d, f"moved{mode}")
+                shutil.copytree(base, moved)
+                shutil.rmtree(store)
+                y = run_model(self, os.path.join(moved, "near.kiln"), os.path.join(d, "x.npy"),
+                              os.path.join(base, "o4"))
+                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+                # An offline compile records the weight directory next to it.
+                off = os.path.join(base, "offline.kiln")
+                rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output", off,
+                               "--external-weight", mode)
+                self.assertEqual(rc, 0, out)
+                rc, js = kiln("inspect", off, "--json")
+                self.assertEqual(json.loads(js)["weight_dir"], "weight")
+
+    def test_offline_statistics_say_what_reached_the_directory(self):
+        """After migration from the temporary directory, the compile's
+        statistics count what the final directory received: a second offline
+        compile (either mode) writes nothing and says so (issue 14)."""
+        d = fresh("offline_stats")
+        rng = np.random.default_rng(4)
+        ws = [(rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32))]
+        mlp_model(os.path.join(d, "m.onnx"), ws)
+        said = []
+        for mode in (1, 1, 2, 2):
+            rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output",
+                           os.path.join(d, f"m{mode}.kiln"), "--external-weight", mode)
+            self.assertEqual(rc, 0, out)
+            said.append(next(l for l in out.splitlines() if l.startswith("external weights")))
+        self.assertIn("2 written (288 B), 0 already present", said[0])
+        for line in said[1:]:
+            self.assertIn("0 written (0 B), 2 already present", line)
+
+    def test_if_branch_constants_follow_the_mode(self):
+        """Constants inside If branches go to the weight store like the main
+        graph's (issue 14): the .kiln holds none of their bytes, inspect lists
+        them, and both branches compute what NumPy does."""
+        d = fresh("if_branches")
+        rng = np.random.default_rng(5)
+        wt = rng.standard_normal((16, 16)).astype(np.float32)
+        we = rng.standard_normal((16, 16)).astype(np.float32)
+        w_main = rng.standard_normal(16).astype(np.float32)
+
+        def branch(name, w):
+            return helper.make_graph([helper.make_node("MatMul", ["xin", f"{name}_w"], [f"{name}_y"])], name, [],
+                                     [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [4, 16])],
+                                     [numpy_helper.from_array(w, f"{name}_w")])
+        nodes = [helper.make_node("Add", ["x", "w_main"], ["xin"]),
+                 helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", wt), else_branch=branch("else", we))]
+        g = helper.make_graph(nodes, "ifw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16]),
+                                             helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+                              [numpy_helper.from_array(w_main, "w_main")])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(d, "m.onnx"))
+        x = rng.standard_normal((4, 16)).astype(np.float32)
+        np.save(os.path.join(d, "x.npy"), x)
+        k0 = os.path.join(d, "m0.kiln")
+        rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output", k0)
+        self.assertEqual(rc, 0, out)
+        for mode in (1, 2):
+            with self.subTest(mode=mode):
+                k = os.path.join(d, f"m{mode}.kiln")
+                rc, out = kiln("compile", "--model", os.path.join(d, "m.onnx"), "--output", k, "--external-weight", mode)
+                self.assertEqual(rc, 0, out)
+                rc, js = kiln("inspect", k, "--json")
+                info = json.loads(js)
+                sizes = sorted(w["size"] for w in info["external_weights"])
+                self.assertEqual(sizes, [64, 1024, 1024], info["external_weights"])
+                self.assertEqual(info["memory"]["weights_bytes"], 0)
+                # The two 1 KiB branch matrices left the file (embedded, they
+                # take at least their bytes).
+                self.assertLessEqual(os.path.getsize(k) + 2048, os.path.getsize(k0), "branch weights still embedded")
+                for c, w in ((True, wt), (False, we)):
+                    np.save(os.path.join(d, "c.npy"), np.array(c))
+                    rc, out = kiln("run", k, "--input", "x=" + os.path.join(d, "x.npy"), "--input",
+                                   "cond=" + os.path.join(d, "c.npy"), "--output-dir", os.path.join(d, f"o{mode}{c}"),
+                                   "--verify-weights")
+                    self.assertEqual(rc, 0, out)
+                    y = np.load(os.path.join(d, f"o{mode}{c}", "output_0.npy"))
+                    np.testing.assert_allclose(y, (x + w_main) @ w, rtol=1e-4, atol=1e-4)
+
     # ---- flags -------------------------------------------------------------------------
 
     def test_external_weight_3_rejected(self):

@@ -1,26 +1,21 @@
-// Two custom ops with identical kernels: z = x + y over float32 tensors.
-// AddRefreshOp implements ArgsUpdater (its argument block is rewritten when
-// buffers move); AddNoRefreshOp does not (Kiln inserts Identity copies around
-// it instead). The kernel is compiled at load time with Kiln's RTC.
-#pragma once
-
+// The sample's custom-op package (libcust_opapi.so): two ops with identical
+// kernels, z = x + y over float32 tensors. AddRefreshOp implements
+// ArgsUpdater (its argument block is rewritten when buffers move);
+// AddNoRefreshOp does not (Kiln inserts Identity copies around it instead).
+// The kernel is compiled at load time with Kiln's RTC. Kiln loads the
+// package from $KILN_CUSTOM_OP_PATH/<dir>/op_graph/lib/linux/<arch>/ and
+// calls its KILN_CUSTOM_OP_PACKAGE function, which registers both ops.
 #include <memory>
 #include <mutex>
 
+#include "add_ops.h"
 #include "kiln/custom_op.h"
 #include "kiln/rtc.h"
 
 namespace add_sample {
+namespace {
 
-// The argument block the kernel reads: three pointers and a count.
-struct AddArgs {
-  const float* x;
-  const float* y;
-  float* z;
-  long n;
-};
-
-inline const char* kKernelSource = R"(
+const char* kKernelSource = R"(
 struct AddArgs { const float* x; const float* y; float* z; long n; };
 extern "C" void add_kernel(const void* p) {
   const AddArgs* a = static_cast<const AddArgs*>(p);
@@ -96,4 +91,11 @@ class AddRefreshOp final : public AddBase, public kiln::ArgsUpdater {
   }
 };
 
+}  // namespace
 }  // namespace add_sample
+
+KILN_CUSTOM_OP_PACKAGE(registrar) {
+  kiln::Status st = registrar.Register(add_sample::kAddRefresh, std::make_unique<add_sample::AddRefreshOp>());
+  if (!st.ok()) return st;
+  return registrar.Register(add_sample::kAddNoRefresh, std::make_unique<add_sample::AddNoRefreshOp>());
+}

@@ -1,13 +1,15 @@
 // Sample: address refresh with and without ArgsUpdater.
 //
 // Two graphs z = x + y on [N, N] float32 (N = 4096 by default), one with
-// AddRefreshOp (implements ArgsUpdater), one with AddNoRefreshOp (does not,
-// so Kiln inserts Identity copies for x, y and z). Each graph is loaded once
-// (its task list recorded) and run --runs times after warm-up, alternating
-// two sets of input/output buffers so the addresses change every run. Every
-// output is checked against x + y computed here.
+// AddRefresh (implements ArgsUpdater), one with AddNoRefresh (does not, so
+// Kiln inserts Identity copies for x, y and z). Both ops come from the
+// package libcust_opapi.so (add_ops.cc), which Kiln finds through
+// $KILN_CUSTOM_OP_PATH. Each graph is loaded once (its task list recorded)
+// and run --runs times after warm-up, alternating two sets of input/output
+// buffers so the addresses change every run. Every output is checked against
+// x + y computed here.
 //
-//   args_refresh_add [--size N] [--runs R] [--warmup W]
+//   KILN_CUSTOM_OP_PATH=output args_refresh_add [--size N] [--runs R] [--warmup W]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "add_ops.h"
+#include "kiln/custom_op.h"
 #include "kiln/graph.h"
 #include "kiln/runtime.h"
 #include "kiln/stream.h"
@@ -45,8 +48,12 @@ kiln::Result<std::uint32_t> MakeGraph(kiln::Session& s, const char* op, long n, 
   return id;
 }
 
-// Median microseconds per run over `runs` timed runs, alternating buffer sets.
-kiln::Result<double> Time(kiln::Session& s, std::uint32_t id, kiln::Stream& stream, Buffers (&b)[2], long n,
+struct Timing {
+  double median_us = 0, mean_us = 0;
+};
+
+// Microseconds per run over `runs` timed runs, alternating buffer sets.
+kiln::Result<Timing> Time(kiln::Session& s, std::uint32_t id, kiln::Stream& stream, Buffers (&b)[2], long n,
                           int runs, int warmup) {
   std::vector<double> us;
   for (int i = 0; i < warmup + runs; ++i) {
@@ -67,7 +74,10 @@ kiln::Result<double> Time(kiln::Session& s, std::uint32_t id, kiln::Stream& stre
     }
   }
   std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  Timing t;
+  t.median_us = us[us.size() / 2];
+  for (double v : us) t.mean_us += v / static_cast<double>(us.size());
+  return t;
 }
 
 }  // namespace
@@ -83,10 +93,17 @@ int main(int argc, char** argv) {
     else return Fail(kiln::Error(kiln::StatusCode::kInvalidArgument, "unknown argument ", a));
   }
   if (n < 1 || runs < 1 || warmup < 0) return Fail(kiln::Error(kiln::StatusCode::kInvalidArgument, "bad arguments"));
-  kiln::Status st = KILN_REGISTER_CUSTOM_OP(AddRefresh, add_sample::AddRefreshOp);
+  // The package registers both ops (as `kiln compile` / `kiln run` load it).
+  kiln::Status st = kiln::LoadCustomOpPackages();
   if (!st.ok()) return Fail(st);
-  st = KILN_REGISTER_CUSTOM_OP(AddNoRefresh, add_sample::AddNoRefreshOp);
-  if (!st.ok()) return Fail(st);
+  for (const char* op : {add_sample::kAddRefresh, add_sample::kAddNoRefresh}) {
+    if (!kiln::FindCustomOp(op)) {
+      const char* env = std::getenv("KILN_CUSTOM_OP_PATH");
+      return Fail(kiln::Error(kiln::StatusCode::kNotFound, "custom op ", op, " is not registered: install the "
+                              "package (run.sh) and point KILN_CUSTOM_OP_PATH at it (now: ",
+                              env ? env : "not set", ")"));
+    }
+  }
 
   Buffers b[2];
   for (int k = 0; k < 2; ++k) {
@@ -113,9 +130,13 @@ int main(int argc, char** argv) {
   if (!t_with.ok()) return Fail(t_with.status());
   auto t_without = Time(session, without.value(), **stream, b, n, runs, warmup);
   if (!t_without.ok()) return Fail(t_without.status());
+  std::printf("[Info] input shape [%ld, %ld] float32 (x, y), %d timed iterations after %d warm-up, per graph\n", n,
+              n, runs, warmup);
   std::printf("[Check] %d runs per graph, every output equal to x + y\n", runs + warmup);
-  std::printf("[Perf] With ArgsUpdater: %.1f us\n", t_with.value());
-  std::printf("[Perf] Without ArgsUpdater: %.1f us\n", t_without.value());
-  std::printf("[Perf] Speedup: %.2f x\n", t_without.value() / t_with.value());
+  std::printf("[Perf] With ArgsUpdater: median %.1f us, average %.1f us per run\n", t_with->median_us,
+              t_with->mean_us);
+  std::printf("[Perf] Without ArgsUpdater: median %.1f us, average %.1f us per run\n", t_without->median_us,
+              t_without->mean_us);
+  std::printf("[Perf] Speedup: %.2f x (medians)\n", t_without->median_us / t_with->median_us);
   return 0;
 }

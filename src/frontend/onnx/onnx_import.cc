@@ -1,5 +1,6 @@
 #include "frontend/onnx/onnx_import.h"
 
+#include <cstdlib>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/defs/schema.h>
@@ -585,7 +586,16 @@ Result<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path, const
   KILN_ASSIGN_OR_RETURN(auto g, ConvertGraph(model.graph(), nullptr, ctx, &opts));
   if (!ctx.unsupported.empty()) {
     std::string msg = StrCat("'", path, "' uses ", ctx.unsupported.size(), " unsupported operator(s):");
-    for (auto& u : ctx.unsupported) msg += "\n  " + u;
+    bool custom_domain = false;
+    for (auto& u : ctx.unsupported) {
+      msg += "\n  " + u;
+      custom_domain = custom_domain || u.find("(domain '") != std::string::npos;
+    }
+    if (custom_domain) {
+      const char* env = std::getenv("KILN_CUSTOM_OP_PATH");
+      msg += StrCat("\nops of other domains come from custom-op packages: none registers these (",
+                    env ? StrCat("KILN_CUSTOM_OP_PATH=", env) : std::string("KILN_CUSTOM_OP_PATH is not set"), ")");
+    }
     return Status(StatusCode::kUnimplemented, msg);
   }
   if (g->name().empty()) g->set_name(fs::path(path).stem().string());

@@ -1,0 +1,52 @@
+#!/usr/bin/python3
+"""Models for the C API test (tests/capi/capi_test.c) and the CLI custom-op
+package test: written with ONNX's helper, values chosen so results can be
+derived by hand.
+
+  add.onnx      y = x + w, x float32[2, 3] input, w = [0, 0.5, 1, 1.5, 2, 2.5]
+  custom.onnx   y = PkgDouble(x + w) (domain com.example, the test package's
+                op, which doubles its input): y = 2 (x + w)
+
+Usage: make_models.py OUT_DIR
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3) * 0.5, "w")
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+
+g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"], name="add")], "add", [x], [y], [w])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "add.onnx"))
+
+g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["s"], name="add"),
+                       helper.make_node("PkgDouble", ["s"], ["y"], name="double", domain="com.example")],
+                      "custom", [x], [y], [w])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]),
+          os.path.join(out, "custom.onnx"))
+
+# The input the CLI test runs with (the C test has the same values).
+np.save(os.path.join(out, "x.npy"), np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
+
+# A small CNN (Conv, Relu, GlobalAveragePool, Flatten, Gemm) for the Python
+# quickstart example (examples/python/quickstart.py).
+rng = np.random.default_rng(0)
+cw = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.2, "cw")
+cb = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) * 0.1, "cb")
+fw = numpy_helper.from_array(rng.standard_normal((10, 8)).astype(np.float32) * 0.3, "fw")
+fb = numpy_helper.from_array(np.zeros(10, np.float32), "fb")
+g = helper.make_graph(
+    [helper.make_node("Conv", ["input", "cw", "cb"], ["c"], pads=[1, 1, 1, 1]),
+     helper.make_node("Relu", ["c"], ["r"]),
+     helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+     helper.make_node("Flatten", ["p"], ["f"]),
+     helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1)],
+    "cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 16, 16])],
+    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], [cw, cb, fw, fb])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "cnn.onnx"))
