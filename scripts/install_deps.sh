@@ -2,7 +2,8 @@
 # Installs Kiln's Debian 12 packages (idempotent; apt-get only runs when
 # something is missing). Usage: install_deps.sh build|test|bench|cov
 #   build: compiler toolchain and libraries, plus Python/ONNX for the sample
-#   test:  build + GoogleTest, PyTorch/torchvision (reference models), Clang 14
+#          and pybind11/python3-dev/venv/pip for the Python package
+#   test:  build + GoogleTest, pytest, PyTorch/torchvision (reference models), Clang 14
 #          with its sanitizer/libFuzzer runtimes and llvm-symbolizer
 #          (sanitizer, TSan and fuzz builds)
 #   bench: test + Node.js/npm (ONNX Runtime baseline, see install_ort.sh)
@@ -13,9 +14,10 @@ level="${1:-build}"
 pkgs=(g++ cmake ninja-build pkg-config
       libonnx-dev libprotobuf-dev protobuf-compiler
       libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libssl-dev
-      python3 python3-numpy python3-onnx)
+      python3 python3-numpy python3-onnx
+      python3-dev pybind11-dev python3-pybind11 python3-venv python3-pip python3-setuptools python3-wheel)
 if [ "$level" = test ] || [ "$level" = bench ] || [ "$level" = cov ]; then
-  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-torchvision
+  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-torchvision python3-pytest
          clang-14 libclang-rt-14-dev llvm-14)
 fi
 if [ "$level" = cov ]; then

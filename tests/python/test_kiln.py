@@ -1,0 +1,206 @@
+"""The `kiln` Python package (pytest). References are independent of Kiln:
+NumPy for hand-written graphs, PyTorch for an exported CNN.
+
+Run from the build tree (ctest `python`): PYTHONPATH=<build>/python,
+KILN_TEST_PACKAGE_ROOT=<build>/test_packages (the test package with PkgDouble).
+"""
+import gc
+import os
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+W = np.arange(6, dtype=np.float32).reshape(2, 3) * 0.5
+
+
+def add_model(path, custom=False):
+    """y = x + w (w[i] = 0.5 i); custom: y = PkgDouble(x + w) = 2 (x + w)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Add", ["x", "w"], ["s" if custom else "y"])]
+    opsets = [helper.make_opsetid("", 17)]
+    if custom:
+        nodes.append(helper.make_node("PkgDouble", ["s"], ["y"], domain="com.example"))
+        opsets.append(helper.make_opsetid("com.example", 1))
+    g = helper.make_graph(nodes, "add", [x], [y], [numpy_helper.from_array(W, "w")])
+    onnx.save(helper.make_model(g, opset_imports=opsets), str(path))
+    return str(path)
+
+
+def matmul_chain(path, n=512, depth=48):
+    """y = x @ a @ a ... (depth MatMuls): long enough to watch the GIL."""
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+    nodes, prev = [], "x"
+    for i in range(depth):
+        nodes.append(helper.make_node("MatMul", [prev, "a"], [f"m{i}"]))
+        prev = f"m{i}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [n, n])],
+                          [numpy_helper.from_array(a, "a")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+X = np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32)
+
+
+def test_compile_load_run(tmp_path):
+    s = kiln.compile(add_model(tmp_path / "add.onnx"), tmp_path / "add.kiln", external_weight=2)
+    assert [w.path for w in s.external_weights] == ["add_weight_combined"]
+    assert s.external_weights[0].size == 24 and len(s.external_weights[0].id) == 64
+    m = kiln.load(tmp_path / "add.kiln", threads=2)
+    assert [(t.name, t.dtype, t.shape) for t in m.inputs] == [("x", "float32", [2, 3])]
+    assert [(t.name, t.dtype, t.shape) for t in m.outputs] == [("y", "float32", [2, 3])]
+    assert [w.path for w in m.summary().external_weights] == ["add_weight_combined"]
+    y = m.run({"x": X})["y"]
+    np.testing.assert_array_equal(y, X + W)
+    np.testing.assert_array_equal(m.run([X])["y"], X + W)  # a sequence in input order
+
+
+def test_matches_pytorch_on_an_exported_cnn(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10)).eval()
+    x = torch.randn(2, 3, 16, 16)
+    torch.onnx.export(net, x, str(tmp_path / "cnn.onnx"), input_names=["input"], output_names=["logits"],
+                      opset_version=13)
+    kiln.compile(tmp_path / "cnn.onnx", tmp_path / "cnn.kiln", external_weight=1)
+    with torch.no_grad():
+        ref = net(x).numpy()
+    y = kiln.load(tmp_path / "cnn.kiln").run({"input": x.numpy()})["logits"]
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_zero_copy_inputs_and_outputs(tmp_path):
+    kiln.compile(add_model(tmp_path / "add.onnx"), tmp_path / "add.kiln")
+    m = kiln.load(tmp_path / "add.kiln")
+    x = X.copy()
+    out = np.empty((2, 3), np.float32)
+    res = m.run({"x": x}, outputs={"y": out})
+    assert res["y"] is out  # Kiln wrote into the caller's array
+    np.testing.assert_array_equal(out, X + W)
+    assert m._last_input_addresses() == [x.ctypes.data]  # bound in place
+    # A strided view is copied to a contiguous array first (other address).
+    wide = np.zeros((2, 6), np.float32)
+    wide[:, ::2] = X
+    view = wide[:, ::2]
+    np.testing.assert_array_equal(m.run({"x": view})["y"], X + W)
+    assert m._last_input_addresses() != [view.ctypes.data]
+    # Outputs must be writable in place.
+    with pytest.raises(kiln.InvalidArgument, match="writeable C-contiguous"):
+        m.run({"x": x}, outputs={"y": np.empty((3, 2), np.float32).T})
+
+
+def test_errors_are_exceptions_with_kilns_message(tmp_path):
+    kiln.compile(add_model(tmp_path / "add.onnx"), tmp_path / "add.kiln")
+    m = kiln.load(tmp_path / "add.kiln")
+    with pytest.raises(kiln.InvalidArgument, match=r"input 0 'x': expected dtype float32, found float64"):
+        m.run({"x": X.astype(np.float64)})
+    with pytest.raises(kiln.InvalidArgument, match=r"expected shape \[2,3\], found \[3,2\]"):
+        m.run({"x": X.T.copy()})
+    with pytest.raises(kiln.InvalidArgument, match="'z' is not an input of the model"):
+        m.run({"z": X})
+    with pytest.raises(kiln.NotFound, match="nothing.kiln"):
+        kiln.load(tmp_path / "nothing.kiln")
+    (tmp_path / "bad.kiln").write_bytes(b"KILNMDL\0" + b"\xff" * 200)
+    with pytest.raises(kiln.Corrupt) as e:
+        kiln.load(tmp_path / "bad.kiln")
+    assert isinstance(e.value, kiln.Error) and "bad.kiln" in str(e.value)
+    with pytest.raises(kiln.NotFound, match="missing.onnx"):
+        kiln.compile(tmp_path / "missing.onnx", tmp_path / "x.kiln")
+    with pytest.raises(kiln.InvalidArgument, match="weight_load"):
+        kiln.load(tmp_path / "add.kiln", weight_load="fast")
+
+
+def test_the_gil_is_released_while_a_model_runs(tmp_path):
+    kiln.compile(matmul_chain(tmp_path / "chain.onnx"), tmp_path / "chain.kiln")
+    m = kiln.load(tmp_path / "chain.kiln")
+    x = np.eye(512, dtype=np.float32)
+    m.run({"x": x})  # warm up
+    done = threading.Event()
+    gaps = []
+
+    def count():
+        # The longest stretch in which this thread could not run Python.
+        last, gap = time.perf_counter(), 0.0
+        while not done.is_set():
+            now = time.perf_counter()
+            gap, last = max(gap, now - last), now
+        gaps.append(gap)
+
+    t = threading.Thread(target=count)
+    t.start()
+    time.sleep(0.05)
+    t0 = time.perf_counter()
+    m.run({"x": x})
+    run_s = time.perf_counter() - t0
+    done.set()
+    t.join()
+    # Holding the GIL, the run would stall the other thread for all of it.
+    assert run_s > 0.02, f"the run took only {run_s * 1e3:.1f} ms: too short to tell"
+    assert gaps[0] < run_s / 2, f"the other thread stalled {gaps[0] * 1e3:.1f} ms of a {run_s * 1e3:.1f} ms run"
+
+
+def test_user_weight_memory_from_memory_image(tmp_path):
+    kiln.compile(add_model(tmp_path / "add.onnx"), tmp_path / "add.kiln", external_weight=2)
+    image = (tmp_path / "add.kiln").read_bytes()
+    weights = np.frombuffer((tmp_path / "weight" / "add_weight_combined").read_bytes(), dtype=np.uint8).copy()
+    with pytest.raises(kiln.InvalidArgument, match="add_weight_combined"):
+        kiln.load_bytes(image)  # no directory of its own, no memory given
+    m = kiln.load_bytes(image, weights={"add_weight_combined": weights})
+    del weights
+    gc.collect()  # the model keeps the buffer alive
+    np.testing.assert_array_equal(m.run({"x": X})["y"], X + W)
+
+
+def test_session_shares_weights_and_runs_graphs(tmp_path):
+    kiln.compile(add_model(tmp_path / "add.onnx"), tmp_path / "add.kiln", external_weight=1)
+    s = kiln.Session(external_weight=1, external_weight_dir=tmp_path / "store")
+    a = s.load(tmp_path / "add.kiln")
+    b = s.load(tmp_path / "add.kiln")
+    assert s.weight_stats()["weights_shared"] == 1
+    np.testing.assert_array_equal(b.run({"x": X})["y"], X + W)
+    gid = s.add_graph(tmp_path / "add.onnx")
+    s.compile_graph(gid)
+    summary = s.graph_summary(gid)
+    assert len(summary.external_weights) == 1 and "store" in summary.weight_dir
+    np.testing.assert_array_equal(s.run_graph(gid, {"x": X})["y"], X + W)
+    s.remove_graph(gid)
+    with pytest.raises(kiln.NotFound):
+        s.run_graph(gid, {"x": X})
+    del s
+    gc.collect()
+    np.testing.assert_array_equal(a.run({"x": X})["y"], X + W)  # models outlive their session
+
+
+def test_custom_op_package(tmp_path):
+    root = os.environ.get("KILN_TEST_PACKAGE_ROOT")
+    if not root:
+        pytest.skip("KILN_TEST_PACKAGE_ROOT not set (run through ctest)")
+    assert root in os.environ.get("KILN_CUSTOM_OP_PATH", "")
+    kiln.compile(add_model(tmp_path / "custom.onnx", custom=True), tmp_path / "custom.kiln")
+    assert kiln.registered_custom_op("PkgDouble")
+    np.testing.assert_array_equal(kiln.load(tmp_path / "custom.kiln").run({"x": X})["y"], 2 * (X + W))
+    s = kiln.Session()
+    gid = s.add_graph(tmp_path / "custom.onnx")
+    np.testing.assert_array_equal(s.run_graph(gid, {"x": X})["y"], 2 * (X + W))
+
+
+def test_data_dependent_output_has_its_actual_shape(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, None)
+    g = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"])], "nz", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "nz.onnx"))
+    kiln.compile(tmp_path / "nz.onnx", tmp_path / "nz.kiln")
+    m = kiln.load(tmp_path / "nz.kiln")
+    assert m.outputs[0].dynamic_dims == [1]
+    v = np.array([0, 3, 0, 0, 5, 1], np.float32)
+    np.testing.assert_array_equal(m.run({"x": v})["y"], np.array(np.nonzero(v)))
