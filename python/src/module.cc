@@ -304,6 +304,20 @@ std::unique_ptr<PyModel> Wrap(std::unique_ptr<kiln::Model> m, std::vector<py::ob
   return p;
 }
 
+// Loading, as every load call does it: the options (keeping user weight
+// buffers referenced), `load` run with the GIL released, the result wrapped.
+template <typename F>
+std::unique_ptr<PyModel> LoadWith(const LoadArgs& a, const std::string& path, F&& load) {
+  std::vector<py::object> keep;
+  kiln::LoadOptions o = Options(a, &keep);
+  std::optional<kiln::Result<std::unique_ptr<kiln::Model>>> r;
+  {
+    py::gil_scoped_release release;
+    r.emplace(load(o));
+  }
+  return Wrap(Take(std::move(*r)), std::move(keep), path);
+}
+
 std::map<std::string, kiln::Shape> Shapes(const std::optional<std::map<std::string, std::vector<std::int64_t>>>& s) {
   std::map<std::string, kiln::Shape> out;
   if (s) {
@@ -323,14 +337,7 @@ class PySession {
     s_ = std::make_unique<kiln::Session>(std::move(so));
   }
   std::unique_ptr<PyModel> Load(const std::string& path, LoadArgs a) {
-    std::vector<py::object> keep;
-    kiln::LoadOptions o = Options(a, &keep);
-    std::optional<kiln::Result<std::unique_ptr<kiln::Model>>> r;
-    {
-      py::gil_scoped_release release;
-      r.emplace(s_->LoadModel(path, o));
-    }
-    return Wrap(Take(std::move(*r)), std::move(keep), path);
+    return LoadWith(a, path, [&](const kiln::LoadOptions& o) { return s_->LoadModel(path, o); });
   }
   std::uint32_t AddGraph(const std::string& onnx_path,
                          std::optional<std::map<std::string, std::vector<std::int64_t>>> input_shapes) {
@@ -468,25 +475,12 @@ PYBIND11_MODULE(_kiln, m) {
       py::arg("model"), py::arg("output"), py::arg("external_weight") = 0, py::arg("external_weight_dir") = py::none(),
       py::arg("input_shapes") = py::none(), py::arg("target") = "cpu", py::arg("model_name") = py::none());
   m.def("load", [](const std::string& path, LoadArgs a) {
-    std::vector<py::object> keep;
-    kiln::LoadOptions o = Options(a, &keep);
-    std::optional<kiln::Result<std::unique_ptr<kiln::Model>>> r;
-    {
-      py::gil_scoped_release release;
-      r.emplace(kiln::Model::Load(path, o));
-    }
-    return Wrap(Take(std::move(*r)), std::move(keep), path);
+    return LoadWith(a, path, [&](const kiln::LoadOptions& o) { return kiln::Model::Load(path, o); });
   });
   m.def("load_bytes", [](py::buffer data, LoadArgs a) {
-    std::vector<py::object> keep;
-    kiln::LoadOptions o = Options(a, &keep);
-    py::buffer_info info = data.request();
-    std::optional<kiln::Result<std::unique_ptr<kiln::Model>>> r;
-    {
-      py::gil_scoped_release release;  // `data` stays referenced by the caller's frame
-      r.emplace(kiln::Model::LoadFromMemory(info.ptr, static_cast<std::size_t>(info.size * info.itemsize), o));
-    }
-    return Wrap(Take(std::move(*r)), std::move(keep), "");
+    py::buffer_info info = data.request();  // `data` stays referenced by the caller's frame
+    const auto bytes = static_cast<std::size_t>(info.size * info.itemsize);
+    return LoadWith(a, "", [&](const kiln::LoadOptions& o) { return kiln::Model::LoadFromMemory(info.ptr, bytes, o); });
   });
   m.def("load_custom_op_packages", [] { Check(kiln::LoadCustomOpPackages()); });
   m.def("load_custom_op_library", [](const std::string& path) { Check(kiln::LoadCustomOpLibrary(path)); });
