@@ -302,23 +302,17 @@ class ModelImpl final : public Model {
     // Every graph's FileConstants, If branches' included, in one Acquire.
     std::vector<std::pair<ir::Graph*, ir::Node*>> fcs;
     std::vector<weights::WeightRef> refs;
-    std::vector<ir::Node*> all;
-    std::vector<ir::Graph*> owners;
     ir::ForEachGraph(g, [&](ir::Graph& sub) {
       for (auto& n : sub.nodes()) {
-        if (n->op_type() == "FileConstant" && n->domain() == "kiln") {
-          all.push_back(n.get());
-          owners.push_back(&sub);
-        }
+        if (n->op_type() == "FileConstant" && n->domain() == "kiln") fcs.push_back({&sub, n.get()});
       }
     });
-    for (std::size_t k = 0; k < all.size(); ++k) {
-      ir::Node* n = all[k];
+    for (auto& fc : fcs) {
+      ir::Node* n = fc.second;
       // Checks its attributes (length == dtype size x shape) before any file
       // is touched.
       Status st = ops::InferNode(*n);
       if (!st.ok()) return st.WithContext(StrCat("model file '", path, "'"));
-      fcs.push_back({owners[k], n});
       weights::WeightRef r;
       r.node = n->name();
       r.location = n->GetString("location", "");
