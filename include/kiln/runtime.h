@@ -123,6 +123,25 @@ struct LoadOptions {
   }
   struct UserMemory { void* data; std::size_t size; };
   std::map<std::string, UserMemory> user_weight_memory;
+
+  // Weights made by Graph::AddFileConstant(..., file_id, ...) are resolved
+  // here, by file_id: a file the caller names (read or mapped like a weight
+  // file, the path used as given) or `size` bytes at `data` that the caller
+  // filled (kept by the caller, as above). Each weight reads its bytes
+  // [offset, offset + length) of it; an id missing here, or a file or memory
+  // too small, fails the load naming the node and id.
+  void SetWeightFile(const std::string& file_id, const std::string& path) {
+    weight_files[file_id] = {path, nullptr, 0};
+  }
+  void SetWeightFileAddress(const std::string& file_id, void* data, std::size_t size) {
+    weight_files[file_id] = {std::string(), data, size};
+  }
+  struct WeightFile {
+    std::string path;  // empty: data/size
+    void* data = nullptr;
+    std::size_t size = 0;
+  };
+  std::map<std::string, WeightFile> weight_files;
 };
 
 // Counters of a session's external-weight loading.
@@ -215,9 +234,10 @@ struct CompiledGraphSummary {
   std::uint64_t arena_bytes = 0, no_reuse_bytes = 0, lower_bound_bytes = 0;
   std::uint64_t embedded_weight_bytes = 0;
   struct ExternalWeight {
-    std::string path;  // relative to weight_dir
+    std::string path;  // relative to weight_dir; empty for a file_id weight
     std::uint64_t size = 0, offset = 0;
-    std::string id;    // SHA-256
+    std::string id;    // SHA-256 (empty for a file_id weight)
+    std::string file_id;  // Graph::AddFileConstant's id, resolved at load
   };
   std::string weight_dir;
   std::vector<ExternalWeight> external_weights;

@@ -87,7 +87,7 @@ PyTensorInfo Describe(const kiln::TensorInfo& t) {
 }
 
 struct PyExternalWeight {
-  std::string path, id;
+  std::string path, id, file_id;
   std::uint64_t size = 0, offset = 0;
 };
 
@@ -100,7 +100,7 @@ struct PySummary {
 
 PySummary Summarize(const kiln::CompiledGraphSummary& s) {
   PySummary p{s.num_nodes, s.arena_bytes, s.embedded_weight_bytes, s.weight_dir, {}};
-  for (auto& w : s.external_weights) p.external_weights.push_back({w.path, w.id, w.size, w.offset});
+  for (auto& w : s.external_weights) p.external_weights.push_back({w.path, w.id, w.file_id, w.size, w.offset});
   return p;
 }
 
@@ -294,7 +294,9 @@ PySummary FileSummary(const std::string& path) {
   s.arena_bytes = f->model.plan.arena_size;
   s.embedded_weight_bytes = f->model.plan.const_size;
   s.weight_dir = f->model.weight_dir;
-  for (auto& w : kiln::ListExternalWeights(*f->model.graph)) s.external_weights.push_back({w.location, w.id, w.size, w.offset});
+  auto ws = kiln::ListExternalWeights(*f->model.graph);
+  if (!ws.ok()) return {};
+  for (auto& w : ws.value()) s.external_weights.push_back({w.location, w.sha256, w.file_id, w.length, w.offset});
   return s;
 }
 
@@ -411,6 +413,7 @@ PYBIND11_MODULE(_kiln, m) {
   py::class_<PyExternalWeight>(m, "ExternalWeight")
       .def_readonly("path", &PyExternalWeight::path)
       .def_readonly("id", &PyExternalWeight::id)
+      .def_readonly("file_id", &PyExternalWeight::file_id)
       .def_readonly("size", &PyExternalWeight::size)
       .def_readonly("offset", &PyExternalWeight::offset)
       .def("__repr__", [](const PyExternalWeight& w) {

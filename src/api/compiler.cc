@@ -215,7 +215,10 @@ CompiledGraphSummary SummarizeCompiled(const format::CompiledModel& cm, const Co
   s.lower_bound_bytes = cm.plan.lower_bound;
   s.embedded_weight_bytes = cm.plan.const_size;
   s.weight_dir = report.weight_dir;
-  for (auto& w : ListExternalWeights(*cm.graph)) s.external_weights.push_back({w.location, w.size, w.offset, w.id});
+  auto ws = ListExternalWeights(*cm.graph);  // (decoded when compiled or loaded: cannot fail here)
+  if (ws.ok()) {
+    for (auto& w : ws.value()) s.external_weights.push_back({w.location, w.length, w.offset, w.sha256, w.file_id});
+  }
   for (auto& n : cm.graph->nodes()) {
     if (!n->HasAttr("kiln.inserted_for")) continue;
     const std::string op = n->GetString("kiln.inserted_for", "");
@@ -231,6 +234,20 @@ CompiledGraphSummary SummarizeCompiled(const format::CompiledModel& cm, const Co
   return s;
 }
 
+namespace {
+
+// Whether the graph has weights in a weight directory (not file_id ones).
+bool HasDirectoryWeights(const ir::Graph& g) {
+  auto ws = ListExternalWeights(g);
+  if (!ws.ok()) return true;
+  for (auto& w : ws.value()) {
+    if (w.file_id.empty()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<format::CompiledModel> CompileOnnxFileTo(const std::string& path, const std::string& output,
                                                 const CompileOptions& opts, CompileReport* report) {
   CompileReport local;
@@ -245,7 +262,7 @@ Result<format::CompiledModel> CompileOnnxFileTo(const std::string& path, const s
     if (ec) return Error(StatusCode::kIoError, "output '", output, "': ", ec.message());
     KILN_RETURN_IF_ERROR(MigrateExternalWeights(m, r, final_dir.string(), o));
   }
-  if (!ListExternalWeights(*m.graph).empty() && !r.weight_dir.empty()) {
+  if (HasDirectoryWeights(*m.graph) && !r.weight_dir.empty()) {
     // The .kiln records its weight directory relative to itself, so it runs
     // without flags wherever the two move together.
     std::error_code ec;

@@ -36,7 +36,7 @@ struct CompileReport {
   std::vector<std::string> pass_log;
   std::string weight_dir;          // where external weights were written
   bool weight_dir_is_temporary = false;
-  std::vector<weights::WeightRecord> weight_records;
+  std::vector<weights::WeightRef> weight_records;
   weights::StoreStats weight_stats;
 };
 

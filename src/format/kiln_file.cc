@@ -1,5 +1,7 @@
 #include "format/kiln_file.h"
 
+#include "ops/file_constant.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -277,15 +279,21 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
 
 namespace kiln {
 
-std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g) {
-  std::vector<ExternalWeightInfo> out;
+Result<std::vector<weights::WeightRef>> ListExternalWeights(const ir::Graph& g) {
+  std::vector<weights::WeightRef> out;
+  Status st = Status::Ok();
   ir::ForEachGraph(g, [&](const ir::Graph& sub) {  // If branches' weights too
     for (auto& n : sub.nodes()) {
-      if (n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
-      out.push_back({n->name(), n->GetString("location", ""), static_cast<std::uint64_t>(n->GetInt("offset", 0)),
-                     static_cast<std::uint64_t>(n->GetInt("length", 0)), n->GetString("kiln.sha256", "")});
+      if (!st.ok() || !ops::IsFileConstant(*n)) continue;
+      auto r = ops::DecodeFileConstant(*n);
+      if (!r.ok()) {
+        st = r.status();
+        continue;
+      }
+      out.push_back(std::move(r).value());
     }
   });
+  if (!st.ok()) return st;
   return out;
 }
 

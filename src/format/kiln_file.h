@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/weight_ref.h"
 #include "ir/graph.h"
 #include "plan/memory_plan.h"
 
@@ -118,16 +119,8 @@ std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed = 0);
 
 namespace kiln {
 
-// One external weight of a compiled model (a FileConstant node).
-struct ExternalWeightInfo {
-  std::string node;      // the FileConstant / value name
-  std::string location;  // file, relative to the weight directory
-  std::uint64_t offset = 0;
-  std::uint64_t size = 0;
-  std::string id;        // SHA-256 of the bytes
-};
-
-// Lists the FileConstants of a compiled graph.
-std::vector<ExternalWeightInfo> ListExternalWeights(const ir::Graph& g);
+// The FileConstants of a compiled graph, If branches' included, decoded
+// (ops/file_constant.h); the first that does not decode is the error.
+Result<std::vector<weights::WeightRef>> ListExternalWeights(const ir::Graph& g);
 
 }  // namespace kiln

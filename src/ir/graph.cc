@@ -1,6 +1,6 @@
 #include "ir/graph.h"
 
-#include "ir/utf8.h"
+#include "common/utf8.h"
 
 #include <algorithm>
 #include <set>

@@ -1,11 +1,9 @@
 // Internal ops (domain "kiln").
 //
-// FileConstant: a constant whose bytes live in an external weight file.
-// Attributes: location (file, relative to the weight directory), offset and
-// length (bytes), dtype (ONNX element type number), shape; optional
-// kiln.sha256 (content hash). No inputs, one output. Created only by the
-// compiler (ExternalizeConstants); a model may not contain it (the ONNX
-// importer refuses Kiln's domain).
+// FileConstant: a constant whose bytes live in an external weight file; its
+// attributes are ops/file_constant.h. Created by the compiler
+// (ExternalizeConstants) and, with a file_id, by Graph::AddFileConstant; an
+// ONNX model may not contain it (the importer refuses Kiln's domain).
 //
 // MemcpyToHost / MemcpyFromHost: copies between the target device's memory
 // and host memory, inserted by the placement pass around nodes that run on
@@ -17,26 +15,15 @@
 // input and output; created by the fuse-gelu pass from the five nodes
 // exporters write for it.
 #include "ops/common_infer.h"
+#include "ops/file_constant.h"
 
 namespace kiln::ops {
 namespace {
 
 Status InferFileConstant(InferContext& c) {
-  const ir::Node& n = c.node();
-  for (const char* a : {"location", "offset", "length", "dtype", "shape"}) {
-    if (!n.HasAttr(a)) return c.Fail("missing attribute '", a, "'");
-  }
-  const auto dtype = static_cast<DType>(n.GetInt("dtype", 0));
-  if (!DTypeSupported(dtype)) return c.Fail("attribute 'dtype' = ", n.GetInt("dtype", 0), " is not a supported type");
-  const Shape shape = n.GetInts("shape");
-  const std::int64_t offset = n.GetInt("offset", -1), length = n.GetInt("length", -1);
-  if (offset < 0 || length < 0) return c.Fail("attributes 'offset'/'length' must be >= 0");
-  KILN_ASSIGN_OR_RETURN(const std::int64_t bytes, CheckedTensorBytes(dtype, shape, StrCat(n.Describe(), ": attribute 'shape'")));
-  if (bytes != length) {
-    return c.Fail("attribute 'length' = ", length, " does not match dtype ", DTypeName(dtype), " x shape ",
-                  ShapeToString(shape), " = ", bytes, " bytes");
-  }
-  c.SetOutput(0, dtype, shape);
+  // Every attribute is checked by the one decoder.
+  KILN_ASSIGN_OR_RETURN(weights::WeightRef r, DecodeFileConstant(c.node()));
+  c.SetOutput(0, r.dtype, r.shape);
   return Status::Ok();
 }
 
@@ -48,7 +35,7 @@ void RegisterInternalOps(OpRegistry& r) {
   d.domain = "kiln";
   d.versions = {1};
   d.min_inputs = d.max_inputs = 0;
-  d.attributes = {"location", "offset", "length", "dtype", "shape"};
+  d.attributes = {"location", "file_id", "offset", "length", "dtype", "shape"};
   d.infer = InferFileConstant;
   r.Register(d);
   {

@@ -2,13 +2,15 @@
 //
 // RejectInternalOps (first in the pipeline): a graph to compile may not hold
 // Kiln's internal ops (FileConstant, ...); they are created only by the
-// passes below. (ONNX external data is read by the importer, inside the
+// passes below, except FileConstants with a file_id that the graph API
+// makes (Graph::AddFileConstant). (ONNX external data is read by the importer, inside the
 // model's directory only.)
 // ExternalizeConstants (after optimisation): every non-empty constant, in
 // the main graph and in every subgraph (If branches), is stored in an
 // external weight directory and replaced by a FileConstant in its graph.
 #include <set>
 
+#include "ops/file_constant.h"
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 #include "weights/path.h"
@@ -17,6 +19,12 @@ namespace kiln::passes {
 
 Status RejectInternalOps(ir::Graph& g, const PassOptions&) {
   for (auto& n : g.nodes()) {
+    // A file_id FileConstant is the graph API's (Graph::AddFileConstant):
+    // the caller resolves it at load, so it names no file of Kiln's.
+    if (ops::IsFileConstant(*n) && !n->HasAttr("location") && n->HasAttr("file_id")) {
+      KILN_RETURN_IF_ERROR(ops::DecodeFileConstant(*n).status());
+      continue;
+    }
     if (n->domain() == "kiln") {
       return Error(StatusCode::kInvalidArgument, n->Describe(), " is in domain 'kiln', which is internal to Kiln: "
                    "a graph to compile may not contain it");
@@ -25,7 +33,7 @@ Status RejectInternalOps(ir::Graph& g, const PassOptions&) {
   return Status::Ok();
 }
 
-Result<std::vector<weights::WeightRecord>> ExternalizeConstants(ir::Graph& g, const std::string& dir,
+Result<std::vector<weights::WeightRef>> ExternalizeConstants(ir::Graph& g, const std::string& dir,
                                                                 const weights::StoreOptions& opts,
                                                                 weights::StoreStats* stats) {
   // Every graph's constants, If branches and Loop bodies included: they
@@ -44,17 +52,14 @@ Result<std::vector<weights::WeightRecord>> ExternalizeConstants(ir::Graph& g, co
   std::set<ir::Graph*> touched;
   for (std::size_t i = 0; i < consts.size(); ++i) {
     auto [owner, v] = consts[i];
-    const weights::WeightRecord& r = records[i];
+    weights::WeightRef r = records[i];
     const HostTensor& t = *blobs[i];
+    r.dtype = t.dtype();
+    r.shape = t.shape();
     v->set_constant(nullptr);
     ir::Node* n = owner->AddNode("FileConstant", v->name(), {}, {v}, "kiln");
     n->set_since_version(1);
-    n->SetAttr("location", ir::Attribute::String(r.file));
-    n->SetAttr("offset", ir::Attribute::Int(static_cast<std::int64_t>(r.offset)));
-    n->SetAttr("length", ir::Attribute::Int(static_cast<std::int64_t>(r.length)));
-    n->SetAttr("dtype", ir::Attribute::Int(static_cast<std::int64_t>(t.dtype())));
-    n->SetAttr("shape", ir::Attribute::Ints(t.shape()));
-    n->SetAttr("kiln.sha256", ir::Attribute::String(r.sha256));
+    ops::EncodeFileConstant(*n, r);
     KILN_RETURN_IF_ERROR(ops::InferNode(*n));
     touched.insert(owner);
   }
@@ -63,20 +68,26 @@ Result<std::vector<weights::WeightRecord>> ExternalizeConstants(ir::Graph& g, co
   return records;
 }
 
-Status RelocateFileConstants(ir::Graph& g, const std::vector<weights::WeightRecord>& records) {
-  std::map<std::string, const weights::WeightRecord*> by_hash;
+Status RelocateFileConstants(ir::Graph& g, const std::vector<weights::WeightRef>& records) {
+  std::map<std::string, const weights::WeightRef*> by_hash;
   for (auto& r : records) by_hash[r.sha256] = &r;
   Status st = Status::Ok();
   ir::ForEachGraph(g, [&](ir::Graph& sub) {
     for (auto& n : sub.nodes()) {
-      if (!st.ok() || n->op_type() != "FileConstant" || n->domain() != "kiln") continue;
+      if (!st.ok() || !ops::IsFileConstant(*n) || !n->HasAttr("location")) continue;  // (file_id: the caller's)
       auto it = by_hash.find(n->GetString("kiln.sha256", ""));
       if (it == by_hash.end()) {
         st = Error(StatusCode::kInternal, n->Describe(), ": no record for its weight");
         continue;
       }
-      n->SetAttr("location", ir::Attribute::String(it->second->file));
-      n->SetAttr("offset", ir::Attribute::Int(static_cast<std::int64_t>(it->second->offset)));
+      auto r = ops::DecodeFileConstant(*n);
+      if (!r.ok()) {
+        st = r.status();
+        continue;
+      }
+      r.value().location = it->second->location;
+      r.value().offset = it->second->offset;
+      ops::EncodeFileConstant(*n, r.value());
     }
   });
   return st;

@@ -71,11 +71,11 @@ Status PlaceNodes(ir::Graph& g, const PassOptions& opts);
 Result<std::vector<ir::Node*>> InlineConstantIf(ir::Graph& g, ir::Node* n);
 
 // Not pipeline passes (they do I/O and return records): external weights.
-Result<std::vector<weights::WeightRecord>> ExternalizeConstants(ir::Graph& g, const std::string& dir,
+Result<std::vector<weights::WeightRef>> ExternalizeConstants(ir::Graph& g, const std::string& dir,
                                                                 const weights::StoreOptions& opts,
                                                                 weights::StoreStats* stats);
 // Points FileConstants (by kiln.sha256) at `records` (after a migration).
-Status RelocateFileConstants(ir::Graph& g, const std::vector<weights::WeightRecord>& records);
+Status RelocateFileConstants(ir::Graph& g, const std::vector<weights::WeightRef>& records);
 
 using ops::kActAttr;
 using ops::kActAlphaAttr;

@@ -13,6 +13,7 @@
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
 #include "runtime/devices.h"
+#include "ops/file_constant.h"
 #include "runtime/executor.h"
 #include "runtime/stream_impl.h"
 #include "runtime/session_impl.h"
@@ -308,31 +309,17 @@ class ModelImpl final : public Model {
       }
     });
     for (auto& fc : fcs) {
-      ir::Node* n = fc.second;
-      // Checks its attributes (length == dtype size x shape) before any file
-      // is touched.
-      Status st = ops::InferNode(*n);
-      if (!st.ok()) return st.WithContext(StrCat("model file '", path, "'"));
-      weights::WeightRef r;
-      r.node = n->name();
-      r.location = n->GetString("location", "");
-      // A .kiln names only the files a compile writes: never another file
-      // of the weight directory, a path, or a file elsewhere.
-      if (!weights::IsWeightFileName(r.location)) {
-        return Error(StatusCode::kCorrupt, "model file '", path, "': node '", r.node, "': external weight location '",
-                     r.location.substr(0, 128), "' is not a weight_<sha256> or <name>_weight_combined file name");
-      }
-      r.offset = static_cast<std::uint64_t>(n->GetInt("offset", 0));
-      r.length = static_cast<std::uint64_t>(n->GetInt("length", 0));
-      r.dtype = n->output(0)->dtype();
-      r.shape = n->output(0)->shape();
-      r.sha256 = n->GetString("kiln.sha256", "");
-      refs.push_back(r);
+      // The one decoder checks every attribute (length == dtype size x
+      // shape, location a weight_<sha256> or <name>_weight_combined name)
+      // before any file is touched.
+      auto r = ops::DecodeFileConstant(*fc.second);
+      if (!r.ok()) return Error(StatusCode::kCorrupt, "model file '", path, "': ", r.status().message());
+      refs.push_back(std::move(r).value());
     }
     if (refs.empty()) return Status::Ok();
     if (opts.weight_dir.empty() && default_dir.empty()) {
       for (const weights::WeightRef& r : refs) {
-        if (!opts.user_weight_memory.count(r.location)) {
+        if (r.file_id.empty() && !opts.user_weight_memory.count(r.location)) {
           return Error(StatusCode::kInvalidArgument, path, ": node '", r.node, "' reads external weight file '",
                        r.location, "' and there is no weight directory (a model loaded from memory has none): set "
                        "LoadOptions::weight_dir or SetExternalWeightAddress for it");
@@ -348,6 +335,7 @@ class ModelImpl final : public Model {
     cfg.chunk_bytes = opts.weight_chunk_bytes;
     cfg.verify = opts.verify_weights;
     for (auto& [f, m] : opts.user_weight_memory) cfg.user_memory[f] = {m.data, m.size};
+    for (auto& [id, f] : opts.weight_files) cfg.files[id] = {f.path, f.data, f.size};
     auto tensors = manager.Acquire(refs, cfg, default_dir);
     if (!tensors.ok()) return tensors.status().WithContext(StrCat("loading external weights of '", path, "'"));
     for (std::size_t i = 0; i < fcs.size(); ++i) {

@@ -318,8 +318,11 @@ json InspectJson(const kiln::format::LoadedFile& f) {
     nodes.push_back(node);
   }
   json ext = json::array();
-  for (auto& w : kiln::ListExternalWeights(g)) {
-    ext.push_back({{"node", w.node}, {"path", w.location}, {"size", w.size}, {"offset", w.offset}, {"id", w.id}});
+  auto ws = kiln::ListExternalWeights(g);  // (the load decoded them: cannot fail here)
+  for (auto& w : ws.ok() ? ws.value() : std::vector<kiln::weights::WeightRef>{}) {
+    json e{{"node", w.node}, {"path", w.location}, {"size", w.length}, {"offset", w.offset}, {"id", w.sha256}};
+    if (!w.file_id.empty()) e["file_id"] = w.file_id;
+    ext.push_back(e);
   }
   return json{{"file_size", f.file_size},
               {"target", f.model.target},

@@ -29,13 +29,6 @@ std::string Sha256Hex(const void* data, std::size_t size) {
   return Hex(md, len);
 }
 
-bool IsSha256Hex(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
 
 Result<std::string> Sha256OfFileRange(int fd, std::uint64_t offset, std::uint64_t length, const std::string& what) {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/weight_ref.h"  // IsSha256Hex
 
 namespace kiln::weights {
 
@@ -13,7 +14,6 @@ namespace kiln::weights {
 std::string Sha256Hex(const void* data, std::size_t size);
 
 // True for a well-formed 64-digit lowercase hex string.
-bool IsSha256Hex(const std::string& s);
 
 // SHA-256 of bytes [offset, offset + length) of an open file, read in
 // chunks (no mapping: a file truncated meanwhile gives an error, not SIGBUS).

@@ -24,6 +24,7 @@
 #include "common/checked.h"
 #include "common/file.h"
 #include "weights/sha256.h"
+#include "common/weight_ref.h"
 
 namespace kiln::weights {
 namespace {
@@ -32,9 +33,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kLockFile = "meta.json.lock";
 constexpr const char* kAppendIntent = "meta.json.append";
-constexpr const char* kCombinedSuffix = "_weight_combined";
 constexpr std::int64_t kMaxMetaBytes = std::int64_t{1} << 30;
-constexpr std::size_t kMaxModelNameBytes = 128;
 // A file changed less than this before its stamp was taken may change again
 // within the same timestamp tick unseen: its stamp is not cached.
 constexpr std::int64_t kRacyNs = 1'000'000'000;
@@ -55,59 +54,13 @@ std::string Printable(const std::string& s) {
   return out;
 }
 
-bool ValidUtf8(const std::string& s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t n = 0;
-    std::uint32_t cp = 0;
-    if ((c >> 5) == 6) {
-      n = 1, cp = c & 0x1f;
-    } else if ((c >> 4) == 14) {
-      n = 2, cp = c & 0x0f;
-    } else if ((c >> 3) == 30) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= n) return false;
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d >> 6) != 2) return false;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff)) {
-      return false;
-    }
-    i += n + 1;
-  }
-  return true;
-}
-
-std::string ModelNameProblem(const std::string& name) {
-  if (name.empty()) return "it is empty";
-  if (name.size() > kMaxModelNameBytes) return StrCat("it is ", name.size(), " bytes long (at most ", kMaxModelNameBytes, ")");
-  for (unsigned char c : name) {
-    if (c == 0) return "it contains a NUL byte";
-    if (c < 0x20 || c == 0x7f) return "it contains a control character";
-    if (c == '/' || c == '\\') return "it contains a path separator";
-  }
-  if (name.find("..") != std::string::npos) return "it contains '..'";
-  if (!ValidUtf8(name)) return "it is not valid UTF-8";
-  return {};
-}
-
-bool IsSingleName(const std::string& f) { return f.size() == 7 + 64 && f.rfind("weight_", 0) == 0 && IsSha256Hex(f.substr(7)); }
-
-bool IsCombinedName(const std::string& f) {
-  const std::size_t n = std::strlen(kCombinedSuffix);
-  return f.size() > n && f.compare(f.size() - n, n, kCombinedSuffix) == 0 &&
-         ModelNameProblem(f.substr(0, f.size() - n)).empty();
+WeightRef MakeRef(const std::string& sha256, const std::string& location, std::uint64_t offset, std::uint64_t length) {
+  WeightRef r;
+  r.sha256 = sha256;
+  r.location = location;
+  r.offset = offset;
+  r.length = length;
+  return r;
 }
 
 std::uint64_t AlignUp(std::uint64_t v) { return (v + kCombinedAlignment - 1) / kCombinedAlignment * kCombinedAlignment; }
@@ -246,7 +199,7 @@ struct Store {
   fs::path dir;
   bool read_only = false;
   std::string read_only_reason;
-  std::map<std::string, WeightRecord> meta;
+  std::map<std::string, WeightRef> meta;
   std::map<std::string, FileCache> cache;  // by file name
   bool dirty = false;                      // meta.json must be rewritten
   std::vector<std::string> warnings;
@@ -271,7 +224,7 @@ struct Store {
 };
 
 // Why entry (h, e) of meta.json cannot be used, or "" when it can.
-std::string EntryProblem(const std::string& h, const nlohmann::json& e, WeightRecord* r) {
+std::string EntryProblem(const std::string& h, const nlohmann::json& e, WeightRef* r) {
   if (!IsSha256Hex(h)) return "its key is not 64 lowercase hex digits";
   if (!e.is_object()) return "it is not an object";
   auto file = e.find("file"), offset = e.find("offset"), length = e.find("length");
@@ -280,21 +233,21 @@ std::string EntryProblem(const std::string& h, const nlohmann::json& e, WeightRe
     return "its \"offset\"/\"length\" are not non-negative integers";
   }
   r->sha256 = h;
-  r->file = file->get<std::string>();
+  r->location = file->get<std::string>();
   r->offset = offset->get<std::uint64_t>();
   r->length = length->get<std::uint64_t>();
-  if (!IsWeightFileName(r->file)) {
-    return StrCat("its file '", Printable(r->file), "' is neither weight_<sha256> nor <model>", kCombinedSuffix);
+  if (!IsWeightFileName(r->location)) {
+    return StrCat("its file '", Printable(r->location), "' is neither weight_<sha256> nor <model>", kCombinedSuffix);
   }
   std::uint64_t end = 0;
   if (!CheckedAddU(r->offset, r->length, &end) || end > static_cast<std::uint64_t>(INT64_MAX)) {
     return StrCat("its range offset ", r->offset, " + length ", r->length, " overflows");
   }
   if (r->length == 0) return "its length is 0";
-  if (IsSingleName(r->file) && (r->file.compare(7, 64, h) != 0 || r->offset != 0)) {
-    return StrCat("file '", r->file, "' can only hold the whole weight ", h);
+  if (IsSingleName(r->location) && (r->location.compare(7, 64, h) != 0 || r->offset != 0)) {
+    return StrCat("file '", r->location, "' can only hold the whole weight ", h);
   }
-  if (IsCombinedName(r->file) && r->offset % kCombinedAlignment != 0) {
+  if (IsCombinedName(r->location) && r->offset % kCombinedAlignment != 0) {
     return StrCat("its offset ", r->offset, " is not a multiple of ", kCombinedAlignment);
   }
   return {};
@@ -346,7 +299,7 @@ Status LoadMeta(Store& s, std::vector<std::string>* warnings_out) {
   }
   std::vector<std::string> warn;
   for (auto& [h, e] : weights->items()) {
-    WeightRecord r;
+    WeightRef r;
     std::string why = EntryProblem(h, e, &r);
     if (!why.empty()) {
       warn.push_back(StrCat("'", path.string(), "': ignoring entry '", Printable(h), "': ", why));
@@ -386,8 +339,8 @@ Status WriteMeta(Store& s) {
   nlohmann::json w = nlohmann::json::object(), v = nlohmann::json::object();
   std::map<std::string, std::set<Range>> used;  // the cache keeps only ranges meta.json records
   for (auto& [h, r] : s.meta) {
-    w[h] = {{"file", r.file}, {"offset", r.offset}, {"length", r.length}};
-    used[r.file].insert({r.offset, r.length, h});
+    w[h] = {{"file", r.location}, {"offset", r.offset}, {"length", r.length}};
+    used[r.location].insert({r.offset, r.length, h});
   }
   for (auto& [file, c] : s.cache) {
     auto u = used.find(file);
@@ -412,10 +365,10 @@ Status WriteMeta(Store& s) {
   return Status::Ok();
 }
 
-// Whether dir/r.file is a regular file covering [offset, offset + length).
-bool Present(const fs::path& dir, const WeightRecord& r) {
+// Whether dir/r.location is a regular file covering [offset, offset + length).
+bool Present(const fs::path& dir, const WeightRef& r) {
   struct stat st {};
-  if (lstat((dir / r.file).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (lstat((dir / r.location).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   const auto size = static_cast<std::uint64_t>(st.st_size);
   return r.offset <= size && r.length <= size - r.offset;
 }
@@ -480,7 +433,7 @@ void RecoverInterruptedAppend(Store& s) {
   if (IsCombinedName(file)) {
     std::uint64_t used = 0;
     for (auto& [h, r] : s.meta) {
-      if (r.file == file) used = std::max(used, r.offset + r.length);
+      if (r.location == file) used = std::max(used, r.offset + r.length);
     }
     const fs::path target = s.dir / file;
     struct stat ft {};
@@ -502,10 +455,10 @@ void RecoverInterruptedAppend(Store& s) {
 
 enum class Check { kOk, kAbsent, kMismatch };
 
-// Whether r.file holds bytes hashing to r.sha256 in its range. A single
+// Whether r.location holds bytes hashing to r.sha256 in its range. A single
 // weight file must be exactly the weight. Non-regular files are an error.
-Result<Check> CheckRecord(Store& s, const WeightRecord& r) {
-  const fs::path path = s.dir / r.file;
+Result<Check> CheckRecord(Store& s, const WeightRef& r) {
+  const fs::path path = s.dir / r.location;
   struct stat lst {};
   if (lstat(path.c_str(), &lst) != 0) {
     if (errno == ENOENT) return Check::kAbsent;
@@ -522,19 +475,19 @@ Result<Check> CheckRecord(Store& s, const WeightRecord& r) {
   }
   const Stamp stamp = StampOf(st);
   const std::uint64_t size = stamp.size;
-  if (IsSingleName(r.file) && size != r.length) return size == 0 ? Check::kAbsent : Check::kMismatch;
+  if (IsSingleName(r.location) && size != r.length) return size == 0 ? Check::kAbsent : Check::kMismatch;
   if (r.offset > size || r.length > size - r.offset) return Check::kAbsent;
   Range range{r.offset, r.length, r.sha256};
   {
     std::lock_guard<std::mutex> l(s.mu);
-    auto it = s.cache.find(r.file);
+    auto it = s.cache.find(r.location);
     if (it != s.cache.end() && it->second.stamp == stamp && it->second.ranges.count(range)) return Check::kOk;
   }
   KILN_ASSIGN_OR_RETURN(std::string h, Sha256OfFileRange(f.fd.get(), r.offset, r.length, StrCat("weight file '", path.string(), "'")));
   std::lock_guard<std::mutex> l(s.mu);
   s.bytes_verified += r.length;
   if (h != r.sha256) return Check::kMismatch;
-  if (!Racy(stamp)) s.Remember(r.file, stamp, std::move(range));
+  if (!Racy(stamp)) s.Remember(r.location, stamp, std::move(range));
   return Check::kOk;
 }
 
@@ -575,7 +528,7 @@ Result<DirLock> OpenStore(Store& s, const std::string& dir_str) {
   return lock;
 }
 
-Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const std::vector<HostTensorPtr>& blobs,
+Result<std::vector<WeightRef>> StoreHashed(const std::string& dir_str, const std::vector<HostTensorPtr>& blobs,
                                               const std::vector<std::string>& hashes, const StoreOptions& opts,
                                               StoreStats* stats) {
   const fs::path dir(dir_str);
@@ -584,8 +537,8 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
   StoreStats st;
   st.weights = blobs.size();
   // The records of every blob, in order, once the store holds them all.
-  auto finish = [&]() -> std::vector<WeightRecord> {
-    std::vector<WeightRecord> out;
+  auto finish = [&]() -> std::vector<WeightRef> {
+    std::vector<WeightRef> out;
     for (std::size_t i = 0; i < blobs.size(); ++i) out.push_back(s.meta.at(hashes[i]));
     st.bytes_verified = s.bytes_verified;
     st.warnings = s.warnings;
@@ -599,7 +552,7 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
   // cache does not vouch for them) on the writer pool.
   struct Candidate {
     std::size_t blob;
-    WeightRecord rec;
+    WeightRef rec;
     bool recorded;  // from meta.json
     Check check = Check::kAbsent;
   };
@@ -619,7 +572,7 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
       it = s.meta.end();
     }
     if (it != s.meta.end()) cands.push_back({i, it->second, true});
-    else cands.push_back({i, {h, "weight_" + h, 0, n}, false});
+    else cands.push_back({i, MakeRef(h, "weight_" + h, 0, n), false});
   }
   auto check_all = [&](const std::vector<std::size_t>& which) {
     return ParallelEach(which.size(), opts.writer_threads, [&](std::size_t k) -> Status {
@@ -635,14 +588,14 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
   for (std::size_t k = 0; k < cands.size(); ++k) {
     Candidate& c = cands[k];
     if (!c.recorded) continue;
-    const WeightRecord& r = c.rec;
+    const WeightRef& r = c.rec;
     if (c.check == Check::kOk) {
       ++st.reused;
       continue;
     }
-    if (c.check == Check::kMismatch && IsSingleName(r.file)) {
+    if (c.check == Check::kMismatch && IsSingleName(r.location)) {
       // The name binds the content: the file is damaged, replace it.
-      s.Warn(StrCat("weight file '", (dir / r.file).string(), "' does not hash to its name: rewriting it"));
+      s.Warn(StrCat("weight file '", (dir / r.location).string(), "' does not hash to its name: rewriting it"));
       ++st.repaired;
       singles.push_back({r.sha256, c.blob});
       continue;
@@ -650,14 +603,14 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
     if (c.check == Check::kMismatch) {
       // Either the bytes or the entry was altered: the range is not patched
       // in place (it may hold another weight); the weight is stored again.
-      s.Warn(StrCat("weight file '", (dir / r.file).string(), "' bytes [", r.offset, ", +", r.length,
+      s.Warn(StrCat("weight file '", (dir / r.location).string(), "' bytes [", r.offset, ", +", r.length,
                     ") do not match their SHA-256 ", r.sha256, ": entry dropped, the weight is stored again"));
       ++st.repaired;
     }
     s.meta.erase(r.sha256);
     s.dirty = true;
-    c = {c.blob, {r.sha256, "weight_" + r.sha256, 0, r.length}, false};
-    if (!IsSingleName(r.file)) fallback.push_back(k);  // (a missing weight_<h> stays missing)
+    c = {c.blob, MakeRef(r.sha256, "weight_" + r.sha256, 0, r.length), false};
+    if (!IsSingleName(r.location)) fallback.push_back(k);  // (a missing weight_<h> stays missing)
   }
   KILN_RETURN_IF_ERROR(check_all(fallback));
   for (Candidate& c : cands) {
@@ -671,7 +624,7 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
       s.dirty = true;
       ++st.reused;
     } else if (c.check == Check::kMismatch) {
-      s.Warn(StrCat("weight file '", (dir / c.rec.file).string(), "' does not hash to its name: rewriting it"));
+      s.Warn(StrCat("weight file '", (dir / c.rec.location).string(), "' does not hash to its name: rewriting it"));
       ++st.repaired;
       singles.push_back({h, c.blob});
     } else if (opts.mode == 1) {
@@ -695,7 +648,7 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
     const std::uint64_t n = blobs[i]->nbytes();
     KILN_ASSIGN_OR_RETURN(Stamp stamp, WriteFileAtomic(dir, name, blobs[i]->data(), n));
     std::lock_guard<std::mutex> l(s.mu);
-    s.meta[h] = {h, name, 0, n};
+    s.meta[h] = MakeRef(h, name, 0, n);
     s.dirty = true;
     s.Remember(name, stamp, {0, n, h});
     return Status::Ok();
@@ -788,7 +741,7 @@ Result<std::vector<WeightRecord>> StoreHashed(const std::string& dir_str, const 
     if (exists && c != s.cache.end() && c->second.stamp == before) ranges = c->second.ranges;
     for (std::size_t k = 0; k < work.size(); ++k) {
       const auto& [h, i] = work[k];
-      s.meta[h] = {h, name, offsets[k], blobs[i]->nbytes()};
+      s.meta[h] = MakeRef(h, name, offsets[k], blobs[i]->nbytes());
       ranges.insert({offsets[k], blobs[i]->nbytes(), h});
     }
     s.cache[name] = {after, std::move(ranges)};
@@ -832,9 +785,7 @@ Status CheckModelName(const std::string& name) {
                " (it names the file <model name>", kCombinedSuffix, " inside the weight directory)");
 }
 
-bool IsWeightFileName(const std::string& name) { return IsSingleName(name) || IsCombinedName(name); }
-
-Result<std::map<std::string, WeightRecord>> ReadMeta(const std::string& dir, std::vector<std::string>* warnings) {
+Result<std::map<std::string, WeightRef>> ReadMeta(const std::string& dir, std::vector<std::string>* warnings) {
   Store s;
   s.dir = fs::path(dir);
   std::vector<std::string> local;
@@ -842,7 +793,7 @@ Result<std::map<std::string, WeightRecord>> ReadMeta(const std::string& dir, std
   return std::move(s.meta);
 }
 
-Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir_str,
+Result<std::vector<WeightRef>> StoreWeights(const std::string& dir_str,
                                                const std::vector<HostTensorPtr>& blobs,
                                                const StoreOptions& opts, StoreStats* stats) {
   if (opts.mode != 1 && opts.mode != 2) {
@@ -861,8 +812,8 @@ Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir_str,
   return StoreHashed(dir_str, blobs, hashes, opts, stats);
 }
 
-Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const std::string& to,
-                                                 const std::vector<WeightRecord>& records,
+Result<std::vector<WeightRef>> MigrateWeights(const std::string& from, const std::string& to,
+                                                 const std::vector<WeightRef>& records,
                                                  const StoreOptions& opts, StoreStats* final_stats) {
   std::set<std::string> moved;  // contents that arrived by rename
   std::uint64_t moved_bytes = 0;
@@ -879,14 +830,14 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
     if (!s.read_only) {
       std::set<std::string> files;
       for (auto& r : records) {
-        if (IsWeightFileName(r.file)) files.insert(r.file);
+        if (IsWeightFileName(r.location)) files.insert(r.location);
       }
       for (const std::string& f : files) {
         struct stat st {};
         if (lstat((fs::path(to) / f).c_str(), &st) == 0) continue;
         if (rename((fs::path(from) / f).c_str(), (fs::path(to) / f).c_str()) != 0) continue;  // other fs: Store copies
         for (auto& r : records) {
-          if (r.file != f || s.meta.count(r.sha256)) continue;  // already present: not new here
+          if (r.location != f || s.meta.count(r.sha256)) continue;  // already present: not new here
           s.meta[r.sha256] = r;
           if (moved.insert(r.sha256).second) moved_bytes += r.length;
         }
@@ -902,11 +853,11 @@ Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const 
   std::vector<HostTensorPtr> blobs(records.size());
   std::vector<std::string> hashes(records.size());
   KILN_RETURN_IF_ERROR(ParallelEach(records.size(), opts.writer_threads, [&](std::size_t i) -> Status {
-    const WeightRecord& r = records[i];
+    const WeightRef& r = records[i];
     auto t = std::make_shared<HostTensor>(DType::kUInt8, Shape{static_cast<std::int64_t>(r.length)});
-    fs::path src = fs::path(from) / r.file;
+    fs::path src = fs::path(from) / r.location;
     struct stat st {};
-    if (lstat(src.c_str(), &st) != 0) src = fs::path(to) / r.file;
+    if (lstat(src.c_str(), &st) != 0) src = fs::path(to) / r.location;
     KILN_ASSIGN_OR_RETURN(OpenedFile f, OpenRegularFile(src.string(), "migrating weights"));
     KILN_RETURN_IF_ERROR(PreadExact(f.fd.get(), t->mutable_data(), static_cast<std::int64_t>(r.length),
                                     static_cast<std::int64_t>(r.offset), StrCat("migrating weights: '", src.string(), "'")));

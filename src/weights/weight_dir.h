@@ -42,18 +42,12 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "common/weight_ref.h"
 
 namespace kiln::weights {
 
 inline constexpr std::uint64_t kCombinedAlignment = 512;
 inline constexpr const char* kMetaFile = "meta.json";
-
-struct WeightRecord {
-  std::string sha256;
-  std::string file;       // relative to the weight directory
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-};
 
 struct StoreStats {
   std::uint64_t weights = 0;          // blobs asked to store
@@ -76,7 +70,7 @@ struct StoreOptions {
 // in order. The model name is checked first (nothing is written for a bad
 // one). Errors name the directory and file: a weight file that is not a
 // regular file (FIFO, device, directory, symlink) is refused, not opened.
-Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir,
+Result<std::vector<WeightRef>> StoreWeights(const std::string& dir,
                                                const std::vector<HostTensorPtr>& blobs,
                                                const StoreOptions& opts, StoreStats* stats = nullptr);
 
@@ -84,7 +78,7 @@ Result<std::vector<WeightRecord>> StoreWeights(const std::string& dir,
 // are dropped (a warning each in `warnings` when given). Errors: kCorrupt
 // naming the file when it is not a kiln-weights index at all (not JSON, other
 // format tag or version), kInvalidArgument when it is not a regular file.
-Result<std::map<std::string, WeightRecord>> ReadMeta(const std::string& dir,
+Result<std::map<std::string, WeightRef>> ReadMeta(const std::string& dir,
                                                      std::vector<std::string>* warnings = nullptr);
 
 // A model name (mode 2 file prefix) that names a file inside the directory:
@@ -92,14 +86,10 @@ Result<std::map<std::string, WeightRecord>> ReadMeta(const std::string& dir,
 // characters. Errors (kInvalidArgument) name the value.
 Status CheckModelName(const std::string& name);
 
-// File names a weight directory may reference: `weight_<64 hex>` or
-// `<valid model name>_weight_combined`.
-bool IsWeightFileName(const std::string& name);
-
 // Moves the weights in `from` into `to` (merging meta.json under `to`'s lock)
 // and removes `from`. Returns records valid in `to` for the given hashes.
-Result<std::vector<WeightRecord>> MigrateWeights(const std::string& from, const std::string& to,
-                                                 const std::vector<WeightRecord>& records,
+Result<std::vector<WeightRef>> MigrateWeights(const std::string& from, const std::string& to,
+                                                 const std::vector<WeightRef>& records,
                                                  const StoreOptions& opts, StoreStats* final_stats = nullptr);
 
 }  // namespace kiln::weights

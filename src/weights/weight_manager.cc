@@ -223,12 +223,27 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
   std::vector<HostTensorPtr> out;
   for (const WeightRef& r : refs) {
     const std::string what = StrCat("FileConstant node '", r.node, "'");
+    // A graph-API weight: the caller's table resolves its file_id to a file
+    // or to memory; it never touches the weight directory.
+    const WeightLoadConfig::File* file = nullptr;
+    if (!r.file_id.empty()) {
+      auto f = cfg.files.find(r.file_id);
+      if (f == cfg.files.end()) {
+        return Error(StatusCode::kInvalidArgument, what, " reads file_id '", r.file_id,
+                     "', which the load options do not resolve: give its file or memory with "
+                     "LoadOptions::SetWeightFile / SetWeightFileAddress (C: kiln_load_config_set_weight_file*, "
+                     "Python: weight_files=)");
+      }
+      file = &f->second;
+    }
     // User memory wins over the directory.
-    auto um = cfg.user_memory.find(r.location);
-    if (um != cfg.user_memory.end()) {
-      const UserWeightMemory& m = um->second;
+    auto um = file ? cfg.user_memory.end() : cfg.user_memory.find(r.location);
+    if (um != cfg.user_memory.end() || (file && file->path.empty())) {
+      const UserWeightMemory m = file ? UserWeightMemory{file->data, file->size} : um->second;
+      const std::string whose = file ? StrCat("file_id '", r.file_id, "'") : StrCat("weight file '", r.location, "'");
+      if (!m.data && r.length) return Error(StatusCode::kInvalidArgument, "user memory for ", whose, " is null");
       if (r.offset > m.size || r.length > m.size - r.offset) {
-        return Error(StatusCode::kInvalidArgument, "user memory for weight file '", r.location, "' is too small: ", what,
+        return Error(StatusCode::kInvalidArgument, "user memory for ", whose, " is too small: ", what,
                      " needs bytes [", r.offset, ", ", r.offset + r.length, ") = ", r.offset + r.length,
                      " bytes required, ", m.size, " provided");
       }
@@ -248,7 +263,13 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
         continue;
       }
     }
-    KILN_ASSIGN_OR_RETURN(fs::path path, ResolveInside(dir, r.location, what));
+    // (A file_id's path is the caller's own choice, used as given.)
+    fs::path path;
+    if (file) {
+      path = fs::path(file->path);
+    } else {
+      KILN_ASSIGN_OR_RETURN(path, ResolveInside(dir, r.location, what));
+    }
     const std::pair<std::string, std::uint64_t> loc_key{path.string() + (map ? "|map" : "|copy"), r.offset};
     if (auto t = im.by_location[loc_key].lock(); t && t->dtype() == r.dtype && t->shape() == r.shape) {
       KILN_ASSIGN_OR_RETURN(std::string h,

@@ -30,6 +30,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
+#include "common/weight_ref.h"
 #include "device/device.h"
 
 namespace kiln::weights {
@@ -49,16 +50,14 @@ struct WeightLoadConfig {
   std::size_t chunk_bytes = 10u << 20;    // kCopy chunk size
   bool verify = false;                    // check each weight's SHA-256
   std::map<std::string, UserWeightMemory> user_memory;  // by file name
-};
-
-// One FileConstant to resolve.
-struct WeightRef {
-  std::string node;       // for messages
-  std::string location;   // relative to the weight directory
-  std::uint64_t offset = 0, length = 0;
-  DType dtype = DType::kUndefined;
-  Shape shape;
-  std::string sha256;     // may be empty (no dedupe by content, no verify)
+  // Graph-API weights (WeightRef::file_id): the caller's file (path) or
+  // memory (data, size), by file_id.
+  struct File {
+    std::string path;
+    void* data = nullptr;
+    std::size_t size = 0;
+  };
+  std::map<std::string, File> files;
 };
 
 struct WeightManagerStats {

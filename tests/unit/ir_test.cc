@@ -23,10 +23,10 @@ TEST(Graph, TopologicalSortOrdersProducersFirst) {
 
 // --- hostile input: UTF-8 names and typed attribute getters --------------
 
-#include "ir/utf8.h"
+#include "common/utf8.h"
 
 TEST(Utf8, AcceptsWellFormedSequences) {
-  using kiln::ir::FindInvalidUtf8;
+  using kiln::FindInvalidUtf8;
   EXPECT_EQ(FindInvalidUtf8(""), std::string_view::npos);
   EXPECT_EQ(FindInvalidUtf8("conv_1/weight:0"), std::string_view::npos);
   EXPECT_EQ(FindInvalidUtf8("caf\xc3\xa9"), std::string_view::npos);            // U+00E9
@@ -37,7 +37,7 @@ TEST(Utf8, AcceptsWellFormedSequences) {
 }
 
 TEST(Utf8, ReportsTheFirstBadByte) {
-  using kiln::ir::FindInvalidUtf8;
+  using kiln::FindInvalidUtf8;
   EXPECT_EQ(FindInvalidUtf8("ab\xff"), 2u);                  // never valid
   EXPECT_EQ(FindInvalidUtf8("a\x80"), 1u);                   // lone continuation byte
   EXPECT_EQ(FindInvalidUtf8("\xc0\xaf"), 0u);                // overlong '/'
@@ -47,7 +47,7 @@ TEST(Utf8, ReportsTheFirstBadByte) {
   EXPECT_EQ(FindInvalidUtf8("\xf5\x80\x80\x80"), 0u);
   EXPECT_EQ(FindInvalidUtf8("abc\xe2\x82"), 3u);             // truncated at the end
   EXPECT_EQ(FindInvalidUtf8("\xc3(x"), 0u);                  // bad continuation
-  EXPECT_EQ(std::string(kiln::ir::EscapeBytes("a\xff\n\\")), "a\\xff\\x0a\\x5c");
+  EXPECT_EQ(std::string(kiln::EscapeBytes("a\xff\n\\")), "a\\xff\\x0a\\x5c");
 }
 
 TEST(Graph, VerifyRefusesNamesThatAreNotUtf8) {

@@ -33,7 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 using weights::StoreOptions;
 using weights::StoreStats;
-using weights::WeightRecord;
+using weights::WeightRef;
 
 // ---- helpers -----------------------------------------------------------------
 
@@ -84,7 +84,7 @@ ino_t Inode(const fs::path& p) {
   return stat(p.c_str(), &st) == 0 ? st.st_ino : 0;
 }
 
-Result<std::vector<WeightRecord>> Store(const fs::path& dir, const std::vector<std::string>& contents, int mode,
+Result<std::vector<WeightRef>> Store(const fs::path& dir, const std::vector<std::string>& contents, int mode,
                                         StoreStats* stats = nullptr, const std::string& model_name = "m",
                                         int threads = 4) {
   std::vector<HostTensorPtr> blobs;
@@ -106,28 +106,28 @@ void ExpectMetaConsistent(const fs::path& dir, bool allow_absent = false) {
   for (auto& [h, r] : meta.value()) {
     EXPECT_EQ(h, r.sha256);
     std::error_code ec;
-    const auto size = fs::file_size(dir / r.file, ec);
+    const auto size = fs::file_size(dir / r.location, ec);
     const bool present = !ec && r.offset <= size && r.length <= size - r.offset;
     if (!present) {
-      EXPECT_TRUE(allow_absent) << "meta.json entry " << h << " -> " << r.file << " [" << r.offset << ", +"
+      EXPECT_TRUE(allow_absent) << "meta.json entry " << h << " -> " << r.location << " [" << r.offset << ", +"
                                 << r.length << ") is not backed by its file";
       continue;
     }
-    const std::string bytes = Slice(dir / r.file, r.offset, r.length);
+    const std::string bytes = Slice(dir / r.location, r.offset, r.length);
     EXPECT_EQ(weights::Sha256Hex(bytes.data(), bytes.size()), h)
-        << "meta.json entry " << r.file << " [" << r.offset << ", +" << r.length << ") holds other bytes";
+        << "meta.json entry " << r.location << " [" << r.offset << ", +" << r.length << ") holds other bytes";
   }
 }
 
 // Each record names bytes equal to `contents[i]`.
-void ExpectRecordsHold(const fs::path& dir, const std::vector<WeightRecord>& recs,
+void ExpectRecordsHold(const fs::path& dir, const std::vector<WeightRef>& recs,
                        const std::vector<std::string>& contents) {
   ASSERT_EQ(recs.size(), contents.size());
   for (std::size_t i = 0; i < recs.size(); ++i) {
     EXPECT_EQ(recs[i].length, contents[i].size()) << i;
     EXPECT_EQ(recs[i].sha256, weights::Sha256Hex(contents[i].data(), contents[i].size())) << i;
-    EXPECT_TRUE(Slice(dir / recs[i].file, recs[i].offset, recs[i].length) == contents[i])
-        << "record " << i << " (" << recs[i].file << " @" << recs[i].offset << ") holds other bytes";
+    EXPECT_TRUE(Slice(dir / recs[i].location, recs[i].offset, recs[i].length) == contents[i])
+        << "record " << i << " (" << recs[i].location << " @" << recs[i].offset << ") holds other bytes";
   }
 }
 
@@ -161,7 +161,7 @@ TEST(WeightDir, Mode1FilesAreNamedBySha256OfTheRawBytes) {
   const char* digests[] = {kAbcDigest, kTwoBlockDigest, kMillionADigest};
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(recs.value()[i].sha256, digests[i]);
-    EXPECT_EQ(recs.value()[i].file, std::string("weight_") + digests[i]);
+    EXPECT_EQ(recs.value()[i].location, std::string("weight_") + digests[i]);
     EXPECT_EQ(recs.value()[i].offset, 0u);
   }
   EXPECT_EQ(ReadAll(dir / (std::string("weight_") + kAbcDigest)), "abc");
@@ -190,18 +190,18 @@ TEST(WeightDir, MetaJsonFormatMatchesRecords) {
   EXPECT_EQ(j.at("version"), 1);
   ASSERT_EQ(j.at("weights").size(), 4u);
   for (const auto* rs : {&r1.value(), &r2.value()}) {
-    for (const WeightRecord& r : *rs) {
+    for (const WeightRef& r : *rs) {
       const auto& e = j.at("weights").at(r.sha256);
-      EXPECT_EQ(e.at("file"), r.file);
+      EXPECT_EQ(e.at("file"), r.location);
       EXPECT_EQ(e.at("offset").get<std::uint64_t>(), r.offset);
       EXPECT_EQ(e.at("length").get<std::uint64_t>(), r.length);
     }
   }
-  EXPECT_EQ(r2.value()[0].file, "net_weight_combined");
+  EXPECT_EQ(r2.value()[0].location, "net_weight_combined");
   auto meta = weights::ReadMeta(dir.string());
   ASSERT_TRUE(meta.ok());
   EXPECT_EQ(meta.value().size(), 4u);
-  EXPECT_EQ(meta.value().at(kAbcDigest).file, std::string("weight_") + kAbcDigest);
+  EXPECT_EQ(meta.value().at(kAbcDigest).location, std::string("weight_") + kAbcDigest);
   ExpectMetaConsistent(dir);
 }
 
@@ -312,7 +312,7 @@ TEST(WeightDir, DedupWithinOneModel) {
     EXPECT_EQ(st.bytes_written, 2010u);
     EXPECT_EQ(st.reused, 0u);
     const auto& r = recs.value();
-    EXPECT_EQ(r[0].file, r[2].file);
+    EXPECT_EQ(r[0].location, r[2].location);
     EXPECT_EQ(r[0].offset, r[2].offset);
     EXPECT_EQ(r[1].offset, r[4].offset);
     ExpectRecordsHold(dir, r, {a, b, a, c, b});
@@ -337,7 +337,7 @@ TEST(WeightDir, DedupAcrossTwoModelsInOneDirectoryMode1) {
   StoreStats s1, s2;
   auto r1 = Store(dir, {a, b}, 1, &s1, "first");
   ASSERT_TRUE(r1.ok());
-  const fs::path b_file = dir / r1.value()[1].file;
+  const fs::path b_file = dir / r1.value()[1].location;
   const ino_t b_inode = Inode(b_file);
   const auto b_mtime = fs::last_write_time(b_file);
   auto r2 = Store(dir, {b, c}, 1, &s2, "second");
@@ -346,7 +346,7 @@ TEST(WeightDir, DedupAcrossTwoModelsInOneDirectoryMode1) {
   EXPECT_EQ(s2.written, 1u);
   EXPECT_EQ(s2.reused, 1u);
   EXPECT_EQ(s2.bytes_written, 100u);
-  EXPECT_EQ(r2.value()[0].file, r1.value()[1].file);
+  EXPECT_EQ(r2.value()[0].location, r1.value()[1].location);
   // The shared weight was not written again (same inode, same mtime).
   EXPECT_EQ(Inode(b_file), b_inode);
   EXPECT_EQ(fs::last_write_time(b_file), b_mtime);
@@ -369,9 +369,9 @@ TEST(WeightDir, DedupAcrossTwoModelsInOneDirectoryMode2) {
   EXPECT_EQ(s2.written, 1u);
   EXPECT_EQ(s2.reused, 1u);
   // b stays where the first model put it; only c goes to the second file.
-  EXPECT_EQ(r2.value()[0].file, "first_weight_combined");
+  EXPECT_EQ(r2.value()[0].location, "first_weight_combined");
   EXPECT_EQ(r2.value()[0].offset, r1.value()[1].offset);
-  EXPECT_EQ(r2.value()[1].file, "second_weight_combined");
+  EXPECT_EQ(r2.value()[1].location, "second_weight_combined");
   EXPECT_EQ(fs::file_size(dir / "first_weight_combined"), first_size);
   EXPECT_EQ(ReadAll(dir / "first_weight_combined"), first_bytes);
   EXPECT_EQ(fs::file_size(dir / "second_weight_combined"), 512u);
@@ -396,13 +396,13 @@ TEST(WeightDir, Mode1And2MixInOneDirectory) {
   auto r2 = Store(dir, {a, b}, 2, &s);  // a is reused from its mode-1 file
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ(s.written, 1u);
-  EXPECT_EQ(r2.value()[0].file, r1.value()[0].file);
-  EXPECT_EQ(r2.value()[1].file, "m_weight_combined");
+  EXPECT_EQ(r2.value()[0].location, r1.value()[0].location);
+  EXPECT_EQ(r2.value()[1].location, "m_weight_combined");
   auto r3 = Store(dir, {b, c}, 1, &s);  // b is reused from the combined file
   ASSERT_TRUE(r3.ok());
   EXPECT_EQ(s.written, 1u);
-  EXPECT_EQ(r3.value()[0].file, "m_weight_combined");
-  EXPECT_EQ(r3.value()[1].file, "weight_" + weights::Sha256Hex(c.data(), c.size()));
+  EXPECT_EQ(r3.value()[0].location, "m_weight_combined");
+  EXPECT_EQ(r3.value()[1].location, "weight_" + weights::Sha256Hex(c.data(), c.size()));
   ExpectRecordsHold(dir, r3.value(), {b, c});
   ExpectMetaConsistent(dir);
 }
@@ -423,8 +423,8 @@ TEST(WeightDir, ThreadedStoresIntoOneDirectoryWriteEachWeightOnce) {
         distinct.insert(models[m].back());
       }
     }
-    std::vector<Result<std::vector<WeightRecord>>> out(
-        4, Result<std::vector<WeightRecord>>(Error(StatusCode::kInternal, "not run")));
+    std::vector<Result<std::vector<WeightRef>>> out(
+        4, Result<std::vector<WeightRef>>(Error(StatusCode::kInternal, "not run")));
     std::vector<StoreStats> stats(4);
     std::vector<std::thread> th;
     for (int m = 0; m < 4; ++m) {
@@ -457,7 +457,7 @@ TEST(WeightDir, Mode2OffsetsAre512AlignedAndAppendsKeepOldBytes) {
   ASSERT_TRUE(r1.ok()) << r1.status().ToString();
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (auto& r : r1.value()) {
-    EXPECT_EQ(r.file, "net_weight_combined");
+    EXPECT_EQ(r.location, "net_weight_combined");
     EXPECT_EQ(r.offset % 512, 0u) << r.offset;
     ranges.emplace_back(r.offset, r.offset + r.length);
   }
@@ -499,7 +499,7 @@ TEST(WeightDir, DeletedMode1FileIsWrittenAgain) {
   const std::string a = RandomBytes(1000, 1), b = RandomBytes(1000, 2);
   auto r1 = Store(dir, {a, b}, 1);
   ASSERT_TRUE(r1.ok());
-  fs::remove(dir / r1.value()[0].file);
+  fs::remove(dir / r1.value()[0].location);
   StoreStats st;
   auto r2 = Store(dir, {a, b}, 1, &st);
   ASSERT_TRUE(r2.ok());
@@ -515,7 +515,7 @@ TEST(WeightDir, TruncatedMode1FileIsWrittenAgain) {
   const std::string a = RandomBytes(1000, 1);
   auto r1 = Store(dir, {a}, 1);
   ASSERT_TRUE(r1.ok());
-  fs::resize_file(dir / r1.value()[0].file, 10);
+  fs::resize_file(dir / r1.value()[0].location, 10);
   StoreStats st;
   auto r2 = Store(dir, {a}, 1, &st);
   ASSERT_TRUE(r2.ok());
@@ -587,7 +587,7 @@ TEST(WeightDir, MigrateMovesWeightsAndRemovesTheTemporaryDirectory) {
     const std::vector<std::string> w = {RandomBytes(1000, 1), RandomBytes(50, 2)};
     auto recs = Store(from, w, mode);
     ASSERT_TRUE(recs.ok());
-    const ino_t moved = Inode(from / recs.value()[0].file);
+    const ino_t moved = Inode(from / recs.value()[0].location);
     StoreOptions o;
     o.mode = mode;
     o.model_name = "m";
@@ -597,7 +597,7 @@ TEST(WeightDir, MigrateMovesWeightsAndRemovesTheTemporaryDirectory) {
     ExpectRecordsHold(to, out.value(), w);
     ExpectMetaConsistent(to);
     // Same file system: renamed, not copied.
-    EXPECT_EQ(Inode(to / out.value()[0].file), moved);
+    EXPECT_EQ(Inode(to / out.value()[0].location), moved);
     for (auto& f : FilesIn(to)) EXPECT_EQ(f.find(".tmp"), std::string::npos) << f;
   }
 }
@@ -768,7 +768,7 @@ TEST(WeightDir, VerifiedStampsKeepAWarmStoreFromRehashing) {
     ASSERT_TRUE(Store(dir, {a, b}, mode, &st, "m").ok());
     EXPECT_EQ(st.bytes_verified, 0u) << "fresh writes are known good";
     EXPECT_EQ(st.reused, 2u);
-    const fs::path f = dir / recs.value()[0].file;
+    const fs::path f = dir / recs.value()[0].location;
     WriteAll(f, ReadAll(f));  // same bytes, new mtime/ctime
     ASSERT_TRUE(Store(dir, {a, b}, mode, &st, "m").ok());
     EXPECT_EQ(st.bytes_verified, mode == 1 ? a.size() : a.size() + b.size()) << mode;
@@ -870,7 +870,7 @@ TEST(WeightDir, OrphanCombinedFileOfAnInterruptedCompileIsRemoved) {
   WriteAll(dir / "meta.json.append", R"({"file": "m_weight_combined", "length": 0})");
   auto recs = Store(dir, {a, "bc"}, 2, nullptr, "m");
   ASSERT_TRUE(recs.ok());
-  EXPECT_EQ(recs.value()[1].file, "m_weight_combined");
+  EXPECT_EQ(recs.value()[1].location, "m_weight_combined");
   EXPECT_EQ(recs.value()[1].offset, 0u);
   EXPECT_EQ(fs::file_size(dir / "m_weight_combined"), 512u);
   ExpectMetaConsistent(dir);
@@ -978,9 +978,9 @@ Result<format::CompiledModel> CompileTo(const std::string& kiln_path, int mode, 
 }
 
 // The external weight of `size` bytes (node empty if none).
-ExternalWeightInfo FindWeight(const std::vector<ExternalWeightInfo>& ws, std::uint64_t size) {
+weights::WeightRef FindWeight(const std::vector<weights::WeightRef>& ws, std::uint64_t size) {
   for (auto& w : ws) {
-    if (w.size == size) return w;
+    if (w.length == size) return w;
   }
   return {};
 }
@@ -1012,7 +1012,7 @@ TEST_F(ExternalWeightsTest, Modes012GiveIdenticalOutputs) {
     test::TempDir d;
     auto cm = CompileTo(d.file("m.kiln"), mode, mode ? d.file("weight") : "");
     ASSERT_TRUE(cm.ok()) << cm.status().ToString();
-    EXPECT_EQ(ListExternalWeights(*cm.value().graph).size(), mode ? 2u : 0u);
+    EXPECT_EQ(ListExternalWeights(*cm.value().graph).value().size(), mode ? 2u : 0u);
     for (auto lm : {WeightLoadMode::kAuto, WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
       if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
       LoadOptions lo;
@@ -1028,13 +1028,13 @@ TEST_F(ExternalWeightsTest, Modes012GiveIdenticalOutputs) {
 TEST_F(ExternalWeightsTest, FileConstantsCarryTheirHashAndLocation) {
   auto cm = CompileTo(kiln_file(), 1, weight_dir());
   ASSERT_TRUE(cm.ok()) << cm.status().ToString();
-  auto ws = ListExternalWeights(*cm.value().graph);
-  const ExternalWeightInfo w = FindWeight(ws, kWBytes);
+  auto ws = ListExternalWeights(*cm.value().graph).value();
+  const weights::WeightRef w = FindWeight(ws, kWBytes);
   ASSERT_FALSE(w.node.empty());
   const std::string bytes = ReadAll(fs::path(weight_dir()) / w.location);
   ASSERT_EQ(bytes.size(), kWBytes);
-  EXPECT_EQ(w.id, weights::Sha256Hex(bytes.data(), bytes.size()));
-  EXPECT_EQ(w.location, "weight_" + w.id);
+  EXPECT_EQ(w.sha256, weights::Sha256Hex(bytes.data(), bytes.size()));
+  EXPECT_EQ(w.location, "weight_" + w.sha256);
   const float* f = reinterpret_cast<const float*>(bytes.data());
   EXPECT_EQ(std::vector<float>(f, f + 12), (std::vector<float>{1, 0, 2, 0, 1, 0, 1, 1, 1, 0, 0, -1}));
 }
@@ -1045,7 +1045,7 @@ TEST_F(ExternalWeightsTest, MapUsesTheFileInPlace) {
     test::TempDir d;
     auto cm = CompileTo(d.file("m.kiln"), mode, d.file("weight"));
     ASSERT_TRUE(cm.ok());
-    const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
+    const weights::WeightRef w = FindWeight(ListExternalWeights(*cm.value().graph).value(), kWBytes);
     ASSERT_FALSE(w.node.empty());
     Session s;
     LoadOptions lo;
@@ -1072,7 +1072,7 @@ TEST_F(ExternalWeightsTest, CopyReadsInChunksIntoDeviceMemory) {
     test::TempDir d;
     auto cm = CompileTo(d.file("m.kiln"), mode, d.file("weight"));
     ASSERT_TRUE(cm.ok());
-    const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
+    const weights::WeightRef w = FindWeight(ListExternalWeights(*cm.value().graph).value(), kWBytes);
     ASSERT_FALSE(w.node.empty());
     std::uint64_t file_bytes = 0;
     for (auto& e : fs::directory_iterator(d.file("weight"))) {
@@ -1152,7 +1152,7 @@ TEST_F(ExternalWeightsTest, WeightDirOptionOverridesTheDefault) {
 TEST_F(ExternalWeightsTest, UserMemoryIsUsedInPlaceWithoutReadingFiles) {
   auto cm = CompileTo(kiln_file(), 2, weight_dir());
   ASSERT_TRUE(cm.ok());
-  const auto ws = ListExternalWeights(*cm.value().graph);
+  const auto ws = ListExternalWeights(*cm.value().graph).value();
   const std::string combined = "mlp_weight_combined";
   for (auto& w : ws) EXPECT_EQ(w.location, combined);
   const std::string bytes = ReadAll(fs::path(weight_dir()) / combined);
@@ -1176,7 +1176,7 @@ TEST_F(ExternalWeightsTest, UserMemoryIsUsedInPlaceWithoutReadingFiles) {
   EXPECT_EQ(st.resident_bytes, 0u);
   // Used in place: a change in the caller's buffer is what the model computes
   // with. (MatMul reads W in place; it keeps its own copy of a bias.)
-  const ExternalWeightInfo w = FindWeight(ws, kWBytes);
+  const weights::WeightRef w = FindWeight(ws, kWBytes);
   ASSERT_FALSE(w.node.empty());
   const float three = 3;
   std::memcpy(user.data() + w.offset, &three, 4);  // W[0][0]: 1 -> 3
@@ -1189,7 +1189,7 @@ TEST_F(ExternalWeightsTest, UserMemoryIsUsedInPlaceWithoutReadingFiles) {
 TEST_F(ExternalWeightsTest, UserMemoryForMode1Files) {
   auto cm = CompileTo(kiln_file(), 1, weight_dir());
   ASSERT_TRUE(cm.ok());
-  const auto ws = ListExternalWeights(*cm.value().graph);
+  const auto ws = ListExternalWeights(*cm.value().graph).value();
   std::vector<std::vector<std::uint8_t>> bufs;
   LoadOptions lo;
   for (auto& w : ws) {
@@ -1207,12 +1207,12 @@ TEST_F(ExternalWeightsTest, UserMemoryForMode1Files) {
 TEST_F(ExternalWeightsTest, UserMemoryTooSmallIsAnErrorNamingFileNodeAndSizes) {
   auto cm = CompileTo(kiln_file(), 2, weight_dir());
   ASSERT_TRUE(cm.ok());
-  const auto ws = ListExternalWeights(*cm.value().graph);
-  const ExternalWeightInfo* last = &ws[0];
+  const auto ws = ListExternalWeights(*cm.value().graph).value();
+  const weights::WeightRef* last = &ws[0];
   for (auto& w : ws) {
     if (w.offset > last->offset) last = &w;
   }
-  const std::uint64_t required = last->offset + last->size;
+  const std::uint64_t required = last->offset + last->length;
   std::vector<std::uint8_t> user(required - 1);
   LoadOptions lo;
   lo.SetExternalWeightAddress(last->location, user.data(), user.size());
@@ -1235,7 +1235,7 @@ TEST_F(ExternalWeightsTest, MissingWeightFileIsNamed) {
     test::TempDir d;
     auto cm = CompileTo(d.file("m.kiln"), mode, d.file("weight"));
     ASSERT_TRUE(cm.ok());
-    const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
+    const weights::WeightRef w = FindWeight(ListExternalWeights(*cm.value().graph).value(), kWBytes);
     fs::remove(fs::path(d.file("weight")) / w.location);
     for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
       if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
@@ -1258,7 +1258,7 @@ TEST_F(ExternalWeightsTest, NonRegularWeightFileIsRefusedWithoutHanging) {
       test::TempDir d;
       auto cm = CompileTo(d.file("m.kiln"), mode, d.file("weight"));
       ASSERT_TRUE(cm.ok());
-      const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
+      const weights::WeightRef w = FindWeight(ListExternalWeights(*cm.value().graph).value(), kWBytes);
       const fs::path f = fs::path(d.file("weight")) / w.location;
       fs::remove(f);
       if (fifo) {
@@ -1285,9 +1285,9 @@ TEST_F(ExternalWeightsTest, TruncatedWeightFileIsNamed) {
     test::TempDir d;
     auto cm = CompileTo(d.file("m.kiln"), mode, d.file("weight"));
     ASSERT_TRUE(cm.ok());
-    const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
+    const weights::WeightRef w = FindWeight(ListExternalWeights(*cm.value().graph).value(), kWBytes);
     const fs::path f = fs::path(d.file("weight")) / w.location;
-    fs::resize_file(f, w.offset + w.size - 1);
+    fs::resize_file(f, w.offset + w.length - 1);
     for (auto lm : {WeightLoadMode::kMap, WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
       if (lm == WeightLoadMode::kMap && !test::DefaultDeviceMapsHostMemory()) continue;  // sim: refused (device_test.cc)
       for (bool verify : {false, true}) {
@@ -1311,7 +1311,7 @@ TEST_F(ExternalWeightsTest, TamperedWeightFileFailsVerificationNamingIt) {
     test::TempDir d;
     auto cm = CompileTo(d.file("m.kiln"), mode, d.file("weight"));
     ASSERT_TRUE(cm.ok());
-    const ExternalWeightInfo w = FindWeight(ListExternalWeights(*cm.value().graph), kWBytes);
+    const weights::WeightRef w = FindWeight(ListExternalWeights(*cm.value().graph).value(), kWBytes);
     const fs::path f = fs::path(d.file("weight")) / w.location;
     std::string bytes = ReadAll(f);
     // W[0][0]: 1.0f -> 3.0f (same size, other content).

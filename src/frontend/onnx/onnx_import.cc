@@ -13,7 +13,7 @@
 
 #include "common/checked.h"
 #include "common/file.h"
-#include "ir/utf8.h"
+#include "common/utf8.h"
 #include "ops/op_registry.h"
 #include "weights/path.h"
 
@@ -45,9 +45,9 @@ bool IsInternalDomain(const std::string& d) {
 bool IsInternalAttribute(const std::string& name) { return name.rfind("kiln.", 0) == 0; }
 
 Status CheckUtf8(const std::string& s, const Ctx& ctx, const std::string& what) {
-  const std::size_t bad = ir::FindInvalidUtf8(s);
+  const std::size_t bad = FindInvalidUtf8(s);
   if (bad == std::string::npos) return Status::Ok();
-  return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, what, " '", ir::EscapeBytes(s),
+  return Error(StatusCode::kInvalidArgument, ctx.path, ": ", ctx.scope, what, " '", EscapeBytes(s),
                "' is not valid UTF-8 (byte ", bad, ")");
 }
 
@@ -147,7 +147,7 @@ Status ReadExternalData(const onnx::TensorProto& tp, const Ctx& ctx, const std::
     } else if (kv.key() == "offset" || kv.key() == "length") {
       if (!ParseDecimal(kv.value(), kv.key() == "offset" ? &offset : &length)) {
         return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data '", kv.key(), "' = '",
-                     ir::EscapeBytes(kv.value()), "' is not a non-negative 64-bit integer");
+                     EscapeBytes(kv.value()), "' is not a non-negative 64-bit integer");
       }
     }
   }
@@ -156,7 +156,7 @@ Status ReadExternalData(const onnx::TensorProto& tp, const Ctx& ctx, const std::
   }
   if (location.find('\0') != std::string::npos) {
     return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data location '",
-                 ir::EscapeBytes(location), "' contains a NUL byte");
+                 EscapeBytes(location), "' contains a NUL byte");
   }
   if (length != nbytes) {
     return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": external data length ", length,

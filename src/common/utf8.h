@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace kiln::ir {
+namespace kiln {
 
 // Offset of the first byte that is not part of a well-formed UTF-8 sequence
 // (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), or
@@ -61,4 +61,4 @@ inline std::string EscapeBytes(std::string_view s) {
   return out;
 }
 
-}  // namespace kiln::ir
+}  // namespace kiln
