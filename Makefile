@@ -45,7 +45,7 @@ build-asan:
 	  echo "build-asan: configured with another compiler, starting afresh"; rm -rf $(ASAN_BUILD); fi
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
 	  -DCMAKE_CXX_COMPILER=$(CLANGXX) -DCMAKE_C_COMPILER=$(CLANGCC) -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_CONFORMANCE=OFF -DKILN_MODEL_TESTS=OFF
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add kiln_fuzzers kiln_op_harness kiln_capi_test
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_unit_tests kiln args_refresh_add kiln_fuzzers kiln_op_harness kiln_capi_test kiln_make_file_id_model
 
 # Runtime only (-DKILN_BUILD_COMPILER=OFF: no protobuf or ONNX): the kiln
 # binary runs, inspects and benchmarks .kiln files; tests/runtime_only.

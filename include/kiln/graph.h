@@ -41,6 +41,21 @@ class Graph {
   Tensor AddInput(const std::string& name, DType dtype, Shape shape);
   // Copies `data` (numel * element size bytes).
   Result<Tensor> AddConstant(const std::string& name, DType dtype, Shape shape, const void* data);
+  // A constant read from the caller's file: bytes [offset, offset + dtype
+  // size x numel) of `path`, read now (the file may change afterwards). When
+  // the graph compiles they are stored like any constant: embedded, or
+  // written to the external weight store in modes 1 and 2. Errors name the
+  // file and the sizes (file too short, not a regular file).
+  Result<Tensor> AddConstantFromFile(const std::string& name, DType dtype, Shape shape, const std::string& path,
+                                     std::uint64_t offset = 0);
+  // A FileConstant resolved when the compiled graph is loaded (GE's file_id
+  // with a value table): its bytes are [offset, offset + dtype size x numel)
+  // of the file or memory that LoadOptions::SetWeightFile /
+  // SetWeightFileAddress (SessionOptions::load for a session's graphs) give
+  // for `file_id`. Nothing is read or stored at compile time. file_id: 1 to
+  // 256 printable ASCII bytes.
+  Result<Tensor> AddFileConstant(const std::string& name, DType dtype, Shape shape, const std::string& file_id,
+                                 std::uint64_t offset = 0);
   // Adds a node; errors name the op type (unknown type, bad tensor handle).
   // Types are checked when the graph compiles.
   Result<std::vector<Tensor>> AddOp(const std::string& type, const std::vector<Tensor>& inputs,

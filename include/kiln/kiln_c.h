@@ -23,8 +23,8 @@
  *    released by kiln_<object>_free (NULL is accepted and ignored).
  *  - Strings returned by Kiln stay valid as long as the object they came
  *    from. Strings and arrays passed in are copied unless a call says it
- *    keeps a pointer (kiln_load_config_set_external_weight_address, bound
- *    tensors).
+ *    keeps a pointer (kiln_load_config_set_external_weight_address,
+ *    kiln_load_config_set_weight_file_address, bound tensors).
  *  - One thread at a time per model and per session; different models may
  *    run on different threads.
  *  - ABI: additions only within one KILN_ABI_VERSION; enums carry every
@@ -237,6 +237,14 @@ KILN_C_EXPORT kiln_status kiln_load_config_set_verify_weights(kiln_load_config* 
 KILN_C_EXPORT kiln_status kiln_load_config_set_external_weight_address(kiln_load_config* config,
                                                                       const char* file_name, void* data,
                                                                       size_t size);
+/* FileConstants made by the graph API with a file_id (Graph::AddFileConstant)
+ * read their bytes from what these give for that id: a file (`path`, used as
+ * given) or `size` bytes at `data` filled by the caller (kept, as above). A
+ * compiled model that needs an id not given fails to load naming it. */
+KILN_C_EXPORT kiln_status kiln_load_config_set_weight_file(kiln_load_config* config, const char* file_id,
+                                                           const char* path);
+KILN_C_EXPORT kiln_status kiln_load_config_set_weight_file_address(kiln_load_config* config, const char* file_id,
+                                                                   void* data, size_t size);
 
 /* ---- model ---- */
 /* `config` may be NULL (defaults). */

@@ -24,7 +24,7 @@ __all__ = ["compile", "load", "load_bytes", "Session", "Model", "Summary", "Tens
 
 
 def _load_args(threads=1, device="", weight_dir=None, trust_weight_dir=False, weight_load="auto",
-               verify_weights=False, weights=None):
+               verify_weights=False, weights=None, weight_files=None):
     a = _kiln._LoadArgs()
     a.threads = int(threads)
     a.device = device or ""
@@ -33,6 +33,7 @@ def _load_args(threads=1, device="", weight_dir=None, trust_weight_dir=False, we
     a.weight_load = weight_load
     a.verify_weights = bool(verify_weights)
     a.weights = None if weights is None else dict(weights)
+    a.weight_files = None if weight_files is None else dict(weight_files)
     return a
 
 
@@ -50,21 +51,24 @@ def compile(model, output, external_weight=0, external_weight_dir=None, input_sh
 
 
 def load(path, threads=1, device="", weight_dir=None, trust_weight_dir=False, weight_load="auto",
-         verify_weights=False, weights=None):
+         verify_weights=False, weights=None, weight_files=None):
     """Loads a .kiln file. `device`: "cpu" (default: $KILN_DEVICE, else cpu)
     or "sim[:options]". `weight_dir`: where external weights are (default:
     the directory the file records, else <model dir>/weight);
     `trust_weight_dir`: use a recorded directory outside the model's own.
     `weight_load`: auto, map, copy or staged. `weights`: {file name: buffer}
-    of weight files you already hold in memory (kept alive by the model)."""
+    of weight files you already hold in memory (kept alive by the model).
+    `weight_files`: {file_id: path or buffer} for weights made by the C++
+    graph API's AddFileConstant, resolved at load."""
     return _kiln.load(str(path), _load_args(threads, device, weight_dir, trust_weight_dir, weight_load,
-                                            verify_weights, weights))
+                                            verify_weights, weights, weight_files))
 
 
-def load_bytes(data, threads=1, device="", weight_dir=None, weight_load="auto", verify_weights=False, weights=None):
+def load_bytes(data, threads=1, device="", weight_dir=None, weight_load="auto", verify_weights=False, weights=None,
+               weight_files=None):
     """Loads a .kiln image held in memory (bytes or any buffer; copied)."""
     return _kiln.load_bytes(data, _load_args(threads, device, weight_dir, False, weight_load, verify_weights,
-                                             weights))
+                                             weights, weight_files))
 
 
 class Session:

@@ -112,6 +112,7 @@ struct LoadArgs {
   std::string weight_load = "auto";
   bool verify_weights = false;
   std::optional<py::dict> weights;  // file name -> buffer
+  std::optional<py::dict> weight_files;  // file_id -> path (str / os.PathLike) or buffer
 };
 
 kiln::LoadOptions Options(const LoadArgs& a, std::vector<py::object>* keep) {
@@ -141,6 +142,29 @@ kiln::LoadOptions Options(const LoadArgs& a, std::vector<py::object>* keep) {
         Raise(kiln::Error(kiln::StatusCode::kInvalidArgument, "weights['", file, "']: the buffer is not contiguous"));
       }
       o.SetExternalWeightAddress(file, info.ptr, static_cast<std::size_t>(info.size * info.itemsize));
+      keep->push_back(py::reinterpret_borrow<py::object>(v));  // alive while the model is
+    }
+  }
+  if (a.weight_files) {
+    py::object fspath = py::module_::import("os").attr("fspath");
+    for (auto& [k, v] : *a.weight_files) {
+      const std::string id = py::cast<std::string>(k);
+      if (py::isinstance<py::str>(v) || py::hasattr(v, "__fspath__")) {
+        o.SetWeightFile(id, py::cast<std::string>(fspath(v)));
+        continue;
+      }
+      if (!PyObject_CheckBuffer(v.ptr())) {
+        Raise(kiln::Error(kiln::StatusCode::kInvalidArgument, "weight_files['", id,
+                          "']: expected a path (str or os.PathLike) or a buffer (bytes, NumPy array), got ",
+                          py::cast<std::string>(py::str(v.get_type().attr("__name__")))));
+      }
+      py::buffer b = py::reinterpret_borrow<py::buffer>(v);
+      py::buffer_info info = b.request();
+      const bool contiguous = info.ndim <= 1 || info.strides.back() == info.itemsize;
+      if (!contiguous) {
+        Raise(kiln::Error(kiln::StatusCode::kInvalidArgument, "weight_files['", id, "']: the buffer is not contiguous"));
+      }
+      o.SetWeightFileAddress(id, info.ptr, static_cast<std::size_t>(info.size * info.itemsize));
       keep->push_back(py::reinterpret_borrow<py::object>(v));  // alive while the model is
     }
   }
@@ -434,7 +458,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def_readwrite("trust_weight_dir", &LoadArgs::trust_weight_dir)
       .def_readwrite("weight_load", &LoadArgs::weight_load)
       .def_readwrite("verify_weights", &LoadArgs::verify_weights)
-      .def_readwrite("weights", &LoadArgs::weights);
+      .def_readwrite("weights", &LoadArgs::weights)
+      .def_readwrite("weight_files", &LoadArgs::weight_files);
   py::class_<PyModel>(m, "Model")
       .def_property_readonly("inputs", &PyModel::inputs)
       .def_property_readonly("outputs", &PyModel::outputs)

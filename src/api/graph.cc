@@ -5,8 +5,11 @@
 #include <onnx/defs/schema.h>
 
 #include "common/checked.h"
+#include "common/file.h"
+#include "common/utf8.h"
 #include "custom/registry.h"
 #include "ir/graph.h"
+#include "ops/file_constant.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -54,6 +57,65 @@ Result<Graph::Tensor> Graph::AddConstant(const std::string& name, DType dtype, S
     std::memcpy(t->mutable_data(), data, t->nbytes());
   }
   return HandleOf(*g_, g_->AddConstant(name, t));
+}
+
+namespace {
+
+Result<std::int64_t> ConstantBytes(const char* fn, const std::string& name, DType dtype, const Shape& shape,
+                                   std::uint64_t offset) {
+  const std::string what = StrCat(fn, " '", name, "'");
+  if (!DTypeSupported(dtype)) return Error(StatusCode::kInvalidArgument, what, ": unsupported dtype");
+  if (!IsStatic(shape)) return Error(StatusCode::kInvalidArgument, what, ": shape must be static");
+  KILN_ASSIGN_OR_RETURN(std::int64_t bytes, CheckedTensorBytes(dtype, shape, what));
+  std::int64_t end = 0;
+  if (offset > static_cast<std::uint64_t>(kMaxTensorBytes) * 4 ||
+      !CheckedAdd(static_cast<std::int64_t>(offset), bytes, &end)) {
+    return Error(StatusCode::kInvalidArgument, what, ": offset ", offset, " + ", bytes, " bytes is out of range");
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Result<Graph::Tensor> Graph::AddConstantFromFile(const std::string& name, DType dtype, Shape shape,
+                                                 const std::string& path, std::uint64_t offset) {
+  KILN_ASSIGN_OR_RETURN(const std::int64_t bytes, ConstantBytes("AddConstantFromFile", name, dtype, shape, offset));
+  const std::string what = StrCat("AddConstantFromFile '", name, "': file '", path, "'");
+  KILN_ASSIGN_OR_RETURN(OpenedFile file, OpenRegularFile(path, what));
+  if (offset > static_cast<std::uint64_t>(file.size) || static_cast<std::uint64_t>(bytes) > file.size - offset) {
+    return Error(StatusCode::kInvalidArgument, what, " has ", file.size, " bytes; ", DTypeName(dtype),
+                 ShapeToString(shape), " at offset ", offset, " needs [", offset, ", ", offset + bytes, ")");
+  }
+  std::shared_ptr<HostTensor> t;
+  try {
+    t = std::make_shared<HostTensor>(dtype, std::move(shape));
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfRange, what, ": cannot allocate ", bytes, " bytes");
+  }
+  if (bytes) {
+    KILN_RETURN_IF_ERROR(PreadExact(file.fd.get(), t->mutable_data(), bytes, static_cast<std::int64_t>(offset), what));
+  }
+  return HandleOf(*g_, g_->AddConstant(name, t));
+}
+
+Result<Graph::Tensor> Graph::AddFileConstant(const std::string& name, DType dtype, Shape shape,
+                                             const std::string& file_id, std::uint64_t offset) {
+  KILN_ASSIGN_OR_RETURN(const std::int64_t bytes, ConstantBytes("AddFileConstant", name, dtype, shape, offset));
+  if (!ops::IsValidFileId(file_id)) {
+    return Error(StatusCode::kInvalidArgument, "AddFileConstant '", name, "': file_id '", EscapeBytes(file_id.substr(0, 64)),
+                 "' (", file_id.size(), " bytes) must be 1 to ", ops::kMaxFileIdBytes, " printable ASCII bytes");
+  }
+  weights::WeightRef r;
+  r.file_id = file_id;
+  r.offset = offset;
+  r.length = static_cast<std::uint64_t>(bytes);
+  r.dtype = dtype;
+  r.shape = shape;
+  ir::Value* v = g_->AddValue(name, dtype, std::move(shape));
+  ir::Node* n = g_->AddNode("FileConstant", name, {}, {v}, "kiln");
+  n->set_since_version(1);
+  ops::EncodeFileConstant(*n, r);
+  return HandleOf(*g_, v);
 }
 
 Result<std::vector<Graph::Tensor>> Graph::AddOp(const std::string& type, const std::vector<Tensor>& inputs,

@@ -41,7 +41,10 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // .kiln file's directory ("weight_dir"), and FileConstant locations are only
 // weight_<sha256> or <name>_weight_combined file names. Older files have no
 // weight_dir (weights default to <model dir>/weight) and read as before.
-inline constexpr std::uint32_t kFormatVersion = 4;
+// 5: a FileConstant may carry "file_id" instead of "location" (a graph-API
+// weight the caller resolves at load, LoadOptions::weight_files); exactly one
+// of the two, checked by the one decoder (ops/file_constant.h).
+inline constexpr std::uint32_t kFormatVersion = 5;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

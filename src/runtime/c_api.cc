@@ -243,6 +243,28 @@ kiln_status kiln_load_config_set_external_weight_address(kiln_load_config* confi
   });
 }
 
+kiln_status kiln_load_config_set_weight_file(kiln_load_config* config, const char* file_id, const char* path) {
+  KILN_C_REQUIRE(config);
+  KILN_C_REQUIRE(file_id);
+  KILN_C_REQUIRE(path);
+  if (!*path) return Fail(KILN_INVALID_ARGUMENT, kiln::StrCat(__func__, ": empty path for file_id '", file_id, "'"));
+  return Guard(__func__, [&] {
+    config->o.SetWeightFile(file_id, path);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_load_config_set_weight_file_address(kiln_load_config* config, const char* file_id, void* data,
+                                                     size_t size) {
+  KILN_C_REQUIRE(config);
+  KILN_C_REQUIRE(file_id);
+  if (!data && size) return Fail(KILN_INVALID_ARGUMENT, kiln::StrCat(__func__, ": data is NULL for ", size, " bytes"));
+  return Guard(__func__, [&] {
+    config->o.SetWeightFileAddress(file_id, data, size);
+    return KILN_OK;
+  });
+}
+
 // ---- model ----
 kiln_status kiln_model_load(const char* path, const kiln_load_config* config, kiln_model** out) {
   KILN_C_REQUIRE(path);

@@ -593,6 +593,7 @@ static int RealMain(int argc, char** argv) {
   bench->add_option("--profile", profile_file,
                     "time every task: write a Chrome/Perfetto trace to this file and print a per-op table");
   std::string weight_dir, weight_load = "auto";
+  std::vector<std::string> weight_files;
   bool verify_sha = false, trust_weight_dir = false;
   double chunk_mib = 10;
   std::string device;
@@ -608,6 +609,8 @@ static int RealMain(int argc, char** argv) {
     sub->add_option("--weight-load", weight_load, "auto | map | copy | staged (copy through staging buffers, the GPU path)")
         ->check(CLI::IsMember({"auto", "map", "copy", "staged"}));
     sub->add_option("--weight-chunk-mib", chunk_mib, "chunk size of the copy path")->check(CLI::Range(0.004, 4096.0));
+    sub->add_option("--weight-file", weight_files,
+                    "ID=PATH: the file a graph-API weight with file_id ID reads (repeatable)");
   }
 
   auto* ops = app.add_subcommand("ops", "list supported ONNX operators");
@@ -629,6 +632,13 @@ static int RealMain(int argc, char** argv) {
                       : weight_load == "copy" ? kiln::WeightLoadMode::kCopy
                       : weight_load == "staged" ? kiln::WeightLoadMode::kStagedCopy : kiln::WeightLoadMode::kAuto;
   lo.weight_chunk_bytes = static_cast<std::size_t>(chunk_mib * 1048576.0);
+  for (const std::string& wf : weight_files) {
+    const auto eq = wf.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == wf.size()) {
+      return Fail(kiln::Error(StatusCode::kInvalidArgument, "--weight-file '", wf, "': expected ID=PATH"));
+    }
+    lo.SetWeightFile(wf.substr(0, eq), wf.substr(eq + 1));
+  }
   ew.target = target;
   if (*compile) return Compile(model, output, shapes, disable, const_inputs, verbose, ew);
   if (*run) return Run(path, inputs, out_dir, lo);

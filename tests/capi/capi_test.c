@@ -318,6 +318,40 @@ static void custom_op_file(void) {
   kiln_model_free(m);
 }
 
+/* A graph-API model whose weight has a file_id (make_file_id_model.cc):
+ * resolved from a file, from caller memory, or missing (named). */
+static void file_id_model(void) {
+  char b1[1024], b2[1024];
+  kiln_load_config* c = NULL;
+  kiln_model* m = NULL;
+  size_t size = 0;
+  void* table = read_all(path(b2, model_dir, "w_table.bin"), &size);
+  CHECK(table != NULL && size == 8 + 6 * sizeof(float));
+  path(b1, model_dir, "file_id.kiln");
+  OK(kiln_load_config_create(&c));
+  /* No entry for "w-table": the load fails naming the id. */
+  FAILS(kiln_model_load(b1, c, &m), KILN_INVALID_ARGUMENT, "w-table");
+  CHECK(m == NULL);
+  FAILS(kiln_load_config_set_weight_file(c, "w-table", NULL), KILN_INVALID_ARGUMENT, "NULL");
+  FAILS(kiln_load_config_set_weight_file(c, "w-table", ""), KILN_INVALID_ARGUMENT, "empty path");
+  FAILS(kiln_load_config_set_weight_file_address(c, "w-table", NULL, 4), KILN_INVALID_ARGUMENT, "NULL");
+  /* From the file (bytes [8, 32) of it). */
+  OK(kiln_load_config_set_weight_file(c, "w-table", b2));
+  OK(kiln_model_load(b1, c, &m));
+  if (m) run_model(m, 1.0f, __LINE__);
+  kiln_model_free(m);
+  m = NULL;
+  /* From memory the caller filled: too small first (named sizes), then whole. */
+  OK(kiln_load_config_set_weight_file_address(c, "w-table", table, 16));
+  FAILS(kiln_model_load(b1, c, &m), KILN_INVALID_ARGUMENT, "32 bytes required, 16 provided");
+  OK(kiln_load_config_set_weight_file_address(c, "w-table", table, size));
+  OK(kiln_model_load(b1, c, &m));
+  if (m) run_model(m, 1.0f, __LINE__);
+  kiln_model_free(m);
+  kiln_load_config_free(c);
+  free(table);
+}
+
 int main(int argc, char** argv) {
   char combined[256] = {0};
   if (argc != 3) {
@@ -331,6 +365,7 @@ int main(int argc, char** argv) {
   model_calls(combined);
   session_calls();
   custom_op_file();
+  file_id_model();
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;

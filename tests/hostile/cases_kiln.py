@@ -37,7 +37,7 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 4  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir")
+FORMAT_VERSION = 5  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id")
 
 
 def align(v, a):
@@ -341,6 +341,38 @@ def generate(ctx):
                 ["attrs"]["location"].update(v=loc),
                 [f"external weight location '{loc}' is not a weight_<sha256> or <name>_weight_combined file name"],
                 inspect=False, base=j2, weights=w2)
+    # -- file_id FileConstants (format 5): exactly one of location/file_id,
+    # a bounded printable id, resolved only by the caller's table ----------
+    def fc_attrs(j):
+        return next(n for n in j["graph"]["nodes"] if n["op"] == "FileConstant")["attrs"]
+
+    def with_file_id(fid, keep_location=False, kind="string"):
+        def edit(j):
+            a = fc_attrs(j)
+            if not keep_location:
+                del a["location"]
+            a["file_id"] = {"kind": kind, "v": fid}
+        return edit
+
+    crafted("file_id", "and_location", with_file_id("w", keep_location=True),
+            ["exactly one of the attributes 'location' and 'file_id' must be set, found both"],
+            inspect=False, base=j2, weights=w2)
+    crafted("file_id", "neither", lambda j: fc_attrs(j).pop("location"),
+            ["exactly one of the attributes 'location' and 'file_id' must be set, found neither"],
+            inspect=False, base=j2, weights=w2)
+    crafted("file_id", "long", with_file_id("f" * 300), ["attribute 'file_id'", "(300 bytes) must be 1 to 256 printable"],
+            inspect=False, base=j2, weights=w2)
+    crafted("file_id", "empty", with_file_id(""), ["attribute 'file_id'", "(0 bytes) must be 1 to 256 printable"],
+            inspect=False, base=j2, weights=w2)
+    crafted("file_id", "control", with_file_id("a\nb"), ["attribute 'file_id'", "must be 1 to 256 printable"],
+            inspect=False, base=j2, weights=w2)
+    crafted("file_id", "number", with_file_id(7, kind="int"), ["attribute 'file_id' must be string, found int"],
+            inspect=False, base=j2, weights=w2)
+    crafted("file_id", "unresolved", with_file_id("their-table"),
+            ["reads file_id 'their-table', which the load options do not resolve"],
+            inspect=False, base=j2, weights=w2)
+    crafted("file_id", "bad_sha256", lambda j: fc_attrs(j).update({"kiln.sha256": {"kind": "string", "v": "zz"}}),
+            ["attribute 'kiln.sha256' is not 64 lowercase hex digits"], inspect=False, base=j2, weights=w2)
     # Recorded outside the model's directory: refused unless trusted.
     crafted("weight_dir", "outside_untrusted", setp(["weight_dir"], "../elsewhere"),
             ["records its weight directory as '../elsewhere'", "outside the model's own directory", "--trust-weight-dir"],

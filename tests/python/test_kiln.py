@@ -204,3 +204,25 @@ def test_data_dependent_output_has_its_actual_shape(tmp_path):
     assert m.outputs[0].dynamic_dims == [1]
     v = np.array([0, 3, 0, 0, 5, 1], np.float32)
     np.testing.assert_array_equal(m.run({"x": v})["y"], np.array(np.nonzero(v)))
+
+
+def test_file_id_weights_from_a_path_or_a_buffer():
+    """file_id.kiln (tests/capi/make_file_id_model.cc): y = x + w, w a
+    graph-API FileConstant "w-table" at offset 8 of w_table.bin; w[i] = 0.5 i
+    (the same W as above)."""
+    models = os.environ["KILN_TEST_MODELS"]
+    path = os.path.join(models, "file_id.kiln")
+    table = os.path.join(models, "w_table.bin")
+    x = np.array([[1, -2, 3], [-4, 5, -6]], np.float32)
+    with pytest.raises(kiln.InvalidArgument, match="reads file_id 'w-table'"):
+        kiln.load(path)
+    from pathlib import Path
+    for source in (table, Path(table), np.fromfile(table, np.uint8), open(table, "rb").read()):
+        m = kiln.load(path, weight_files={"w-table": source})
+        np.testing.assert_array_equal(m.run({"x": x})["y"], x + W)
+        s = m.summary()
+        assert [(w.file_id, w.path, w.offset, w.size) for w in s.external_weights] == [("w-table", "", 8, 24)]
+    with pytest.raises(kiln.InvalidArgument, match="needs bytes \\[8, 32\\) = 32 bytes required, 16 provided"):
+        kiln.load(path, weight_files={"w-table": np.zeros(4, np.float32)})
+    with pytest.raises(kiln.InvalidArgument, match="expected a path"):
+        kiln.load(path, weight_files={"w-table": 3})
