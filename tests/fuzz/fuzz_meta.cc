@@ -103,11 +103,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!g_check) return 0;
   for (std::size_t i = 0; i < blobs.size(); ++i) {
     const auto& r = (*recs)[i];
-    if (r.length != blobs[i].size() || !RangeEquals(dir + "/" + r.file, r.offset, blobs[i])) {
+    if (r.length != blobs[i].size() || !RangeEquals(dir + "/" + r.location, r.offset, blobs[i])) {
       std::fprintf(stderr,
                    "fuzz_meta: StoreWeights (mode %d) recorded blob %zu at '%s' offset %llu length %llu, "
                    "which does not hold its bytes\n",
-                   so.mode, i, r.file.c_str(), static_cast<unsigned long long>(r.offset),
+                   so.mode, i, r.location.c_str(), static_cast<unsigned long long>(r.offset),
                    static_cast<unsigned long long>(r.length));
       std::abort();
     }
