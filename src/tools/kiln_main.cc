@@ -1,4 +1,4 @@
-// The `kiln` command line: compile, run, inspect, bench, ops.
+// The `kiln` command line: compile, run, inspect, bench, ops, weights list / gc.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +28,7 @@
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
 #include "tools/npy.h"
+#include "weights/weight_dir.h"
 
 namespace {
 
@@ -542,6 +543,57 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   return 0;
 }
 
+// ---- weights list / gc ---------------------------------------------------------
+
+int WeightsList(const std::string& dir, const std::vector<std::string>& models) {
+  auto entries = kiln::weights::ListStore(dir, models);
+  if (!entries.ok()) return Fail(entries.status());
+  std::uint64_t n = 0, bytes = 0, used_bytes = 0, unref = 0, unref_bytes = 0;
+  std::printf("%-16s  %-40s  %10s  %-24s  %s\n", "sha256", "file", "offset", "length", "used by");
+  for (auto& e : entries.value()) {
+    std::string users;
+    for (auto& m : e.used_by) users += (users.empty() ? "" : " ") + m;
+    if (users.empty()) users = models.empty() ? "-" : "unused";
+    const std::string len = e.ref.length < 1024 ? kiln::StrCat(e.ref.length, " B")
+                                                 : kiln::StrCat(e.ref.length, " B (", HumanBytes(e.ref.length), ")");
+    if (e.recorded) {
+      ++n;
+      bytes += e.ref.length;
+      if (!e.used_by.empty()) used_bytes += e.ref.length;
+      std::printf("%-16s  %-40s  %10llu  %-24s  %s%s\n", e.ref.sha256.substr(0, 16).c_str(), e.ref.location.c_str(),
+                  static_cast<unsigned long long>(e.ref.offset), len.c_str(), users.c_str(),
+                  e.present ? "" : "  [missing: its file does not cover it]");
+    } else {
+      ++unref;
+      unref_bytes += e.ref.length;
+      std::printf("%-16s  %-40s  %10s  %-24s  %s  [not in meta.json]\n", "-", e.ref.location.c_str(), "-", len.c_str(),
+                  users.c_str());
+    }
+  }
+  std::printf("total: %llu entr%s, %s", static_cast<unsigned long long>(n), n == 1 ? "y" : "ies", HumanBytes(bytes).c_str());
+  if (!models.empty()) std::printf(" (%s used by the given models)", HumanBytes(used_bytes).c_str());
+  std::printf("; %llu file%s not in meta.json, %s\n", static_cast<unsigned long long>(unref), unref == 1 ? "" : "s",
+              HumanBytes(unref_bytes).c_str());
+  return 0;
+}
+
+int WeightsGc(const std::string& dir, const std::vector<std::string>& keep, bool dry_run) {
+  auto rep = kiln::weights::CollectGarbage(dir, keep, dry_run);
+  if (!rep.ok()) return Fail(rep.status());
+  const auto& r = rep.value();
+  const char* verb = dry_run ? "would remove" : "removed";
+  for (auto& f : r.removed) std::printf("%s %s\n", verb, f.c_str());
+  for (auto& [from, to] : r.compacted) std::printf("%s %s -> %s\n", dry_run ? "would compact" : "compacted", from.c_str(), to.c_str());
+  for (auto& m : r.rewritten_models) std::printf("%s %s\n", dry_run ? "would rewrite" : "rewrote", m.c_str());
+  std::printf("%s%zu file%s removed, %zu combined file%s rewritten, %zu .kiln file%s rewritten, %llu meta.json entr%s "
+              "dropped, %s freed\n",
+              dry_run ? "dry run, nothing changed: " : "", r.removed.size(), r.removed.size() == 1 ? "" : "s", r.compacted.size(),
+              r.compacted.size() == 1 ? "" : "s", r.rewritten_models.size(), r.rewritten_models.size() == 1 ? "" : "s",
+              static_cast<unsigned long long>(r.entries_dropped), r.entries_dropped == 1 ? "y" : "ies",
+              HumanBytes(r.bytes_freed).c_str());
+  return 0;
+}
+
 }  // namespace
 
 static int RealMain(int argc, char** argv) {
@@ -615,6 +667,19 @@ static int RealMain(int argc, char** argv) {
 
   auto* ops = app.add_subcommand("ops", "list supported ONNX operators");
 
+  auto* weights = app.add_subcommand("weights", "inspect and clean an external-weight directory");
+  weights->require_subcommand(1);
+  std::string store;
+  std::vector<std::string> given;
+  bool dry_run = false;
+  auto* wlist = weights->add_subcommand("list", "list a weight directory's entries and the given models using each");
+  wlist->add_option("dir", store, "weight directory")->required();
+  wlist->add_option("--model", given, ".kiln file whose use to show (repeatable)");
+  auto* wgc = weights->add_subcommand("gc", "remove what the kept models do not use; compact combined files");
+  wgc->add_option("dir", store, "weight directory")->required();
+  wgc->add_option("--keep", given, ".kiln file whose weights stay (repeatable; at least one)");
+  wgc->add_flag("--dry-run", dry_run, "print what would be removed or rewritten; change nothing");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -644,6 +709,14 @@ static int RealMain(int argc, char** argv) {
   if (*run) return Run(path, inputs, out_dir, lo);
   if (*inspect) return Inspect(path, as_json);
   if (*bench) return Bench(path, inputs, runs, warmup, lo, as_json, profile_file);
+  if (*wlist) return WeightsList(store, given);
+  if (*wgc) {
+    if (given.empty()) {
+      return Fail(kiln::Error(StatusCode::kInvalidArgument, "weights gc: no --keep A.kiln given: refusing to remove "
+                              "every weight of '", store, "' (name each model whose weights must stay)"));
+    }
+    return WeightsGc(store, given, dry_run);
+  }
   if (*ops) {
     for (auto& t : kiln::ops::OpRegistry::Get().Types()) std::cout << t << "\n";
     return 0;

@@ -23,6 +23,9 @@
 
 #include "common/checked.h"
 #include "common/file.h"
+#include "format/kiln_file.h"
+#include "ir/graph.h"
+#include "ops/file_constant.h"
 #include "weights/sha256.h"
 #include "common/weight_ref.h"
 
@@ -514,9 +517,13 @@ Status ParallelEach(std::size_t n, int threads, Fn fn) {
 }
 
 // Opens the directory: lock, stale temporaries, meta.json, interrupted appends.
-Result<DirLock> OpenStore(Store& s, const std::string& dir_str) {
+// `inspect_only`: as for a read-only directory (shared lock, nothing cleaned).
+Result<DirLock> OpenStore(Store& s, const std::string& dir_str, bool inspect_only = false) {
   s.dir = fs::path(dir_str);
-  if (access(dir_str.c_str(), W_OK) != 0) {
+  if (inspect_only) {
+    s.read_only = true;
+    s.read_only_reason = "inspected only";
+  } else if (access(dir_str.c_str(), W_OK) != 0) {
     s.read_only = true;
     s.read_only_reason = std::strerror(errno);
   }
@@ -882,6 +889,429 @@ Result<std::vector<WeightRef>> MigrateWeights(const std::string& from, const std
     *final_stats = std::move(stats);
   }
   return out;
+}
+
+// ---- housekeeping: list and gc ------------------------------------------------------
+
+namespace {
+
+// A model given to list or gc: the file as read (its graph is rewritten in
+// place by gc) and its references into the store (file_id weights left out).
+struct ModelRefs {
+  std::string path;  // as given
+  format::LoadedFile file;
+  std::vector<WeightRef> refs;
+};
+
+bool SameFile(const fs::path& a, const fs::path& b) {
+  struct stat sa {}, sb {};
+  return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+Result<ModelRefs> ReadModelRefs(const std::string& dir, const std::string& path) {
+  ModelRefs m;
+  m.path = path;
+  KILN_ASSIGN_OR_RETURN(m.file, format::ReadModelFile(path));
+  auto all = ListExternalWeights(*m.file.model.graph);
+  if (!all.ok()) return all.status().WithContext(StrCat("model '", path, "'"));
+  for (auto& r : all.value()) {
+    if (r.file_id.empty()) m.refs.push_back(std::move(r));
+  }
+  if (m.refs.empty()) return m;
+  const fs::path model_dir = fs::absolute(path).parent_path();
+  const std::string& rec = m.file.model.weight_dir;
+  const fs::path wdir = rec.empty() ? model_dir / "weight" : (model_dir / fs::path(rec)).lexically_normal();
+  if (!SameFile(wdir, dir)) {
+    return Error(StatusCode::kInvalidArgument, "model '", path, "' keeps its external weights in '", wdir.string(),
+                 "' (", rec.empty() ? std::string("not recorded: <model dir>/weight") : StrCat("recorded as '", rec, "'"),
+                 "), not in '", dir, "'");
+  }
+  return m;
+}
+
+Result<std::vector<ModelRefs>> ReadModels(const std::string& dir, const std::vector<std::string>& paths) {
+  std::vector<ModelRefs> out;
+  for (const std::string& p : paths) {
+    bool dup = false;
+    for (auto& m : out) dup = dup || SameFile(m.path, p);
+    if (dup) continue;  // the same file twice: read (and rewritten) once
+    KILN_ASSIGN_OR_RETURN(ModelRefs m, ReadModelRefs(dir, p));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Status CheckIsDir(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) {
+    return Error(StatusCode::kNotFound, "weight directory '", dir, "': ", std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return Error(StatusCode::kInvalidArgument, "weight directory '", dir, "' is not a directory");
+  return Status::Ok();
+}
+
+// The weight files of the directory (weight file names only): name -> size.
+// One that is not a regular file is refused, as the store refuses it.
+Result<std::map<std::string, std::uint64_t>> ScanWeightFiles(const fs::path& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return Error(StatusCode::kIoError, "cannot read weight directory '", dir.string(), "': ", std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (IsWeightFileName(n)) names.push_back(std::move(n));
+  }
+  closedir(d);
+  std::map<std::string, std::uint64_t> out;
+  for (const std::string& n : names) {
+    struct stat st {};
+    if (lstat((dir / n).c_str(), &st) != 0) {
+      if (errno == ENOENT) continue;
+      return Error(StatusCode::kIoError, "cannot stat weight file '", (dir / n).string(), "': ", std::strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return Error(StatusCode::kInvalidArgument, "weight file '", (dir / n).string(), "' is ", FileKind(st.st_mode),
+                   ", not a regular file (remove it from the weight directory)");
+    }
+    out[n] = static_cast<std::uint64_t>(st.st_size);
+  }
+  return out;
+}
+
+// A combined file rewritten without its unused ranges.
+struct Compaction {
+  std::string from, to;
+  std::uint64_t new_size = 0;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> moved;  // (offset, length) -> new offset
+};
+
+// A combined-file name not in use: <model>.gc<N>_weight_combined (a
+// previous ".gc<N>" replaced), shortened to a valid model name if needed.
+std::string FreshCombinedName(const fs::path& dir, const std::string& old, const std::set<std::string>& taken) {
+  std::string base = old.substr(0, old.size() - std::strlen(kCombinedSuffix));
+  const auto pos = base.rfind(".gc");
+  if (pos != std::string::npos && pos + 3 < base.size() &&
+      std::all_of(base.begin() + static_cast<std::ptrdiff_t>(pos) + 3, base.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    base.resize(pos);
+  }
+  for (unsigned k = 1;; ++k) {
+    const std::string tail = StrCat(".gc", k);
+    std::string b = base.substr(0, kMaxModelNameBytes - std::min(kMaxModelNameBytes, tail.size()));
+    // (a cut UTF-8 sequence or a '.' before ".gc" is taken off)
+    for (int i = 0; i < 8 && !b.empty() && !ModelNameProblem(b + tail).empty(); ++i) b.pop_back();
+    std::string cand = b + tail;
+    if (!ModelNameProblem(cand).empty()) cand = StrCat("gc", k);
+    cand += kCombinedSuffix;
+    struct stat st {};
+    if (!taken.count(cand) && lstat((dir / cand).c_str(), &st) != 0 && errno == ENOENT) return cand;
+  }
+}
+
+void FsyncPath(const fs::path& p, bool directory) {
+  int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : O_NONBLOCK));
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+// Step (a) of a compaction: the used ranges copied to their new offsets in a
+// new file (temporary name, fsync, rename).
+Status WriteCompacted(const fs::path& dir, const Compaction& c) {
+  const fs::path src = dir / c.from, final_path = dir / c.to, tmp = dir / (c.to + UniqueSuffix());
+  KILN_ASSIGN_OR_RETURN(OpenedFile in, OpenRegularFile(src.string(), "weight file"));
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return Error(StatusCode::kIoError, "cannot create '", tmp.string(), "': ", std::strerror(errno));
+  UniqueFd out(fd);
+  std::vector<std::uint8_t> buf(std::size_t{8} << 20);
+  Status w = Status::Ok();
+  for (auto& [key, to] : c.moved) {
+    const auto& [from, length] = key;
+    for (std::uint64_t done = 0; w.ok() && done < length;) {
+      const std::uint64_t n = std::min<std::uint64_t>(buf.size(), length - done);
+      w = PreadExact(in.fd.get(), buf.data(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(from + done),
+                     StrCat("reading '", src.string(), "'"));
+      if (w.ok()) w = WriteAll(fd, buf.data(), n, to + done, StrCat("writing '", tmp.string(), "'"));
+      done += n;
+    }
+    if (!w.ok()) break;
+  }
+  if (w.ok() && ftruncate(fd, static_cast<off_t>(c.new_size)) != 0) {
+    w = Error(StatusCode::kIoError, "cannot extend '", tmp.string(), "': ", std::strerror(errno));
+  }
+  if (w.ok() && fsync(fd) != 0) w = Error(StatusCode::kIoError, "flushing '", tmp.string(), "' failed: ", std::strerror(errno));
+  if (w.ok() && close(out.release()) != 0) {
+    w = Error(StatusCode::kIoError, "closing '", tmp.string(), "' failed: ", std::strerror(errno));
+  }
+  if (w.ok() && rename(tmp.c_str(), final_path.c_str()) != 0) {
+    w = Error(StatusCode::kIoError, "cannot rename '", tmp.string(), "' to '", final_path.string(), "': ",
+              std::strerror(errno));
+  }
+  if (!w.ok()) unlink(tmp.c_str());
+  return w;
+}
+
+bool SameEntry(const WeightRef& a, const WeightRef& b) {
+  return a.location == b.location && a.offset == b.offset && a.length == b.length;
+}
+
+}  // namespace
+
+Result<std::vector<StoreEntry>> ListStore(const std::string& dir_str, const std::vector<std::string>& models) {
+  KILN_RETURN_IF_ERROR(CheckIsDir(dir_str));
+  KILN_ASSIGN_OR_RETURN(std::vector<ModelRefs> ms, ReadModels(dir_str, models));
+  Store s;
+  s.dir = fs::path(dir_str);
+  KILN_ASSIGN_OR_RETURN(DirLock lock, DirLock::Acquire(dir_str, /*read_only=*/true));
+  KILN_RETURN_IF_ERROR(LoadMeta(s, nullptr));
+  KILN_ASSIGN_OR_RETURN(auto files, ScanWeightFiles(s.dir));
+  std::vector<StoreEntry> out;
+  std::set<std::string> recorded_files;
+  for (auto& [h, r] : s.meta) {
+    StoreEntry e;
+    e.ref = r;
+    e.present = Present(s.dir, r);
+    for (auto& m : ms) {
+      for (auto& u : m.refs) {
+        if (SameEntry(u, r) && (u.sha256.empty() || u.sha256 == h)) {
+          e.used_by.push_back(m.path);
+          break;
+        }
+      }
+    }
+    recorded_files.insert(r.location);
+    out.push_back(std::move(e));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const StoreEntry& a, const StoreEntry& b) {
+    return std::tie(a.ref.location, a.ref.offset) < std::tie(b.ref.location, b.ref.offset);
+  });
+  for (auto& [name, size] : files) {
+    if (recorded_files.count(name)) continue;
+    StoreEntry e;
+    e.recorded = false;
+    e.ref.location = name;
+    e.ref.length = size;
+    for (auto& m : ms) {
+      if (std::any_of(m.refs.begin(), m.refs.end(), [&](const WeightRef& u) { return u.location == name; })) {
+        e.used_by.push_back(m.path);
+      }
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Result<GcReport> CollectGarbage(const std::string& dir_str, const std::vector<std::string>& keep, bool dry_run) {
+  if (keep.empty()) {
+    return Error(StatusCode::kInvalidArgument, "weights gc of '", dir_str,
+                 "': no model to keep was given (--keep A.kiln ...): refusing to remove every weight");
+  }
+  KILN_RETURN_IF_ERROR(CheckIsDir(dir_str));
+  KILN_ASSIGN_OR_RETURN(std::vector<ModelRefs> ms, ReadModels(dir_str, keep));
+  const fs::path dir(dir_str);
+  Store s;
+  KILN_ASSIGN_OR_RETURN(DirLock lock, OpenStore(s, dir_str, /*inspect_only=*/dry_run));
+  if (s.read_only && !dry_run) {
+    return Error(StatusCode::kIoError, "weight directory '", dir_str, "' is read-only (", s.read_only_reason,
+                 "): gc cannot change it");
+  }
+  KILN_ASSIGN_OR_RETURN(auto files, ScanWeightFiles(dir));
+
+  // Every reference of the kept models, checked before anything changes.
+  struct Use {
+    const ModelRefs* model;
+    WeightRef ref;
+  };
+  std::vector<Use> uses;
+  std::set<std::tuple<std::string, std::uint64_t, std::uint64_t, std::string>> seen;
+  auto where = [&](const Use& u) {
+    return StrCat("model '", u.model->path, "': FileConstant '", u.ref.node, "' uses weight ",
+                  u.ref.sha256.empty() ? std::string("(no SHA-256 recorded)") : u.ref.sha256, " ('", u.ref.location,
+                  "' [", u.ref.offset, ", +", u.ref.length, "))");
+  };
+  const std::string unchanged = " (nothing was changed)";
+  for (auto& m : ms) {
+    for (auto& r : m.refs) {
+      if (!seen.insert({r.location, r.offset, r.length, r.sha256}).second) continue;
+      Use u{&m, r};
+      auto f = files.find(r.location);
+      if (f == files.end()) {
+        return Error(StatusCode::kNotFound, where(u), ", but '", (dir / r.location).string(), "' does not exist", unchanged);
+      }
+      if (r.offset > f->second || r.length > f->second - r.offset) {
+        return Error(StatusCode::kNotFound, where(u), ", but '", (dir / r.location).string(), "' is only ", f->second,
+                     " bytes", unchanged);
+      }
+      if (!r.sha256.empty() && !s.meta.count(r.sha256)) {
+        return Error(StatusCode::kNotFound, where(u), ", which '", s.MetaPath().string(), "' does not record", unchanged);
+      }
+      uses.push_back(std::move(u));
+    }
+  }
+  KILN_RETURN_IF_ERROR(ParallelEach(uses.size(), 4, [&](std::size_t k) -> Status {
+    Use& u = uses[k];
+    if (u.ref.sha256.empty()) {
+      const fs::path p = dir / u.ref.location;
+      KILN_ASSIGN_OR_RETURN(OpenedFile f, OpenRegularFile(p.string(), "weight file"));
+      KILN_ASSIGN_OR_RETURN(u.ref.sha256, Sha256OfFileRange(f.fd.get(), u.ref.offset, u.ref.length,
+                                                            StrCat("weight file '", p.string(), "'")));
+      if (!s.meta.count(u.ref.sha256)) {
+        return Error(StatusCode::kNotFound, where(u), " hashing to ", u.ref.sha256, ", which '", s.MetaPath().string(),
+                     "' does not record", unchanged);
+      }
+      return Status::Ok();
+    }
+    KILN_ASSIGN_OR_RETURN(Check c, CheckRecord(s, u.ref));
+    if (c != Check::kOk) {
+      return Error(StatusCode::kCorrupt, where(u), ", but those bytes of '", (dir / u.ref.location).string(),
+                   "' do not hash to it", unchanged);
+    }
+    return Status::Ok();
+  }));
+  // A weight a kept model finds elsewhere than where meta.json records it (a
+  // gc cut short between rewriting the models and meta.json, or a stale
+  // copy) is pointed at the recorded copy when that one holds it, so that
+  // gc run again converges on one copy per weight.
+  using Where = std::tuple<std::string, std::uint64_t, std::uint64_t>;  // location, offset, length
+  std::map<Where, WeightRef> redirect;
+  for (auto& u : uses) {
+    auto m = s.meta.find(u.ref.sha256);
+    if (m == s.meta.end() || SameEntry(m->second, u.ref) || m->second.length != u.ref.length) continue;
+    KILN_ASSIGN_OR_RETURN(Check c, CheckRecord(s, m->second));
+    if (c == Check::kOk) redirect[{u.ref.location, u.ref.offset, u.ref.length}] = m->second;
+  }
+  auto target = [&](WeightRef r) {
+    auto it = redirect.find({r.location, r.offset, r.length});
+    if (it != redirect.end()) {
+      r.location = it->second.location;
+      r.offset = it->second.offset;
+    }
+    return r;
+  };
+  std::map<std::string, std::set<Range>> used;  // file -> ranges the kept models use
+  for (auto& u : uses) {
+    const WeightRef t = target(u.ref);
+    used[t.location].insert({t.offset, t.length, u.ref.sha256});
+  }
+
+  // The plan.
+  GcReport rep;
+  rep.dry_run = dry_run;
+  std::set<std::string> taken;
+  for (auto& [name, size] : files) taken.insert(name);
+  std::vector<Compaction> compactions;
+  for (auto& [name, size] : files) {
+    auto u = used.find(name);
+    if (u == used.end()) {
+      rep.removed.push_back(name);
+      rep.bytes_freed += size;
+      continue;
+    }
+    if (IsSingleName(name)) continue;
+    Compaction c;
+    c.from = name;
+    bool moves = false;
+    for (auto& [off, len, h] : u->second) {
+      if (c.moved.count({off, len})) continue;
+      c.moved[{off, len}] = c.new_size;
+      moves = moves || c.new_size != off;
+      c.new_size = AlignUp(c.new_size + len);
+    }
+    if (!moves && c.new_size >= size) continue;  // nothing unused in it
+    c.to = FreshCombinedName(dir, name, taken);
+    taken.insert(c.to);
+    rep.bytes_freed += size - std::min(size, c.new_size);
+    rep.compacted.push_back({c.from, c.to});
+    compactions.push_back(std::move(c));
+  }
+  std::map<std::string, const Compaction*> by_from;
+  for (auto& c : compactions) by_from[c.from] = &c;
+  auto relocate = [&](WeightRef r) {
+    auto it = by_from.find(r.location);
+    if (it != by_from.end()) {
+      r.offset = it->second->moved.at({r.offset, r.length});
+      r.location = it->second->to;
+    }
+    return r;
+  };
+  // meta.json after: each entry at a range a kept model uses (where the
+  // entry's own range is unused, another used copy of the weight), moved with
+  // its compacted file; the others dropped.
+  std::map<std::string, WeightRef> any_use;
+  for (auto& [file, rs] : used) {
+    for (auto& [o, l, h] : rs) any_use.emplace(h, MakeRef(h, file, o, l));
+  }
+  std::map<std::string, WeightRef> new_meta;
+  bool meta_changed = s.dirty;
+  for (auto& [h, e] : s.meta) {
+    auto u = used.find(e.location);
+    if (u != used.end() && u->second.count({e.offset, e.length, h})) {
+      new_meta[h] = relocate(e);
+    } else if (auto a = any_use.find(h); a != any_use.end()) {
+      new_meta[h] = relocate(a->second);
+    } else {
+      ++rep.entries_dropped;
+      meta_changed = true;
+      continue;
+    }
+    meta_changed = meta_changed || !SameEntry(new_meta[h], e);
+  }
+  auto changed = [&](const WeightRef& r) {
+    return by_from.count(r.location) > 0 || redirect.count({r.location, r.offset, r.length}) > 0;
+  };
+  std::vector<ModelRefs*> rewrite;
+  for (auto& m : ms) {
+    if (std::any_of(m.refs.begin(), m.refs.end(), changed)) {
+      rewrite.push_back(&m);
+      rep.rewritten_models.push_back(m.path);
+    }
+  }
+  if (dry_run) return rep;
+
+  // (a) the compacted files, under new names.
+  for (auto& c : compactions) KILN_RETURN_IF_ERROR(WriteCompacted(dir, c));
+  if (!compactions.empty()) FsyncPath(dir, true);
+  // (b) the kept models that used the old files (each replaced atomically).
+  for (ModelRefs* m : rewrite) {
+    Status st = Status::Ok();
+    ir::ForEachGraph(*m->file.model.graph, [&](ir::Graph& g) {
+      for (auto& n : g.nodes()) {
+        if (!st.ok() || !ops::IsFileConstant(*n)) continue;
+        auto r = ops::DecodeFileConstant(*n);
+        if (!r.ok()) {
+          st = r.status();
+          continue;
+        }
+        if (!r.value().file_id.empty() || !changed(r.value())) continue;
+        ops::EncodeFileConstant(*n, relocate(target(r.value())));
+      }
+    });
+    std::error_code ec;
+    const fs::path target = fs::canonical(m->path, ec);  // (a symlink's target is rewritten)
+    if (st.ok() && ec) st = Error(StatusCode::kIoError, "cannot resolve '", m->path, "': ", ec.message());
+    if (st.ok()) st = format::WriteModelFile(m->file.model, target.string());
+    if (!st.ok()) {
+      return st.WithContext(StrCat("weights gc: rewriting model '", m->path,
+                                   "' (the store is unchanged but for new compacted files, which the next gc removes)"));
+    }
+    FsyncPath(target, false);
+    FsyncPath(target.parent_path(), true);
+  }
+  // (c) meta.json.
+  if (meta_changed || !compactions.empty()) {
+    s.meta = std::move(new_meta);
+    KILN_RETURN_IF_ERROR(WriteMeta(s));
+    FsyncPath(dir, true);
+  }
+  // (d) only now the files nothing uses any more.
+  std::vector<std::string> gone = rep.removed;
+  for (auto& c : compactions) gone.push_back(c.from);
+  for (const std::string& name : gone) {
+    if (unlink((dir / name).c_str()) != 0 && errno != ENOENT) {
+      return Error(StatusCode::kIoError, "weights gc: cannot remove '", (dir / name).string(), "': ",
+                   std::strerror(errno), " (meta.json no longer references it: the next gc removes it)");
+    }
+  }
+  return rep;
 }
 
 }  // namespace kiln::weights

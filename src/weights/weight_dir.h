@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -91,5 +92,52 @@ Status CheckModelName(const std::string& name);
 Result<std::vector<WeightRef>> MigrateWeights(const std::string& from, const std::string& to,
                                                  const std::vector<WeightRef>& records,
                                                  const StoreOptions& opts, StoreStats* final_stats = nullptr);
+
+// ---- housekeeping (kiln weights list / gc) -------------------------------------
+//
+// "Kept" models are .kiln files whose FileConstants (If branches included)
+// reference this directory: their recorded weight directory (or
+// <model dir>/weight) must be `dir` itself, else the call fails naming both.
+// FileConstants with a file_id are the caller's own files and are ignored.
+
+struct StoreEntry {
+  // A meta.json entry (sha256, location, offset, length), or, when !recorded,
+  // a weight file meta.json does not reference (sha256 empty, offset 0,
+  // length = its size).
+  WeightRef ref;
+  bool recorded = true;
+  bool present = true;                // recorded: its file covers the range
+  std::vector<std::string> used_by;   // the given models that reference it (as given)
+};
+
+// Lists `dir` under a shared lock, changing nothing: every meta.json entry,
+// then the weight files it does not reference. `models` fill used_by.
+// Errors: a model that cannot be read, references another directory, or a
+// weight file name that is not a regular file (named).
+Result<std::vector<StoreEntry>> ListStore(const std::string& dir, const std::vector<std::string>& models);
+
+struct GcReport {
+  bool dry_run = false;
+  std::vector<std::string> removed;                                   // file names in dir
+  std::vector<std::pair<std::string, std::string>> compacted;         // old -> new combined file
+  std::vector<std::string> rewritten_models;                          // kept .kiln paths rewritten
+  std::uint64_t entries_dropped = 0;                                  // meta.json entries
+  std::uint64_t bytes_freed = 0;
+};
+
+// Removes from `dir` what the `keep` models do not reference, under the
+// directory's exclusive lock: unused weight_<sha> files, combined files no
+// kept model uses, and meta.json entries for them; a combined file of which
+// only some ranges are used is compacted into <model>.gc<N>_weight_combined.
+// Order (each step atomic, so a kill -9 anywhere leaves every kept model
+// loadable and a later gc finishes the job): new combined files (temporary +
+// fsync + rename), the kept .kiln files that used the old ones, meta.json,
+// then the unlinks. Everything is checked first: a kept model referencing a
+// weight meta.json does not record, or bytes missing from or not hashing to
+// their SHA-256 in `dir`, fails naming the model, node and weight with
+// nothing changed. Files whose names are not weight file names are never
+// touched. `keep` must not be empty. `dry_run`: the report of what would be
+// done; nothing is changed.
+Result<GcReport> CollectGarbage(const std::string& dir, const std::vector<std::string>& keep, bool dry_run);
 
 }  // namespace kiln::weights
