@@ -1090,8 +1090,9 @@ Result<std::vector<StoreEntry>> ListStore(const std::string& dir_str, const std:
     e.recorded = false;
     e.ref.location = name;
     e.ref.length = size;
+    const std::string& file = name;  // (a lambda may not capture a structured binding before C++20 in Clang 14)
     for (auto& m : ms) {
-      if (std::any_of(m.refs.begin(), m.refs.end(), [&](const WeightRef& u) { return u.location == name; })) {
+      if (std::any_of(m.refs.begin(), m.refs.end(), [&](const WeightRef& u) { return u.location == file; })) {
         e.used_by.push_back(m.path);
       }
     }
