@@ -122,8 +122,10 @@ typedef enum kiln_weight_load_mode {
 
 /* One dim of a described tensor. A fixed dim has value = min = max. A dim
  * that is not fixed has value -1, its admissible range [min, max] (max: the
- * bound a buffer must allow for; -1 where unbounded) and, where the model
- * names it, its symbol ("batch"; NULL otherwise). */
+ * bound a buffer must allow for; -1 where unbounded). `symbol`: the model's
+ * name for the dim ("batch", from an ONNX dim_param; NULL if none); a model
+ * compiled with the dim fixed (--input-shape) keeps the name, with
+ * value = min = max = that extent. */
 typedef struct kiln_dim {
   int64_t value;
   int64_t min;

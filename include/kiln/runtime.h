@@ -23,6 +23,19 @@
 
 namespace kiln {
 
+// One dim of an input or output. `value`: its extent (-1 for a
+// data-dependent dim). [min, max]: the extents it may take (max -1:
+// unbounded): for a dim named by a symbol of the model ("batch"), the
+// symbol's range; for a data-dependent dim, 0 to its upper bound; otherwise
+// value..value. `symbol`: the model's name for the dim, "" if it has none.
+// (A model compiled with --input-shape batch=1 reports {1, 1, 1, "batch"}.)
+struct DimInfo {
+  std::int64_t value = 0;
+  std::int64_t min = 0;
+  std::int64_t max = 0;
+  std::string symbol;
+};
+
 struct TensorInfo {
   std::string name;
   DType dtype = DType::kUndefined;
@@ -33,6 +46,8 @@ struct TensorInfo {
   // run writes the actual tensor densely at its start and
   // Model::output_shape tells its shape.
   std::uint64_t dynamic_dims = 0;
+  // Per dim (shape.size() entries): extent, range and symbol.
+  std::vector<DimInfo> dims;
 };
 
 // A caller-owned buffer with its claimed type and shape (checked against the

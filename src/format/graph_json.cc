@@ -147,6 +147,10 @@ json GraphToJson(const ir::Graph& g, const plan::MemoryPlan* plan) {
   for (auto& v : g.values()) {
     json jv{{"name", v->name()}, {"dtype", static_cast<int>(v->dtype())}, {"shape", v->shape()}};
     if (v->is_dynamic()) jv["dynamic"] = v->dynamic_mask();
+    const auto& sym = v->dim_params();
+    if (std::any_of(sym.begin(), sym.end(), [](const std::string& s) { return !s.empty(); })) {
+      jv["sym"] = sym;  // format version 6
+    }
     if (v->is_constant()) {
       if (plan) {
         const plan::Placement& p = plan->placements.at(v->name());
@@ -170,8 +174,14 @@ json GraphToJson(const ir::Graph& g, const plan::MemoryPlan* plan) {
   json ins = json::array(), outs = json::array();
   for (ir::Value* v : g.inputs()) ins.push_back(v->name());
   for (ir::Value* v : g.outputs()) outs.push_back(v->name());
-  return json{{"name", g.name()}, {"opset", g.opset()}, {"values", values},
-              {"nodes", nodes}, {"inputs", ins}, {"outputs", outs}};
+  json jg{{"name", g.name()}, {"opset", g.opset()}, {"values", values},
+          {"nodes", nodes}, {"inputs", ins}, {"outputs", outs}};
+  if (!g.symbols().empty()) {  // format version 6 (top-level graph only)
+    json syms = json::object();
+    for (auto& [name, r] : g.symbols()) syms[name] = json::array({r.min, r.max});
+    jg["symbols"] = syms;
+  }
+  return jg;
 }
 
 // ---- parsing ---------------------------------------------------------------
@@ -407,6 +417,15 @@ Status ValueFromJson(const json& jv, ir::Graph& g, const ParseCtx& ctx, const st
     }
     v->set_dynamic_mask(mask.value());
   }
+  if (jv.contains("sym")) {  // format version 6: names checked by plan::VerifyPlan
+    auto sym = AsList<std::string>(jv.at("sym"), Dot(path, "sym"), AsString);
+    if (!sym.ok()) return ctx_err(sym.status());
+    if (sym.value().size() != shape.value().size()) {  // (an empty list would read as "no names")
+      return Corrupt(what, ": sym has ", sym.value().size(), " names, expected ", shape.value().size(),
+                     " (one per dim of ", DTypeName(dtype), ShapeToString(shape.value()), ")");
+    }
+    v->dim_params() = std::move(sym).value();
+  }
   if (!jv.contains("const")) return Status::Ok();
   const json& c = jv.at("const");
   const std::string cp = Dot(path, "const");
@@ -454,6 +473,26 @@ Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* paren
   g->set_name(gname);
   KILN_ASSIGN_OR_RETURN(int opset, Int32Field(j, path, "opset"));
   g->set_opset(opset);
+  if (j.contains("symbols")) {  // format version 6; ranges checked by plan::VerifyPlan
+    const std::string sp = Dot(path, "symbols");
+    if (depth > 0) {
+      return Corrupt("field '", sp, "': only the top-level graph has symbols, found them in subgraph '", gname, "'");
+    }
+    const json& js = j.at("symbols");
+    if (!js.is_object()) return TypeError(sp, "an object", js);
+    for (auto& [name, r] : js.items()) {
+      const std::string rp = StrCat(sp, "['", name, "']");
+      if (!r.is_array() || r.size() != 2) {
+        return Corrupt("symbol '", name, "': field '", rp, "' must be [min, max], found ",
+                       r.is_array() ? StrCat("an array of ", r.size()) : std::string(r.type_name()));
+      }
+      auto lo = AsInt(r[0], At(rp, 0));
+      if (!lo.ok()) return Corrupt("symbol '", name, "': ", lo.status().message());
+      auto hi = AsInt(r[1], At(rp, 1));
+      if (!hi.ok()) return Corrupt("symbol '", name, "': ", hi.status().message());
+      g->symbols()[name] = ir::SymbolRange{lo.value(), hi.value()};
+    }
+  }
   KILN_ASSIGN_OR_RETURN(const json* values, ArrayField(j, path, "values"));
   for (std::size_t i = 0; i < values->size(); ++i) {
     KILN_RETURN_IF_ERROR(ValueFromJson((*values)[i], *g, ctx, At(Dot(path, "values"), i), depth));

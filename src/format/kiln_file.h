@@ -44,7 +44,13 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // 5: a FileConstant may carry "file_id" instead of "location" (a graph-API
 // weight the caller resolves at load, LoadOptions::weight_files); exactly one
 // of the two, checked by the one decoder (ops/file_constant.h).
-inline constexpr std::uint32_t kFormatVersion = 5;
+// 6: symbols. A value may carry "sym" (one symbol name per dim, "" for a dim
+// without one; present only when some dim is named) and the top-level graph
+// "symbols" ({"batch": [min, max]}, max -1 = unbounded): the names of dims
+// that vary together and the extents they may take (a model compiled for
+// fixed input shapes records min == max). Older files have neither and read
+// as before.
+inline constexpr std::uint32_t kFormatVersion = 6;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -64,7 +64,11 @@ class Value {
   std::uint64_t dynamic_mask() const { return dynamic_mask_; }
   void set_dynamic_mask(std::uint64_t m) { dynamic_mask_ = m; }
   bool is_dynamic() const { return dynamic_mask_ != 0; }
-  // Symbolic dim names from the model (empty string = none), parallel to shape.
+  // Per-dim symbol names (empty string = none), parallel to shape, or empty
+  // (no dim named). A name means "this dim equals symbol S" of the top-level
+  // graph's symbol table (Graph::symbols). Set on model inputs from ONNX
+  // dim_params; the importer also uses the entry "<unknown rank>" alone for
+  // an input declared without a shape (until --input-shape fixes it).
   std::vector<std::string>& dim_params() { return dim_params_; }
   const std::vector<std::string>& dim_params() const { return dim_params_; }
 
@@ -151,6 +155,15 @@ bool IsHostPlaced(const Node& n);            // kPlaceAttr == "cpu"
 bool IsCopyToHost(const Node& n);            // kiln.MemcpyToHost
 bool IsCopyFromHost(const Node& n);          // kiln.MemcpyFromHost
 
+// The admissible extents of a symbol: min..max, max -1 = unbounded.
+struct SymbolRange {
+  std::int64_t min = 0;
+  std::int64_t max = -1;
+  bool operator==(const SymbolRange& o) const { return min == o.min && max == o.max; }
+};
+// Longest symbol name a .kiln file may hold (bytes of UTF-8).
+inline constexpr std::size_t kMaxSymbolNameBytes = 256;
+
 class Graph {
  public:
   Graph() = default;
@@ -164,6 +177,11 @@ class Graph {
   void set_opset(int v) { opset_ = v; }
   Graph* parent() const { return parent_; }
   void set_parent(Graph* p) { parent_ = p; }
+  // Symbol table (top-level graphs only; empty in subgraphs): the names that
+  // values' dim_params() use, each with its range. A model compiled with
+  // fixed input shapes has min == max == the extent it was compiled for.
+  std::map<std::string, SymbolRange>& symbols() { return symbols_; }
+  const std::map<std::string, SymbolRange>& symbols() const { return symbols_; }
 
   // Creates a value with a name unique in this graph (a suffix is added if
   // `name` is taken or empty).
@@ -211,6 +229,7 @@ class Graph {
   std::string name_;
   int opset_ = 0;
   Graph* parent_ = nullptr;
+  std::map<std::string, SymbolRange> symbols_;
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> inputs_, outputs_;

@@ -50,6 +50,38 @@ const ir::Value* DynamicAncestor(const ir::Value* v) {
   return nullptr;
 }
 
+// What the compiled graph records of dim symbols (plan::VerifyPlan's rules):
+// only the top-level graph has symbols, and a value keeps a dim's symbol
+// only when the symbol exists and its range holds the dim's extent. Names
+// the importer left on subgraph inputs (Loop bodies) and names without a
+// symbol are dropped; a value with no named dim keeps no list.
+void SettleSymbols(ir::Graph& top) {
+  ir::ForEachGraph(top, [&](ir::Graph& g) {
+    const bool is_top = &g == &top;
+    if (!is_top) g.symbols().clear();
+    for (auto& v : g.values()) {
+      auto& names = v->dim_params();
+      if (names.empty()) continue;
+      bool any = false;
+      if (is_top && names.size() == v->shape().size()) {
+        for (std::size_t d = 0; d < names.size(); ++d) {
+          if (names[d].empty()) continue;
+          auto it = g.symbols().find(names[d]);
+          const bool dynamic = d < 64 && (v->dynamic_mask() >> d & 1);
+          const std::int64_t e = v->shape()[d];
+          if (it == g.symbols().end() ||
+              (!dynamic && (e < it->second.min || (it->second.max >= 0 && e > it->second.max)))) {
+            names[d].clear();
+          } else {
+            any = true;
+          }
+        }
+      }
+      if (!any) names.clear();
+    }
+  });
+}
+
 }  // namespace
 
 Status CheckResolved(ir::Graph& g, const PassOptions&) {
@@ -89,6 +121,7 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
                    "; give fixed input shapes with --input-shape \"name:d0,d1,...\"");
     }
   }
+  SettleSymbols(g);
   return Status::Ok();
 }
 

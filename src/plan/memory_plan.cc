@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/checked.h"
+#include "common/utf8.h"
 
 namespace kiln::plan {
 namespace {
@@ -197,9 +198,75 @@ std::string RegionName(const ir::Graph& g, int region) {
   return StrCat("region ", region);
 }
 
-Status VerifyGraphAt(const ir::Graph& g, int depth) {
+std::string RangeString(const ir::SymbolRange& r) {
+  return r.max < 0 ? StrCat("[", r.min, ", unbounded]") : StrCat("[", r.min, ", ", r.max, "]");
+}
+
+// A symbol name (of the symbol table or a value's "sym"): 1 to
+// kMaxSymbolNameBytes of valid UTF-8. `what` says where it is.
+Status CheckSymbolName(const std::string& name, const std::string& what) {
+  if (name.empty() || name.size() > ir::kMaxSymbolNameBytes) {
+    return Corrupt(what, ": symbol name '", EscapeBytes(name.substr(0, 64)), name.size() > 64 ? "..." : "", "' has ",
+                   name.size(), " bytes, expected 1 to ", ir::kMaxSymbolNameBytes);
+  }
+  const std::size_t bad = FindInvalidUtf8(name);
+  if (bad != std::string::npos) {
+    return Corrupt(what, ": symbol name '", EscapeBytes(name), "' is not valid UTF-8 (byte ", bad, ")");
+  }
+  return Status::Ok();
+}
+
+// The symbol table (top-level graph): names, and ranges with
+// 0 <= min <= max <= kMaxTensorBytes, or max = -1 (unbounded).
+Status VerifySymbols(const ir::Graph& g) {
+  for (auto& [name, r] : g.symbols()) {
+    KILN_RETURN_IF_ERROR(CheckSymbolName(name, "graph symbols"));
+    const bool ok = r.min >= 0 && r.min <= kMaxTensorBytes && (r.max == -1 || (r.max >= r.min && r.max <= kMaxTensorBytes));
+    if (!ok) {
+      return Corrupt("symbol '", name, "' has range [", r.min, ", ", r.max, "], expected 0 <= min <= max <= ",
+                     kMaxTensorBytes, " or max = -1 (unbounded)");
+    }
+  }
+  return Status::Ok();
+}
+
+// A value's per-dim symbols: one name per dim ("" = none), each a symbol of
+// the top-level graph `root`, whose range holds the dim's extent (unless the
+// dim is data-dependent: then the extent is only its bound).
+Status VerifyValueSymbols(const ir::Value& v, const ir::Graph& root, const std::string& where) {
+  const auto& sym = v.dim_params();
+  if (sym.empty()) return Status::Ok();
+  const Shape& shape = v.shape();
+  if (sym.size() != shape.size()) {
+    return Corrupt("value '", v.name(), "'", where, ": sym has ", sym.size(), " names, expected ", shape.size(),
+                   " (one per dim of ", DTypeName(v.dtype()), ShapeToString(shape), ")");
+  }
+  for (std::size_t d = 0; d < sym.size(); ++d) {
+    if (sym[d].empty()) continue;
+    const std::string what = StrCat("value '", v.name(), "'", where, " dim ", d);
+    KILN_RETURN_IF_ERROR(CheckSymbolName(sym[d], what));
+    auto it = root.symbols().find(sym[d]);
+    if (it == root.symbols().end()) {
+      return Corrupt(what, ": symbol '", sym[d], "' is not in the graph's symbols");
+    }
+    if (d < 64 && (v.dynamic_mask() >> d & 1)) continue;
+    const ir::SymbolRange& r = it->second;
+    if (shape[d] < r.min || (r.max >= 0 && shape[d] > r.max)) {
+      return Corrupt(what, " has extent ", shape[d], ", outside the range ", RangeString(r), " of its symbol '",
+                     sym[d], "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status VerifyGraphAt(const ir::Graph& g, const ir::Graph& root, int depth) {
   const bool top = depth == 0;
   const std::string where = top ? std::string() : StrCat(" in subgraph '", g.name(), "'");
+  if (top) {
+    KILN_RETURN_IF_ERROR(VerifySymbols(g));
+  } else if (!g.symbols().empty()) {
+    return Corrupt("subgraph '", g.name(), "' has symbols; only the top-level graph has a symbol table");
+  }
   for (auto& v : g.values()) {
     if (!DTypeSupported(v->dtype())) {
       return Corrupt("value '", v->name(), "'", where, " has unsupported dtype ", static_cast<int>(v->dtype()));
@@ -212,6 +279,7 @@ Status VerifyGraphAt(const ir::Graph& g, int depth) {
       return Corrupt("value '", v->name(), "'", where, ": data-dependent dims mask ", v->dynamic_mask(),
                      " names dims beyond its rank ", rank);
     }
+    KILN_RETURN_IF_ERROR(VerifyValueSymbols(*v, root, where));
     if (v->is_constant() && (v->constant()->dtype() != v->dtype() || v->constant()->shape() != v->shape())) {
       return Corrupt("constant '", v->name(), "'", where, " is declared ", DTypeName(v->dtype()),
                      ShapeToString(v->shape()), " but holds ", DTypeName(v->constant()->dtype()),
@@ -295,7 +363,7 @@ Status VerifyGraphAt(const ir::Graph& g, int depth) {
             }
           }
         }
-        Status st = VerifyGraphAt(*sg, depth + 1);
+        Status st = VerifyGraphAt(*sg, root, depth + 1);
         if (!st.ok()) return Corrupt(n->Describe(), " attribute '", name, "': ", st.message());
       }
     }
@@ -305,10 +373,10 @@ Status VerifyGraphAt(const ir::Graph& g, int depth) {
 
 }  // namespace
 
-Status VerifyGraph(const ir::Graph& g) { return VerifyGraphAt(g, 0); }
+Status VerifyGraph(const ir::Graph& g) { return VerifyGraphAt(g, g, 0); }
 
 Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_base, std::uint64_t const_bytes) {
-  KILN_RETURN_IF_ERROR(VerifyGraphAt(g, 0));
+  KILN_RETURN_IF_ERROR(VerifyGraphAt(g, g, 0));
   const std::size_t n_in = g.inputs().size();
   const std::size_t n_out = g.outputs().size();
   const int host_region = HostArenaRegion(n_in, n_out);

@@ -59,6 +59,11 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g);
 // value or node, the offset, size and region:
 //  - every value (subgraphs too): a supported dtype, a static shape whose
 //    byte size passes CheckedTensorBytes, a dynamic mask within its rank;
+//    symbols ("sym", format version 6): one name per dim ("" = none), each
+//    1 to 256 bytes of UTF-8 and a symbol of the top-level graph whose range
+//    holds the dim's extent (a data-dependent dim's bound is not checked);
+//  - symbols: only the top-level graph has them; each range has
+//    0 <= min <= max <= kMaxTensorBytes, or max = -1 (unbounded);
 //  - roles: graph inputs distinct, not constants, not written by a node and
 //    (top level) not data-dependent; graph outputs distinct, written by
 //    exactly one node, neither inputs, constants nor external weights;

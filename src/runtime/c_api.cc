@@ -26,9 +26,15 @@ kiln_status CodeOf(StatusCode c) {
   return KILN_INTERNAL;
 }
 
+// The symbols point into `t`, which lives as long as the model.
 std::vector<kiln_dim> DimsOf(const TensorInfo& t) {
   std::vector<kiln_dim> d;
   for (std::size_t i = 0; i < t.shape.size(); ++i) {
+    if (i < t.dims.size()) {
+      const DimInfo& di = t.dims[i];
+      d.push_back({di.value, di.min, di.max, di.symbol.empty() ? nullptr : di.symbol.c_str()});
+      continue;
+    }
     const bool dynamic = i < 64 && (t.dynamic_dims >> i & 1);
     const std::int64_t v = t.shape[i];
     if (dynamic || v < 0) {

@@ -223,10 +223,23 @@ class ModelImpl final : public Model {
     // Kiln version, or an attacker. (A graph compiled in this process is
     // trusted.) Graph roles were checked by plan::VerifyPlan when it was read.
     if (from_file) KILN_RETURN_IF_ERROR(ReinferGraph(g, path));
-    auto info = [](const ir::Value* v) {
-      return TensorInfo{v->name(), v->dtype(), v->shape(),
-                        static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype()),
-                        v->dynamic_mask()};
+    auto info = [&g](const ir::Value* v) {
+      TensorInfo t{v->name(), v->dtype(), v->shape(),
+                   static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype()),
+                   v->dynamic_mask(), {}};
+      const auto& names = v->dim_params();
+      for (std::size_t d = 0; d < v->shape().size(); ++d) {
+        const std::int64_t e = v->shape()[d];
+        DimInfo di{e, e, e, d < names.size() ? names[d] : std::string()};
+        auto it = di.symbol.empty() ? g.symbols().end() : g.symbols().find(di.symbol);
+        if (it != g.symbols().end()) {
+          di.min = it->second.min;
+          di.max = it->second.max;
+        }
+        if (d < 64 && (v->dynamic_mask() >> d & 1)) di = {-1, 0, e, di.symbol};  // data-dependent: 0..bound
+        t.dims.push_back(std::move(di));
+      }
+      return t;
     };
     for (ir::Value* v : g.inputs()) m->inputs_.push_back(info(v));
     for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));

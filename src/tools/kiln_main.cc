@@ -289,20 +289,45 @@ int Run(const std::string& path, const std::vector<std::string>& input_specs, co
   return 0;
 }
 
+// Per dim, as kiln::DimInfo: extent ("value", -1 if data-dependent), range
+// and symbol ("" if none).
+json DimsJson(const kiln::ir::Value& v, const kiln::ir::Graph& g) {
+  json dims = json::array();
+  const auto& names = v.dim_params();
+  for (std::size_t d = 0; d < v.shape().size(); ++d) {
+    const std::int64_t e = v.shape()[d];
+    const std::string sym = d < names.size() ? names[d] : std::string();
+    std::int64_t value = e, lo = e, hi = e;
+    auto it = sym.empty() ? g.symbols().end() : g.symbols().find(sym);
+    if (it != g.symbols().end()) {
+      lo = it->second.min;
+      hi = it->second.max;
+    }
+    if (d < 64 && (v.dynamic_mask() >> d & 1)) value = -1, lo = 0, hi = e;
+    dims.push_back({{"value", value}, {"min", lo}, {"max", hi}, {"symbol", sym}});
+  }
+  return dims;
+}
+
 json InspectJson(const kiln::format::LoadedFile& f) {
   const auto& g = *f.model.graph;
   const auto& p = f.model.plan;
   json ins = json::array(), outs = json::array(), nodes = json::array();
   std::map<std::string, int> counts;
-  for (auto* v : g.inputs()) ins.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()}});
+  for (auto* v : g.inputs()) {
+    ins.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()},
+                   {"dims", DimsJson(*v, g)}});
+  }
   for (auto* v : g.outputs()) {
     json dyn = json::array();  // data-dependent dims: "shape" holds their upper bound
     for (std::size_t d = 0; d < v->shape().size() && d < 64; ++d) {
       if (v->dynamic_mask() >> d & 1) dyn.push_back(d);
     }
     outs.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()},
-                    {"dynamic_dims", dyn}});
+                    {"dynamic_dims", dyn}, {"dims", DimsJson(*v, g)}});
   }
+  json symbols = json::object();  // name -> {min, max}; max -1: unbounded
+  for (auto& [name, r] : g.symbols()) symbols[name] = {{"min", r.min}, {"max", r.max}};
   for (auto& n : g.nodes()) {
     counts[n->op_type()]++;
     json attrs = json::object();
@@ -329,6 +354,7 @@ json InspectJson(const kiln::format::LoadedFile& f) {
               {"target", f.model.target},
               {"external_weights", ext},
               {"weight_dir", f.model.weight_dir},
+              {"symbols", symbols},
               {"inputs", ins},
               {"outputs", outs},
               {"num_nodes", g.nodes().size()},
@@ -355,12 +381,23 @@ int Inspect(const std::string& path, bool as_json) {
   for (const char* k : {"inputs", "outputs"}) {
     std::cout << k << ":\n";
     for (auto& t : j[k]) {
-      std::uint64_t mask = 0;
-      if (t.contains("dynamic_dims")) {
-        for (auto& d : t["dynamic_dims"]) mask |= std::uint64_t{1} << d.get<int>();
+      // "[batch=1,3,224,224]": named dims show their symbol; data-dependent
+      // dims their bound ("<=50"); a symbol's range where it is not fixed.
+      std::string shape = "[";
+      for (auto& d : t["dims"]) {
+        if (shape.size() > 1) shape += ",";
+        const std::string sym = d["symbol"].get<std::string>();
+        const std::int64_t value = d["value"].get<std::int64_t>(), lo = d["min"].get<std::int64_t>(),
+                           hi = d["max"].get<std::int64_t>();
+        if (!sym.empty()) shape += sym + "=";
+        if (value < 0) {
+          shape += "<=" + std::to_string(hi);
+        } else {
+          shape += std::to_string(value);
+          if (lo != value || hi != value) shape += " (" + std::to_string(lo) + ".." + (hi < 0 ? "" : std::to_string(hi)) + ")";
+        }
       }
-      std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>()
-                << kiln::ShapeToString(t["shape"].get<kiln::Shape>(), mask) << "\n";
+      std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << shape << "]\n";
     }
   }
   if (!j["external_weights"].empty()) {

@@ -3,6 +3,7 @@
  *   add.onnx:    y = x + w,            w[i] = 0.5 i
  *   custom.onnx: y = 2 (x + w)         (PkgDouble from the test package,
  *                                       found through $KILN_CUSTOM_OP_PATH)
+ *   batch.onnx:  add.onnx with x's dim 0 named "batch" (dim_param)
  * Usage: capi_test MODEL_DIR WORK_DIR   (prints ALL-OK at the end)
  */
 #include <math.h>
@@ -352,6 +353,29 @@ static void file_id_model(void) {
   free(table);
 }
 
+/* A named dim (ONNX dim_param "batch") fixed at compile time keeps its
+ * name: kiln_dim {2, 2, 2, "batch"}; the unnamed dim has no symbol. */
+static void symbol_model(void) {
+  char b1[1024], b2[1024];
+  kiln_compile_options* o = NULL;
+  kiln_model* m = NULL;
+  kiln_tensor_info info;
+  int64_t fixed[2] = {2, 3};
+  OK(kiln_compile_options_create(&o));
+  OK(kiln_compile_options_set_input_shape(o, "x", fixed, 2));
+  OK(kiln_compile(path(b1, model_dir, "batch.onnx"), path(b2, work_dir, "batch.kiln"), o, NULL));
+  kiln_compile_options_free(o);
+  OK(kiln_model_load(path(b2, work_dir, "batch.kiln"), NULL, &m));
+  if (!m) return;
+  OK(kiln_model_input_info(m, 0, &info));
+  CHECK(strcmp(info.name, "x") == 0 && info.rank == 2 && info.bytes == 24);
+  CHECK(info.dims[0].value == 2 && info.dims[0].min == 2 && info.dims[0].max == 2);
+  CHECK(info.dims[0].symbol != NULL && strcmp(info.dims[0].symbol, "batch") == 0);
+  CHECK(info.dims[1].value == 3 && info.dims[1].min == 3 && info.dims[1].max == 3 && info.dims[1].symbol == NULL);
+  run_model(m, 1.0f, __LINE__);
+  kiln_model_free(m);
+}
+
 int main(int argc, char** argv) {
   char combined[256] = {0};
   if (argc != 3) {
@@ -366,6 +390,7 @@ int main(int argc, char** argv) {
   session_calls();
   custom_op_file();
   file_id_model();
+  symbol_model();
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;

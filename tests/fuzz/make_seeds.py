@@ -148,6 +148,14 @@ def main():
     for name, lack in (("conv_relu_pool", "MaxPool+Relu"), ("matmul_add", "Add")):
         kiln("compile", "--model", os.path.join(out, "onnx", name + ".onnx"),
              "--output", os.path.join(out, "kiln", f"placed_{name}.kiln"), "--target", f"sim:lack={lack},no_fusion")
+    # Symbols (format version 6): dim 0 of matmul_add's x named "batch",
+    # fixed by --input-shape, so x carries "sym" and the graph "symbols".
+    sym = models()["matmul_add"]
+    sym.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    p = os.path.join(work, "batch_matmul_add.onnx")
+    onnx.save(sym, p)
+    kiln("compile", "--model", p, "--output", os.path.join(out, "kiln", "symbols_matmul_add.kiln"),
+         "--input-shape", "x:2,3")
     # .kiln files with external weights (FileConstant nodes); fuzz_kiln loads
     # them with OUT/kiln_weights as the weight directory.
     # Different models per mode, so the store holds both kinds of files.

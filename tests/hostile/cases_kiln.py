@@ -37,7 +37,8 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 5  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id")
+FORMAT_VERSION = 6  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+                    # 6: "sym" and "symbols")
 
 
 def align(v, a):
@@ -377,6 +378,69 @@ def generate(ctx):
     crafted("weight_dir", "outside_untrusted", setp(["weight_dir"], "../elsewhere"),
             ["records its weight directory as '../elsewhere'", "outside the model's own directory", "--trust-weight-dir"],
             inspect=False, base=j2, weights=w2)
+
+    # -- symbols (format version 6): per-value "sym" names, the top-level
+    # "symbols" table {name: [min, max]} --------------------------------------
+    # The base model with x and y's dim 0 named "batch" (hand-derived: x and
+    # y are float32[2,8], so [2, 2] is the range a fixed compile records).
+    def with_sym(x_sym, symbols):
+        def f(j):
+            value(j, "x")["sym"] = x_sym
+            j["graph"]["symbols"] = symbols
+        return f
+
+    sym_ok = copy.deepcopy(j0)
+    with_sym(["batch", ""], {"batch": [2, 2]})(sym_ok)
+    value(sym_ok, "y")["sym"] = ["batch", ""]
+    with open(os.path.join(d, "symbols_ok.kiln"), "wb") as f:
+        f.write(kiln_bytes(sym_ok, w0))
+    cases.append(Case("symbols/valid_file_runs", ["run", os.path.join(d, "symbols_ok.kiln")], ["output 0 'out'"], rc=0))
+    cases.append(Case("symbols/inspect_shows_them", ["inspect", os.path.join(d, "symbols_ok.kiln")],
+                      ["x float32[batch=2,8]", "y float32[batch=2,8]", "out float32[4,4]"], rc=0))
+    crafted("symbols", "sym_length", with_sym(["batch"], {"batch": [2, 2]}),
+            ["value 'x': sym has 1 names, expected 2 (one per dim of float32[2,8])"])
+    crafted("symbols", "unknown_name", with_sym(["batch", ""], {"seq": [2, 2]}),
+            ["value 'x' dim 0: symbol 'batch' is not in the graph's symbols"])
+    crafted("symbols", "min_above_max", with_sym(["batch", ""], {"batch": [3, 2]}),
+            ["symbol 'batch' has range [3, 2], expected 0 <= min <= max <= 68719476736 or max = -1 (unbounded)"])
+    crafted("symbols", "negative_min", with_sym(["batch", ""], {"batch": [-1, 2]}),
+            ["symbol 'batch' has range [-1, 2]"])
+    crafted("symbols", "max_too_big", with_sym(["batch", ""], {"batch": [2, 2**40]}),
+            [f"symbol 'batch' has range [2, {2**40}]"])
+    crafted("symbols", "extent_outside", with_sym(["batch", ""], {"batch": [3, 8]}),
+            ["value 'x' dim 0 has extent 2, outside the range [3, 8] of its symbol 'batch'"])
+    crafted("symbols", "extent_above_unbounded_min", with_sym(["", "batch"], {"batch": [9, -1]}),
+            ["value 'x' dim 1 has extent 8, outside the range [9, unbounded] of its symbol 'batch'"])
+    crafted("symbols", "not_an_object", setp(["graph", "symbols"], [["batch", 2, 2]]),
+            ["field 'graph.symbols' must be an object, found array"])
+    crafted("symbols", "range_not_pair", setp(["graph", "symbols"], {"batch": [2]}),
+            ["symbol 'batch': field 'graph.symbols['batch']' must be [min, max], found an array of 1"])
+    crafted("symbols", "sym_not_array", lambda j: value(j, "x").update(sym="batch"),
+            ["value 'x': field 'graph.values[3].sym' must be an array, found string"])
+    long_name = "n" * 300
+    crafted("symbols", "name_too_long", with_sym([long_name, ""], {long_name: [2, 2]}),
+            [f"symbol name '{'n' * 64}...' has 300 bytes, expected 1 to 256"])
+    crafted("symbols", "empty_name", setp(["graph", "symbols"], {"": [1, 1]}),
+            ["symbol name '' has 0 bytes, expected 1 to 256"])
+    # The compiler's own: an ONNX dim_param kept through --input-shape.
+    sym_onnx = os.path.join(d, "batch.onnx")
+    m = onnx.load(onnx_path)
+    for vi in m.graph.input:
+        vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(m, sym_onnx)
+    sym_kiln = os.path.join(d, "batch.kiln")
+    rc, out = ctx.run(["compile", "--model", sym_onnx, "--output", sym_kiln, "--input-shape", "x:2,8;y:2,8"])
+    assert rc == 0, out
+    j3, _ = read_kiln(sym_kiln)
+    assert value(j3, "x")["sym"] == ["batch", ""] and value(j3, "y")["sym"] == ["batch", ""], (value(j3, "x"), value(j3, "y"))
+    assert j3["graph"]["symbols"] == {"batch": [2, 2]}, j3["graph"].get("symbols")
+    assert all("sym" not in v for v in j3["graph"]["values"] if v["name"] not in ("x", "y")), j3["graph"]["values"]
+    cases.append(Case("symbols/compiled_with_input_shape_runs", ["run", sym_kiln], ["output 0 'out'"], rc=0))
+    cases.append(Case("symbols/inspect_json", ["inspect", sym_kiln, "--json"],
+                      ['"symbols": {\n    "batch": {\n      "max": 2,\n      "min": 2\n    }\n  }',
+                       '{\n          "max": 2,\n          "min": 2,\n          "symbol": "batch",\n          "value": 2\n        }',
+                       '{\n          "max": 8,\n          "min": 8,\n          "symbol": "",\n          "value": 8\n        }'],
+                      rc=0))
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

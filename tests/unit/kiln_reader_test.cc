@@ -217,6 +217,60 @@ TEST(KilnJson, Values) {
   EXPECT_EQ(ok.value().graph->FindValue("x")->dynamic_mask(), 1u);
 }
 
+// Format version 6: per-value "sym" (a name per dim, "" for none) and the
+// top-level "symbols" ({name: [min, max]}). The reader checks their JSON
+// types; names, ranges and extents are plan::VerifyPlan's (KilnImage below).
+TEST(KilnJson, Symbols) {
+  Doc d;
+  d.values = R"([{"name":"x","dtype":1,"shape":[2],"sym":["batch"]},{"name":"y","dtype":1,"shape":[2],"sym":[""]}])";
+  // "symbols" goes into the graph object, before its closing brace.
+  auto with_symbols = [](const Doc& doc, const std::string& syms) {
+    std::string t = doc.Text();
+    return t.insert(t.find(R"(},"plan":)"), R"(,"symbols":)" + syms);  // the graph object's end
+  };
+  auto m = Parse(with_symbols(d, R"({"batch":[2,2],"seq":[1,-1]})"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const ir::Graph& g = *m.value().graph;
+  EXPECT_EQ(g.FindValue("x")->dim_params(), (std::vector<std::string>{"batch"}));
+  EXPECT_EQ(g.FindValue("y")->dim_params(), (std::vector<std::string>{""}));
+  ASSERT_EQ(g.symbols().size(), 2u);
+  EXPECT_EQ(g.symbols().at("batch").min, 2);
+  EXPECT_EQ(g.symbols().at("batch").max, 2);
+  EXPECT_EQ(g.symbols().at("seq").min, 1);
+  EXPECT_EQ(g.symbols().at("seq").max, -1);
+  // Absent (format version 5 and older): no symbols, no names.
+  auto old = Parse(Doc().Text());
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_TRUE(old.value().graph->symbols().empty());
+  EXPECT_TRUE(old.value().graph->FindValue("x")->dim_params().empty());
+
+  auto values = [](const std::string& v) {
+    Doc doc;
+    doc.values = "[" + v + "," + kY + "]";
+    return doc.Text();
+  };
+  ExpectAllRefused({
+      {values(R"({"name":"x","dtype":1,"shape":[2],"sym":"batch"})"),
+       "value 'x': field 'graph.values[0].sym' must be an array, found string"},
+      {values(R"({"name":"x","dtype":1,"shape":[2],"sym":[1]})"),
+       "value 'x': field 'graph.values[0].sym[0]' must be a string, found number"},
+      {with_symbols(Doc(), "[]"), "field 'graph.symbols' must be an object, found array"},
+      {with_symbols(Doc(), R"({"batch":2})"), "symbol 'batch': field 'graph.symbols['batch']' must be [min, max], found number"},
+      {with_symbols(Doc(), R"({"batch":[1,2,3]})"),
+       "symbol 'batch': field 'graph.symbols['batch']' must be [min, max], found an array of 3"},
+      {with_symbols(Doc(), R"({"batch":[1,"2"]})"),
+       "symbol 'batch': field 'graph.symbols['batch'][1]' must be an integer, found string"},
+      {with_symbols(Doc(), R"({"batch":[1.5,2]})"),
+       "symbol 'batch': field 'graph.symbols['batch'][0]' must be an integer, found number"},
+      {with_symbols(Doc(), R"({"batch":[1,18446744073709551615]})"),
+       "symbol 'batch': field 'graph.symbols['batch'][1]' = 18446744073709551615 does not fit in a signed 64-bit integer"},
+      // Only the top-level graph has symbols.
+      {WithSubgraph(R"([{"name":"c","dtype":1,"shape":[1],"const":{"dtype":1,"shape":[1],"hex":"0000803f"}},)"
+                    R"({"name":"o","dtype":1,"shape":[1]}],"symbols":{"n":[1,1]})").Text(),
+       "field 'graph.nodes[0].attrs['body'].v.symbols': only the top-level graph has symbols, found them in subgraph 'b'"},
+  });
+}
+
 TEST(KilnJson, TopLevelConstantsLiveInTheWeightsPartition) {
   // w float32[2] = {1.5, -2} at offset 64 of the 256-byte weights.
   const float w[2] = {1.5f, -2.f};
@@ -531,6 +585,28 @@ TEST(KilnJson, EveryAttributeKindRoundTrips) {
   EXPECT_EQ(m.value().plan.placements.at("y").region, 3);
 }
 
+TEST(KilnJson, SymbolsRoundTrip) {
+  format::CompiledModel m = AttrModel();
+  ir::Graph& g = *m.graph;
+  g.symbols()["batch"] = {2, 2};
+  g.symbols()["unused"] = {0, -1};
+  g.FindValue("x")->dim_params() = {"batch"};
+  auto text = format::SerializeModelJson(m);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  // Written as the format says: "sym" on x only (y names no dim), the table
+  // in the top-level graph.
+  EXPECT_NE(text.value().find(R"("sym":["batch"])"), std::string::npos) << text.value();
+  EXPECT_EQ(text.value().find(R"("sym")"), text.value().rfind(R"("sym")"));
+  EXPECT_NE(text.value().find(R"("symbols":{"batch":[2,2],"unused":[0,-1]})"), std::string::npos) << text.value();
+  auto back = format::ParseModelJson(text.value().data(), text.value().size(), nullptr, 0, nullptr);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const ir::Graph& r = *back.value().graph;
+  EXPECT_EQ(r.symbols(), (std::map<std::string, ir::SymbolRange>{{"batch", {2, 2}}, {"unused", {0, -1}}}));
+  EXPECT_EQ(r.FindValue("x")->dim_params(), (std::vector<std::string>{"batch"}));
+  EXPECT_TRUE(r.FindValue("y")->dim_params().empty());
+  EXPECT_TRUE(plan::VerifyGraph(r).ok()) << plan::VerifyGraph(r).ToString();
+}
+
 TEST(KilnJson, NamesMustBeValidUtf8ToBeWritten) {
   // 2-, 3- and 4-byte sequences (U+00E9, U+20AC, U+1F600) are written and read back.
   const std::string good = "x\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
@@ -680,8 +756,8 @@ TEST(KilnImage, HeaderFaults) {
   using Tweak = std::function<void(FileHeader&, std::vector<PartitionEntry>&)>;
   const std::vector<std::pair<Tweak, std::string>> faults = {
       {[](FileHeader& h, auto&) { h.magic[0] = 'k'; }, "bad magic (not a .kiln file)"},
-      {[](FileHeader& h, auto&) { h.version = 6; }, "format version 6, this Kiln reads versions 1 to 5"},
-      {[](FileHeader& h, auto&) { h.version = 0; }, "format version 0, this Kiln reads versions 1 to 5"},
+      {[](FileHeader& h, auto&) { h.version = 7; }, "format version 7, this Kiln reads versions 1 to 6"},
+      {[](FileHeader& h, auto&) { h.version = 0; }, "format version 0, this Kiln reads versions 1 to 6"},
       {[](FileHeader& h, auto&) { h.header_size = 128; }, "header size 128, expected 64"},
       {[](FileHeader& h, auto&) { h.num_partitions = 0; }, "partition count 0 out of range 1..64"},
       {[](FileHeader& h, auto&) { h.num_partitions = 65; }, "partition count 65 out of range 1..64"},
@@ -754,6 +830,96 @@ TEST(KilnImage, LayoutFaults) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("model file 'img.kiln'"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("'y'"), std::string::npos) << r.status().message();
+}
+
+// Format version 6 symbols through the verifier: x float32[2] named
+// "batch" (dim 0), with the range `range` and x's names `sym`.
+std::string SymDoc(const std::string& sym, const std::string& symbols) {
+  Doc d = ImgDoc();
+  d.values = R"([{"name":"x","dtype":1,"shape":[2],"sym":)" + sym + "}," + kY + "]";
+  std::string t = d.Text();
+  return t.insert(t.find(R"(},"plan":)"), R"(,"symbols":)" + symbols);  // the graph object's end
+}
+
+TEST(KilnImage, SymbolsAreVerified) {
+  {
+    auto m = Image(Parts(SymDoc(R"(["batch"])", R"({"batch":[2,2]})")), 4104).Parse();
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m.value().graph->inputs()[0]->dim_params(), (std::vector<std::string>{"batch"}));
+  }
+  for (const char* range : {"[1,2]", "[0,-1]", "[2,68719476736]"}) {  // 2 within each
+    auto m = Image(Parts(SymDoc(R"(["batch"])", std::string(R"({"batch":)") + range + "}")), 4104).Parse();
+    EXPECT_TRUE(m.ok()) << range << ": " << m.status().ToString();
+  }
+  {
+    // A version 5 file (no symbols) still reads.
+    Image img(Parts(), 4104, [](FileHeader& h, auto&) { h.version = 5; });
+    auto m = img.Parse();
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_TRUE(m.value().graph->symbols().empty());
+  }
+  const std::string long_name(257, 'n');
+  const std::vector<std::pair<std::string, std::string>> faults = {
+      {SymDoc(R"(["batch","seq"])", R"({"batch":[2,2]})"),
+       "value 'x': sym has 2 names, expected 1 (one per dim of float32[2])"},
+      {SymDoc(R"([])", R"({"batch":[2,2]})"), "value 'x': sym has 0 names, expected 1 (one per dim of float32[2])"},
+      {SymDoc(R"(["seq"])", R"({"batch":[2,2]})"), "value 'x' dim 0: symbol 'seq' is not in the graph's symbols"},
+      {SymDoc(R"(["batch"])", "{}"), "value 'x' dim 0: symbol 'batch' is not in the graph's symbols"},
+      {SymDoc(R"(["batch"])", R"({"batch":[3,8]})"),
+       "value 'x' dim 0 has extent 2, outside the range [3, 8] of its symbol 'batch'"},
+      {SymDoc(R"(["batch"])", R"({"batch":[1,1]})"),
+       "value 'x' dim 0 has extent 2, outside the range [1, 1] of its symbol 'batch'"},
+      {SymDoc(R"(["batch"])", R"({"batch":[3,-1]})"),
+       "value 'x' dim 0 has extent 2, outside the range [3, unbounded] of its symbol 'batch'"},
+      {SymDoc(R"(["batch"])", R"({"batch":[4,2]})"),
+       "symbol 'batch' has range [4, 2], expected 0 <= min <= max <= 68719476736 or max = -1 (unbounded)"},
+      {SymDoc(R"(["batch"])", R"({"batch":[-1,2]})"), "symbol 'batch' has range [-1, 2], expected 0 <= min"},
+      {SymDoc(R"(["batch"])", R"({"batch":[2,-2]})"), "symbol 'batch' has range [2, -2], expected 0 <= min"},
+      {SymDoc(R"(["batch"])", R"({"batch":[2,68719476737]})"),
+       "symbol 'batch' has range [2, 68719476737], expected 0 <= min <= max <= 68719476736"},
+      {SymDoc(R"(["batch"])", R"({"batch":[68719476737,-1]})"), "symbol 'batch' has range [68719476737, -1]"},
+      {SymDoc("[\"" + long_name + "\"]", "{\"" + long_name + "\":[2,2]}"),
+       "graph symbols: symbol name '" + long_name.substr(0, 64) + "...' has 257 bytes, expected 1 to 256"},
+      {SymDoc(R"(["batch"])", R"({"batch":[2,2],"":[1,1]})"),
+       "graph symbols: symbol name '' has 0 bytes, expected 1 to 256"},
+  };
+  for (const auto& [json, needle] : faults) ExpectCorrupt(Image(Parts(json), 4104).Parse(), needle);
+  {
+    // A name of 256 bytes is the longest allowed.
+    const std::string n256(256, 'n');
+    auto m = Image(Parts(SymDoc("[\"" + n256 + "\"]", "{\"" + n256 + "\":[2,2]}")), 4104).Parse();
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+  }
+}
+
+// Graphs built in memory (VerifyGraph): a subgraph with symbols, a name
+// that is not UTF-8, a data-dependent dim (its bound is not checked).
+TEST(KilnImage, SymbolsInMemoryGraphs) {
+  format::CompiledModel m = AttrModel();
+  ir::Graph& g = *m.graph;
+  g.symbols()["batch"] = {2, 2};
+  g.FindValue("x")->dim_params() = {"batch"};
+  EXPECT_TRUE(plan::VerifyGraph(g).ok()) << plan::VerifyGraph(g).ToString();
+  ir::Graph& then = *g.FindValue("y")->producer()->FindAttr("g")->g;
+  then.symbols()["n"] = {1, 1};
+  Status st = plan::VerifyGraph(g);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("subgraph 'then' has symbols; only the top-level graph has a symbol table"),
+            std::string::npos) << st.message();
+  then.symbols().clear();
+  g.symbols()["b\xff"] = {1, 1};
+  st = plan::VerifyGraph(g);
+  EXPECT_NE(st.message().find("graph symbols: symbol name 'b\\xff' is not valid UTF-8 (byte 1)"), std::string::npos)
+      << st.message();
+  g.symbols().erase("b\xff");
+  g.symbols()["batch"] = {5, 6};  // x's extent 2 is outside; as a data-dependent dim it is a bound
+  g.FindValue("y")->dim_params() = {"batch"};
+  g.FindValue("y")->set_dynamic_mask(1);
+  st = plan::VerifyGraph(g);
+  EXPECT_NE(st.message().find("value 'x' dim 0 has extent 2, outside the range [5, 6] of its symbol 'batch'"),
+            std::string::npos) << st.message();
+  g.FindValue("x")->dim_params().clear();
+  EXPECT_TRUE(plan::VerifyGraph(g).ok()) << plan::VerifyGraph(g).ToString();
 }
 
 TEST(KilnImage, ReadModelFileOfSmallAndDamagedFiles) {

@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "api/compiler.h"
+#include "format/kiln_file.h"
 #include "frontend/onnx/onnx_import.h"
+#include "kiln/runtime.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -515,6 +518,100 @@ TEST_F(OnnxImportTest, GraphInputs) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r.value()->inputs()[0]->shape(), (Shape{7, 3}));
   }
+}
+
+// ONNX dim_params are the dims' symbols (format version 6): a name kept
+// through --input-shape becomes a symbol of the graph fixed to the given
+// extent, and the loaded model reports it in TensorInfo::dims.
+TEST_F(OnnxImportTest, DimParamsBecomeSymbols) {
+  // x float[batch,3] -> Relu -> y; z float[batch,seq] -> Relu -> w.
+  onnx::ModelProto m = BaseModel();
+  auto* g = m.mutable_graph();
+  g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("batch");
+  SetType(g->add_input(), "z", onnx::TensorProto::FLOAT, {-1, -1});
+  auto* zs = g->mutable_input(1)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  zs->mutable_dim(0)->set_dim_param("batch");
+  zs->mutable_dim(1)->set_dim_param("seq");
+  AddNode(g, "Relu", "relu_z", {"z"}, {"w"});
+  SetType(g->add_output(), "w", onnx::TensorProto::FLOAT, {-1, -1});
+  {
+    ImportOptions opts;
+    opts.input_shapes["x"] = {2, 3};
+    opts.input_shapes["z"] = {2, 5};
+    auto r = Import(m, opts);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const ir::Graph& ig = *r.value();
+    EXPECT_EQ(ig.inputs()[0]->shape(), (Shape{2, 3}));
+    EXPECT_EQ(ig.inputs()[0]->dim_params(), (std::vector<std::string>{"batch", ""}));
+    EXPECT_EQ(ig.inputs()[1]->dim_params(), (std::vector<std::string>{"batch", "seq"}));
+    EXPECT_EQ(ig.symbols(), (std::map<std::string, ir::SymbolRange>{{"batch", {2, 2}}, {"seq", {5, 5}}}));
+  }
+  {
+    // Not fixed: the names stay, no symbol yet (the compile refuses the dims).
+    auto r = Import(m);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value()->inputs()[1]->dim_params(), (std::vector<std::string>{"batch", "seq"}));
+    EXPECT_TRUE(r.value()->symbols().empty());
+  }
+  {
+    // "batch" given two extents (2 in x, 4 in z): such models compiled
+    // before symbols existed, so the name is dropped (no symbol) rather than
+    // refused; "seq" stays.
+    ImportOptions opts;
+    opts.input_shapes["x"] = {2, 3};
+    opts.input_shapes["z"] = {4, 5};
+    auto r = Import(m, opts);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value()->inputs()[0]->dim_params(), (std::vector<std::string>{"", ""}));
+    EXPECT_EQ(r.value()->inputs()[1]->dim_params(), (std::vector<std::string>{"", "seq"}));
+    EXPECT_EQ(r.value()->symbols(), (std::map<std::string, ir::SymbolRange>{{"seq", {5, 5}}}));
+  }
+  {
+    // A name longer than a .kiln file holds (256 bytes) is dropped; 256 is kept.
+    onnx::ModelProto longm = BaseModel();
+    auto* shape = longm.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->mutable_dim(0)->set_dim_param(std::string(256, 'a'));
+    shape->mutable_dim(1)->set_dim_param(std::string(257, 'b'));
+    ImportOptions opts;
+    opts.input_shapes["x"] = {2, 3};
+    auto r = Import(longm, opts);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value()->inputs()[0]->dim_params(), (std::vector<std::string>{std::string(256, 'a'), ""}));
+    EXPECT_EQ(r.value()->symbols(), (std::map<std::string, ir::SymbolRange>{{std::string(256, 'a'), {2, 2}}}));
+  }
+  // Compiled with batch = 2 (x) and seq = 5, then loaded: x's dims are
+  // {2, 2, 2, "batch"} and {3, 3, 3, ""}; z's {2, 2, 2, "batch"}, {5, 5, 5, "seq"}.
+  CompileOptions co;
+  co.input_shapes["x"] = {2, 3};
+  co.input_shapes["z"] = {2, 5};
+  auto compiled = CompileOnnxFile(Write(m, "sym.onnx"), co);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  EXPECT_EQ(compiled.value().graph->symbols(),
+            (std::map<std::string, ir::SymbolRange>{{"batch", {2, 2}}, {"seq", {5, 5}}}));
+  const std::string kiln_path = dir_.file("sym.kiln");
+  ASSERT_TRUE(format::WriteModelFile(compiled.value(), kiln_path).ok());
+  auto model = Model::Load(kiln_path, {});
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<TensorInfo>& ins = model.value()->inputs();
+  ASSERT_EQ(ins.size(), 2u);
+  struct Want { std::int64_t value, min, max; std::string symbol; };
+  auto expect_dims = [](const TensorInfo& t, const std::vector<Want>& want) {
+    ASSERT_EQ(t.dims.size(), want.size()) << t.name;
+    for (std::size_t d = 0; d < want.size(); ++d) {
+      EXPECT_EQ(t.dims[d].value, want[d].value) << t.name << " dim " << d;
+      EXPECT_EQ(t.dims[d].min, want[d].min) << t.name << " dim " << d;
+      EXPECT_EQ(t.dims[d].max, want[d].max) << t.name << " dim " << d;
+      EXPECT_EQ(t.dims[d].symbol, want[d].symbol) << t.name << " dim " << d;
+    }
+  };
+  expect_dims(ins[0], {{2, 2, 2, "batch"}, {3, 3, 3, ""}});
+  expect_dims(ins[1], {{2, 2, 2, "batch"}, {5, 5, 5, "seq"}});
+  // Outputs: extents (their symbols are not derived yet).
+  const std::vector<TensorInfo>& outs = model.value()->outputs();
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(outs[1].dims[1].value, 5);
+  EXPECT_EQ(outs[1].dims[1].min, 5);
+  EXPECT_EQ(outs[1].dims[1].max, 5);
 }
 
 TEST_F(OnnxImportTest, ConstantInputs) {

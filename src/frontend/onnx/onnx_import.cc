@@ -375,6 +375,39 @@ Result<HostTensorPtr> ConstantNodeValue(const onnx::NodeProto& np, Ctx& ctx, con
                "' is not supported (string/sparse constants)");
 }
 
+// The symbols of a top-level input: each named dim (ONNX dim_param) whose
+// extent is known (given by --input-shape) becomes symbol `name` of the
+// graph with range [extent, extent]; unknown extents get no symbol here
+// (InferShapesAndFold refuses them). A name Kiln cannot keep as a symbol
+// loses it (the dims become unnamed, as before symbols existed): one longer
+// than kMaxSymbolNameBytes, and one given two extents (ONNX says dims named
+// alike are equal, but such models compiled before), collected in
+// `conflicts` and dropped by DropSymbols once every input is read.
+void RecordSymbols(ir::Value& v, ir::Graph& g, std::set<std::string>& conflicts) {
+  auto& names = v.dim_params();
+  if (names.size() != v.shape().size()) return;  // unknown rank
+  for (std::size_t d = 0; d < names.size(); ++d) {
+    const std::int64_t e = v.shape()[d];
+    if (names[d].empty() || e < 0) continue;
+    if (names[d].size() > ir::kMaxSymbolNameBytes) {
+      names[d].clear();
+      continue;
+    }
+    auto [it, added] = g.symbols().emplace(names[d], ir::SymbolRange{e, e});
+    if (!added && it->second.min != e) conflicts.insert(names[d]);
+  }
+}
+
+void DropSymbols(ir::Graph& g, const std::set<std::string>& names) {
+  if (names.empty()) return;
+  for (const std::string& n : names) g.symbols().erase(n);
+  for (ir::Value* v : g.inputs()) {
+    for (std::string& n : v->dim_params()) {
+      if (names.count(n)) n.clear();
+    }
+  }
+}
+
 Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::Graph* parent,
                                                 Ctx& ctx, const ImportOptions* opts) {
   auto g = std::make_unique<ir::Graph>();
@@ -393,6 +426,7 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     return Error(StatusCode::kUnimplemented, ctx.path, ": sparse initializers are not supported");
   }
   std::set<std::string> used_shape_overrides;
+  std::set<std::string> symbol_conflicts;  // names given two extents
   for (const auto& in : gp.input()) {
     if (init_names.count(in.name())) continue;  // an initializer listed as input: a constant
     if (g->FindValue(in.name())) {
@@ -439,13 +473,17 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
           }
         }
         v->set_shape(want);
-        v->dim_params().assign(want.size(), "");
+        // The dims keep their names (symbols, each fixed to the given
+        // extent below); an input declared without a shape has none.
+        if (unknown_rank) v->dim_params().assign(want.size(), "");
       }
     }
     KILN_RETURN_IF_ERROR(CheckInputShape(*v, StrCat(ctx.path, ": ", ctx.scope, "graph input '", in.name(), "'",
                                                     used_shape_overrides.count(in.name()) ? " (with --input-shape)" : "")));
+    if (!parent) RecordSymbols(*v, *g, symbol_conflicts);
     g->inputs().push_back(v);
   }
+  DropSymbols(*g, symbol_conflicts);
   if (opts) {
     for (auto& [name, t] : opts->constant_inputs) {
       if (!used_shape_overrides.count(name)) {
