@@ -276,6 +276,13 @@ KILN_C_EXPORT kiln_status kiln_model_execute_async(kiln_model* model, kiln_strea
  * `capacity` dims are written. */
 KILN_C_EXPORT kiln_status kiln_model_output_shape(const kiln_model* model, size_t index, int64_t* dims,
                                                  size_t capacity, size_t* rank);
+/* Output `index`'s shape for the input buffers bound now (every input must
+ * be bound): for a model with symbolic input dims (kiln_dim value -1), the
+ * shape to allocate that output with before kiln_model_execute. Makes (or
+ * finds) the plan for those input shapes; errors name the input, dim and
+ * symbol, as a run's would. */
+KILN_C_EXPORT kiln_status kiln_model_output_shape_for_inputs(kiln_model* model, size_t index, int64_t* dims,
+                                                             size_t capacity, size_t* rank);
 
 /* ---- stream ---- */
 /* `device` NULL or "": the default device. */

@@ -23,12 +23,15 @@
 
 namespace kiln {
 
-// One dim of an input or output. `value`: its extent (-1 for a
-// data-dependent dim). [min, max]: the extents it may take (max -1:
-// unbounded): for a dim named by a symbol of the model ("batch"), the
-// symbol's range; for a data-dependent dim, 0 to its upper bound; otherwise
-// value..value. `symbol`: the model's name for the dim, "" if it has none.
-// (A model compiled with --input-shape batch=1 reports {1, 1, 1, "batch"}.)
+// One dim of an input or output. `value`: its extent, or -1 for a dim that
+// varies: a data-dependent dim, or a symbolic one (an input dim compiled
+// without a fixed extent, and what follows from it). [min, max]: the
+// extents it may take (max -1: unbounded): for a dim named by a symbol of
+// the model ("batch"), the symbol's range; for a data-dependent dim, 0 to
+// its upper bound; otherwise value..value. `symbol`: the model's name for
+// the dim, "" if it has none. (A model compiled with --input-shape batch=1
+// reports {1, 1, 1, "batch"}; one compiled with batch left open reports
+// {-1, 1, -1, "batch"}.)
 struct DimInfo {
   std::int64_t value = 0;
   std::int64_t min = 0;
@@ -39,8 +42,11 @@ struct DimInfo {
 struct TensorInfo {
   std::string name;
   DType dtype = DType::kUndefined;
-  Shape shape;            // for data-dependent dims: their upper bound
-  std::size_t bytes = 0;  // bytes of `shape` (the buffer to bind)
+  // For data-dependent dims: their upper bound. Symbolic dims: -1 (the
+  // extent comes with each run's input shapes; Model::OutputShapes gives
+  // the outputs' for given input shapes).
+  Shape shape;
+  std::size_t bytes = 0;  // bytes of `shape` (the buffer to bind); 0 if a dim is symbolic
   // Bit d set: dim d is data-dependent (outputs after NonZero,
   // NonMaxSuppression, ...). Bind a buffer of the upper-bound shape; the
   // run writes the actual tensor densely at its start and
@@ -157,6 +163,11 @@ struct LoadOptions {
     std::size_t size = 0;
   };
   std::map<std::string, WeightFile> weight_files;
+
+  // Models with symbolic input dims: at most this many plans (one per
+  // signature of input shapes) are kept; the least recently used is dropped
+  // beyond it (never one a queued run still uses). At least 1.
+  std::size_t max_plans = 8;
 };
 
 // Counters of a session's external-weight loading.
@@ -172,6 +183,16 @@ struct WeightStats {
 struct ExecutionStats {
   std::uint64_t tasks_run = 0;
   std::uint64_t slots_refreshed = 0;  // argument-block pointers rewritten
+};
+
+// A model's plans (one recorded task list, arena layout and kernels per
+// signature of input shapes; see Model::Execute), over its lifetime.
+struct PlanStats {
+  std::uint64_t created = 0;  // plans made (the one made at load included)
+  std::uint64_t evicted = 0;  // dropped, least recently used first, beyond LoadOptions::max_plans
+  std::uint64_t hits = 0;     // runs (and OutputShapes calls) that found their plan made
+  std::uint64_t cached = 0;   // plans held now
+  double last_plan_us = 0;    // time to make the latest plan (inference, memory plan, kernels)
 };
 
 class Stream;
@@ -215,6 +236,14 @@ class Model {
   // rewriting argument-block pointers; nothing is copied. Errors
   // (kInvalidArgument) name the input/output and expected vs found count,
   // dtype or shape.
+  // A model with symbolic input dims runs at any input shapes its symbols
+  // admit (an extent within the symbol's range, one extent per symbol
+  // across inputs; an error names input, dim, symbol and range). Each new
+  // signature of input shapes gets a plan of its own (shapes inferred,
+  // memory planned, kernels created, the task list recorded, custom ops'
+  // Execute called), made on its first run and reused after: runs
+  // alternating between a few signatures plan once per signature. Outputs
+  // are bound with the shapes OutputShapes gives for those inputs.
   virtual Status Execute(const std::vector<TensorRef>& inputs,
                          const std::vector<TensorRef>& outputs) = 0;
   // The same, queued on `stream` (refresh happens now, the replay when the
@@ -228,6 +257,11 @@ class Model {
   // The per-task timings of the runs so far (empty unless loaded with
   // LoadOptions::profile). Custom ops' launches are not timed.
   virtual std::vector<TaskProfile> profile() const = 0;
+  // The output shapes a run with these input shapes has (for data-dependent
+  // dims: their upper bound): makes (or finds) that signature's plan. Errors
+  // as Execute's for the inputs.
+  virtual Result<std::vector<Shape>> OutputShapes(const std::vector<Shape>& input_shapes) = 0;
+  virtual PlanStats plan_stats() const = 0;
 };
 
 class Graph;   // kiln/graph.h

@@ -76,10 +76,11 @@ struct PyTensorInfo {
   std::vector<std::int64_t> shape;  // data-dependent dims: their bound
   std::vector<int> dynamic_dims;
   std::size_t nbytes = 0;
+  std::vector<kiln::DimInfo> dims;  // per dim: value (-1: varies), min, max (-1: unbounded), symbol
 };
 
 PyTensorInfo Describe(const kiln::TensorInfo& t) {
-  PyTensorInfo p{t.name, kiln::DTypeName(t.dtype), t.shape, {}, t.bytes};
+  PyTensorInfo p{t.name, kiln::DTypeName(t.dtype), t.shape, {}, t.bytes, t.dims};
   for (std::size_t d = 0; d < t.shape.size() && d < 64; ++d) {
     if (t.dynamic_dims >> d & 1) p.dynamic_dims.push_back(static_cast<int>(d));
   }
@@ -184,6 +185,26 @@ class PyModel {
     for (auto& t : m_->inputs()) v.push_back(Describe(t));
     return v;
   }
+  // The output shapes for these input shapes (makes that signature's plan).
+  std::vector<kiln::Shape> OutputShapes(const std::vector<kiln::Shape>& input_shapes) {
+    std::optional<kiln::Result<std::vector<kiln::Shape>>> r;
+    {
+      py::gil_scoped_release release;
+      r.emplace(m_->OutputShapes(input_shapes));
+    }
+    Check(r->status());
+    return std::move(*r).value();
+  }
+  py::dict PlanStats() const {
+    const kiln::PlanStats s = m_->plan_stats();
+    py::dict d;
+    d["created"] = s.created;
+    d["evicted"] = s.evicted;
+    d["hits"] = s.hits;
+    d["cached"] = s.cached;
+    d["last_plan_us"] = s.last_plan_us;
+    return d;
+  }
   std::vector<PyTensorInfo> outputs() const {
     std::vector<PyTensorInfo> v;
     for (auto& t : m_->outputs()) v.push_back(Describe(t));
@@ -196,18 +217,34 @@ class PyModel {
     const auto& ins = m_->inputs();
     const auto& outs = m_->outputs();
     std::vector<py::array> in_arrays = Collect(inputs, ins, "input", false);
+    std::vector<kiln::Shape> in_shapes;
+    for (auto& a : in_arrays) in_shapes.emplace_back(a.shape(), a.shape() + a.ndim());
+    // The outputs' shapes for these inputs (symbolic dims: the plan's).
+    std::vector<kiln::Shape> out_shapes;
+    for (auto& t : outs) out_shapes.push_back(t.shape);
+    if (std::any_of(ins.begin(), ins.end(), [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape); })) {
+      std::optional<kiln::Result<std::vector<kiln::Shape>>> r;
+      {
+        py::gil_scoped_release release;
+        r.emplace(m_->OutputShapes(in_shapes));
+      }
+      Check(r->status());
+      out_shapes = std::move(*r).value();
+    }
     std::vector<py::array> out_arrays;
     if (!outputs.is_none()) {
-      out_arrays = Collect(outputs, outs, "output", true);
+      std::vector<kiln::TensorInfo> want = outs;
+      for (std::size_t i = 0; i < want.size() && i < out_shapes.size(); ++i) want[i].shape = out_shapes[i];
+      out_arrays = Collect(outputs, want, "output", true);
     } else {
-      for (auto& t : outs) out_arrays.push_back(py::array(ToNumpy(t.dtype), t.shape));
+      for (std::size_t i = 0; i < outs.size(); ++i) out_arrays.push_back(py::array(ToNumpy(outs[i].dtype), out_shapes[i]));
     }
     std::vector<kiln::TensorRef> in_refs, out_refs;
     for (std::size_t i = 0; i < ins.size(); ++i) {
-      in_refs.push_back({const_cast<void*>(in_arrays[i].data()), ins[i].dtype, ins[i].shape});
+      in_refs.push_back({const_cast<void*>(in_arrays[i].data()), ins[i].dtype, in_shapes[i]});
     }
     for (std::size_t i = 0; i < outs.size(); ++i) {
-      out_refs.push_back({out_arrays[i].mutable_data(), outs[i].dtype, outs[i].shape});
+      out_refs.push_back({out_arrays[i].mutable_data(), outs[i].dtype, out_shapes[i]});
     }
     last_inputs_.clear();
     for (auto& r : in_refs) last_inputs_.push_back(reinterpret_cast<std::uintptr_t>(r.data));
@@ -221,7 +258,7 @@ class PyModel {
     for (std::size_t i = 0; i < outs.size(); ++i) {
       py::array a = out_arrays[i];
       const kiln::Shape actual = m_->output_shape(i);
-      if (actual != outs[i].shape) {  // data-dependent dims: the dense prefix, as a view
+      if (actual != out_shapes[i]) {  // data-dependent dims: the dense prefix, as a view
         std::int64_t n = 1;
         for (auto d : actual) n *= d;
         a = a.attr("reshape")(-1).attr("__getitem__")(py::slice(0, n, 1)).attr("reshape")(py::cast(actual));
@@ -283,7 +320,10 @@ class PyModel {
                           kiln::DTypeName(t.dtype), ", found ", py::str(a.dtype()).cast<std::string>()));
       }
       kiln::Shape shape(a.shape(), a.shape() + a.ndim());
-      if (shape != t.shape) {
+      // Symbolic dims (-1) take the array's extent: the model checks them.
+      bool shape_ok = shape.size() == t.shape.size();
+      for (std::size_t d = 0; shape_ok && d < shape.size(); ++d) shape_ok = t.shape[d] < 0 || shape[d] == t.shape[d];
+      if (!shape_ok) {
         Raise(kiln::Error(kiln::StatusCode::kInvalidArgument, what, " ", i, " '", t.name, "': expected shape ",
                           kiln::ShapeToString(t.shape), ", found ", kiln::ShapeToString(shape)));
       }
@@ -425,12 +465,22 @@ PYBIND11_MODULE(_kiln, m) {
     }
   });
 
+  py::class_<kiln::DimInfo>(m, "DimInfo")
+      .def_readonly("value", &kiln::DimInfo::value)
+      .def_readonly("min", &kiln::DimInfo::min)
+      .def_readonly("max", &kiln::DimInfo::max)
+      .def_readonly("symbol", &kiln::DimInfo::symbol)
+      .def("__repr__", [](const kiln::DimInfo& d) {
+        return "DimInfo(" + std::to_string(d.value) + ", " + std::to_string(d.min) + ".." + std::to_string(d.max) +
+               (d.symbol.empty() ? "" : ", '" + d.symbol + "'") + ")";
+      });
   py::class_<PyTensorInfo>(m, "TensorInfo")
       .def_readonly("name", &PyTensorInfo::name)
       .def_readonly("dtype", &PyTensorInfo::dtype)
       .def_readonly("shape", &PyTensorInfo::shape)
       .def_readonly("dynamic_dims", &PyTensorInfo::dynamic_dims)
       .def_readonly("nbytes", &PyTensorInfo::nbytes)
+      .def_readonly("dims", &PyTensorInfo::dims)
       .def("__repr__", [](const PyTensorInfo& t) {
         return "TensorInfo('" + t.name + "', " + t.dtype + kiln::ShapeToString(t.shape) + ")";
       });
@@ -467,6 +517,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("path", &PyModel::path)
       .def("summary", &PyModel::summary)
       .def("_last_input_addresses", &PyModel::last_input_addresses)
+      .def("output_shapes", &PyModel::OutputShapes, py::arg("input_shapes"))
+      .def("plan_stats", &PyModel::PlanStats)
       .def("run", &PyModel::Run, py::arg("inputs"), py::arg("outputs") = py::none());
   py::class_<PySession>(m, "Session")
       .def(py::init<int, std::optional<std::string>, LoadArgs>())

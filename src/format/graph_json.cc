@@ -147,6 +147,7 @@ json GraphToJson(const ir::Graph& g, const plan::MemoryPlan* plan) {
   for (auto& v : g.values()) {
     json jv{{"name", v->name()}, {"dtype", static_cast<int>(v->dtype())}, {"shape", v->shape()}};
     if (v->is_dynamic()) jv["dynamic"] = v->dynamic_mask();
+    if (v->symbolic_mask()) jv["symbolic"] = v->symbolic_mask();  // format version 6
     const auto& sym = v->dim_params();
     if (std::any_of(sym.begin(), sym.end(), [](const std::string& s) { return !s.empty(); })) {
       jv["sym"] = sym;  // format version 6
@@ -416,6 +417,15 @@ Status ValueFromJson(const json& jv, ir::Graph& g, const ParseCtx& ctx, const st
       return Corrupt(what, ": data-dependent dims mask ", mask.value(), " names dims beyond its rank ", rank);
     }
     v->set_dynamic_mask(mask.value());
+  }
+  if (jv.contains("symbolic")) {  // format version 6; the loader re-infers it (ReinferGraph)
+    auto mask = UIntField(jv, path, "symbolic");
+    if (!mask.ok()) return ctx_err(mask.status());
+    const std::size_t rank = shape.value().size();
+    if (rank < 64 && (mask.value() >> rank) != 0) {
+      return Corrupt(what, ": symbolic dims mask ", mask.value(), " names dims beyond its rank ", rank);
+    }
+    v->set_symbolic_mask(mask.value());
   }
   if (jv.contains("sym")) {  // format version 6: names checked by plan::VerifyPlan
     auto sym = AsList<std::string>(jv.at("sym"), Dot(path, "sym"), AsString);

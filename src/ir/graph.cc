@@ -411,4 +411,51 @@ void ForEachGraph(const Graph& g, const std::function<void(const Graph&)>& fn) {
   ForEachGraph(const_cast<Graph&>(g), [&](Graph& x) { fn(x); });
 }
 
+namespace {
+
+std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_map<const Value*, Value*>& map) {
+  auto c = std::make_unique<Graph>();
+  c->set_name(g.name());
+  c->set_opset(g.opset());
+  c->set_parent(parent);
+  c->symbols() = g.symbols();
+  for (const auto& v : g.values()) {
+    Value* n = c->AddValue(v->name(), v->dtype(), v->shape());
+    n->set_dynamic_mask(v->dynamic_mask());
+    n->set_symbolic_mask(v->symbolic_mask());
+    n->dim_params() = v->dim_params();
+    if (v->is_constant()) n->set_constant(v->constant());
+    map[v.get()] = n;
+  }
+  auto mapped = [&map](const Value* v) -> Value* {
+    if (!v) return nullptr;
+    auto it = map.find(v);
+    return it == map.end() ? nullptr : it->second;
+  };
+  for (const auto& n : g.nodes()) {
+    std::vector<Value*> ins, outs;
+    for (const Value* v : n->inputs()) ins.push_back(mapped(v));
+    for (const Value* v : n->outputs()) outs.push_back(mapped(v));
+    Node* cn = c->AddNode(n->op_type(), n->name(), ins, outs, n->domain());
+    cn->set_since_version(n->since_version());
+    cn->attrs() = n->attrs();
+    for (auto& [k, a] : cn->attrs()) {
+      if (a.g) a.g = CloneInto(*a.g, c.get(), map);
+      for (auto& sg : a.graphs) {
+        if (sg) sg = CloneInto(*sg, c.get(), map);
+      }
+    }
+  }
+  for (const Value* v : g.inputs()) c->inputs().push_back(mapped(v));
+  for (const Value* v : g.outputs()) c->outputs().push_back(mapped(v));
+  return c;
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> CloneGraph(const Graph& g) {
+  std::unordered_map<const Value*, Value*> map;
+  return CloneInto(g, g.parent(), map);
+}
+
 }  // namespace kiln::ir

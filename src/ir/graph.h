@@ -64,6 +64,15 @@ class Value {
   std::uint64_t dynamic_mask() const { return dynamic_mask_; }
   void set_dynamic_mask(std::uint64_t m) { dynamic_mask_ = m; }
   bool is_dynamic() const { return dynamic_mask_ != 0; }
+  // Compile time only (not written to .kiln): bit d set means dim d follows
+  // a symbol of the model's inputs (a batch or sequence dim given no fixed
+  // extent), so shape()[d] is only the extent the compiler probed with and
+  // nothing may be folded or baked from it. The runtime re-infers every
+  // shape for each signature of input shapes (Model's plan cache).
+  std::uint64_t symbolic_mask() const { return symbolic_mask_; }
+  void set_symbolic_mask(std::uint64_t m) { symbolic_mask_ = m; }
+  // Data-dependent or symbolic: the extents a pass must not bake.
+  std::uint64_t varying_mask() const { return dynamic_mask_ | symbolic_mask_; }
   // Per-dim symbol names (empty string = none), parallel to shape, or empty
   // (no dim named). A name means "this dim equals symbol S" of the top-level
   // graph's symbol table (Graph::symbols). Set on model inputs from ONNX
@@ -87,6 +96,7 @@ class Value {
   DType dtype_ = DType::kUndefined;
   Shape shape_;
   std::uint64_t dynamic_mask_ = 0;
+  std::uint64_t symbolic_mask_ = 0;
   std::vector<std::string> dim_params_;
   Node* producer_ = nullptr;
   std::vector<Use> uses_;
@@ -236,6 +246,13 @@ class Graph {
   std::map<std::string, Value*> by_name_;
   std::map<std::string, int> name_counter_;
 };
+
+// A deep copy of `g`: values (names, types, shapes, masks, dim_params;
+// constants share their data), nodes (attributes, versions), subgraphs
+// (copied too, with reads of outer values redirected to the copies) and the
+// symbol table. The runtime specializes such a copy for one signature of
+// input shapes.
+std::unique_ptr<Graph> CloneGraph(const Graph& g);
 
 // Calls fn on `g`, then on every subgraph of its nodes' attributes (If
 // branches, Loop bodies), depth first, recursively.

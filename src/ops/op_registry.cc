@@ -70,16 +70,18 @@ std::uint64_t AllDims(std::size_t rank) {
 
 // Runs the op's inference on a copy of `node` whose dynamic input dims are
 // set by `extent(bound)`; returns the copy's output shapes, or an error.
+// `symbolic`: the symbolic dims instead (Value::symbolic_mask).
 Result<std::vector<Shape>> Probe(const ir::Node& node, const OpDef& def,
-                                 std::int64_t (*extent)(std::int64_t)) {
+                                 std::int64_t (*extent)(std::int64_t), bool symbolic) {
   ir::Graph scratch;
   ir::Node* c = scratch.AddCopyOf(node);
   for (int i = 0; i < node.num_inputs(); ++i) {
     const ir::Value* v = node.input(i);
-    if (!v || !v->is_dynamic()) continue;
+    const std::uint64_t mask = v ? (symbolic ? v->symbolic_mask() : v->dynamic_mask()) : 0;
+    if (!mask) continue;
     Shape s = v->shape();
     for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
-      if (v->dynamic_mask() >> d & 1) s[d] = extent(s[d]);
+      if (mask >> d & 1) s[d] = extent(s[d]);
     }
     c->input(i)->set_shape(std::move(s));
   }
@@ -90,7 +92,9 @@ Result<std::vector<Shape>> Probe(const ir::Node& node, const OpDef& def,
   return shapes;
 }
 
-Status PropagateDynamic(ir::Node& node, const OpDef& def) {
+// Marks the output dims that change when the dynamic (or, `symbolic`, the
+// symbolic) input dims change.
+Status PropagateDynamic(ir::Node& node, const OpDef& def, bool symbolic) {
   // Extents to try for every dynamic input dim. Larger than the bound and a
   // small one must infer (else every output dim is dynamic); 0, 1 and
   // bound - 1 catch functions that are flat elsewhere (Slice [:1], starts
@@ -109,7 +113,7 @@ Status PropagateDynamic(ir::Node& node, const OpDef& def) {
   };
   std::vector<std::uint64_t> masks(node.num_outputs(), 0);
   for (const Try& t : tries) {
-    auto probed = Probe(node, def, t.extent);
+    auto probed = Probe(node, def, t.extent, symbolic);
     if (!probed.ok() && !t.failure_marks_all) continue;
     for (int j = 0; j < node.num_outputs(); ++j) {
       const Shape& s = node.output(j)->shape();
@@ -122,7 +126,10 @@ Status PropagateDynamic(ir::Node& node, const OpDef& def) {
       }
     }
   }
-  for (int j = 0; j < node.num_outputs(); ++j) node.output(j)->set_dynamic_mask(masks[j]);
+  for (int j = 0; j < node.num_outputs(); ++j) {
+    if (symbolic) node.output(j)->set_symbolic_mask(masks[j]);
+    else node.output(j)->set_dynamic_mask(masks[j]);
+  }
   return Status::Ok();
 }
 
@@ -221,11 +228,24 @@ Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
                  "' has a data-dependent shape ", ShapeToString(dyn_in->shape(), dyn_in->dynamic_mask()),
                  ", which ", node.HasSubgraphs() ? "ops with subgraphs" : "custom ops", " do not accept");
   }
-  for (ir::Value* o : node.outputs()) o->set_dynamic_mask(0);
+  const ir::Value* sym_in = nullptr;
+  for (int i = 0; i < node.num_inputs() && !sym_in; ++i) {
+    if (node.input(i) && node.input(i)->symbolic_mask()) sym_in = node.input(i);
+  }
+  if (sym_in && node.HasSubgraphs()) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": input '", sym_in->name(), "' has symbolic dims ",
+                 ShapeToString(sym_in->shape()), ", which ops with subgraphs do not accept yet; fix the model's "
+                 "input shapes with --input-shape");
+  }
+  for (ir::Value* o : node.outputs()) {
+    o->set_dynamic_mask(0);
+    o->set_symbolic_mask(0);
+  }
   InferContext ctx(node);
   KILN_RETURN_IF_ERROR(def->infer(ctx));
   KILN_RETURN_IF_ERROR(CheckOutputShapes(node));
-  if (dyn_in && !ctx.sets_dynamic()) return PropagateDynamic(node, *def);
+  if (dyn_in && !ctx.sets_dynamic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, false));
+  if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true));
   return Status::Ok();
 }
 

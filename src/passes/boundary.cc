@@ -89,7 +89,7 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
   // value's dynamic dims with one more sweep in order — exactly what a
   // loader recomputes from the file.
   bool dynamic = false;
-  for (auto& v : g.values()) dynamic |= v->is_dynamic();
+  for (auto& v : g.values()) dynamic |= v->varying_mask() != 0;
   if (dynamic) {
     KILN_RETURN_IF_ERROR(g.TopologicalSort());
     for (auto& n : g.nodes()) KILN_RETURN_IF_ERROR(ops::InferNode(*n));

@@ -14,6 +14,12 @@
 namespace kiln::passes {
 namespace {
 
+// The extent every symbolic input dim takes while compiling: large enough
+// for the strided convolutions and pooling of vision models (a 1/32 scale
+// stays >= 2) and for sequence ops, small enough that the probe plan costs
+// little. The runtime never uses the probe plan for other extents.
+constexpr std::int64_t kSymbolProbe = 64;
+
 // Shape of a statically shaped input needs no data (nor do its static dims
 // of a tensor with data-dependent extents).
 HostTensorPtr FoldShape(const ir::Node& n) {
@@ -28,7 +34,7 @@ HostTensorPtr FoldShape(const ir::Node& n) {
   end = std::clamp<std::int64_t>(end, 0, rank);
   std::int64_t len = std::max<std::int64_t>(end - start, 0);
   for (std::int64_t d = start; d < end && d < 64; ++d) {
-    if (in->dynamic_mask() >> d & 1) return nullptr;  // a data-dependent extent: computed at run time
+    if (in->varying_mask() >> d & 1) return nullptr;  // data-dependent or symbolic: known at run time only
   }
   auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{len});
   for (std::int64_t i = 0; i < len; ++i) t->mutable_data_as<std::int64_t>()[i] = s[start + i];
@@ -51,18 +57,62 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
     }
     KILN_RETURN_IF_ERROR(CheckShapeSize(in->dtype(), in->shape(), what));
   }
-  // Unknown input dims cannot be resolved later: say so now, by name.
+  // Unknown input dims of the model become symbols: named by their ONNX
+  // dim_param (else "<input>_d<i>"), range 1.. unbounded, probed at
+  // kSymbolProbe while compiling. What follows from them is marked symbolic
+  // (never folded or baked) and the runtime specializes the compiled graph
+  // for each signature of input shapes. A symbol another input fixed (with
+  // --input-shape) fixes this dim too. Inputs of unknown rank, and unknown
+  // dims of subgraph inputs, stay errors.
+  const bool top = g.parent() == nullptr;
+  std::string symbolic;  // "x dim 0 ('batch'), ..." for messages
   for (ir::Value* in : g.inputs()) {
     if (IsStatic(in->shape()) && !(in->dim_params().size() == 1 && in->dim_params()[0] == "<unknown rank>")) continue;
+    const bool unknown_rank = in->dim_params().size() == 1 && in->dim_params()[0] == "<unknown rank>";
+    if (top && !unknown_rank) {
+      Shape s = in->shape();
+      auto& names = in->dim_params();
+      names.resize(s.size());
+      std::uint64_t mask = 0;
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] >= 0) continue;
+        if (names[i].empty() || names[i].size() > ir::kMaxSymbolNameBytes) {
+          // Cut at a UTF-8 character boundary: the name stays valid UTF-8.
+          std::size_t cut = std::min(in->name().size(), ir::kMaxSymbolNameBytes - 24);
+          while (cut > 0 && cut < in->name().size() && (static_cast<unsigned char>(in->name()[cut]) & 0xC0) == 0x80) {
+            --cut;
+          }
+          names[i] = StrCat(in->name().substr(0, cut), "_d", i);
+        }
+        auto it = g.symbols().find(names[i]);
+        if (it != g.symbols().end() && it->second.max >= 0 && it->second.min == it->second.max) {
+          s[i] = it->second.min;  // fixed by --input-shape on another input
+          continue;
+        }
+        if (i >= 64) {
+          return Error(StatusCode::kUnimplemented, "model input '", in->name(), "': dim ", i,
+                       " is symbolic; Kiln handles symbolic dims among the first 64 only");
+        }
+        if (it == g.symbols().end()) g.symbols()[names[i]] = ir::SymbolRange{1, -1};
+        s[i] = kSymbolProbe;
+        mask |= std::uint64_t{1} << i;
+        symbolic += StrCat(symbolic.empty() ? "" : ", ", "'", in->name(), "' dim ", i, " ('", names[i], "')");
+      }
+      in->set_shape(std::move(s));
+      in->set_symbolic_mask(mask);
+      KILN_RETURN_IF_ERROR(CheckShapeSize(in->dtype(), in->shape(), StrCat("model input '", in->name(), "'")));
+      continue;
+    }
     std::string dims;
     for (std::size_t i = 0; i < in->shape().size(); ++i) {
       if (in->shape()[i] >= 0) continue;
       const std::string& p = i < in->dim_params().size() ? in->dim_params()[i] : std::string();
       dims += StrCat(dims.empty() ? "" : ", ", "dim ", i, p.empty() ? "" : " ('" + p + "')");
     }
-    return Error(StatusCode::kInvalidArgument, "model input '", in->name(), "' has unresolved dims ",
-                 ShapeToString(in->shape()), dims.empty() ? " (unknown rank)" : " (" + dims + ")",
-                 "; fix them with --input-shape \"", in->name(), ":d0,d1,...\"");
+    return Error(StatusCode::kInvalidArgument, top ? "model input '" : "subgraph input '", in->name(),
+                 "' has unresolved dims ", ShapeToString(in->shape()),
+                 dims.empty() ? " (unknown rank)" : " (" + dims + ")", "; fix them with --input-shape \"",
+                 in->name(), ":d0,d1,...\"");
   }
   std::deque<ir::Node*> work;
   for (auto& n : g.nodes()) work.push_back(n.get());
@@ -90,7 +140,14 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
         }
       }
     }
-    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+    if (Status st = ops::InferNode(*n); !st.ok()) {
+      if (symbolic.empty()) return st;
+      // A model may admit only some extents of a dim it names (a batch
+      // dim multiplied with a constant of batch 2): say what was probed.
+      return Error(st.code(), st.message(), " (while compiling with input dims left symbolic: ", symbolic,
+                   ", each probed at ", kSymbolProbe, "; if the model admits only some extents, fix them with "
+                   "--input-shape)");
+    }
     if (opts.disabled.count("fold")) continue;
     std::vector<HostTensorPtr> folded;
     if (n->op_type() == "Shape" && n->domain().empty()) {

@@ -179,8 +179,8 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
     }
     if (!std::is_sorted(moved.begin(), moved.end())) continue;
     const Shape& os = t->output(0)->shape();
-    const std::uint64_t dyn = t->output(0)->dynamic_mask();
-    if (dyn & (dyn - 1)) continue;  // two data-dependent dims: not one Reshape target
+    const std::uint64_t dyn = t->output(0)->varying_mask();
+    if (dyn & (dyn - 1)) continue;  // two data-dependent or symbolic dims: not one Reshape target
     auto shape = std::make_shared<HostTensor>(DType::kInt64, Shape{static_cast<std::int64_t>(os.size())});
     std::copy(os.begin(), os.end(), shape->mutable_data_as<std::int64_t>());
     for (std::size_t d = 0; d < os.size() && d < 64; ++d) {

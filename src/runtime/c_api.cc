@@ -350,6 +350,32 @@ kiln_status kiln_model_output_shape(const kiln_model* model, size_t index, int64
   });
 }
 
+kiln_status kiln_model_output_shape_for_inputs(kiln_model* model, size_t index, int64_t* dims, size_t capacity,
+                                               size_t* rank) {
+  KILN_C_REQUIRE(model);
+  KILN_C_REQUIRE(rank);
+  if (index >= model->m->outputs().size()) {
+    return Fail(KILN_OUT_OF_RANGE, kiln::StrCat("output ", index, " does not exist: the model has ",
+                                                model->m->outputs().size()));
+  }
+  if (capacity && !dims) return Fail(KILN_INVALID_ARGUMENT, "kiln_model_output_shape_for_inputs: dims is NULL");
+  return Guard(__func__, [&]() -> kiln::Status {
+    std::vector<kiln::Shape> shapes;
+    for (std::size_t i = 0; i < model->ins.size(); ++i) {
+      if (model->ins[i].dtype == kiln::DType::kUndefined) {
+        return kiln::Error(kiln::StatusCode::kInvalidArgument, "input ", i, " '", model->m->inputs()[i].name,
+                           "' is not bound (kiln_model_bind_input)");
+      }
+      shapes.push_back(model->ins[i].shape);
+    }
+    KILN_ASSIGN_OR_RETURN(std::vector<kiln::Shape> outs, model->m->OutputShapes(shapes));
+    const kiln::Shape& s = outs.at(index);
+    *rank = s.size();
+    for (std::size_t i = 0; i < s.size() && i < capacity; ++i) dims[i] = s[i];
+    return kiln::Status::Ok();
+  });
+}
+
 // ---- stream ----
 kiln_status kiln_stream_create(const char* device, kiln_stream** out) {
   KILN_C_REQUIRE(out);

@@ -2,8 +2,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
-#include <deque>
+#include <chrono>
 #include <filesystem>
+#include <list>
+#include <map>
 #include <memory>
 
 #include "backends/cpu/kernel.h"
@@ -12,6 +14,8 @@
 #include "kiln/custom_op.h"
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
+#include "common/checked.h"
+#include "plan/memory_plan.h"
 #include "runtime/devices.h"
 #include "ops/file_constant.h"
 #include "runtime/executor.h"
@@ -64,8 +68,9 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
                    n->since_version(), "; Kiln implements versions ", known);
     }
     std::vector<std::pair<DType, Shape>> declared;
-    std::vector<std::uint64_t> declared_masks;
+    std::vector<std::uint64_t> declared_masks, declared_symbolic;
     for (ir::Value* o : n->outputs()) declared_masks.push_back(o->dynamic_mask());
+    for (ir::Value* o : n->outputs()) declared_symbolic.push_back(o->symbolic_mask());
     for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
     Status st = ops::InferNode(*n);
     if (!st.ok()) return st.WithContext(StrCat("model '", path, "'"));
@@ -78,51 +83,94 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
                      ShapeToString(declared[j].second, declared_masks[j]), " but infers to ", DTypeName(o->dtype()),
                      ShapeToString(o->shape(), o->dynamic_mask()));
       }
+      if (o->symbolic_mask() != declared_symbolic[j]) {
+        return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " output '", o->name(),
+                     "' is recorded with symbolic dims mask ", declared_symbolic[j], " but infers to ",
+                     o->symbolic_mask());
+      }
     }
   }
   return Status::Ok();
 }
 
 // A plan: the recorded task list (executor) for one signature of input
-// shapes. A file compiled for static shapes has exactly one; dynamic shapes
-// add one per new signature (each with its own recording: a CUDA graph per
-// plan on a GPU; custom ops' Execute runs once per plan, when it is made).
-// Runs pick their plan by the shapes of the inputs they are given.
+// shapes. A file compiled for static shapes has exactly one; symbolic input
+// dims add one per new signature (each with its own graph specialized for
+// those shapes, memory plan, kernels and recording: a CUDA graph per plan on
+// a GPU; custom ops' Execute runs once per plan, when it is made). Runs pick
+// their plan by the shapes of the inputs they are given.
 struct Plan {
   std::vector<Shape> input_shapes;
+  std::vector<Shape> output_shapes;
+  std::unique_ptr<ir::Graph> graph;  // null: the model's own graph (the plan made at load)
+  std::uint64_t arena_size = 0;
+  // Declared after the graph: destroyed before it.
   std::unique_ptr<runtime::Executor> executor;
 };
 
 // What work queued on a stream refers to: shared with that work, so a Model
 // destroyed while an ExecuteAsync is still queued lives on until the stream
 // has run (or skipped) it. Members are destroyed plans (executors) first.
+// Queued work also holds its own plan, so evicting a plan never disturbs a
+// run in flight.
 struct ModelState {
   format::CompiledModel model;
   std::shared_ptr<const void> keepalive;  // the file mapping (null: compiled in process)
-  std::deque<Plan> plans;  // stable addresses as plans are added
-  Plan* last = nullptr;  // the plan of the last run (output_shape reports its extents)
+  std::list<std::shared_ptr<Plan>> plans;  // most recently used first
+  std::shared_ptr<Plan> last;  // the plan of the last run (output_shape reports its extents)
+  runtime::ExecutorOptions exec_options;  // for plans made after load
+  std::size_t max_plans = 8;
+  bool symbolic = false;  // some input dim is symbolic: plans are made per signature
+  PlanStats stats;
+};
+
+// What a queued run keeps alive: the model's state and the run's plan
+// (destroyed first).
+struct RunKeepalive {
+  std::shared_ptr<ModelState> state;
+  std::shared_ptr<Plan> plan;
 };
 
 class ModelImpl final : public Model {
  public:
   const std::vector<TensorInfo>& inputs() const override { return inputs_; }
   const std::vector<TensorInfo>& outputs() const override { return outputs_; }
-  std::uint64_t arena_bytes() const override { return state_->model.plan.arena_size; }
+  std::uint64_t arena_bytes() const override {
+    return state_->last ? state_->last->arena_size : state_->plans.empty() ? 0 : state_->plans.front()->arena_size;
+  }
   std::uint64_t weight_bytes() const override { return state_->model.plan.const_size; }
   void set_threads(int threads) override { threads_ = threads < 1 ? 1 : threads; }
   const ExecutionStats& last_stats() const override { return stats_; }
   std::vector<TaskProfile> profile() const override {
-    const Plan* p = state_->last ? state_->last : &state_->plans.front();
-    return p->executor->Profile();
+    const Plan* p = state_->last ? state_->last.get() : state_->plans.empty() ? nullptr : state_->plans.front().get();
+    return p ? p->executor->Profile() : std::vector<TaskProfile>{};
   }
   Shape output_shape(std::size_t i) const override {
-    const auto& outs = state_->model.graph->outputs();
     try {
-      const Plan* p = state_->last ? state_->last : &state_->plans.front();
+      const Plan* p = state_->last ? state_->last.get() : state_->plans.empty() ? nullptr : state_->plans.front().get();
+      if (!p) return i < outputs_.size() ? outputs_[i].shape : Shape{};
+      const auto& outs = (p->graph ? *p->graph : *state_->model.graph).outputs();
       return i < outs.size() ? p->executor->ValueShape(outs[i]) : Shape{};
     } catch (...) {
       return Shape{};
     }
+  }
+  Result<std::vector<Shape>> OutputShapes(const std::vector<Shape>& input_shapes) override {
+    return Guarded("planning", name_, [&]() -> Result<std::vector<Shape>> {
+      std::vector<TensorRef> refs(input_shapes.size());
+      for (std::size_t i = 0; i < refs.size(); ++i) {
+        refs[i].shape = input_shapes[i];
+        refs[i].dtype = i < inputs_.size() ? inputs_[i].dtype : DType::kUndefined;
+        refs[i].data = this;  // only shapes are checked
+      }
+      KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(refs, false));
+      return plan->output_shapes;
+    });
+  }
+  PlanStats plan_stats() const override {
+    PlanStats s = state_->stats;
+    s.cached = state_->plans.size();
+    return s;
   }
   const void* ConstantData(const std::string& name) const override {
     const ir::Value* v = state_->model.graph->FindValue(name);
@@ -131,7 +179,7 @@ class ModelImpl final : public Model {
 
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("running", name_, [&]() -> Status {
-      KILN_ASSIGN_OR_RETURN(Plan * plan, Select(ins));
+      KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(ins, true));
       KILN_RETURN_IF_ERROR(Bind(*plan, ins, outs));
       return plan->executor->Run(io_, &stats_, threads_, staged_ ? &copies_ : nullptr);
     });
@@ -139,31 +187,155 @@ class ModelImpl final : public Model {
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("queueing a run of", name_, [&]() -> Status {
-      KILN_ASSIGN_OR_RETURN(Plan * plan, Select(ins));
+      KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(ins, true));
       KILN_RETURN_IF_ERROR(Bind(*plan, ins, outs));
-      return plan->executor->Enqueue(DeviceStreamOf(stream), io_, &stats_, state_, threads_,
+      auto keep = std::make_shared<RunKeepalive>(RunKeepalive{state_, plan});
+      return plan->executor->Enqueue(DeviceStreamOf(stream), io_, &stats_, std::move(keep), threads_,
                                      staged_ ? &copies_ : nullptr);
     });
   }
 
-  // The plan for these input shapes (checked against the model's inputs).
-  Result<Plan*> Select(const std::vector<TensorRef>& ins) {
-    KILN_RETURN_IF_ERROR(Check("input", inputs_, ins));
-    for (Plan& p : state_->plans) {
-      bool match = p.input_shapes.size() == ins.size();
-      for (std::size_t i = 0; match && i < ins.size(); ++i) match = ins[i].shape == p.input_shapes[i];
-      if (match) {
-        state_->last = &p;
-        return &p;
+  // The plan for these input shapes (checked against the model's inputs):
+  // the last run's, one made before (moved to the front of the LRU list), or
+  // a new one. `run`: the plan becomes the last run's.
+  Result<std::shared_ptr<Plan>> Select(const std::vector<TensorRef>& ins, bool run) {
+    KILN_RETURN_IF_ERROR(CheckInputs(ins));
+    auto matches = [&ins](const Plan& p) {
+      if (p.input_shapes.size() != ins.size()) return false;
+      for (std::size_t i = 0; i < ins.size(); ++i) {
+        if (ins[i].shape != p.input_shapes[i]) return false;
+      }
+      return true;
+    };
+    ModelState& st = *state_;
+    std::shared_ptr<Plan> found;
+    if (st.last && matches(*st.last)) {
+      found = st.last;
+    } else {
+      for (auto it = st.plans.begin(); it != st.plans.end(); ++it) {
+        if (!matches(**it)) continue;
+        found = *it;
+        st.plans.splice(st.plans.begin(), st.plans, it);
+        break;
       }
     }
-    return Error(StatusCode::kInvalidArgument, "no plan of the model matches the input shapes");
+    if (found) {
+      ++st.stats.hits;
+    } else {
+      if (!st.symbolic) return Error(StatusCode::kInvalidArgument, "no plan of the model matches the input shapes");
+      std::vector<Shape> shapes;
+      for (const TensorRef& t : ins) shapes.push_back(t.shape);
+      KILN_ASSIGN_OR_RETURN(found, MakePlan(std::move(shapes)));
+      st.plans.push_front(found);
+      // Evict least recently used plans beyond the bound (never the new one;
+      // a queued run holds its plan itself).
+      while (st.plans.size() > st.max_plans) {
+        if (st.plans.back() == st.last) st.last = nullptr;
+        st.plans.pop_back();
+        ++st.stats.evicted;
+      }
+    }
+    if (run) st.last = found;
+    return found;
+  }
+
+  // Specializes a copy of the model's graph for `shapes`: every node's
+  // shapes inferred again from the inputs', memory planned, kernels created
+  // and the task list recorded.
+  Result<std::shared_ptr<Plan>> MakePlan(std::vector<Shape> shapes) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto plan = std::make_shared<Plan>();
+    plan->graph = ir::CloneGraph(*state_->model.graph);
+    ir::Graph& g = *plan->graph;
+    for (std::size_t i = 0; i < shapes.size(); ++i) g.inputs()[i]->set_shape(shapes[i]);
+    std::string sig;
+    for (std::size_t i = 0; i < shapes.size(); ++i) sig += StrCat(i ? ", " : "", ShapeToString(shapes[i]));
+    const std::string what = StrCat("planning '", name_, "' for input shapes ", sig);
+    for (auto& n : g.nodes()) KILN_RETURN_IF_ERROR(ops::InferNode(*n).WithContext(what));
+    auto mp = plan::PlanMemory(g);
+    if (!mp.ok()) return mp.status().WithContext(what);
+    plan->arena_size = mp.value().arena_size;
+    runtime::ExecutorOptions eo = state_->exec_options;
+    eo.threads = threads_;
+    eo.load_stream = nullptr;
+    auto ex = runtime::Executor::Create(g, mp.value(), eo);
+    if (!ex.ok()) return ex.status().WithContext(what);
+    plan->executor = std::move(ex).value();
+    plan->input_shapes = std::move(shapes);
+    for (const ir::Value* v : g.outputs()) plan->output_shapes.push_back(v->shape());
+    ++state_->stats.created;
+    state_->stats.last_plan_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    return plan;
+  }
+
+  // The caller's inputs against the model's: count, dtypes, ranks, static
+  // dims exactly; symbolic dims within their symbol's range and one extent
+  // per symbol across inputs.
+  Status CheckInputs(const std::vector<TensorRef>& got) const {
+    if (!state_->symbolic) return Check("input", inputs_, got);
+    if (inputs_.size() != got.size()) {
+      return Error(StatusCode::kInvalidArgument, "expected ", inputs_.size(), " inputs, got ", got.size());
+    }
+    struct Seen {
+      std::size_t input;
+      std::size_t dim;
+      std::int64_t extent;
+    };
+    std::map<std::string, Seen> seen;
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      const TensorInfo& w = inputs_[i];
+      const TensorRef& g = got[i];
+      const std::string who = StrCat("input ", i, " '", w.name, "'");
+      if (g.dtype != w.dtype) {
+        return Error(StatusCode::kInvalidArgument, who, ": expected dtype ", DTypeName(w.dtype), ", got ",
+                     DTypeName(g.dtype));
+      }
+      if (g.shape.size() != w.shape.size()) {
+        return Error(StatusCode::kInvalidArgument, who, ": expected shape ", ShapeToString(w.shape), " (rank ",
+                     w.shape.size(), "), got ", ShapeToString(g.shape));
+      }
+      for (std::size_t d = 0; d < w.shape.size(); ++d) {
+        const DimInfo& di = w.dims[d];
+        const std::int64_t e = g.shape[d];
+        if (w.shape[d] >= 0) {
+          if (e != w.shape[d]) {
+            return Error(StatusCode::kInvalidArgument, who, ": expected shape ", ShapeToString(w.shape), ", got ",
+                         ShapeToString(g.shape), " (dim ", d, " is ", e, ", expected ", w.shape[d], ")");
+          }
+          continue;
+        }
+        if (e < di.min || (di.max >= 0 && e > di.max)) {
+          return Error(StatusCode::kInvalidArgument, who, " dim ", d, " (symbol '", di.symbol, "') is ", e,
+                       ", outside its range ", di.min, "..", di.max >= 0 ? StrCat(di.max) : std::string());
+        }
+        auto [it, added] = seen.emplace(di.symbol, Seen{i, d, e});
+        if (!added && it->second.extent != e) {
+          return Error(StatusCode::kInvalidArgument, who, " dim ", d, " (symbol '", di.symbol, "') is ", e,
+                       ", but input ", it->second.input, " '", inputs_[it->second.input].name, "' dim ",
+                       it->second.dim, " gives '", di.symbol, "' = ", it->second.extent);
+        }
+      }
+      auto bytes = CheckedTensorBytes(g.dtype, g.shape, who);
+      if (!bytes.ok()) return bytes.status();
+      if (!g.data && bytes.value()) return Error(StatusCode::kInvalidArgument, who, ": null buffer");
+    }
+    return Status::Ok();
   }
 
   // Checks the caller's buffers and lists their addresses in io_ (inputs,
   // then outputs) for the plan's executor.
   Status Bind(Plan& plan, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) {
-    KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
+    if (!state_->symbolic) {
+      KILN_RETURN_IF_ERROR(Check("output", outputs_, outs));
+    } else {
+      std::vector<TensorInfo> want = outputs_;
+      for (std::size_t j = 0; j < want.size() && j < plan.output_shapes.size(); ++j) {
+        want[j].shape = plan.output_shapes[j];
+        want[j].bytes = static_cast<std::size_t>(NumElements(want[j].shape)) * DTypeSize(want[j].dtype);
+      }
+      KILN_RETURN_IF_ERROR(Check("output", want, outs));
+    }
     io_.clear();
     copies_.in.clear();
     copies_.out.clear();
@@ -180,7 +352,8 @@ class ModelImpl final : public Model {
       }
       void* standin = plan.executor->standin(i);
       io_.push_back(standin);
-      const std::size_t bytes = (is_in ? inputs_[i] : outputs_[i - ins.size()]).bytes;
+      // Bytes of the bound shape (checked above: it is the plan's).
+      const std::size_t bytes = static_cast<std::size_t>(NumElements(t.shape)) * DTypeSize(t.dtype);
       if (is_in) copies_.in.push_back({standin, t.data, bytes});
       else copies_.out.push_back({t.data, standin, bytes});
     }
@@ -223,7 +396,7 @@ class ModelImpl final : public Model {
     // Kiln version, or an attacker. (A graph compiled in this process is
     // trusted.) Graph roles were checked by plan::VerifyPlan when it was read.
     if (from_file) KILN_RETURN_IF_ERROR(ReinferGraph(g, path));
-    auto info = [&g](const ir::Value* v) {
+    auto info = [&g, &m](const ir::Value* v) {
       TensorInfo t{v->name(), v->dtype(), v->shape(),
                    static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype()),
                    v->dynamic_mask(), {}};
@@ -236,7 +409,19 @@ class ModelImpl final : public Model {
           di.min = it->second.min;
           di.max = it->second.max;
         }
-        if (d < 64 && (v->dynamic_mask() >> d & 1)) di = {-1, 0, e, di.symbol};  // data-dependent: 0..bound
+        if (d < 64 && (v->dynamic_mask() >> d & 1)) {
+          di = {-1, 0, e, di.symbol};  // data-dependent: 0..bound
+        } else if ((it != g.symbols().end() && it->second.min != it->second.max) ||
+                   (d < 64 && (v->symbolic_mask() >> d & 1))) {
+          // Symbolic: given by each run's inputs (an input's range is its
+          // symbol's; a dim that follows from symbols is 0.. unbounded
+          // unless it is named).
+          if (it == g.symbols().end()) di.min = 0, di.max = -1;
+          di.value = -1;
+          t.shape[d] = -1;
+          t.bytes = 0;
+          m->state_->symbolic = true;
+        }
         t.dims.push_back(std::move(di));
       }
       return t;
@@ -250,12 +435,20 @@ class ModelImpl final : public Model {
     eo.check_bounds = opts.check_bounds;
     eo.profile = opts.profile;
     eo.load_stream = load_stream;
+    m->state_->exec_options = eo;
+    m->state_->max_plans = std::max<std::size_t>(opts.max_plans, 1);
+    // A model with symbolic dims makes its plans as runs come (the file's
+    // plan is only for the extents the compiler probed with).
+    if (m->state_->symbolic) return std::unique_ptr<Model>(std::move(m));
     auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
-    Plan plan;
-    for (const TensorInfo& t : m->inputs_) plan.input_shapes.push_back(t.shape);
-    plan.executor = std::move(ex).value();
+    auto plan = std::make_shared<Plan>();
+    for (const ir::Value* v : g.inputs()) plan->input_shapes.push_back(v->shape());
+    for (const ir::Value* v : g.outputs()) plan->output_shapes.push_back(v->shape());
+    plan->arena_size = m->state_->model.plan.arena_size;
+    plan->executor = std::move(ex).value();
     m->state_->plans.push_back(std::move(plan));
+    m->state_->stats.created = 1;  // (a static model's only plan)
     return std::unique_ptr<Model>(std::move(m));
   }
 

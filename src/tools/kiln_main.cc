@@ -113,7 +113,13 @@ kiln::Result<std::vector<kiln::HostTensor>> PrepareInputs(const kiln::Model& mod
       return kiln::Error(StatusCode::kInvalidArgument, "input ", idx, " '", info.name, "' from '", file,
                          "': expected dtype ", kiln::DTypeName(info.dtype), ", found ", kiln::DTypeName(t.dtype()));
     }
-    if (t.shape() != info.shape) {
+    // Symbolic dims (-1) take the file's extent; the model checks them
+    // against their symbol's range when it runs.
+    bool shape_ok = t.shape().size() == info.shape.size();
+    for (std::size_t d = 0; shape_ok && d < info.shape.size(); ++d) {
+      shape_ok = info.shape[d] < 0 || t.shape()[d] == info.shape[d];
+    }
+    if (!shape_ok) {
       return kiln::Error(StatusCode::kInvalidArgument, "input ", idx, " '", info.name, "' from '", file,
                          "': expected shape ", kiln::ShapeToString(info.shape), ", found ",
                          kiln::ShapeToString(t.shape()));
@@ -125,6 +131,14 @@ kiln::Result<std::vector<kiln::HostTensor>> PrepareInputs(const kiln::Model& mod
     if (given[i]) {
       out.push_back(std::move(*given[i]));
     } else {
+      if (!kiln::IsStatic(infos[i].shape)) {
+        std::string dims;
+        for (const auto& d : infos[i].dims) {
+          dims += (dims.empty() ? "" : ",") + (d.value >= 0 ? std::to_string(d.value) : d.symbol);
+        }
+        return kiln::Error(StatusCode::kInvalidArgument, "input ", i, " '", infos[i].name, "' has symbolic dims [",
+                           dims, "]: give it with --input ", infos[i].name, "=FILE.npy");
+      }
       if (verbose) {
         std::cerr << "kiln: input " << i << " '" << infos[i].name << "' not given: using seeded random "
                   << kiln::DTypeName(infos[i].dtype) << kiln::ShapeToString(infos[i].shape) << "\n";
@@ -140,10 +154,18 @@ struct Bound {
   std::vector<kiln::TensorRef> in_refs, out_refs;
 };
 
-Bound Bind(const kiln::Model& model, std::vector<kiln::HostTensor>& inputs) {
+// Outputs are allocated with the shapes the model gives for these inputs.
+kiln::Result<Bound> Bind(kiln::Model& model, std::vector<kiln::HostTensor>& inputs) {
   Bound b;
-  for (auto& t : inputs) b.in_refs.push_back({const_cast<void*>(t.data()), t.dtype(), t.shape()});
-  for (auto& info : model.outputs()) b.outputs.emplace_back(info.dtype, info.shape);
+  std::vector<kiln::Shape> in_shapes;
+  for (auto& t : inputs) {
+    b.in_refs.push_back({const_cast<void*>(t.data()), t.dtype(), t.shape()});
+    in_shapes.push_back(t.shape());
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<kiln::Shape> out_shapes, model.OutputShapes(in_shapes));
+  for (std::size_t j = 0; j < model.outputs().size() && j < out_shapes.size(); ++j) {
+    b.outputs.emplace_back(model.outputs()[j].dtype, out_shapes[j]);
+  }
   for (auto& t : b.outputs) b.out_refs.push_back({t.mutable_data(), t.dtype(), t.shape()});
   return b;
 }
@@ -238,7 +260,9 @@ int Run(const std::string& path, const std::vector<std::string>& input_specs, co
   double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto inputs = PrepareInputs(*model.value(), input_specs, 0, true);
   if (!inputs.ok()) return Fail(inputs.status());
-  Bound b = Bind(*model.value(), inputs.value());
+  auto bound = Bind(*model.value(), inputs.value());
+  if (!bound.ok()) return Fail(bound.status());
+  Bound& b = bound.value();
   // --check-bounds: outputs go to guarded buffers, checked after the run.
   constexpr std::size_t kGuard = 64;
   std::vector<std::vector<std::uint8_t>> guarded;
@@ -289,8 +313,9 @@ int Run(const std::string& path, const std::vector<std::string>& input_specs, co
   return 0;
 }
 
-// Per dim, as kiln::DimInfo: extent ("value", -1 if data-dependent), range
-// and symbol ("" if none).
+// Per dim, as kiln::DimInfo: extent ("value", -1 if data-dependent or
+// symbolic), range, symbol ("" if none) and kind ("static", "symbolic",
+// "data").
 json DimsJson(const kiln::ir::Value& v, const kiln::ir::Graph& g) {
   json dims = json::array();
   const auto& names = v.dim_params();
@@ -303,8 +328,14 @@ json DimsJson(const kiln::ir::Value& v, const kiln::ir::Graph& g) {
       lo = it->second.min;
       hi = it->second.max;
     }
-    if (d < 64 && (v.dynamic_mask() >> d & 1)) value = -1, lo = 0, hi = e;
-    dims.push_back({{"value", value}, {"min", lo}, {"max", hi}, {"symbol", sym}});
+    std::string kind = "static";
+    if (d < 64 && (v.dynamic_mask() >> d & 1)) {
+      value = -1, lo = 0, hi = e, kind = "data";
+    } else if ((it != g.symbols().end() && lo != hi) || (d < 64 && (v.symbolic_mask() >> d & 1))) {
+      if (it == g.symbols().end()) lo = 0, hi = -1;  // follows from symbols, unnamed
+      value = -1, kind = "symbolic";  // each run's input shapes give it
+    }
+    dims.push_back({{"value", value}, {"min", lo}, {"max", hi}, {"symbol", sym}, {"kind", kind}});
   }
   return dims;
 }
@@ -382,13 +413,23 @@ int Inspect(const std::string& path, bool as_json) {
     std::cout << k << ":\n";
     for (auto& t : j[k]) {
       // "[batch=1,3,224,224]": named dims show their symbol; data-dependent
-      // dims their bound ("<=50"); a symbol's range where it is not fixed.
+      // dims their bound ("<=50"); symbolic dims their symbol ("[batch,3,h,w]")
+      // and its range unless it is 1.. unbounded ("seq=1..512").
       std::string shape = "[";
       for (auto& d : t["dims"]) {
         if (shape.size() > 1) shape += ",";
         const std::string sym = d["symbol"].get<std::string>();
         const std::int64_t value = d["value"].get<std::int64_t>(), lo = d["min"].get<std::int64_t>(),
                            hi = d["max"].get<std::int64_t>();
+        if (d["kind"] == "symbolic") {  // "batch" (1.. unbounded), else "batch=1..512"
+          if (sym.empty()) {
+            shape += "?";  // follows from the input symbols
+            continue;
+          }
+          shape += sym;
+          if (lo != 1 || hi >= 0) shape += "=" + std::to_string(lo) + ".." + (hi < 0 ? "" : std::to_string(hi));
+          continue;
+        }
         if (!sym.empty()) shape += sym + "=";
         if (value < 0) {
           shape += "<=" + std::to_string(hi);
@@ -541,7 +582,9 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   if (!model.ok()) return Fail(model.status());
   auto inputs = PrepareInputs(*model.value(), input_specs, 0, !as_json);
   if (!inputs.ok()) return Fail(inputs.status());
-  Bound b = Bind(*model.value(), inputs.value());
+  auto bound = Bind(*model.value(), inputs.value());
+  if (!bound.ok()) return Fail(bound.status());
+  Bound& b = bound.value();
   for (int i = 0; i < warmup; ++i) {
     Status st = model.value()->Execute(b.in_refs, b.out_refs);
     if (!st.ok()) return Fail(st);

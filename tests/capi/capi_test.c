@@ -376,6 +376,51 @@ static void symbol_model(void) {
   kiln_model_free(m);
 }
 
+/* Symbolic dims: open.onnx (y = relu(x), x [batch, 3]) compiled with batch
+ * left open runs at any batch; output shapes come from the bound inputs.
+ * batch.onnx (x [batch, 3] + w [2, 3]) admits batch 2 only: compiled open,
+ * the error says what was left symbolic. */
+static void symbolic_model(void) {
+  char b1[1024], b2[1024];
+  kiln_model* m = NULL;
+  kiln_tensor_info info;
+  int64_t dims[4] = {0};
+  size_t rank = 0;
+  FAILS(kiln_compile(path(b1, model_dir, "batch.onnx"), path(b2, work_dir, "batch_open.kiln"), NULL, NULL),
+        KILN_INVALID_ARGUMENT, "left symbolic");
+  OK(kiln_compile(path(b1, model_dir, "open.onnx"), path(b2, work_dir, "open.kiln"), NULL, NULL));
+  OK(kiln_model_load(path(b2, work_dir, "open.kiln"), NULL, &m));
+  if (!m) return;
+  OK(kiln_model_input_info(m, 0, &info));
+  CHECK(info.rank == 2 && info.bytes == 0);
+  CHECK(info.dims[0].value == -1 && info.dims[0].min == 1 && info.dims[0].max == -1);
+  CHECK(info.dims[0].symbol != NULL && strcmp(info.dims[0].symbol, "batch") == 0);
+  CHECK(info.dims[1].value == 3);
+  FAILS(kiln_model_output_shape_for_inputs(m, 0, dims, 4, &rank), KILN_INVALID_ARGUMENT, "input 0 'x' is not bound");
+  for (int64_t batch = 1; batch <= 4; batch += 3) {
+    float xs[12], ys[12];
+    int64_t shape[2] = {batch, 3};
+    kiln_tensor x = {xs, KILN_DTYPE_FLOAT32, shape, 2, KILN_MEMORY_HOST};
+    for (int i = 0; i < batch * 3; ++i) xs[i] = (float)(i % 2 ? i : -i);
+    OK(kiln_model_bind_input(m, 0, &x));
+    OK(kiln_model_output_shape_for_inputs(m, 0, dims, 4, &rank));
+    CHECK(rank == 2 && dims[0] == batch && dims[1] == 3);
+    kiln_tensor y = {ys, KILN_DTYPE_FLOAT32, dims, 2, KILN_MEMORY_HOST};
+    OK(kiln_model_bind_output(m, 0, &y));
+    OK(kiln_model_execute(m));
+    for (int i = 0; i < batch * 3; ++i) CHECK(ys[i] == (i % 2 ? (float)i : 0.0f));
+  }
+  {
+    float xs[3] = {0};
+    int64_t shape[2] = {0, 3};
+    kiln_tensor x = {xs, KILN_DTYPE_FLOAT32, shape, 2, KILN_MEMORY_HOST};
+    OK(kiln_model_bind_input(m, 0, &x));
+    FAILS(kiln_model_output_shape_for_inputs(m, 0, dims, 4, &rank), KILN_INVALID_ARGUMENT,
+          "dim 0 (symbol 'batch') is 0, outside its range 1..");
+  }
+  kiln_model_free(m);
+}
+
 int main(int argc, char** argv) {
   char combined[256] = {0};
   if (argc != 3) {
@@ -391,6 +436,7 @@ int main(int argc, char** argv) {
   custom_op_file();
   file_id_model();
   symbol_model();
+  symbolic_model();
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;

@@ -6,6 +6,8 @@ derived by hand.
   add.onnx      y = x + w, x float32[2, 3] input, w = [0, 0.5, 1, 1.5, 2, 2.5]
   batch.onnx    add.onnx with x and y declared float32[batch, 3] (dim_param
                 "batch"; compiled with x's shape fixed to [2, 3])
+  open.onnx     y = Relu(x), x and y float32[batch, 3] (compiled with batch
+                left symbolic)
   custom.onnx   y = PkgDouble(x + w) (domain com.example, the test package's
                 op, which doubles its input): y = 2 (x + w)
 
@@ -31,6 +33,9 @@ xb = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
 yb = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
 g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"], name="add")], "batch", [xb], [yb], [w])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "batch.onnx"))
+
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "open", [xb], [yb])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "open.onnx"))
 
 g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["s"], name="add"),
                        helper.make_node("PkgDouble", ["s"], ["y"], name="double", domain="com.example")],

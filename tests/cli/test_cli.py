@@ -90,13 +90,49 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", path, "--output", os.path.join(WORK, "ud.kiln"))
         self.assertEqual(rc, 0, out)
 
-    def test_unresolved_dims_and_input_shape(self):
+    def test_symbolic_dims_and_input_shape(self):
         path = save(relu_model(dim_param="batch"), "dyn.onnx")
         out_path = os.path.join(WORK, "dyn.kiln")
+        # Without --input-shape the dim stays symbolic: one .kiln runs at any batch.
         rc, out = kiln("compile", "--model", path, "--output", out_path)
-        self.assertCleanError(rc, out, "'x'", "batch", "--input-shape")
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", out_path)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("x float32[batch,4]", out)
+        self.assertIn("y float32[?,4]", out)
+        for batch in (1, 3, 7):
+            x = np.linspace(-1, 1, batch * 4, dtype=np.float32).reshape(batch, 4)
+            np.save(os.path.join(WORK, "dyn_x.npy"), x)
+            rc, out = kiln("run", out_path, "--input", "x=" + os.path.join(WORK, "dyn_x.npy"),
+                           "--output-dir", os.path.join(WORK, "dyn_o"))
+            self.assertEqual(rc, 0, out)
+            np.testing.assert_array_equal(np.load(os.path.join(WORK, "dyn_o", "output_0.npy")), np.maximum(x, 0))
+        # An input not given has no shape to take.
+        rc, out = kiln("run", out_path)
+        self.assertCleanError(rc, out, "'x'", "symbolic", "--input")
+        # A wrong static dim is named.
+        np.save(os.path.join(WORK, "dyn_bad.npy"), np.zeros((2, 5), np.float32))
+        rc, out = kiln("run", out_path, "--input", "x=" + os.path.join(WORK, "dyn_bad.npy"))
+        self.assertCleanError(rc, out, "'x'", "[2,5]")
+        # A model that admits one extent of a named dim says what was probed.
+        g = helper.make_graph([helper.make_node("Mul", ["x", "c"], ["y"], name="mul")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones((2, 8), np.float32), "c")])
+        mulc = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "mulc.onnx")
+        rc, out = kiln("compile", "--model", mulc, "--output", os.path.join(WORK, "mulc.kiln"))
+        self.assertCleanError(rc, out, "'mul'", "left symbolic", "'x' dim 0 ('batch')", "--input-shape")
+        # An input of unknown rank still needs --input-shape.
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        norank = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "norank.onnx")
+        rc, out = kiln("compile", "--model", norank, "--output", os.path.join(WORK, "norank.kiln"))
+        self.assertCleanError(rc, out, "'x'", "unknown rank", "--input-shape")
         rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:3,4")
         self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", out_path)
+        self.assertIn("x float32[batch=3,4]", out)
         rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "nope:3,4")
         self.assertCleanError(rc, out, "'nope'", "not an input")
         rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:3,5")

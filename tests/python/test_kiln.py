@@ -194,6 +194,29 @@ def test_custom_op_package(tmp_path):
     np.testing.assert_array_equal(s.run_graph(gid, {"x": X})["y"], 2 * (X + W))
 
 
+def test_symbolic_batch_runs_at_any_extent(tmp_path):
+    # y = relu(x @ w) with x [batch, 3] left symbolic: one .kiln, any batch.
+    w = (np.arange(6, dtype=np.float32).reshape(3, 2) - 2.5) * 0.5
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
+                          [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "mm.onnx"))
+    kiln.compile(tmp_path / "mm.onnx", tmp_path / "mm.kiln")
+    m = kiln.load(tmp_path / "mm.kiln")
+    assert m.inputs[0].shape == [-1, 3] and m.outputs[0].shape == [-1, 2]
+    d = m.inputs[0].dims[0]
+    assert (d.value, d.min, d.max, d.symbol) == (-1, 1, -1, "batch")
+    assert m.output_shapes([[5, 3]]) == [[5, 2]]
+    for batch in (1, 4, 9, 4, 1):
+        x = np.linspace(-2, 2, batch * 3, dtype=np.float32).reshape(batch, 3)
+        np.testing.assert_allclose(m.run({"x": x})["y"], np.maximum(x @ w, 0), rtol=1e-6, atol=1e-6)
+    s = m.plan_stats()
+    assert (s["created"], s["cached"]) == (4, 4), s  # batches 5 (output_shapes), 1, 4, 9
+    with pytest.raises(kiln.Error, match="symbol 'batch'.*is 0, outside its range 1.."):
+        m.run({"x": np.zeros((0, 3), np.float32)})
+
+
 def test_data_dependent_output_has_its_actual_shape(tmp_path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
     y = helper.make_tensor_value_info("y", TensorProto.INT64, None)
