@@ -148,6 +148,7 @@ Node* Graph::AddCopyOf(const Node& n) {
     }
     Value* c = AddValue(v->name(), v->dtype(), v->shape());
     if (v->is_constant()) c->set_constant(v->constant());
+    c->set_bound_value(v->bound_value());
     ins.push_back(c);
   }
   for (const Value* v : n.outputs()) outs.push_back(AddValue(v->name(), v->dtype(), v->shape()));
@@ -425,6 +426,7 @@ std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_m
     n->set_symbolic_mask(v->symbolic_mask());
     n->dim_params() = v->dim_params();
     if (v->is_constant()) n->set_constant(v->constant());
+    n->set_bound_value(v->bound_value());
     map[v.get()] = n;
   }
   auto mapped = [&map](const Value* v) -> Value* {

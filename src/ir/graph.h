@@ -73,6 +73,14 @@ class Value {
   void set_symbolic_mask(std::uint64_t m) { symbolic_mask_ = m; }
   // Data-dependent or symbolic: the extents a pass must not bake.
   std::uint64_t varying_mask() const { return dynamic_mask_ | symbolic_mask_; }
+  // Shape arithmetic on symbolic dims (Shape -> Gather -> Concat -> a
+  // Reshape's target): the value this tensor takes at the extents the
+  // compiler probed with, so inference sees concrete shapes (see
+  // ops::InferContext::in_const). Not written to .kiln: the compiler and the
+  // loader compute it (cpu::EvalBound); each plan folds such nodes to
+  // constants for its own input shapes. Null for other values.
+  const HostTensorPtr& bound_value() const { return bound_value_; }
+  void set_bound_value(HostTensorPtr t) { bound_value_ = std::move(t); }
   // Per-dim symbol names (empty string = none), parallel to shape, or empty
   // (no dim named). A name means "this dim equals symbol S" of the top-level
   // graph's symbol table (Graph::symbols). Set on model inputs from ONNX
@@ -101,6 +109,7 @@ class Value {
   Node* producer_ = nullptr;
   std::vector<Use> uses_;
   HostTensorPtr constant_;
+  HostTensorPtr bound_value_;
   Graph* owner_ = nullptr;
 };
 

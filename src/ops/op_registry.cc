@@ -133,6 +133,66 @@ Status PropagateDynamic(ir::Node& node, const OpDef& def, bool symbolic) {
   return Status::Ok();
 }
 
+// A copy of integer or float tensor `t` with `k` added to every element
+// (null for other types).
+HostTensorPtr Perturbed(const HostTensor& t, std::int64_t k) {
+  auto c = std::make_shared<HostTensor>(t.dtype(), t.shape());
+  const std::int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kInt64:
+      for (std::int64_t i = 0; i < n; ++i) c->mutable_data_as<std::int64_t>()[i] = t.data_as<std::int64_t>()[i] + k;
+      return c;
+    case DType::kInt32:
+      for (std::int64_t i = 0; i < n; ++i) {
+        c->mutable_data_as<std::int32_t>()[i] = t.data_as<std::int32_t>()[i] + static_cast<std::int32_t>(k);
+      }
+      return c;
+    case DType::kFloat32:
+      for (std::int64_t i = 0; i < n; ++i) c->mutable_data_as<float>()[i] = t.data_as<float>()[i] + static_cast<float>(k);
+      return c;
+    default:
+      return nullptr;
+  }
+}
+
+// Output dims that follow from the values of bound-valued inputs (shape
+// arithmetic on symbolic dims) become symbolic too: the op's inference is
+// run again with those values changed (+1, +2); dims that change, or every
+// dim when such an inference fails (a Reshape whose element count no longer
+// matches), are marked. Over-marking only keeps a dim from being folded.
+Status PropagateBound(ir::Node& node, const OpDef& def) {
+  std::vector<std::uint64_t> masks(node.num_outputs(), 0);
+  for (std::int64_t k : {1, 2}) {
+    ir::Graph scratch;
+    ir::Node* c = scratch.AddCopyOf(node);
+    bool ok = true;
+    for (int i = 0; i < node.num_inputs() && ok; ++i) {
+      const ir::Value* v = node.input(i);
+      if (!v || v->is_constant() || !v->bound_value()) continue;
+      HostTensorPtr p = Perturbed(*v->bound_value(), k);
+      if (!p) ok = false;
+      c->input(i)->set_bound_value(std::move(p));
+    }
+    InferContext ctx(*c);
+    ok = ok && def.infer(ctx).ok();
+    for (int j = 0; j < node.num_outputs(); ++j) {
+      const Shape& s = node.output(j)->shape();
+      const Shape& p = c->output(j)->shape();
+      if (!ok || p.size() != s.size()) {
+        masks[j] = AllDims(s.size());
+        continue;
+      }
+      for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
+        if (p[d] != s[d]) masks[j] |= std::uint64_t{1} << d;
+      }
+    }
+  }
+  for (int j = 0; j < node.num_outputs(); ++j) {
+    node.output(j)->set_symbolic_mask(node.output(j)->symbolic_mask() | masks[j]);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status InferNode(ir::Node& node) { return CheckAndInfer(node, true); }
@@ -246,6 +306,10 @@ Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
   KILN_RETURN_IF_ERROR(CheckOutputShapes(node));
   if (dyn_in && !ctx.sets_dynamic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, false));
   if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true));
+  for (int i = 0; i < node.num_inputs(); ++i) {
+    const ir::Value* v = node.input(i);
+    if (v && !v->is_constant() && v->bound_value()) return PropagateBound(node, *def);
+  }
   return Status::Ok();
 }
 

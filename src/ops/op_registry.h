@@ -24,10 +24,13 @@ class InferContext {
   bool has_input(int i) const { return node_.input(i) != nullptr; }
   DType in_dtype(int i) const { return node_.input(i)->dtype(); }
   const Shape& in_shape(int i) const { return node_.input(i)->shape(); }
-  // Constant data of input i when known at compile time, else null.
+  // Constant data of input i when known at compile time, else its bound
+  // value (shape arithmetic on symbolic dims, at the probed extents: see
+  // ir::Value::bound_value), else null.
   const HostTensor* in_const(int i) const {
     ir::Value* v = node_.input(i);
-    return v && v->constant() ? v->constant().get() : nullptr;
+    if (!v) return nullptr;
+    return v->constant() ? v->constant().get() : v->bound_value().get();
   }
   void SetOutput(int i, DType t, Shape s) {
     node_.output(i)->set_dtype(t);

@@ -152,6 +152,13 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
     std::vector<HostTensorPtr> folded;
     if (n->op_type() == "Shape" && n->domain().empty()) {
       if (auto t = FoldShape(*n)) folded.push_back(t);
+    }
+    if (folded.empty() && !symbolic.empty() && !custom::IsCustomNode(*n)) {
+      // Shape arithmetic on symbolic dims: kept, evaluated at the probe.
+      KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
+      if (bound) continue;
+    }
+    if (!folded.empty() || n->op_type() == "Shape") {
     } else if (!n->HasSubgraphs() && n->domain().empty() && !custom::IsCustomNode(*n)) {
       bool all_const = true;
       std::uint64_t out_bytes = 0;

@@ -48,7 +48,17 @@ auto Guarded(const char* action, const std::string& name, F&& f) -> decltype(f()
 // version, arity, attributes) and inference exactly as at compile time, and
 // the inferred types and shapes must equal the recorded ones. Subgraphs are
 // checked first, recursively, so no branch node reaches a kernel unchecked.
+bool HasSymbolicInputs(const ir::Graph& g) {
+  for (const ir::Value* v : g.inputs()) {
+    if (v->symbolic_mask()) return true;
+  }
+  return false;
+}
+
 Status ReinferGraph(ir::Graph& g, const std::string& path) {
+  // Shape arithmetic on symbolic dims is evaluated at the recorded (probed)
+  // extents as the compiler did (cpu::EvalBound), for the nodes after it.
+  const bool bound = g.parent() == nullptr && HasSymbolicInputs(g);
   for (auto& n : g.nodes()) {
     for (auto& [k, a] : n->attrs()) {
       std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
@@ -74,6 +84,10 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
     for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
     Status st = ops::InferNode(*n);
     if (!st.ok()) return st.WithContext(StrCat("model '", path, "'"));
+    if (bound) {
+      auto r = cpu::EvalBound(*n, cpu::kBoundValueLimit);
+      if (!r.ok()) return r.status().WithContext(StrCat("model '", path, "'"));
+    }
     for (int j = 0; j < n->num_outputs(); ++j) {
       ir::Value* o = n->output(j);
       if (o->dtype() != declared[j].first || o->shape() != declared[j].second ||
@@ -251,7 +265,7 @@ class ModelImpl final : public Model {
     std::string sig;
     for (std::size_t i = 0; i < shapes.size(); ++i) sig += StrCat(i ? ", " : "", ShapeToString(shapes[i]));
     const std::string what = StrCat("planning '", name_, "' for input shapes ", sig);
-    for (auto& n : g.nodes()) KILN_RETURN_IF_ERROR(ops::InferNode(*n).WithContext(what));
+    KILN_RETURN_IF_ERROR(Specialize(g).WithContext(what));
     auto mp = plan::PlanMemory(g);
     if (!mp.ok()) return mp.status().WithContext(what);
     plan->arena_size = mp.value().arena_size;
@@ -267,6 +281,32 @@ class ModelImpl final : public Model {
     state_->stats.last_plan_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     return plan;
+  }
+
+  // Specializes a copy of the model's graph whose inputs have a signature's
+  // shapes: every node inferred again, shape arithmetic evaluated
+  // (cpu::EvalBound, as the compiler does at its probe) and then folded
+  // into constants of this plan: a Reshape's target computed from Shape
+  // becomes a constant, and no such node runs. (Nodes writing a model
+  // output stay and run.)
+  static Status Specialize(ir::Graph& g) {
+    std::vector<ir::Node*> nodes;
+    for (auto& n : g.nodes()) nodes.push_back(n.get());
+    std::vector<ir::Node*> folded;
+    for (ir::Node* n : nodes) {
+      KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+      KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
+      if (!bound) continue;
+      bool output = false;
+      for (const ir::Value* o : n->outputs()) output = output || g.IsGraphOutput(o);
+      if (!output) folded.push_back(n);
+    }
+    for (ir::Node* n : folded) {
+      std::vector<ir::Value*> outs = n->outputs();
+      g.RemoveNode(n);
+      for (ir::Value* o : outs) o->set_constant(o->bound_value());
+    }
+    return Status::Ok();
   }
 
   // The caller's inputs against the model's: count, dtypes, ranks, static

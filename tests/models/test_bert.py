@@ -18,6 +18,10 @@ It is exported with torch.onnx.export (opset 13, static shapes) into DIR/bert/, 
 (inputs by name), and both outputs are compared with PyTorch's
 (|out - expected| <= atol + rtol * |expected|). Prints one PASS/FAIL line with the largest
 errors per output; exits 0 on pass, 1 on failure.
+
+With --dynamic, the export has dynamic axes (batch and seq on both inputs), the model is compiled
+once with no --input-shape (batch and seq stay symbolic: `kiln inspect --json` must say so), and
+that one .kiln runs at every (batch, seq) of --shapes, each compared with PyTorch at that shape.
 """
 import argparse
 import math
@@ -104,7 +108,7 @@ def build_model(args):
 
     torch.manual_seed(args.seed)
     model = Encoder(args.vocab, args.hidden, args.layers, args.heads, 4 * args.hidden,
-                    max_pos=max(64, args.seq))
+                    max_pos=max(64, args.seq, args.max_pos))
     with torch.no_grad():  # LayerNorm affine params off their identity defaults
         for m in model.modules():
             if isinstance(m, nn.LayerNorm):
@@ -113,26 +117,35 @@ def build_model(args):
     return model.eval()
 
 
+def make_inputs(args, batch, seq, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, args.vocab, size=(batch, seq), dtype=np.int64)
+    mask = np.ones((batch, seq), dtype=np.int64)
+    for b in range(1, batch):  # later batch rows end in padding, more for each row
+        pad = min(seq - 1, 3 * b + 2)
+        mask[b, seq - pad:] = 0
+        ids[b, seq - pad:] = 0
+    return ids, mask
+
+
 def export(mdir, args):
     """Writes model.onnx, input_ids.npy, attention_mask.npy and expected_<i>.npy into mdir."""
     import onnx
     import torch
 
     model = build_model(args)
-    rng = np.random.default_rng(args.seed)
-    ids = rng.integers(0, args.vocab, size=(args.batch, args.seq), dtype=np.int64)
-    mask = np.ones((args.batch, args.seq), dtype=np.int64)
-    for b in range(1, args.batch):  # later batch rows end in padding, more for each row
-        pad = min(args.seq - 1, 3 * b + 2)
-        mask[b, args.seq - pad:] = 0
-        ids[b, args.seq - pad:] = 0
+    ids, mask = make_inputs(args, args.batch, args.seq, args.seed)
+    dynamic_axes = None
+    if args.dynamic:
+        dynamic_axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+                        "last_hidden_state": {0: "batch", 1: "seq"}, "pooler_output": {0: "batch"}}
     with torch.no_grad():
         expected = model(torch.from_numpy(ids), torch.from_numpy(mask))
         onnx_path = os.path.join(mdir, "model.onnx")
         torch.onnx.export(model, (torch.from_numpy(ids), torch.from_numpy(mask)), onnx_path,
                           opset_version=args.opset, input_names=list(INPUT_NAMES),
                           output_names=list(OUTPUT_NAMES), do_constant_folding=True,
-                          dynamic_axes=None)
+                          dynamic_axes=dynamic_axes)
     ops = {n.op_type for n in onnx.load(onnx_path).graph.node}
     missing = [op for op in REQUIRED_ONNX_OPS if op not in ops]
     if missing:
@@ -142,7 +155,39 @@ def export(mdir, args):
     np.save(os.path.join(mdir, "attention_mask.npy"), mask)
     for i, t in enumerate(expected):
         np.save(os.path.join(mdir, f"expected_{i}.npy"), t.numpy().astype(np.float32))
-    return [t.shape for t in expected], sorted(ops)
+    return [t.shape for t in expected], sorted(ops), model
+
+
+def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args):
+    """Runs the symbolic .kiln at every (batch, seq), each against PyTorch; returns (ok, message)."""
+    import json
+    import torch
+
+    info = json.loads(run([kiln, "inspect", "--json", kiln_file], "kiln inspect", args.timeout, echo=False))
+    for t in info["inputs"]:
+        kinds = [(d["symbol"], d["kind"]) for d in t["dims"]]
+        if kinds != [("batch", "symbolic"), ("seq", "symbolic")]:
+            raise TestError(f"kiln inspect: input {t['name']!r} dims {kinds}, expected batch and seq symbolic")
+    ok, worst = True, [0.0, 0.0]
+    for k, (batch, seq) in enumerate(shapes_list):
+        ids, mask = make_inputs(args, batch, seq, args.seed + 1 + k)
+        with torch.no_grad():
+            expected = [t.numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]
+        cmd = [kiln, "run", kiln_file]
+        for name, arr in zip(INPUT_NAMES, (ids, mask)):
+            path = os.path.join(mdir, f"{name}_{batch}x{seq}.npy")
+            np.save(path, arr)
+            cmd += ["--input", f"{name}={path}"]
+        out_dir = os.path.join(mdir, f"out_{batch}x{seq}")
+        run(cmd + ["--output-dir", out_dir], f"kiln run at {batch}x{seq}", args.timeout, echo=False)
+        for i, name in enumerate(OUTPUT_NAMES):
+            out = load_output(out_dir, i)
+            good, msg = compare(out, expected[i], args.rtol, args.atol)
+            if good:
+                worst[i] = max(worst[i], float(np.abs(out.astype(np.float64) - expected[i]).max()))
+            print(f"  {batch}x{seq} {name}: {msg}", flush=True)
+            ok &= good
+    return ok, f"max |err| {worst[0]:.3g} / {worst[1]:.3g} over {len(shapes_list)} shapes"
 
 
 def main():
@@ -160,22 +205,33 @@ def main():
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=600, help="seconds per step")
+    ap.add_argument("--dynamic", action="store_true", help="symbolic batch and seq: one .kiln at every --shapes")
+    ap.add_argument("--shapes", default="1x8,2x16,4x33,2x77,1x128,4x8,3x200",
+                    help="with --dynamic: BATCHxSEQ list to run at")
+    ap.add_argument("--max-pos", type=int, default=0, help="position table size (default max(64, seq, shapes))")
     args = ap.parse_args()
+    shapes_list = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.dynamic else []
+    args.max_pos = max([args.max_pos] + [s for _, s in shapes_list])
 
     kiln = os.path.abspath(args.kiln)
-    mdir = os.path.abspath(os.path.join(args.work, "bert"))
+    mdir = os.path.abspath(os.path.join(args.work, "bert_dynamic" if args.dynamic else "bert"))
     kiln_file = os.path.join(mdir, "model.kiln")
     out_dir = os.path.join(mdir, "kiln_out")
     try:
         if args.hidden % args.heads:
             raise TestError(f"--hidden {args.hidden} is not a multiple of --heads {args.heads}")
         prepare_run_dirs(kiln, kiln_file, out_dir)
-        shapes, ops = export(mdir, args)
+        shapes, ops, model = export(mdir, args)
         print(f"exported {os.path.join(mdir, 'model.onnx')}: ops {', '.join(ops)}", flush=True)
         run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", kiln_file],
             "kiln compile", args.timeout)
         if not os.path.exists(kiln_file):
             raise TestError(f"kiln compile exited 0 but wrote no {kiln_file}")
+        if args.dynamic:
+            ok, msg = run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args)
+            print(f"{'PASS' if ok else 'FAIL'} bert dynamic ({args.layers} layers, hidden {args.hidden}, "
+                  f"{args.heads} heads, one .kiln at batch x seq {args.shapes}): {msg}", flush=True)
+            return 0 if ok else 1
         bs = (args.batch, args.seq)
         check_inspect(kiln, kiln_file, [(n, "int64", bs) for n in INPUT_NAMES],
                       [(n, "float32", s) for n, s in zip(OUTPUT_NAMES, shapes)], args.timeout)

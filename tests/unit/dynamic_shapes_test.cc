@@ -198,29 +198,61 @@ TEST(DynamicShapes, UnnamedDimsGetSymbols) {
   EXPECT_TRUE(RunAt(**model, 6).ok());
 }
 
-// A shape computed from a symbolic dim (Shape -> Concat -> Reshape) is not
-// folded at the extent the compiler probed with: such a model is refused
-// with a message naming the value, until shape subgraphs are planned per
-// signature.
-TEST(DynamicShapes, ShapeOfASymbolicDimIsNotBaked) {
+// Shape arithmetic on a symbolic dim (Shape -> Concat -> Reshape, as exported
+// transformers split heads): compiled at the probe without baking it, and
+// folded per plan, so y = reshape(x, [batch, 8]) at every batch.
+TEST(DynamicShapes, ShapeArithmeticFollowsEachSignature) {
   auto g = std::make_unique<ir::Graph>();
   ir::Value* x = g->AddValue("x", DType::kFloat32, {-1, 4, 2});
   x->dim_params() = {"batch", "", ""};
   g->inputs().push_back(x);
   ir::Value* s = g->AddValue("s");
   ir::Value* target = g->AddValue("target");
+  ir::Value* r = g->AddValue("r");
   ir::Value* y = g->AddValue("y");
   g->AddNode("Shape", "shape", {x}, {s})->SetAttr("end", ir::Attribute::Int(1));
   auto eight = std::make_shared<HostTensor>(DType::kInt64, Shape{1});
   eight->mutable_data_as<std::int64_t>()[0] = 8;
   g->AddNode("Concat", "concat", {s, g->AddConstant("eight", eight)}, {target})
       ->SetAttr("axis", ir::Attribute::Int(0));
-  g->AddNode("Reshape", "reshape", {x, target}, {y});
+  g->AddNode("Reshape", "reshape", {x, target}, {r});
+  g->AddNode("Relu", "relu", {r}, {y});
   g->outputs() = {y};
-  test::SetLatestVersions(*g);
-  auto compiled = CompileGraph(std::move(g), {});
-  ASSERT_FALSE(compiled.ok());
-  EXPECT_NE(compiled.status().message().find("'y'"), std::string::npos) << compiled.status().message();
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  for (std::int64_t batch : {3, 1, 5}) {
+    std::vector<float> xs(static_cast<std::size_t>(batch) * 8), ys(xs.size(), -7);
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 5) - 2;
+    auto shapes = m.OutputShapes({{batch, 4, 2}});
+    ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+    EXPECT_EQ(shapes.value(), (std::vector<Shape>{{batch, 8}}));
+    Status st = m.Execute({TensorRef::Of(xs.data(), {batch, 4, 2})}, {TensorRef::Of(ys.data(), {batch, 8})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (std::size_t i = 0; i < xs.size(); ++i) EXPECT_EQ(ys[i], std::max(xs[i], 0.f)) << batch << " " << i;
+  }
+}
+
+// A shape computed from a symbolic dim that a Reshape of a constant-shaped
+// tensor cannot take fails at that signature, naming the node.
+TEST(DynamicShapes, ShapeArithmeticErrorsNameTheNode) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {-1, 4});
+  x->dim_params() = {"batch", ""};
+  g->inputs().push_back(x);
+  ir::Value* s = g->AddValue("s");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Shape", "shape", {x}, {s});
+  // y = reshape(w[2,32], shape(x)): only batch 16 has 64 elements.
+  std::vector<float> w(64, 1.f);
+  g->AddNode("Reshape", "reshape_w", {g->AddConstant("w", test::F32({2, 32}, w)), s}, {y});
+  g->outputs() = {y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_FALSE(model.ok());  // at the probe (64) the element counts differ
+  EXPECT_NE(model.status().message().find("reshape_w"), std::string::npos) << model.status().message();
+  EXPECT_NE(model.status().message().find("left symbolic"), std::string::npos) << model.status().message();
 }
 
 // Queued runs keep their plan: with one plan cached, a second shape evicts

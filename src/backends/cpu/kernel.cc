@@ -1,5 +1,6 @@
 #include "backends/cpu/kernel.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <omp.h>
@@ -82,6 +83,59 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
   } catch (const std::bad_alloc&) {
     return Error(StatusCode::kOutOfRange, node.Describe(), ": out of memory evaluating it");
   }
+}
+
+Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes) {
+  if (node.HasSubgraphs() || !node.domain().empty()) return false;
+  std::uint64_t out_bytes = 0;
+  for (const ir::Value* o : node.outputs()) {
+    if (!o) return false;
+    const std::int64_t e = NumElements(o->shape());
+    if (e < 0 || o->is_dynamic()) return false;
+    out_bytes += static_cast<std::uint64_t>(e) * DTypeSize(o->dtype());
+  }
+  if (out_bytes > limit_bytes) return false;
+  std::vector<HostTensorPtr> ins;
+  if (node.op_type() == "Shape") {
+    // The extents the input has now (its data is not needed), unless a
+    // requested dim is data-dependent.
+    const ir::Value* in = node.input(0);
+    if (!in || !IsStatic(in->shape())) return false;
+    const auto rank = static_cast<std::int64_t>(in->shape().size());
+    std::int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<std::int64_t>(start, 0, rank);
+    end = std::clamp<std::int64_t>(end, 0, rank);
+    for (std::int64_t d = start; d < end && d < 64; ++d) {
+      if (in->dynamic_mask() >> d & 1) return false;
+    }
+    auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{std::max<std::int64_t>(end - start, 0)});
+    for (std::int64_t d = start; d < end; ++d) t->mutable_data_as<std::int64_t>()[d - start] = in->shape()[d];
+    node.output(0)->set_bound_value(std::move(t));
+    return true;
+  }
+  bool any_bound = false;
+  for (const ir::Value* v : node.inputs()) {
+    if (!v) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    if (v->is_constant()) {
+      ins.push_back(v->constant());
+    } else if (v->bound_value()) {
+      ins.push_back(v->bound_value());
+      any_bound = true;
+    } else {
+      return false;
+    }
+  }
+  if (!any_bound) return false;
+  KILN_ASSIGN_OR_RETURN(std::vector<HostTensorPtr> outs, EvalNode(node, ins));
+  for (std::size_t j = 0; j < outs.size() && j < static_cast<std::size_t>(node.num_outputs()); ++j) {
+    node.output(static_cast<int>(j))->set_bound_value(outs[j]);
+  }
+  return true;
 }
 
 static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel_ref, const ir::Node& node,

@@ -59,6 +59,18 @@ Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init);
 Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
                                             const std::vector<HostTensorPtr>& inputs);
 
+// Shape arithmetic on symbolic dims (see ir::Value::bound_value): when
+// `node` (already inferred) reads only constants and bound-valued values,
+// at least one of the latter, or is a Shape of a value whose requested dims
+// are not data-dependent, its outputs of at most `limit_bytes` in all get
+// their bound value: the node evaluated at the bound values. The node stays
+// in the graph. Returns whether it did; errors only from the evaluation.
+// Custom ops and ops with subgraphs are never evaluated.
+Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes);
+// The limit the compiler, the loader and each plan use (the same, so that
+// all three compute the same bound values): shape tensors are tiny.
+inline constexpr std::uint64_t kBoundValueLimit = 64 * 1024;
+
 // Kernel thread count of the calling thread: set from the ExecContext of the
 // work the thread runs (UseThreads), also as this thread's OpenMP thread
 // count (an OpenMP setting per thread, not per process). 1 on a new thread.
