@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <list>
 #include <map>
+#include <unordered_set>
 #include <memory>
 
 #include "backends/cpu/kernel.h"
@@ -290,22 +291,49 @@ class ModelImpl final : public Model {
   // becomes a constant, and no such node runs. (Nodes writing a model
   // output stay and run.)
   static Status Specialize(ir::Graph& g) {
+    // Every extent is concrete here: no symbolic dims to track (InferNode
+    // then skips probing them).
+    for (auto& v : g.values()) v->set_symbolic_mask(0);
     std::vector<ir::Node*> nodes;
     for (auto& n : g.nodes()) nodes.push_back(n.get());
+    std::unordered_set<const ir::Value*> made;  // constants this specialization made
     std::vector<ir::Node*> folded;
     for (ir::Node* n : nodes) {
       KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-      KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
-      if (!bound) continue;
+      if (n->HasSubgraphs() || !n->domain().empty()) continue;
       bool output = false;
       for (const ir::Value* o : n->outputs()) output = output || g.IsGraphOutput(o);
-      if (!output) folded.push_back(n);
+      if (output) continue;
+      std::vector<HostTensorPtr> values;
+      if (n->op_type() == "Shape") {
+        KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
+        if (bound) values.push_back(n->output(0)->bound_value());
+      } else {
+        // What reads only constants, one made here at least (the compiler
+        // folded the others): shape arithmetic, small by construction.
+        bool reads_made = false, all_const = true;
+        std::vector<HostTensorPtr> ins;
+        for (const ir::Value* v : n->inputs()) {
+          if (v && !v->is_constant()) all_const = false;
+          if (v && made.count(v)) reads_made = true;
+          ins.push_back(v ? v->constant() : nullptr);
+        }
+        std::uint64_t bytes = 0;
+        for (const ir::Value* o : n->outputs()) {
+          bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(NumElements(o->shape()), 0)) * DTypeSize(o->dtype());
+          all_const = all_const && !o->is_dynamic();
+        }
+        if (!all_const || !reads_made || bytes > cpu::kBoundValueLimit) continue;
+        KILN_ASSIGN_OR_RETURN(values, cpu::EvalNode(*n, ins));
+      }
+      if (values.size() != static_cast<std::size_t>(n->num_outputs())) continue;
+      for (int j = 0; j < n->num_outputs(); ++j) {
+        n->output(j)->set_constant(values[static_cast<std::size_t>(j)]);
+        made.insert(n->output(j));
+      }
+      folded.push_back(n);
     }
-    for (ir::Node* n : folded) {
-      std::vector<ir::Value*> outs = n->outputs();
-      g.RemoveNode(n);
-      for (ir::Value* o : outs) o->set_constant(o->bound_value());
-    }
+    for (ir::Node* n : folded) g.RemoveNode(n);
     return Status::Ok();
   }
 
