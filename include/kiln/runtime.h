@@ -166,7 +166,8 @@ struct LoadOptions {
 
   // Models with symbolic input dims: at most this many plans (one per
   // signature of input shapes) are kept; the least recently used is dropped
-  // beyond it (never one a queued run still uses). At least 1.
+  // beyond it (a run still queued on a stream keeps its plan alive until it
+  // has run; the last run's plan lives until the next run). At least 1.
   std::size_t max_plans = 8;
 };
 

@@ -64,11 +64,13 @@ class Value {
   std::uint64_t dynamic_mask() const { return dynamic_mask_; }
   void set_dynamic_mask(std::uint64_t m) { dynamic_mask_ = m; }
   bool is_dynamic() const { return dynamic_mask_ != 0; }
-  // Compile time only (not written to .kiln): bit d set means dim d follows
-  // a symbol of the model's inputs (a batch or sequence dim given no fixed
-  // extent), so shape()[d] is only the extent the compiler probed with and
-  // nothing may be folded or baked from it. The runtime re-infers every
-  // shape for each signature of input shapes (Model's plan cache).
+  // Bit d set means dim d follows a symbol of the model's inputs (a batch
+  // or sequence dim given no fixed extent), so shape()[d] is only the
+  // extent the compiler probed with and nothing may be folded or baked from
+  // it. Written to .kiln ("symbolic", format version 6) and recomputed by
+  // the loader's re-inference, which refuses a mismatch. The runtime
+  // re-infers every shape for each signature of input shapes (Model's plan
+  // cache).
   std::uint64_t symbolic_mask() const { return symbolic_mask_; }
   void set_symbolic_mask(std::uint64_t m) { symbolic_mask_ = m; }
   // Data-dependent or symbolic: the extents a pass must not bake.

@@ -62,7 +62,8 @@ std::vector<std::string> OpRegistry::Types() const {
 
 namespace {
 
-Status CheckAndInfer(ir::Node& node, bool propagate_dynamic);
+enum class Mode { kShapesOnly, kFull, kConcrete };
+Status CheckAndInfer(ir::Node& node, Mode mode);
 
 std::uint64_t AllDims(std::size_t rank) {
   return rank >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << rank) - 1;
@@ -139,12 +140,18 @@ HostTensorPtr Perturbed(const HostTensor& t, std::int64_t k) {
   auto c = std::make_shared<HostTensor>(t.dtype(), t.shape());
   const std::int64_t n = t.numel();
   switch (t.dtype()) {
+    // Values near the type's limits (INT64_MAX as "to the end" in Slice)
+    // are sentinels: left as they are (and no overflow).
     case DType::kInt64:
-      for (std::int64_t i = 0; i < n; ++i) c->mutable_data_as<std::int64_t>()[i] = t.data_as<std::int64_t>()[i] + k;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t v = t.data_as<std::int64_t>()[i];
+        c->mutable_data_as<std::int64_t>()[i] = v > -(std::int64_t{1} << 62) && v < (std::int64_t{1} << 62) ? v + k : v;
+      }
       return c;
     case DType::kInt32:
       for (std::int64_t i = 0; i < n; ++i) {
-        c->mutable_data_as<std::int32_t>()[i] = t.data_as<std::int32_t>()[i] + static_cast<std::int32_t>(k);
+        const std::int32_t v = t.data_as<std::int32_t>()[i];
+        c->mutable_data_as<std::int32_t>()[i] = v > -(1 << 30) && v < (1 << 30) ? v + static_cast<std::int32_t>(k) : v;
       }
       return c;
     case DType::kFloat32:
@@ -157,33 +164,34 @@ HostTensorPtr Perturbed(const HostTensor& t, std::int64_t k) {
 
 // Output dims that follow from the values of bound-valued inputs (shape
 // arithmetic on symbolic dims) become symbolic too: the op's inference is
-// run again with those values changed (+1, +2); dims that change, or every
-// dim when such an inference fails (a Reshape whose element count no longer
-// matches), are marked. Over-marking only keeps a dim from being folded.
+// run again with those values changed (+1, +2), one input at a time (a dim
+// may follow from the difference of two, as Slice's end - start); dims
+// that change, or every dim when such an inference fails (a Reshape whose
+// element count no longer matches), are marked. Over-marking only keeps a
+// dim from being folded.
 Status PropagateBound(ir::Node& node, const OpDef& def) {
   std::vector<std::uint64_t> masks(node.num_outputs(), 0);
-  for (std::int64_t k : {1, 2}) {
-    ir::Graph scratch;
-    ir::Node* c = scratch.AddCopyOf(node);
-    bool ok = true;
-    for (int i = 0; i < node.num_inputs() && ok; ++i) {
-      const ir::Value* v = node.input(i);
-      if (!v || v->is_constant() || !v->bound_value()) continue;
-      HostTensorPtr p = Perturbed(*v->bound_value(), k);
-      if (!p) ok = false;
-      c->input(i)->set_bound_value(std::move(p));
-    }
-    InferContext ctx(*c);
-    ok = ok && def.infer(ctx).ok();
-    for (int j = 0; j < node.num_outputs(); ++j) {
-      const Shape& s = node.output(j)->shape();
-      const Shape& p = c->output(j)->shape();
-      if (!ok || p.size() != s.size()) {
-        masks[j] = AllDims(s.size());
-        continue;
-      }
-      for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
-        if (p[d] != s[d]) masks[j] |= std::uint64_t{1} << d;
+  for (int which = 0; which < node.num_inputs(); ++which) {
+    const ir::Value* bv = node.input(which);
+    if (!bv || bv->is_constant() || !bv->bound_value()) continue;
+    for (std::int64_t k : {1, 2}) {
+      ir::Graph scratch;
+      ir::Node* c = scratch.AddCopyOf(node);
+      HostTensorPtr changed = Perturbed(*bv->bound_value(), k);
+      bool ok = changed != nullptr;
+      c->input(which)->set_bound_value(std::move(changed));
+      InferContext ctx(*c);
+      ok = ok && def.infer(ctx).ok();
+      for (int j = 0; j < node.num_outputs(); ++j) {
+        const Shape& s = node.output(j)->shape();
+        const Shape& probed = c->output(j)->shape();
+        if (!ok || probed.size() != s.size()) {
+          masks[j] = AllDims(s.size());
+          continue;
+        }
+        for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
+          if (probed[d] != s[d]) masks[j] |= std::uint64_t{1} << d;
+        }
       }
     }
   }
@@ -195,8 +203,9 @@ Status PropagateBound(ir::Node& node, const OpDef& def) {
 
 }  // namespace
 
-Status InferNode(ir::Node& node) { return CheckAndInfer(node, true); }
-Status InferNodeShapesOnly(ir::Node& node) { return CheckAndInfer(node, false); }
+Status InferNode(ir::Node& node) { return CheckAndInfer(node, Mode::kFull); }
+Status InferNodeShapesOnly(ir::Node& node) { return CheckAndInfer(node, Mode::kShapesOnly); }
+Status InferNodeConcrete(ir::Node& node) { return CheckAndInfer(node, Mode::kConcrete); }
 
 namespace {
 
@@ -222,7 +231,7 @@ Status CheckOutputShapes(const ir::Node& node) {
   return Status::Ok();
 }
 
-Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
+Status CheckAndInfer(ir::Node& node, Mode mode) {
   const OpDef* def = OpRegistry::Get().Find(node.op_type(), node.domain());
   if (!def) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": op '", node.op_type(),
@@ -267,7 +276,7 @@ Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": input type ",
                  DTypeName(node.input(0)->dtype()), " is not supported (supported:", os.str(), ")");
   }
-  if (!propagate_dynamic) {
+  if (mode == Mode::kShapesOnly) {
     InferContext ctx(node);
     KILN_RETURN_IF_ERROR(def->infer(ctx));
     return CheckOutputShapes(node);
@@ -305,6 +314,7 @@ Status CheckAndInfer(ir::Node& node, bool propagate_dynamic) {
   KILN_RETURN_IF_ERROR(def->infer(ctx));
   KILN_RETURN_IF_ERROR(CheckOutputShapes(node));
   if (dyn_in && !ctx.sets_dynamic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, false));
+  if (mode == Mode::kConcrete) return Status::Ok();
   if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true));
   for (int i = 0; i < node.num_inputs(); ++i) {
     const ir::Value* v = node.input(i);

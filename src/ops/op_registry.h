@@ -107,6 +107,11 @@ Status InferNode(ir::Node& node);
 // computation for nodes fed dynamic values.
 Status InferNodeShapesOnly(ir::Node& node);
 
+// InferNode for a graph whose extents are all concrete (a plan specialized
+// for its input shapes): data-dependent masks are propagated, symbolic dims
+// and bound values are not tracked (no probing for them).
+Status InferNodeConcrete(ir::Node& node);
+
 // Common inference helpers.
 Result<Shape> BroadcastShapes(const Shape& a, const Shape& b);
 

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <list>
 #include <map>
-#include <unordered_set>
 #include <memory>
 
 #include "backends/cpu/kernel.h"
@@ -226,6 +225,10 @@ class ModelImpl final : public Model {
     std::shared_ptr<Plan> found;
     if (st.last && matches(*st.last)) {
       found = st.last;
+      if (st.plans.empty() || st.plans.front() != found) {  // keep it most recently used
+        auto it = std::find(st.plans.begin(), st.plans.end(), found);
+        if (it != st.plans.end()) st.plans.splice(st.plans.begin(), st.plans, it);
+      }
     } else {
       for (auto it = st.plans.begin(); it != st.plans.end(); ++it) {
         if (!matches(**it)) continue;
@@ -244,8 +247,9 @@ class ModelImpl final : public Model {
       st.plans.push_front(found);
       // Evict least recently used plans beyond the bound (never the new one;
       // a queued run holds its plan itself).
+      // `last` keeps the last run's plan (evicted or not) for output_shape()
+      // and profile() until the next run.
       while (st.plans.size() > st.max_plans) {
-        if (st.plans.back() == st.last) st.last = nullptr;
         st.plans.pop_back();
         ++st.stats.evicted;
       }
@@ -285,55 +289,34 @@ class ModelImpl final : public Model {
   }
 
   // Specializes a copy of the model's graph whose inputs have a signature's
-  // shapes: every node inferred again, shape arithmetic evaluated
-  // (cpu::EvalBound, as the compiler does at its probe) and then folded
-  // into constants of this plan: a Reshape's target computed from Shape
-  // becomes a constant, and no such node runs. (Nodes writing a model
-  // output stay and run.)
+  // shapes: every node inferred again and shape arithmetic evaluated at
+  // these shapes (cpu::EvalBound, as the compiler does at its probe), then
+  // folded into constants of this plan: a Reshape's target computed from
+  // Shape becomes a constant, and no such node runs. A node writing a model
+  // output stays and runs (its value still serves the nodes after it).
   static Status Specialize(ir::Graph& g) {
-    // Every extent is concrete here: no symbolic dims to track (InferNode
-    // then skips probing them).
-    for (auto& v : g.values()) v->set_symbolic_mask(0);
+    // Every extent is concrete here: no symbolic dims to track, and the
+    // values the compiler (or loader) computed at the probe are stale.
+    for (auto& v : g.values()) {
+      v->set_symbolic_mask(0);
+      if (!v->is_constant()) v->set_bound_value(nullptr);
+    }
     std::vector<ir::Node*> nodes;
     for (auto& n : g.nodes()) nodes.push_back(n.get());
-    std::unordered_set<const ir::Value*> made;  // constants this specialization made
     std::vector<ir::Node*> folded;
     for (ir::Node* n : nodes) {
-      KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-      if (n->HasSubgraphs() || !n->domain().empty()) continue;
+      KILN_RETURN_IF_ERROR(ops::InferNodeConcrete(*n));
+      KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
+      if (!bound) continue;
       bool output = false;
       for (const ir::Value* o : n->outputs()) output = output || g.IsGraphOutput(o);
-      if (output) continue;
-      std::vector<HostTensorPtr> values;
-      if (n->op_type() == "Shape") {
-        KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
-        if (bound) values.push_back(n->output(0)->bound_value());
-      } else {
-        // What reads only constants, one made here at least (the compiler
-        // folded the others): shape arithmetic, small by construction.
-        bool reads_made = false, all_const = true;
-        std::vector<HostTensorPtr> ins;
-        for (const ir::Value* v : n->inputs()) {
-          if (v && !v->is_constant()) all_const = false;
-          if (v && made.count(v)) reads_made = true;
-          ins.push_back(v ? v->constant() : nullptr);
-        }
-        std::uint64_t bytes = 0;
-        for (const ir::Value* o : n->outputs()) {
-          bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(NumElements(o->shape()), 0)) * DTypeSize(o->dtype());
-          all_const = all_const && !o->is_dynamic();
-        }
-        if (!all_const || !reads_made || bytes > cpu::kBoundValueLimit) continue;
-        KILN_ASSIGN_OR_RETURN(values, cpu::EvalNode(*n, ins));
-      }
-      if (values.size() != static_cast<std::size_t>(n->num_outputs())) continue;
-      for (int j = 0; j < n->num_outputs(); ++j) {
-        n->output(j)->set_constant(values[static_cast<std::size_t>(j)]);
-        made.insert(n->output(j));
-      }
-      folded.push_back(n);
+      if (!output) folded.push_back(n);
     }
-    for (ir::Node* n : folded) g.RemoveNode(n);
+    for (ir::Node* n : folded) {
+      std::vector<ir::Value*> outs = n->outputs();
+      g.RemoveNode(n);
+      for (ir::Value* o : outs) o->set_constant(o->bound_value());
+    }
     return Status::Ok();
   }
 

@@ -255,6 +255,84 @@ TEST(DynamicShapes, ShapeArithmeticErrorsNameTheNode) {
   EXPECT_NE(model.status().message().find("left symbolic"), std::string::npos) << model.status().message();
 }
 
+HostTensorPtr I64(std::vector<std::int64_t> v) {
+  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{static_cast<std::int64_t>(v.size())});
+  for (std::size_t i = 0; i < v.size(); ++i) t->mutable_data_as<std::int64_t>()[i] = v[i];
+  return t;
+}
+
+// Shape(x) is a model output and also feeds an Expand: the plan computes it
+// at its own shapes (not the compiler's probe) for both.
+TEST(DynamicShapes, ShapeWrittenAsAnOutputFeedsTheNodesAfterIt) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {-1, 4});
+  x->dim_params() = {"batch", ""};
+  g->inputs().push_back(x);
+  ir::Value* s = g->AddValue("s");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Shape", "shape", {x}, {s});
+  g->AddNode("Expand", "expand", {g->AddConstant("row", test::F32({1, 4}, {1, 2, 3, 4})), s}, {y});
+  g->outputs() = {s, y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::int64_t batch : {3, 1}) {
+    std::vector<float> xs(static_cast<std::size_t>(batch) * 4, 0), ys(xs.size(), -7);
+    std::vector<std::int64_t> ss(2, -7);
+    Status st = (*model)->Execute({TensorRef::Of(xs.data(), {batch, 4})},
+                                  {TensorRef::Of(ss.data(), {2}), TensorRef::Of(ys.data(), {batch, 4})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(ss, (std::vector<std::int64_t>{batch, 4}));
+    for (std::size_t i = 0; i < ys.size(); ++i) EXPECT_EQ(ys[i], static_cast<float>(i % 4 + 1)) << batch;
+  }
+}
+
+// y = x[:, s/2 : s] (start and end both from Shape): y's dim 1 follows the
+// symbol, so Shape(y) is not folded at the probe; z = reshape(relu(y), shape(y)).
+// The ends' INT64_MAX ("to the end", on the last axis) is left alone when the
+// compiler perturbs bound values (no overflow).
+TEST(DynamicShapes, SliceBetweenTwoComputedBoundsFollowsTheSymbol) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {2, -1, 3});
+  x->dim_params() = {"", "seq", ""};
+  g->inputs().push_back(x);
+  auto v = [&](const char* n) { return g->AddValue(n); };
+  ir::Value *s = v("s"), *h = v("h"), *starts = v("starts"), *ends = v("ends"), *y = v("y"), *r = v("r"),
+            *ys = v("ys"), *z = v("z");
+  ir::Node* shape = g->AddNode("Shape", "shape", {x}, {s});
+  shape->SetAttr("start", ir::Attribute::Int(1));
+  shape->SetAttr("end", ir::Attribute::Int(2));
+  g->AddNode("Div", "half", {s, g->AddConstant("two", I64({2}))}, {h});
+  g->AddNode("Concat", "starts", {h, g->AddConstant("one", I64({1}))}, {starts})->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Concat", "ends", {s, g->AddConstant("max", I64({INT64_MAX}))}, {ends})
+      ->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Slice", "slice", {x, starts, ends, g->AddConstant("axes", I64({1, 2}))}, {y});
+  g->AddNode("Relu", "relu", {y}, {r});
+  g->AddNode("Shape", "shape_y", {y}, {ys});
+  g->AddNode("Reshape", "reshape", {r, ys}, {z});
+  g->outputs() = {z};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::int64_t seq : {10, 7, 64}) {
+    const std::int64_t half = seq / 2, kept = seq - half;
+    std::vector<float> xs(static_cast<std::size_t>(2 * seq * 3));
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) - 3;
+    std::vector<float> zs(static_cast<std::size_t>(2 * kept * 2), -7);
+    auto shapes = (*model)->OutputShapes({{2, seq, 3}});
+    ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+    ASSERT_EQ(shapes.value(), (std::vector<Shape>{{2, kept, 2}})) << seq;
+    Status st = (*model)->Execute({TensorRef::Of(xs.data(), {2, seq, 3})}, {TensorRef::Of(zs.data(), {2, kept, 2})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t t = 0; t < kept; ++t)
+        for (std::int64_t c = 0; c < 2; ++c) {
+          const float want = std::max(xs[static_cast<std::size_t>((b * seq + half + t) * 3 + 1 + c)], 0.f);
+          EXPECT_EQ(zs[static_cast<std::size_t>((b * kept + t) * 2 + c)], want) << seq << " " << b << " " << t;
+        }
+  }
+}
+
 // Queued runs keep their plan: with one plan cached, a second shape evicts
 // the first while its run may still be queued.
 TEST(DynamicShapes, AsyncRunsKeepTheirPlan) {

@@ -92,6 +92,11 @@ Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes) {
     if (!o) return false;
     const std::int64_t e = NumElements(o->shape());
     if (e < 0 || o->is_dynamic()) return false;
+    // Shape tensors: integers, or a handful of floats (scales computed
+    // from shapes); not activations (an embedding row gathered by a
+    // computed index is data, evaluated by the kernels).
+    const bool integer = o->dtype() == DType::kInt64 || o->dtype() == DType::kInt32 || o->dtype() == DType::kBool;
+    if (!integer && e > kBoundFloatElements) return false;
     out_bytes += static_cast<std::uint64_t>(e) * DTypeSize(o->dtype());
   }
   if (out_bytes > limit_bytes) return false;
@@ -122,6 +127,8 @@ Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes) {
       continue;
     }
     if (v->is_constant()) {
+      // Host code reads it: not a weight that lives in device memory.
+      if (v->constant()->device()) return false;
       ins.push_back(v->constant());
     } else if (v->bound_value()) {
       ins.push_back(v->bound_value());

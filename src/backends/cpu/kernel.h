@@ -65,11 +65,16 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
 // are not data-dependent, its outputs of at most `limit_bytes` in all get
 // their bound value: the node evaluated at the bound values. The node stays
 // in the graph. Returns whether it did; errors only from the evaluation.
-// Custom ops and ops with subgraphs are never evaluated.
+// Custom ops, ops with subgraphs, nodes reading a constant in device memory
+// and nodes with non-integer outputs of more than kBoundFloatElements
+// elements are never evaluated.
 Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes);
 // The limit the compiler, the loader and each plan use (the same, so that
 // all three compute the same bound values): shape tensors are tiny.
 inline constexpr std::uint64_t kBoundValueLimit = 64 * 1024;
+// Outputs that are not integers (int64, int32, bool) are evaluated only up
+// to this many elements.
+inline constexpr std::int64_t kBoundFloatElements = 64;
 
 // Kernel thread count of the calling thread: set from the ExecContext of the
 // work the thread runs (UseThreads), also as this thread's OpenMP thread
