@@ -15,10 +15,8 @@ memory plan, kernels, recording; the first run at a new shape pays it). Writes (
 section between <!-- bench:dynamic:begin --> and <!-- bench:dynamic:end --> in --out.
 """
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -28,20 +26,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from results_md import write_section  # noqa: E402
-from run_bench import BenchError, log, run  # noqa: E402
+from run_bench import BenchError, log, machine_info, run  # noqa: E402
 
 BEGIN, END = "<!-- bench:dynamic:begin -->", "<!-- bench:dynamic:end -->"
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main():
@@ -87,7 +74,8 @@ def main():
         med = {k: statistics.median(v) for k, v in res.items()}
         rows.append((tag, med))
         log(f"{tag}: {med}")
-    lines = [BEGIN, "", f"Machine: {cpu_name()}, {os.cpu_count()} vCPUs; {datetime.date.today()}; "
+    cpu, nproc, rev, date = machine_info()
+    lines = [BEGIN, "", f"Machine: {cpu}, {nproc} vCPUs; Kiln {rev}; {date}; "
              f"{args.threads} thread(s), medians over {args.rounds} interleaved rounds of {args.runs} runs.", "",
              f"Command: `/usr/bin/python3 bench/dynamic_bench.py --kiln build/kiln --work DIR --shapes {args.shapes}`",
              "", "| batch x seq | static .kiln (ms) | symbolic .kiln (ms) | symbolic / static | ONNX Runtime (ms) "

@@ -223,13 +223,7 @@ class PyModel {
     std::vector<kiln::Shape> out_shapes;
     for (auto& t : outs) out_shapes.push_back(t.shape);
     if (std::any_of(ins.begin(), ins.end(), [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape); })) {
-      std::optional<kiln::Result<std::vector<kiln::Shape>>> r;
-      {
-        py::gil_scoped_release release;
-        r.emplace(m_->OutputShapes(in_shapes));
-      }
-      Check(r->status());
-      out_shapes = std::move(*r).value();
+      out_shapes = OutputShapes(in_shapes);
     }
     std::vector<py::array> out_arrays;
     if (!outputs.is_none()) {

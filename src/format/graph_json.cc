@@ -409,24 +409,22 @@ Status ValueFromJson(const json& jv, ir::Graph& g, const ParseCtx& ctx, const st
   auto bytes = CheckedTensorBytes(dtype, shape.value(), what);
   if (!bytes.ok()) return Corrupt(bytes.status().message());
   ir::Value* v = g.AddValue(name, dtype, shape.value());
-  if (jv.contains("dynamic")) {
-    auto mask = UIntField(jv, path, "dynamic");
+  // A dims mask ("dynamic"; "symbolic", format version 6, which the loader
+  // re-infers in ReinferGraph): absent is 0; it names dims within the rank.
+  auto mask_field = [&](const char* key, const char* kind) -> Result<std::uint64_t> {
+    if (!jv.contains(key)) return std::uint64_t{0};
+    auto mask = UIntField(jv, path, key);
     if (!mask.ok()) return ctx_err(mask.status());
     const std::size_t rank = shape.value().size();
     if (rank < 64 && (mask.value() >> rank) != 0) {
-      return Corrupt(what, ": data-dependent dims mask ", mask.value(), " names dims beyond its rank ", rank);
+      return Corrupt(what, ": ", kind, " dims mask ", mask.value(), " names dims beyond its rank ", rank);
     }
-    v->set_dynamic_mask(mask.value());
-  }
-  if (jv.contains("symbolic")) {  // format version 6; the loader re-infers it (ReinferGraph)
-    auto mask = UIntField(jv, path, "symbolic");
-    if (!mask.ok()) return ctx_err(mask.status());
-    const std::size_t rank = shape.value().size();
-    if (rank < 64 && (mask.value() >> rank) != 0) {
-      return Corrupt(what, ": symbolic dims mask ", mask.value(), " names dims beyond its rank ", rank);
-    }
-    v->set_symbolic_mask(mask.value());
-  }
+    return mask.value();
+  };
+  KILN_ASSIGN_OR_RETURN(std::uint64_t dynamic, mask_field("dynamic", "data-dependent"));
+  KILN_ASSIGN_OR_RETURN(std::uint64_t symbolic, mask_field("symbolic", "symbolic"));
+  v->set_dynamic_mask(dynamic);
+  v->set_symbolic_mask(symbolic);
   if (jv.contains("sym")) {  // format version 6: names checked by plan::VerifyPlan
     auto sym = AsList<std::string>(jv.at("sym"), Dot(path, "sym"), AsString);
     if (!sym.ok()) return ctx_err(sym.status());

@@ -1,6 +1,7 @@
 // The runtime half of the C API (include/kiln/kiln_c.h): library queries,
 // load configurations, models, streams and sessions' model loading.
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "kiln/dtype.h"
@@ -333,33 +334,37 @@ kiln_status kiln_model_execute_async(kiln_model* model, kiln_stream* stream) {
   return Guard("kiln_model_execute_async", [&] { return model->m->ExecuteAsync(*stream->s, model->ins, model->outs); });
 }
 
-kiln_status kiln_model_output_shape(const kiln_model* model, size_t index, int64_t* dims, size_t capacity,
-                                    size_t* rank) {
-  KILN_C_REQUIRE(model);
-  KILN_C_REQUIRE(rank);
+// What both output-shape calls share: the index and buffer checks, and
+// writing the shape `get` gives (a Result<kiln::Shape>) to dims/rank.
+static kiln_status OutputShapeCall(const kiln_model* model, size_t index, int64_t* dims, size_t capacity,
+                                   size_t* rank, const char* call,
+                                   const std::function<kiln::Result<kiln::Shape>()>& get) {
   if (index >= model->m->outputs().size()) {
     return Fail(KILN_OUT_OF_RANGE, kiln::StrCat("output ", index, " does not exist: the model has ",
                                                 model->m->outputs().size()));
   }
-  if (capacity && !dims) return Fail(KILN_INVALID_ARGUMENT, "kiln_model_output_shape: dims is NULL");
-  return Guard(__func__, [&] {
-    const kiln::Shape s = model->m->output_shape(index);
+  if (capacity && !dims) return Fail(KILN_INVALID_ARGUMENT, kiln::StrCat(call, ": dims is NULL"));
+  return Guard(call, [&]() -> kiln::Status {
+    KILN_ASSIGN_OR_RETURN(kiln::Shape s, get());
     *rank = s.size();
     for (std::size_t i = 0; i < s.size() && i < capacity; ++i) dims[i] = s[i];
-    return KILN_OK;
+    return kiln::Status::Ok();
   });
+}
+
+kiln_status kiln_model_output_shape(const kiln_model* model, size_t index, int64_t* dims, size_t capacity,
+                                    size_t* rank) {
+  KILN_C_REQUIRE(model);
+  KILN_C_REQUIRE(rank);
+  return OutputShapeCall(model, index, dims, capacity, rank, __func__,
+                         [&]() -> kiln::Result<kiln::Shape> { return model->m->output_shape(index); });
 }
 
 kiln_status kiln_model_output_shape_for_inputs(kiln_model* model, size_t index, int64_t* dims, size_t capacity,
                                                size_t* rank) {
   KILN_C_REQUIRE(model);
   KILN_C_REQUIRE(rank);
-  if (index >= model->m->outputs().size()) {
-    return Fail(KILN_OUT_OF_RANGE, kiln::StrCat("output ", index, " does not exist: the model has ",
-                                                model->m->outputs().size()));
-  }
-  if (capacity && !dims) return Fail(KILN_INVALID_ARGUMENT, "kiln_model_output_shape_for_inputs: dims is NULL");
-  return Guard(__func__, [&]() -> kiln::Status {
+  return OutputShapeCall(model, index, dims, capacity, rank, __func__, [&]() -> kiln::Result<kiln::Shape> {
     std::vector<kiln::Shape> shapes;
     for (std::size_t i = 0; i < model->ins.size(); ++i) {
       if (model->ins[i].dtype == kiln::DType::kUndefined) {
@@ -369,10 +374,7 @@ kiln_status kiln_model_output_shape_for_inputs(kiln_model* model, size_t index, 
       shapes.push_back(model->ins[i].shape);
     }
     KILN_ASSIGN_OR_RETURN(std::vector<kiln::Shape> outs, model->m->OutputShapes(shapes));
-    const kiln::Shape& s = outs.at(index);
-    *rank = s.size();
-    for (std::size_t i = 0; i < s.size() && i < capacity; ++i) dims[i] = s[i];
-    return kiln::Status::Ok();
+    return outs.at(index);
   });
 }
 

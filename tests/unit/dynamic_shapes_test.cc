@@ -118,14 +118,9 @@ TEST(DynamicShapes, AlternatingShapesPlanOncePerSignature) {
 
 TEST(DynamicShapes, LeastRecentlyUsedPlansAreDropped) {
   test::TempDir dir;
-  auto g = Mlp();
-  test::SetLatestVersions(*g);
-  auto compiled = CompileGraph(std::move(g), {});
-  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
-  ASSERT_TRUE(format::WriteModelFile(compiled.value(), dir.file("m.kiln")).ok());
   LoadOptions lo;
   lo.max_plans = 2;
-  auto model = Model::Load(dir.file("m.kiln"), lo);
+  auto model = CompileAndLoad(Mlp(), dir, nullptr, {}, lo);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   Model& m = **model;
   // 2, 3 (2 plans), 2 (hit: 2 becomes most recent), 4 (evicts 3), 3 (new again, evicts 2).
@@ -337,14 +332,9 @@ TEST(DynamicShapes, SliceBetweenTwoComputedBoundsFollowsTheSymbol) {
 // the first while its run may still be queued.
 TEST(DynamicShapes, AsyncRunsKeepTheirPlan) {
   test::TempDir dir;
-  auto g = Mlp();
-  test::SetLatestVersions(*g);
-  auto compiled = CompileGraph(std::move(g), {});
-  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
-  ASSERT_TRUE(format::WriteModelFile(compiled.value(), dir.file("m.kiln")).ok());
   LoadOptions lo;
   lo.max_plans = 1;
-  auto model = Model::Load(dir.file("m.kiln"), lo);
+  auto model = CompileAndLoad(Mlp(), dir, nullptr, {}, lo);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto stream = Stream::Create(lo.device);
   ASSERT_TRUE(stream.ok()) << stream.status().ToString();

@@ -23,13 +23,14 @@ bool DefaultDeviceMapsHostMemory() {
 }
 
 Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,
-                                              format::CompiledModel* keep, CompileOptions opts) {
+                                              format::CompiledModel* keep, CompileOptions opts,
+                                              const LoadOptions& load) {
   SetLatestVersions(*g);
   auto m = CompileGraph(std::move(g), opts);
   if (!m.ok()) return m.status();
   KILN_RETURN_IF_ERROR(format::WriteModelFile(m.value(), dir.file("m.kiln")));
   if (keep) *keep = std::move(m).value();
-  return Model::Load(dir.file("m.kiln"), {});
+  return Model::Load(dir.file("m.kiln"), load);
 }
 
 }  // namespace kiln::test

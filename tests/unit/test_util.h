@@ -54,8 +54,9 @@ void SetLatestVersions(ir::Graph& g);
 bool DefaultDeviceMapsHostMemory();
 
 // Compiles `g` (latest op versions), writes dir/m.kiln and loads it back;
-// `keep` receives the compiled model if given.
+// `keep` receives the compiled model if given; `load` are the load options.
 Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,
-                                              format::CompiledModel* keep = nullptr, CompileOptions opts = {});
+                                              format::CompiledModel* keep = nullptr, CompileOptions opts = {},
+                                              const LoadOptions& load = {});
 
 }  // namespace kiln::test
