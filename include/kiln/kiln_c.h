@@ -200,6 +200,12 @@ KILN_C_EXPORT kiln_status kiln_compile_options_set_external_weight_dir(kiln_comp
 /* Fixes the dims of input `name` (-1 leaves a dim as the model has it). */
 KILN_C_EXPORT kiln_status kiln_compile_options_set_input_shape(kiln_compile_options* options, const char* name,
                                                               const int64_t* dims, size_t rank);
+/* Shapes, ranges and gears in the CLI's --input-shape grammar:
+ * "ids:1..8,1..512;mask:1..8,1..512" bounds symbolic dims (memory is planned
+ * for the largest), "ids:1,128|4,512" lists gears (signatures planned at
+ * load; without a range, the only ones admitted). Replaces what an earlier
+ * call set for the inputs it names; a parse error names the bad part. */
+KILN_C_EXPORT kiln_status kiln_compile_options_set_input_spec(kiln_compile_options* options, const char* spec);
 KILN_C_EXPORT kiln_status kiln_compile_options_set_target(kiln_compile_options* options, const char* device);
 KILN_C_EXPORT kiln_status kiln_compile_options_set_model_name(kiln_compile_options* options, const char* name);
 /* Compiles an ONNX file into `output` (written atomically) and, with external

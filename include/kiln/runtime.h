@@ -194,6 +194,11 @@ struct PlanStats {
   std::uint64_t hits = 0;     // runs (and OutputShapes calls) that found their plan made
   std::uint64_t cached = 0;   // plans held now
   double last_plan_us = 0;    // time to make the latest plan (inference, memory plan, kernels)
+  std::uint64_t gears = 0;    // plans made at load for the model's gears (kept, never evicted)
+  // Arena bytes the held plans use: a bounded model's plans share one arena
+  // (counted once); a plan that needs more than it, or of an unbounded
+  // model, has its own.
+  std::uint64_t arena_bytes = 0;
 };
 
 class Stream;

@@ -38,16 +38,18 @@ def _load_args(threads=1, device="", weight_dir=None, trust_weight_dir=False, we
 
 
 def compile(model, output, external_weight=0, external_weight_dir=None, input_shapes=None, target="cpu",
-            model_name=None):
+            model_name=None, input_spec=None):
     """Compiles ONNX file `model` into `output` (written atomically), with
     external weights (0 embedded, 1 one file per weight, 2 one combined file)
     in `external_weight_dir` (default: <output dir>/weight). `input_shapes`
-    fixes dims: {"input": [1, 3, 224, 224]}. Custom-op packages under
-    $KILN_CUSTOM_OP_PATH are loaded first. Returns a Summary."""
+    fixes dims: {"input": [1, 3, 224, 224]}. `input_spec` takes the CLI's
+    --input-shape grammar: ranges ("ids:1..8,1..512") and gears
+    ("ids:1,128|4,512"). Custom-op packages under $KILN_CUSTOM_OP_PATH are
+    loaded first. Returns a Summary."""
     shapes = None if input_shapes is None else {k: [int(d) for d in v] for k, v in input_shapes.items()}
     return _kiln.compile(str(model), str(output), int(external_weight),
                          None if external_weight_dir is None else str(external_weight_dir), shapes, target,
-                         model_name)
+                         model_name, input_spec)
 
 
 def load(path, threads=1, device="", weight_dir=None, trust_weight_dir=False, weight_load="auto",

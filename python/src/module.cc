@@ -203,6 +203,8 @@ class PyModel {
     d["hits"] = s.hits;
     d["cached"] = s.cached;
     d["last_plan_us"] = s.last_plan_us;
+    d["gears"] = s.gears;
+    d["arena_bytes"] = s.arena_bytes;
     return d;
   }
   std::vector<PyTensorInfo> outputs() const {
@@ -530,11 +532,12 @@ PYBIND11_MODULE(_kiln, m) {
       [](const std::string& model, const std::string& output, int external_weight,
          std::optional<std::string> external_weight_dir,
          std::optional<std::map<std::string, std::vector<std::int64_t>>> input_shapes, const std::string& target,
-         std::optional<std::string> model_name) {
+         std::optional<std::string> model_name, std::optional<std::string> input_spec) {
         kiln::CompileOptions o;
         o.external_weight = external_weight;
         if (external_weight_dir) o.external_weight_dir = *external_weight_dir;
         o.input_shapes = Shapes(input_shapes);
+        if (input_spec) o.input_specs = Take(kiln::onnx_frontend::ParseInputSpecs(*input_spec));
         o.target = target;
         if (model_name) o.model_name = *model_name;
         kiln::CompileReport report;
@@ -547,7 +550,8 @@ PYBIND11_MODULE(_kiln, m) {
         return Summarize(kiln::SummarizeCompiled(cm, report));
       },
       py::arg("model"), py::arg("output"), py::arg("external_weight") = 0, py::arg("external_weight_dir") = py::none(),
-      py::arg("input_shapes") = py::none(), py::arg("target") = "cpu", py::arg("model_name") = py::none());
+      py::arg("input_shapes") = py::none(), py::arg("target") = "cpu", py::arg("model_name") = py::none(),
+      py::arg("input_spec") = py::none());
   m.def("load", [](const std::string& path, LoadArgs a) {
     return LoadWith(a, path, [&](const kiln::LoadOptions& o) { return kiln::Model::Load(path, o); });
   });

@@ -20,6 +20,7 @@ kiln::CompileOptions ToOptions(const kiln_compile_options* o) {
   co.target = o->target;
   co.model_name = o->model_name;
   co.input_shapes = o->input_shapes;
+  co.input_specs = o->input_specs;
   return co;
 }
 
@@ -71,7 +72,21 @@ kiln_status kiln_compile_options_set_input_shape(kiln_compile_options* options, 
   }
   return Guard(__func__, [&] {
     options->input_shapes[name] = kiln::Shape(dims, dims + rank);
+    options->input_specs.erase(name);
     return KILN_OK;
+  });
+}
+
+kiln_status kiln_compile_options_set_input_spec(kiln_compile_options* options, const char* spec) {
+  KILN_C_REQUIRE(options);
+  KILN_C_REQUIRE(spec);
+  return Guard(__func__, [&]() -> kiln::Status {
+    KILN_ASSIGN_OR_RETURN(auto parsed, kiln::onnx_frontend::ParseInputSpecs(spec));
+    for (auto& [name, s] : parsed) {
+      options->input_shapes.erase(name);
+      options->input_specs[name] = std::move(s);
+    }
+    return kiln::Status::Ok();
   });
 }
 
@@ -123,6 +138,7 @@ kiln_status kiln_session_add_graph(kiln_session* session, const char* onnx_path,
     KILN_RETURN_IF_ERROR(kiln::LoadCustomOpPackages().WithContext(kiln::StrCat("importing '", onnx_path, "'")));
     kiln::onnx_frontend::ImportOptions io;
     io.input_shapes = session->compile.input_shapes;
+    io.input_specs = session->compile.input_specs;
     KILN_ASSIGN_OR_RETURN(auto g, kiln::onnx_frontend::ImportOnnxFile(onnx_path, io));
     KILN_ASSIGN_OR_RETURN(*id, session->s->AddGraph(kiln::Graph::FromIr(std::move(g))));
     return kiln::Status::Ok();

@@ -199,6 +199,7 @@ Result<format::CompiledModel> CompileOnnxFile(const std::string& path, const Com
     KILN_RETURN_IF_ERROR(LoadCustomOpPackages().WithContext(StrCat("compiling '", path, "'")));
     onnx_frontend::ImportOptions io;
     io.input_shapes = opts.input_shapes;
+    io.input_specs = opts.input_specs;
     io.constant_inputs = opts.constant_inputs;
     KILN_ASSIGN_OR_RETURN(auto g, onnx_frontend::ImportOnnxFile(path, io));
     auto m = CompileGraph(std::move(g), opts, report);

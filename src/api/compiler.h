@@ -14,6 +14,9 @@ namespace kiln {
 
 struct CompileOptions {
   std::map<std::string, Shape> input_shapes;  // fixes symbolic/unknown dims
+  // Ranges and gears (the --input-shape grammar, onnx_frontend::ParseInputSpecs);
+  // an input named here takes its spec from here, not from input_shapes.
+  std::map<std::string, ir::InputSpec> input_specs;
   std::map<std::string, HostTensorPtr> constant_inputs;  // inputs baked in as constants
   passes::PassOptions passes;                 // switches by pass or phase name
   // External weights: 0 = embedded in the .kiln file, 1 = one file per weight

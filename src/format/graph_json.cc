@@ -182,6 +182,16 @@ json GraphToJson(const ir::Graph& g, const plan::MemoryPlan* plan) {
     for (auto& [name, r] : g.symbols()) syms[name] = json::array({r.min, r.max});
     jg["symbols"] = syms;
   }
+  if (!g.gears().empty()) {  // format version 7 (top-level graph only)
+    json gears = json::array();
+    for (const auto& sig : g.gears()) {
+      json js = json::array();
+      for (const Shape& s : sig) js.push_back(s);
+      gears.push_back(js);
+    }
+    jg["gears"] = gears;
+    jg["gears_only"] = g.gears_only();
+  }
   return jg;
 }
 
@@ -500,6 +510,25 @@ Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* paren
       if (!hi.ok()) return Corrupt("symbol '", name, "': ", hi.status().message());
       g->symbols()[name] = ir::SymbolRange{lo.value(), hi.value()};
     }
+  }
+  if (j.contains("gears") || j.contains("gears_only")) {  // format version 7; checked by plan::VerifyPlan
+    const std::string gp = Dot(path, "gears");
+    if (depth > 0) {
+      return Corrupt("field '", gp, "': only the top-level graph has gears, found them in subgraph '", gname, "'");
+    }
+    KILN_ASSIGN_OR_RETURN(const json* gears, ArrayField(j, path, "gears"));
+    if (gears->empty() || gears->size() > ir::kMaxGears) {
+      return Corrupt("field '", gp, "' lists ", gears->size(), " gears, expected 1 to ", ir::kMaxGears);
+    }
+    for (std::size_t k = 0; k < gears->size(); ++k) {
+      auto sig = AsList<Shape>((*gears)[k], At(gp, k), AsShape);
+      if (!sig.ok()) return Corrupt("gear ", k, ": ", sig.status().message());
+      g->gears().push_back(std::move(sig).value());
+    }
+    const std::string op = Dot(path, "gears_only");
+    if (!j.contains("gears_only")) return Corrupt("field '", op, "' is missing (a graph with gears has it)");
+    if (!j.at("gears_only").is_boolean()) return TypeError(op, "a boolean", j.at("gears_only"));
+    g->set_gears_only(j.at("gears_only").get<bool>());
   }
   KILN_ASSIGN_OR_RETURN(const json* values, ArrayField(j, path, "values"));
   for (std::size_t i = 0; i < values->size(); ++i) {

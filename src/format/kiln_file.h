@@ -50,7 +50,12 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // that vary together and the extents they may take (a model compiled for
 // fixed input shapes records min == max). Older files have neither and read
 // as before.
-inline constexpr std::uint32_t kFormatVersion = 6;
+// 7: gears. The top-level graph may carry "gears" (1 to 64 signatures, each
+// one shape per graph input, in order: shapes the runtime plans at load and
+// keeps) with "gears_only" (true: no other signature is admitted). Checked by
+// plan::VerifyPlan: ranks, static dims, symbol ranges and one extent per
+// symbol within each gear. Older files have none and read as before.
+inline constexpr std::uint32_t kFormatVersion = 7;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -420,6 +420,8 @@ std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_m
   c->set_opset(g.opset());
   c->set_parent(parent);
   c->symbols() = g.symbols();
+  c->gears() = g.gears();
+  c->set_gears_only(g.gears_only());
   for (const auto& v : g.values()) {
     Value* n = c->AddValue(v->name(), v->dtype(), v->shape());
     n->set_dynamic_mask(v->dynamic_mask());
@@ -458,6 +460,16 @@ std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_m
 std::unique_ptr<Graph> CloneGraph(const Graph& g) {
   std::unordered_map<const Value*, Value*> map;
   return CloneInto(g, g.parent(), map);
+}
+
+}  // namespace kiln::ir
+
+namespace kiln::ir {
+
+std::string DefaultSymbolName(const std::string& input, std::size_t dim) {
+  std::size_t cut = std::min(input.size(), kMaxSymbolNameBytes - 24);
+  while (cut > 0 && cut < input.size() && (static_cast<unsigned char>(input[cut]) & 0xC0) == 0x80) --cut;
+  return input.substr(0, cut) + "_d" + std::to_string(dim);
 }
 
 }  // namespace kiln::ir

@@ -184,6 +184,22 @@ struct SymbolRange {
 };
 // Longest symbol name a .kiln file may hold (bytes of UTF-8).
 inline constexpr std::size_t kMaxSymbolNameBytes = 256;
+// Most gears a model may declare.
+inline constexpr std::size_t kMaxGears = 64;
+
+// The name a model input's unnamed dim gets as a symbol: "<input>_d<dim>",
+// the input's name cut (at a UTF-8 character boundary) so that the whole
+// stays within kMaxSymbolNameBytes.
+std::string DefaultSymbolName(const std::string& input, std::size_t dim);
+
+// What the user says about one model input's shape (--input-shape): per dim
+// the admissible extents (min == max: fixed; max -1: unbounded), and gears:
+// exact shapes planned ahead (the k-th gears of all inputs form signature k).
+struct InputSpec {
+  std::vector<SymbolRange> dims;
+  std::vector<Shape> gears;
+  bool ranged = false;  // dims came from a range alternative, not from the gears or one exact shape
+};
 
 class Graph {
  public:
@@ -203,6 +219,13 @@ class Graph {
   // fixed input shapes has min == max == the extent it was compiled for.
   std::map<std::string, SymbolRange>& symbols() { return symbols_; }
   const std::map<std::string, SymbolRange>& symbols() const { return symbols_; }
+  // Gears (top-level graphs only): signatures of input shapes (one Shape per
+  // graph input, in order) that the runtime plans eagerly at load and keeps.
+  // gears_only: no other signature is admitted.
+  std::vector<std::vector<Shape>>& gears() { return gears_; }
+  const std::vector<std::vector<Shape>>& gears() const { return gears_; }
+  bool gears_only() const { return gears_only_; }
+  void set_gears_only(bool v) { gears_only_ = v; }
 
   // Creates a value with a name unique in this graph (a suffix is added if
   // `name` is taken or empty).
@@ -251,6 +274,8 @@ class Graph {
   int opset_ = 0;
   Graph* parent_ = nullptr;
   std::map<std::string, SymbolRange> symbols_;
+  std::vector<std::vector<Shape>> gears_;
+  bool gears_only_ = false;
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> inputs_, outputs_;

@@ -58,8 +58,9 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
     KILN_RETURN_IF_ERROR(CheckShapeSize(in->dtype(), in->shape(), what));
   }
   // Unknown input dims of the model become symbols: named by their ONNX
-  // dim_param (else "<input>_d<i>"), range 1.. unbounded, probed at
-  // kSymbolProbe while compiling. What follows from them is marked symbolic
+  // dim_param (else "<input>_d<i>"), range 1.. unbounded unless
+  // --input-shape gave one, probed at the range's max, else at
+  // kSymbolProbe (at least min), while compiling. What follows from them is marked symbolic
   // (never folded or baked) and the runtime specializes the compiled graph
   // for each signature of input shapes. A symbol another input fixed (with
   // --input-shape) fixes this dim too. Inputs of unknown rank, and unknown
@@ -77,12 +78,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
       for (std::size_t i = 0; i < s.size(); ++i) {
         if (s[i] >= 0) continue;
         if (names[i].empty() || names[i].size() > ir::kMaxSymbolNameBytes) {
-          // Cut at a UTF-8 character boundary: the name stays valid UTF-8.
-          std::size_t cut = std::min(in->name().size(), ir::kMaxSymbolNameBytes - 24);
-          while (cut > 0 && cut < in->name().size() && (static_cast<unsigned char>(in->name()[cut]) & 0xC0) == 0x80) {
-            --cut;
-          }
-          names[i] = StrCat(in->name().substr(0, cut), "_d", i);
+          names[i] = ir::DefaultSymbolName(in->name(), i);
         }
         auto it = g.symbols().find(names[i]);
         if (it != g.symbols().end() && it->second.max >= 0 && it->second.min == it->second.max) {
@@ -93,10 +89,16 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
           return Error(StatusCode::kUnimplemented, "model input '", in->name(), "': dim ", i,
                        " is symbolic; Kiln handles symbolic dims among the first 64 only");
         }
-        if (it == g.symbols().end()) g.symbols()[names[i]] = ir::SymbolRange{1, -1};
-        s[i] = kSymbolProbe;
+        if (it == g.symbols().end()) it = g.symbols().emplace(names[i], ir::SymbolRange{1, -1}).first;
+        // A bounded symbol (a range from --input-shape) is compiled at its
+        // largest extent: the memory plan in the file is then the largest
+        // any admissible signature needs, and the runtime shares that arena
+        // between its plans.
+        const ir::SymbolRange& r = it->second;
+        s[i] = r.max >= 0 ? r.max : std::max(kSymbolProbe, r.min);
         mask |= std::uint64_t{1} << i;
-        symbolic += StrCat(symbolic.empty() ? "" : ", ", "'", in->name(), "' dim ", i, " ('", names[i], "')");
+        symbolic += StrCat(symbolic.empty() ? "" : ", ", "'", in->name(), "' dim ", i, " ('", names[i], "' = ", s[i],
+                           r.max >= 0 ? ", its range's max" : "", ")");
       }
       in->set_shape(std::move(s));
       in->set_symbolic_mask(mask);
@@ -144,9 +146,8 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
       if (symbolic.empty()) return st;
       // A model may admit only some extents of a dim it names (a batch
       // dim multiplied with a constant of batch 2): say what was probed.
-      return Error(st.code(), st.message(), " (while compiling with input dims left symbolic: ", symbolic,
-                   ", each probed at ", kSymbolProbe, "; if the model admits only some extents, fix them with "
-                   "--input-shape)");
+      return Error(st.code(), st.message(), " (while compiling with input dims left symbolic, probed at: ", symbolic,
+                   "; if the model admits only some extents, fix or bound them with --input-shape)");
     }
     if (opts.disabled.count("fold")) continue;
     std::vector<HostTensorPtr> folded;

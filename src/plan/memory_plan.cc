@@ -1,6 +1,7 @@
 #include "plan/memory_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 #include <unordered_set>
@@ -259,6 +260,61 @@ Status VerifyValueSymbols(const ir::Value& v, const ir::Graph& root, const std::
   return Status::Ok();
 }
 
+// Gears (top-level graph): 1 to kMaxGears signatures, each one shape per
+// graph input with the input's rank, its static dims, its symbolic dims
+// within their symbols' ranges, and one extent per symbol across the inputs.
+Status VerifyGears(const ir::Graph& g) {
+  if (g.gears().empty()) {
+    if (g.gears_only()) return Corrupt("gears_only is set but the graph has no gears");
+    return Status::Ok();
+  }
+  if (g.gears().size() > ir::kMaxGears) {
+    return Corrupt("the graph has ", g.gears().size(), " gears, at most ", ir::kMaxGears);
+  }
+  for (std::size_t k = 0; k < g.gears().size(); ++k) {
+    const auto& sig = g.gears()[k];
+    if (sig.size() != g.inputs().size()) {
+      return Corrupt("gear ", k, " has ", sig.size(), " shapes, expected one per graph input (", g.inputs().size(), ")");
+    }
+    std::map<std::string, std::pair<std::int64_t, std::string>> seen;
+    for (std::size_t i = 0; i < sig.size(); ++i) {
+      const ir::Value& v = *g.inputs()[i];
+      const Shape& s = sig[i];
+      const std::string who = StrCat("gear ", k, " input ", i, " '", v.name(), "'");
+      if (s.size() != v.shape().size()) {
+        return Corrupt(who, " has rank ", s.size(), ", the input has rank ", v.shape().size());
+      }
+      auto bytes = CheckedTensorBytes(v.dtype(), s, who);
+      if (!bytes.ok()) return Corrupt(bytes.status().message());
+      for (std::size_t d = 0; d < s.size(); ++d) {
+        const bool symbolic = d < 64 && (v.symbolic_mask() >> d & 1);
+        if (!symbolic) {
+          if (s[d] != v.shape()[d]) {
+            return Corrupt(who, " dim ", d, " is ", s[d], ", but the input's dim is fixed to ", v.shape()[d]);
+          }
+          continue;
+        }
+        const std::string sym = d < v.dim_params().size() ? v.dim_params()[d] : std::string();
+        auto it = g.symbols().find(sym);
+        if (sym.empty() || it == g.symbols().end()) {
+          return Corrupt(who, " dim ", d, ": the input's symbolic dim names no symbol of the graph");
+        }
+        const ir::SymbolRange& r = it->second;
+        if (s[d] < r.min || (r.max >= 0 && s[d] > r.max)) {
+          return Corrupt(who, " dim ", d, " is ", s[d], ", outside the range ", RangeString(r), " of symbol '", sym,
+                         "'");
+        }
+        auto [a, added] = seen.emplace(sym, std::make_pair(s[d], StrCat("input ", i, " dim ", d)));
+        if (!added && a->second.first != s[d]) {
+          return Corrupt(who, " dim ", d, " gives symbol '", sym, "' ", s[d], ", but ", a->second.second, " gives ",
+                         a->second.first);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status VerifyGraphAt(const ir::Graph& g, const ir::Graph& root, int depth) {
   const bool top = depth == 0;
   const std::string where = top ? std::string() : StrCat(" in subgraph '", g.name(), "'");
@@ -266,6 +322,8 @@ Status VerifyGraphAt(const ir::Graph& g, const ir::Graph& root, int depth) {
     KILN_RETURN_IF_ERROR(VerifySymbols(g));
   } else if (!g.symbols().empty()) {
     return Corrupt("subgraph '", g.name(), "' has symbols; only the top-level graph has a symbol table");
+  } else if (!g.gears().empty() || g.gears_only()) {
+    return Corrupt("subgraph '", g.name(), "' has gears; only the top-level graph has them");
   }
   for (auto& v : g.values()) {
     if (!DTypeSupported(v->dtype())) {
@@ -373,10 +431,14 @@ Status VerifyGraphAt(const ir::Graph& g, const ir::Graph& root, int depth) {
 
 }  // namespace
 
-Status VerifyGraph(const ir::Graph& g) { return VerifyGraphAt(g, g, 0); }
+Status VerifyGraph(const ir::Graph& g) {
+  KILN_RETURN_IF_ERROR(VerifyGraphAt(g, g, 0));
+  return VerifyGears(g);
+}
 
 Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_base, std::uint64_t const_bytes) {
   KILN_RETURN_IF_ERROR(VerifyGraphAt(g, g, 0));
+  KILN_RETURN_IF_ERROR(VerifyGears(g));
   const std::size_t n_in = g.inputs().size();
   const std::size_t n_out = g.outputs().size();
   const int host_region = HostArenaRegion(n_in, n_out);

@@ -13,6 +13,7 @@
 #include "kiln/kiln_c.h"
 #include "kiln/runtime.h"
 #include "kiln/stream.h"
+#include "ir/graph.h"
 
 struct kiln_compile_options {
   int external_weight = 0;
@@ -20,6 +21,7 @@ struct kiln_compile_options {
   std::string target = "cpu";
   std::string model_name;
   std::map<std::string, kiln::Shape> input_shapes;
+  std::map<std::string, kiln::ir::InputSpec> input_specs;  // kiln_compile_options_set_input_spec
 };
 
 struct kiln_summary {

@@ -269,7 +269,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   // Not zero-filled and not touched here: no kernel reads arena bytes it did
   // not write in the same run, and a model too large for the machine fails
   // here with an error instead of being killed while pages are touched.
-  {
+  if (opts.shared_arena && !opts.check_bounds && plan.arena_size <= opts.shared_arena_size) {
+    ex->shared_arena_ = opts.shared_arena;
+    ex->arena_ = static_cast<std::uint8_t*>(ex->shared_arena_.get());
+  } else {
     auto arena = ex->Alloc(plan.arena_size == 0 ? 1 : plan.arena_size);
     if (!arena.ok()) {
       return Error(StatusCode::kOutOfRange, "cannot allocate the arena of ", plan.arena_size, " bytes on device '",
@@ -439,6 +442,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       ExecutorOptions co = opts;
       co.device = &dev;
       co.parent_stream = &stream;
+      co.shared_arena = nullptr;  // a branch runs while its parent's arena holds live values
+      co.shared_arena_size = 0;
       auto child = Executor::Create(*a->g, it->plans[b], co);
       if (!child.ok()) return child.status().WithContext(StrCat(n.Describe(), " attribute '", name, "'"));
       it->children[b] = std::move(child).value();

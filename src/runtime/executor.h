@@ -154,6 +154,12 @@ struct ExecutorOptions {
   // If branches: the parent's stream (prepared and recorded on it; a branch
   // never runs on its own, so it needs no stream of its own).
   device::Stream* parent_stream = nullptr;
+  // An arena several plans of one model share (device memory of
+  // shared_arena_size bytes; the plans never run at the same time): used
+  // instead of an own arena when the plan's fits in it (not with
+  // check_bounds). The executor holds a reference.
+  std::shared_ptr<void> shared_arena;
+  std::uint64_t shared_arena_size = 0;
 };
 
 class Executor {
@@ -221,6 +227,7 @@ class Executor {
   std::vector<std::vector<SlotRef>> region_refs_;  // by region id
   std::vector<std::uint8_t*> bases_;                // current base per region
   std::uint8_t* arena_ = nullptr;
+  std::shared_ptr<void> shared_arena_;  // when arena_ is a model's shared arena
   std::uint8_t* host_arena_ = nullptr;  // pinned host memory: values of CPU-placed nodes
   // Kernel workspaces (the largest workspace_bytes() of the tasks): device
   // memory for the device's tasks, pinned host memory for CPU-placed ones.

@@ -118,6 +118,7 @@ struct Plan {
   std::vector<Shape> output_shapes;
   std::unique_ptr<ir::Graph> graph;  // null: the model's own graph (the plan made at load)
   std::uint64_t arena_size = 0;
+  bool shared_arena = false;  // runs in the model's shared arena
   // Declared after the graph: destroyed before it.
   std::unique_ptr<runtime::Executor> executor;
 };
@@ -135,6 +136,16 @@ struct ModelState {
   runtime::ExecutorOptions exec_options;  // for plans made after load
   std::size_t max_plans = 8;
   bool symbolic = false;  // some input dim is symbolic: plans are made per signature
+  // Gears: plans made at load for the file's gear signatures, never evicted.
+  // gears_only: no other signature is admitted.
+  std::vector<std::shared_ptr<Plan>> gear_plans;
+  bool gears_only = false;
+  // A bounded model (every symbolic input dim has a range) was compiled at
+  // the largest extents: its file's arena size is what the largest
+  // signature needs, and all its plans share one arena of that size
+  // (allocated with the first plan; a plan needing more gets its own).
+  std::uint64_t shared_arena_size = 0;
+  std::shared_ptr<void> shared_arena;
   PlanStats stats;
 };
 
@@ -183,7 +194,16 @@ class ModelImpl final : public Model {
   }
   PlanStats plan_stats() const override {
     PlanStats s = state_->stats;
-    s.cached = state_->plans.size();
+    s.cached = state_->plans.size() + state_->gear_plans.size();
+    s.gears = state_->gear_plans.size();
+    bool shared = false;
+    auto add = [&](const Plan& p) {
+      if (p.shared_arena) shared = true;
+      else s.arena_bytes += p.arena_size;
+    };
+    for (const auto& p : state_->plans) add(*p);
+    for (const auto& p : state_->gear_plans) add(*p);
+    if (shared) s.arena_bytes += state_->shared_arena_size;
     return s;
   }
   const void* ConstantData(const std::string& name) const override {
@@ -237,10 +257,32 @@ class ModelImpl final : public Model {
         break;
       }
     }
+    if (!found) {
+      for (const auto& p : st.gear_plans) {
+        if (matches(*p)) {
+          found = p;
+          break;
+        }
+      }
+    }
     if (found) {
       ++st.stats.hits;
     } else {
       if (!st.symbolic) return Error(StatusCode::kInvalidArgument, "no plan of the model matches the input shapes");
+      if (st.gears_only) {
+        std::string got, gears;
+        for (std::size_t i = 0; i < ins.size(); ++i) got += StrCat(i ? ", " : "", ShapeToString(ins[i].shape));
+        for (const auto& p : st.gear_plans) {
+          std::string one;
+          for (std::size_t i = 0; i < p->input_shapes.size(); ++i) {
+            one += StrCat(i ? ", " : "", ShapeToString(p->input_shapes[i]));
+          }
+          gears += StrCat(gears.empty() ? "" : " | ", one);
+        }
+        return Error(StatusCode::kInvalidArgument, "input shapes ", got,
+                     " are not one of the gears the model was compiled with (", gears,
+                     "); recompile with a range in --input-shape to admit others");
+      }
       std::vector<Shape> shapes;
       for (const TensorRef& t : ins) shapes.push_back(t.shape);
       KILN_ASSIGN_OR_RETURN(found, MakePlan(std::move(shapes)));
@@ -277,6 +319,20 @@ class ModelImpl final : public Model {
     runtime::ExecutorOptions eo = state_->exec_options;
     eo.threads = threads_;
     eo.load_stream = nullptr;
+    if (state_->shared_arena_size > 0 && plan->arena_size <= state_->shared_arena_size) {
+      if (!state_->shared_arena) {
+        device::Device* dev = eo.device;
+        auto p = dev->Allocate(state_->shared_arena_size);
+        if (!p.ok()) {
+          return Error(StatusCode::kOutOfRange, what, ": cannot allocate the shared arena of ",
+                       state_->shared_arena_size, " bytes: ", p.status().message());
+        }
+        state_->shared_arena = std::shared_ptr<void>(p.value(), [dev](void* q) { dev->Free(q); });
+      }
+      eo.shared_arena = state_->shared_arena;
+      eo.shared_arena_size = state_->shared_arena_size;
+      plan->shared_arena = true;
+    }
     auto ex = runtime::Executor::Create(g, mp.value(), eo);
     if (!ex.ok()) return ex.status().WithContext(what);
     plan->executor = std::move(ex).value();
@@ -489,8 +545,22 @@ class ModelImpl final : public Model {
     m->state_->exec_options = eo;
     m->state_->max_plans = std::max<std::size_t>(opts.max_plans, 1);
     // A model with symbolic dims makes its plans as runs come (the file's
-    // plan is only for the extents the compiler probed with).
-    if (m->state_->symbolic) return std::unique_ptr<Model>(std::move(m));
+    // plan is only for the extents the compiler probed with), and its
+    // gears' plans now.
+    if (m->state_->symbolic) {
+      bool bounded = true;
+      for (const TensorInfo& t : m->inputs_) {
+        for (const DimInfo& d : t.dims) bounded = bounded && !(d.value < 0 && d.max < 0);
+      }
+      if (bounded && !opts.check_bounds) m->state_->shared_arena_size = m->state_->model.plan.arena_size;
+      m->state_->gears_only = g.gears_only();
+      for (std::size_t k = 0; k < g.gears().size(); ++k) {
+        auto plan = m->MakePlan(g.gears()[k]);
+        if (!plan.ok()) return plan.status().WithContext(StrCat("loading '", path, "' (gear ", k, ")"));
+        m->state_->gear_plans.push_back(std::move(plan).value());
+      }
+      return std::unique_ptr<Model>(std::move(m));
+    }
     auto ex = runtime::Executor::Create(g, m->state_->model.plan, eo);
     if (!ex.ok()) return ex.status().WithContext(StrCat("loading '", path, "'"));
     auto plan = std::make_shared<Plan>();

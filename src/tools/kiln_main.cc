@@ -196,9 +196,9 @@ int Compile(const std::string& model, const std::string& output, const std::stri
   opts.weight_writer_threads = ew.writer_threads;
   opts.model_name = ew.model_name.empty() ? std::filesystem::path(output).stem().string() : ew.model_name;
   if (!shapes.empty()) {
-    auto parsed = kiln::onnx_frontend::ParseInputShapes(shapes);
+    auto parsed = kiln::onnx_frontend::ParseInputSpecs(shapes);
     if (!parsed.ok()) return Fail(parsed.status());
-    opts.input_shapes = parsed.value();
+    opts.input_specs = parsed.value();
   }
   opts.passes.disabled.insert(disable.begin(), disable.end());
   for (const std::string& spec : const_inputs) {
@@ -386,6 +386,8 @@ json InspectJson(const kiln::format::LoadedFile& f) {
               {"external_weights", ext},
               {"weight_dir", f.model.weight_dir},
               {"symbols", symbols},
+              {"gears", g.gears()},
+              {"gears_only", g.gears_only()},
               {"inputs", ins},
               {"outputs", outs},
               {"num_nodes", g.nodes().size()},
@@ -440,6 +442,18 @@ int Inspect(const std::string& path, bool as_json) {
       }
       std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << shape << "]\n";
     }
+  }
+  if (!j["gears"].empty()) {  // "gears: [1,128] [1,128] | [4,512] [4,512]"
+    std::string gears;
+    for (auto& sig : j["gears"]) {
+      std::string one;
+      for (auto& s : sig) one += (one.empty() ? "" : " ") + kiln::ShapeToString(s.get<kiln::Shape>());
+      gears += (gears.empty() ? "" : " | ") + one;
+    }
+    std::cout << "gears: " << gears
+              << (j["gears_only"].get<bool>() ? " (planned at load; no other input shapes are admitted)"
+                                              : " (planned at load)")
+              << "\n";
   }
   if (!j["external_weights"].empty()) {
     std::uint64_t total = 0;
@@ -695,7 +709,10 @@ static int RealMain(int argc, char** argv) {
   auto* compile = app.add_subcommand("compile", "compile an ONNX model into a .kiln file");
   compile->add_option("--model", model, "ONNX model")->required();
   compile->add_option("--output", output, "output .kiln file")->required();
-  compile->add_option("--input-shape", shapes, "fix input shapes: \"x:1,3,224,224;y:1,8\"");
+  compile->add_option("--input-shape", shapes,
+                       "fix input shapes (\"x:1,3,224,224;y:1,8\"), bound symbolic dims with ranges "
+                       "(\"ids:1..8,1..512\", A.. or ? for unbounded) or list gears planned at load "
+                       "(\"ids:1,128|4,512\")");
   compile->add_option("--disable-pass", disable, "skip a pass or phase by name (repeatable)");
   std::vector<std::string> const_inputs;
   compile->add_option("--const-input", const_inputs, "NAME=FILE.npy: bake an input's value in as a constant (repeatable)");

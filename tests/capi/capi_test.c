@@ -419,6 +419,34 @@ static void symbolic_model(void) {
           "dim 0 (symbol 'batch') is 0, outside its range 1..");
   }
   kiln_model_free(m);
+  m = NULL;
+
+  /* A range and gears (the CLI's --input-shape grammar). */
+  {
+    kiln_compile_options* o = NULL;
+    OK(kiln_compile_options_create(&o));
+    FAILS(kiln_compile_options_set_input_spec(o, "x:8..2,3"), KILN_INVALID_ARGUMENT, "range '8..2' of 'x' is empty");
+    OK(kiln_compile_options_set_input_spec(o, "x:1..5,3|2,3"));
+    OK(kiln_compile(path(b1, model_dir, "open.onnx"), path(b2, work_dir, "open_range.kiln"), o, NULL));
+    kiln_compile_options_free(o);
+  }
+  OK(kiln_model_load(path(b2, work_dir, "open_range.kiln"), NULL, &m));
+  if (!m) return;
+  OK(kiln_model_input_info(m, 0, &info));
+  CHECK(info.dims[0].value == -1 && info.dims[0].min == 1 && info.dims[0].max == 5);
+  {
+    float xs[18] = {0};
+    int64_t shape[2] = {6, 3};
+    kiln_tensor x = {xs, KILN_DTYPE_FLOAT32, shape, 2, KILN_MEMORY_HOST};
+    OK(kiln_model_bind_input(m, 0, &x));
+    FAILS(kiln_model_output_shape_for_inputs(m, 0, dims, 4, &rank), KILN_INVALID_ARGUMENT,
+          "dim 0 (symbol 'batch') is 6, outside its range 1..5");
+    shape[0] = 5;
+    OK(kiln_model_bind_input(m, 0, &x));
+    OK(kiln_model_output_shape_for_inputs(m, 0, dims, 4, &rank));
+    CHECK(rank == 2 && dims[0] == 5 && dims[1] == 3);
+  }
+  kiln_model_free(m);
 }
 
 int main(int argc, char** argv) {

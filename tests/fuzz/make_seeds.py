@@ -156,6 +156,10 @@ def main():
     onnx.save(sym, p)
     kiln("compile", "--model", p, "--output", os.path.join(out, "kiln", "symbols_matmul_add.kiln"),
          "--input-shape", "x:2,3")
+    # Ranges and gears (format version 7): batch bounded to 1..4, gears 2 and
+    # 4, so the graph carries "gears" and "gears_only" and x a symbolic dim.
+    kiln("compile", "--model", p, "--output", os.path.join(out, "kiln", "gears_matmul_add.kiln"),
+         "--input-shape", "x:1..4,3|2,3|4,3")
     # .kiln files with external weights (FileConstant nodes); fuzz_kiln loads
     # them with OUT/kiln_weights as the weight directory.
     # Different models per mode, so the store holds both kinds of files.

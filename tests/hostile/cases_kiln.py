@@ -37,8 +37,8 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 6  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
-                    # 6: "sym" and "symbols")
+FORMAT_VERSION = 7  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+                    # 6: "sym" and "symbols"; 7: "gears" and "gears_only")
 
 
 def align(v, a):
@@ -469,6 +469,45 @@ def generate(ctx):
     # The symbol range of a symbolic input may not be left out.
     crafted("symbolic", "symbol_missing", lambda j: j["graph"].pop("symbols"),
             ["symbol 'batch' is not in the graph's symbols"], base=j4, weights=w4)
+
+    # Ranges and gears (format version 7): compiled at the range's max, gears
+    # recorded as signatures of both inputs; the verifier checks each.
+    gear_kiln = os.path.join(d, "batch_gears.kiln")
+    rc, out = ctx.run(["compile", "--model", open_onnx, "--output", gear_kiln, "--input-shape", "x:1..6,8|2,8|4,8"])
+    assert rc == 0, out
+    j5, w5 = read_kiln(gear_kiln)
+    assert j5["graph"]["symbols"] == {"batch": [1, 6]}, j5["graph"].get("symbols")
+    assert j5["graph"]["gears"] == [[[2, 8], [2, 8]], [[4, 8], [4, 8]]], j5["graph"].get("gears")
+    assert j5["graph"]["gears_only"] is False and value(j5, "x")["shape"] == [6, 8], (j5["graph"], value(j5, "x"))
+    cases.append(Case("gears/inspect_shows_them", ["inspect", gear_kiln],
+                      ["x float32[batch=1..6,8]", "gears: [2,8] [2,8] | [4,8] [4,8]"], rc=0))
+    cases.append(Case("gears/outside_the_range",
+                      ["compile", "--model", open_onnx, "--output", os.path.join(d, "bad_range.kiln"),
+                       "--input-shape", "x:1..6,8|7,8"],
+                      ["gear [7,8] of 'x' has dim 0 = 7, outside the range given for it"]))
+    gear = lambda k, i, dim, v: (lambda j: j["graph"]["gears"][k][i].__setitem__(dim, v))
+    crafted("gears", "static_dim_changed", gear(0, 1, 1, 9),
+            ["gear 0 input 1 'y' dim 1 is 9, but the input's dim is fixed to 8"], base=j5, weights=w5)
+    crafted("gears", "outside_symbol_range", gear(1, 0, 0, 7),
+            ["gear 1 input 0 'x' dim 0 is 7, outside the range [1, 6] of symbol 'batch'"], base=j5, weights=w5)
+    crafted("gears", "symbol_disagrees", gear(1, 1, 0, 2),
+            ["gear 1 input 1 'y' dim 0 gives symbol 'batch' 2, but input 0 dim 0 gives 4"], base=j5, weights=w5)
+    crafted("gears", "rank_differs", lambda j: j["graph"]["gears"][0][0].append(1),
+            ["gear 0 input 0 'x' has rank 3, the input has rank 2"], base=j5, weights=w5)
+    crafted("gears", "one_shape_missing", lambda j: j["graph"]["gears"][0].pop(),
+            ["gear 0 has 1 shapes, expected one per graph input (2)"], base=j5, weights=w5)
+    crafted("gears", "empty_list", lambda j: j["graph"].update(gears=[]),
+            ["field 'graph.gears' lists 0 gears, expected 1 to 64"], base=j5, weights=w5)
+    crafted("gears", "too_many", lambda j: j["graph"].update(gears=[[[2, 8], [2, 8]]] * 65),
+            ["field 'graph.gears' lists 65 gears, expected 1 to 64"], base=j5, weights=w5)
+    crafted("gears", "huge_extent", gear(0, 0, 0, 2 ** 62),
+            ["gear 0 input 0 'x'"], base=j5, weights=w5)
+    crafted("gears", "only_without_gears", lambda j: j["graph"].pop("gears"),
+            ["field 'graph.gears' is missing"], base=j5, weights=w5)
+    crafted("gears", "only_not_a_bool", lambda j: j["graph"].update(gears_only=1),
+            ["gears_only"], base=j5, weights=w5)
+    crafted("gears", "gears_only_missing", lambda j: j["graph"].pop("gears_only"),
+            ["field 'graph.gears_only' is missing (a graph with gears has it)"], base=j5, weights=w5)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

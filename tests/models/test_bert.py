@@ -22,6 +22,9 @@ errors per output; exits 0 on pass, 1 on failure.
 With --dynamic, the export has dynamic axes (batch and seq on both inputs), the model is compiled
 once with no --input-shape (batch and seq stay symbolic: `kiln inspect --json` must say so), and
 that one .kiln runs at every (batch, seq) of --shapes, each compared with PyTorch at that shape.
+With --ranges SPEC as well, a second .kiln compiled with `--input-shape SPEC` (ranges, gears)
+must report those ranges, run at every --shapes shape the same way, and refuse a shape outside
+its ranges with a message naming the input, dim, symbol and range.
 """
 import argparse
 import math
@@ -158,8 +161,9 @@ def export(mdir, args):
     return [t.shape for t in expected], sorted(ops), model
 
 
-def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args):
-    """Runs the symbolic .kiln at every (batch, seq), each against PyTorch; returns (ok, message)."""
+def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args, ranges=None):
+    """Runs the symbolic .kiln at every (batch, seq), each against PyTorch; returns (ok, message).
+    `ranges`: {symbol: (min, max)} the file must report (else 1..unbounded)."""
     import json
     import torch
 
@@ -168,6 +172,11 @@ def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args):
         kinds = [(d["symbol"], d["kind"]) for d in t["dims"]]
         if kinds != [("batch", "symbolic"), ("seq", "symbolic")]:
             raise TestError(f"kiln inspect: input {t['name']!r} dims {kinds}, expected batch and seq symbolic")
+        for d in t["dims"]:
+            want = (ranges or {}).get(d["symbol"], (1, -1))
+            if (d["min"], d["max"]) != want:
+                raise TestError(f"kiln inspect: input {t['name']!r} dim {d['symbol']!r} has range "
+                                f"{d['min']}..{d['max']}, expected {want[0]}..{want[1]}")
     ok, worst = True, [0.0, 0.0]
     for k, (batch, seq) in enumerate(shapes_list):
         ids, mask = make_inputs(args, batch, seq, args.seed + 1 + k)
@@ -178,7 +187,7 @@ def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args):
             path = os.path.join(mdir, f"{name}_{batch}x{seq}.npy")
             np.save(path, arr)
             cmd += ["--input", f"{name}={path}"]
-        out_dir = os.path.join(mdir, f"out_{batch}x{seq}")
+        out_dir = os.path.join(mdir, f"out_{os.path.basename(kiln_file)}_{batch}x{seq}")
         run(cmd + ["--output-dir", out_dir], f"kiln run at {batch}x{seq}", args.timeout, echo=False)
         for i, name in enumerate(OUTPUT_NAMES):
             out = load_output(out_dir, i)
@@ -188,6 +197,43 @@ def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args):
             print(f"  {batch}x{seq} {name}: {msg}", flush=True)
             ok &= good
     return ok, f"max |err| {worst[0]:.3g} / {worst[1]:.3g} over {len(shapes_list)} shapes"
+
+
+def run_ranged(kiln, mdir, model, shapes_list, args):
+    """Compiles with --input-shape args.ranges, checks the ranges it reports, runs at every shape
+    and checks that a shape past the ranges is refused; returns (ok, message)."""
+    import subprocess
+
+    ranged = os.path.join(mdir, "model_ranged.kiln")
+    run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", ranged,
+         "--input-shape", args.ranges], "kiln compile --input-shape (ranges)", args.timeout)
+    # The symbols' ranges: the intersection of every input's (the grammar's first range per input).
+    ranges = {}
+    for item in args.ranges.split(";"):
+        _, alts = item.rsplit(":", 1)
+        for alt in alts.split("|"):
+            if ".." not in alt:
+                continue
+            for sym, dim in zip(("batch", "seq"), alt.split(",")):
+                lo, hi = dim.split("..")
+                old = ranges.get(sym, (0, 1 << 62))
+                ranges[sym] = (max(old[0], int(lo)), min(old[1], int(hi)))
+    ok, msg = run_dynamic(kiln, ranged, mdir, model, shapes_list, args, ranges)
+    # Past the largest seq: refused, naming input, dim, symbol and range.
+    batch, seq = 1, ranges["seq"][1] + 1
+    ids, mask = make_inputs(args, batch, seq, args.seed)
+    cmd = [kiln, "run", ranged]
+    for name, arr in zip(INPUT_NAMES, (ids, mask)):
+        path = os.path.join(mdir, f"{name}_past.npy")
+        np.save(path, arr)
+        cmd += ["--input", f"{name}={path}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    want = (f"input 0 'input_ids' dim 1 (symbol 'seq') is {seq}, outside its range "
+            f"{ranges['seq'][0]}..{ranges['seq'][1]}")
+    if p.returncode != 1 or want not in p.stderr:
+        raise TestError(f"kiln run at 1x{seq} (past the range): exit {p.returncode}, expected 1 with {want!r}; "
+                        f"stderr: {p.stderr[-500:]}")
+    return ok, msg + f", {batch}x{seq} refused"
 
 
 def main():
@@ -208,6 +254,8 @@ def main():
     ap.add_argument("--dynamic", action="store_true", help="symbolic batch and seq: one .kiln at every --shapes")
     ap.add_argument("--shapes", default="1x8,2x16,4x33,2x77,1x128,4x8,3x200",
                     help="with --dynamic: BATCHxSEQ list to run at")
+    ap.add_argument("--ranges", default="",
+                    help="with --dynamic: also compile with this --input-shape (ranges, gears) and test that")
     ap.add_argument("--max-pos", type=int, default=0, help="position table size (default max(64, seq, shapes))")
     args = ap.parse_args()
     shapes_list = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.dynamic else []
@@ -229,6 +277,9 @@ def main():
             raise TestError(f"kiln compile exited 0 but wrote no {kiln_file}")
         if args.dynamic:
             ok, msg = run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args)
+            if args.ranges:
+                ok2, msg2 = run_ranged(kiln, mdir, model, shapes_list, args)
+                ok, msg = ok and ok2, f"{msg}; with --input-shape {args.ranges!r}: {msg2}"
             print(f"{'PASS' if ok else 'FAIL'} bert dynamic ({args.layers} layers, hidden {args.hidden}, "
                   f"{args.heads} heads, one .kiln at batch x seq {args.shapes}): {msg}", flush=True)
             return 0 if ok else 1

@@ -215,6 +215,20 @@ def test_symbolic_batch_runs_at_any_extent(tmp_path):
     assert (s["created"], s["cached"]) == (4, 4), s  # batches 5 (output_shapes), 1, 4, 9
     with pytest.raises(kiln.Error, match="symbol 'batch'.*is 0, outside its range 1.."):
         m.run({"x": np.zeros((0, 3), np.float32)})
+    # A range with gears: the gears are planned at load, other batches in the range as they come.
+    kiln.compile(tmp_path / "mm.onnx", tmp_path / "mm_range.kiln", input_spec="x:1..6,3|2,3|6,3")
+    m = kiln.load(tmp_path / "mm_range.kiln")
+    d = m.inputs[0].dims[0]
+    assert (d.value, d.min, d.max, d.symbol) == (-1, 1, 6, "batch")
+    assert (m.plan_stats()["created"], m.plan_stats()["gears"]) == (2, 2)
+    for batch in (2, 6, 3):
+        x = np.linspace(-2, 2, batch * 3, dtype=np.float32).reshape(batch, 3)
+        np.testing.assert_allclose(m.run({"x": x})["y"], np.maximum(x @ w, 0), rtol=1e-6, atol=1e-6)
+    assert m.plan_stats()["created"] == 3
+    with pytest.raises(kiln.Error, match="symbol 'batch'.*is 7, outside its range 1..6"):
+        m.run({"x": np.zeros((7, 3), np.float32)})
+    with pytest.raises(kiln.Error, match="gear \\[9,3\\] of 'x' has dim 0 = 9, outside the range"):
+        kiln.compile(tmp_path / "mm.onnx", tmp_path / "bad.kiln", input_spec="x:1..6,3|9,3")
 
 
 def test_data_dependent_output_has_its_actual_shape(tmp_path):

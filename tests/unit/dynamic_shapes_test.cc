@@ -359,5 +359,89 @@ TEST(DynamicShapes, AsyncRunsKeepTheirPlan) {
   EXPECT_EQ((*model)->plan_stats().evicted, 4u);
 }
 
+// A range on the symbol ("x:1..16,4"): compiled at its largest extent, so
+// the file's memory plan is the largest any batch needs, and every plan
+// runs in one shared arena of that size. Extents outside are refused.
+TEST(DynamicShapes, RangeBoundsTheArenaAllPlansShare) {
+  test::TempDir dir;
+  auto g = Mlp();
+  g->symbols()["batch"] = ir::SymbolRange{1, 16};
+  format::CompiledModel keep;
+  CompileOptions unfused;  // matmul, add and relu stay apart: their outputs live in the arena
+  unfused.passes.disabled.insert("fuse");
+  auto model = CompileAndLoad(std::move(g), dir, &keep, unfused);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  // Compiled at batch 16: the matmul and add outputs (16x3 floats each,
+  // live together) fit the arena.
+  EXPECT_EQ(keep.graph->inputs()[0]->shape(), (Shape{16, kIn}));
+  EXPECT_GE(keep.plan.arena_size, 2u * 16 * kOut * sizeof(float));
+  EXPECT_EQ(m.inputs()[0].dims[0].min, 1);
+  EXPECT_EQ(m.inputs()[0].dims[0].max, 16);
+  for (std::int64_t batch : {1, 5, 16, 9}) {
+    Status st = RunAt(m, batch);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  const PlanStats s = m.plan_stats();
+  EXPECT_EQ(s.created, 4u);
+  EXPECT_EQ(s.arena_bytes, keep.plan.arena_size);  // one arena for all four plans
+  Status st = RunAt(m, 17);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("input 0 'x' dim 0 (symbol 'batch') is 17, outside its range 1..16"), std::string::npos)
+      << st.message();
+  // Unbounded: each plan has its own arena.
+  test::TempDir dir2;
+  auto free_model = CompileAndLoad(Mlp(), dir2, nullptr, unfused);
+  ASSERT_TRUE(free_model.ok()) << free_model.status().ToString();
+  for (std::int64_t batch : {1, 5}) ASSERT_TRUE(RunAt(**free_model, batch).ok());
+  const PlanStats fs = (*free_model)->plan_stats();
+  // (at batch b the matmul and add outputs, b x 3 floats each, are live together)
+  EXPECT_GE(fs.arena_bytes, 2u * (5 + 1) * kOut * sizeof(float));
+}
+
+// Gears: signatures planned at load and never evicted; with gears only, no
+// other signature runs.
+TEST(DynamicShapes, GearsArePlannedAtLoadAndKept) {
+  {
+    test::TempDir dir;
+    auto g = Mlp();
+    g->symbols()["batch"] = ir::SymbolRange{2, 8};
+    g->gears() = {{{2, kIn}}, {{8, kIn}}};
+    g->set_gears_only(true);
+    auto model = CompileAndLoad(std::move(g), dir);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    Model& m = **model;
+    EXPECT_EQ(m.plan_stats().created, 2u);
+    EXPECT_EQ(m.plan_stats().gears, 2u);
+    for (int r = 0; r < 6; ++r) ASSERT_TRUE(RunAt(m, r % 2 ? 8 : 2).ok());
+    EXPECT_EQ(m.plan_stats().created, 2u);  // no planning after load
+    EXPECT_EQ(m.plan_stats().hits, 6u);
+    Status st = RunAt(m, 5);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("input shapes [5,4] are not one of the gears the model was compiled with ([2,4] | [8,4])"),
+              std::string::npos)
+        << st.message();
+  }
+  {
+    // Gears and a range: other extents plan as they come; the LRU bound
+    // (1 here) never drops a gear.
+    test::TempDir dir;
+    auto g = Mlp();
+    g->symbols()["batch"] = ir::SymbolRange{1, 8};
+    g->gears() = {{{4, kIn}}};
+    LoadOptions lo;
+    lo.max_plans = 1;
+    auto model = CompileAndLoad(std::move(g), dir, nullptr, {}, lo);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    Model& m = **model;
+    for (std::int64_t b : {1, 4, 3, 4, 5, 4}) ASSERT_TRUE(RunAt(m, b).ok()) << b;
+    const PlanStats s = m.plan_stats();
+    EXPECT_EQ(s.created, 4u);  // the gear, then 1, 3 and 5
+    EXPECT_EQ(s.evicted, 2u);
+    EXPECT_EQ(s.cached, 2u);
+    EXPECT_EQ(s.hits, 3u);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -520,6 +520,85 @@ TEST_F(OnnxImportTest, GraphInputs) {
   }
 }
 
+// --input-shape ranges and gears (format version 7): a range bounds the
+// dim's symbol (intersected across inputs sharing it), gears become
+// signatures of every input.
+TEST_F(OnnxImportTest, RangesAndGearsBecomeSymbolsAndSignatures) {
+  // x float[batch,3] -> Relu -> y; z float[batch,seq] -> Relu -> w.
+  onnx::ModelProto m = BaseModel();
+  auto* g = m.mutable_graph();
+  g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("batch");
+  SetType(g->add_input(), "z", onnx::TensorProto::FLOAT, {-1, -1});
+  auto* zs = g->mutable_input(1)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  zs->mutable_dim(0)->set_dim_param("batch");
+  AddNode(g, "Relu", "relu_z", {"z"}, {"w"});
+  SetType(g->add_output(), "w", onnx::TensorProto::FLOAT, {-1, -1});
+  auto import = [&](const char* spec) {
+    ImportOptions opts;
+    auto parsed = onnx_frontend::ParseInputSpecs(spec);
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    if (parsed.ok()) opts.input_specs = parsed.value();
+    return Import(m, opts);
+  };
+  {
+    auto r = import("x:1..8,3;z:2..6,1..100");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const ir::Graph& ig = *r.value();
+    EXPECT_EQ(ig.inputs()[0]->shape(), (Shape{-1, 3}));
+    EXPECT_EQ(ig.inputs()[1]->shape(), (Shape{-1, -1}));
+    EXPECT_EQ(ig.inputs()[1]->dim_params(), (std::vector<std::string>{"batch", "N"}));  // (SetType names -1 dims N)
+    EXPECT_EQ(ig.symbols(), (std::map<std::string, ir::SymbolRange>{{"batch", {2, 6}}, {"N", {1, 100}}}));
+    EXPECT_TRUE(ig.gears().empty());
+  }
+  {
+    auto r = import("x:1..2,3;z:4..6,5");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("symbol 'batch' of 'z' dim 0 ranges over 4..6 but 'x' dim 0 gives it 1..2: "
+                                        "no extent satisfies both"),
+              std::string::npos)
+        << r.status().message();
+  }
+  {
+    // A dim the model fixes must lie in the range given for it.
+    auto r = import("x:1..4,4..8");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("--input-shape for 'x': dim 1 is fixed to 3 in the model, 4..8 given"),
+              std::string::npos)
+        << r.status().message();
+  }
+  {
+    // Gears on z give x its batch too.
+    auto r = import("z:2,5|4,7");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const ir::Graph& ig = *r.value();
+    EXPECT_EQ(ig.symbols(), (std::map<std::string, ir::SymbolRange>{{"batch", {2, 4}}, {"N", {5, 7}}}));
+    EXPECT_EQ(ig.gears(), (std::vector<std::vector<Shape>>{{{2, 3}, {2, 5}}, {{4, 3}, {4, 7}}}));
+    EXPECT_TRUE(ig.gears_only());
+  }
+  {
+    auto r = import("z:1..8,1..64|2,5");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value()->gears(), (std::vector<std::vector<Shape>>{{{2, 3}, {2, 5}}}));
+    EXPECT_FALSE(r.value()->gears_only());
+  }
+  {
+    // Gears on x alone leave z's seq open.
+    auto r = import("x:1,3|2,3");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("gear 0 leaves input 'z' dim 1 (symbol 'N') open; give that input gears too"),
+              std::string::npos)
+        << r.status().message();
+  }
+  {
+    // Two inputs' gears must agree on their shared symbol.
+    auto r = import("x:1,3|2,3;z:1,5|3,5");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("gear 1 gives symbol 'batch' 3 at 'z' dim 0 but 2 at 'x' dim 0"),
+              std::string::npos)
+        << r.status().message();
+  }
+}
+
 // ONNX dim_params are the dims' symbols (format version 6): a name kept
 // through --input-shape becomes a symbol of the graph fixed to the given
 // extent, and the loaded model reports it in TensorInfo::dims.
@@ -756,32 +835,89 @@ TEST_F(OnnxImportTest, OpsetsAndOpVersions) {
   }
 }
 
+// The exact shape a spec fixes (every dim min == max), else {-2}.
+Shape ExactShape(const ir::InputSpec& sp) {
+  Shape s;
+  for (const auto& r : sp.dims) {
+    if (r.max < 0 || r.min != r.max) return Shape{-2};
+    s.push_back(r.min);
+  }
+  return s;
+}
+
 TEST(OnnxInputShapes, ParsesAndNamesTheBadPart) {
-  auto r = onnx_frontend::ParseInputShapes(";x:1,3,224,224;;y:8;scalar:");
+  auto r = onnx_frontend::ParseInputSpecs(";x:1,3,224,224;;y:8;scalar:");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r.value().at("x"), (Shape{1, 3, 224, 224}));
-  EXPECT_EQ(r.value().at("y"), (Shape{8}));
-  EXPECT_EQ(r.value().at("scalar"), Shape{});
+  EXPECT_EQ(ExactShape(r.value().at("x")), (Shape{1, 3, 224, 224}));
+  EXPECT_EQ(ExactShape(r.value().at("y")), (Shape{8}));
+  EXPECT_EQ(ExactShape(r.value().at("scalar")), Shape{});
+  EXPECT_TRUE(r.value().at("x").gears.empty());
+  EXPECT_FALSE(r.value().at("x").ranged);
   EXPECT_EQ(r.value().size(), 3u);
   // The name may itself contain ':' (the last one separates).
-  r = onnx_frontend::ParseInputShapes("ns:x:2");
+  r = onnx_frontend::ParseInputSpecs("ns:x:2");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r.value().at("ns:x"), (Shape{2}));
+  EXPECT_EQ(ExactShape(r.value().at("ns:x")), (Shape{2}));
 
   struct Case {
     const char* spec;
     const char* needle;
   };
-  for (const Case& c : {Case{"x", "--input-shape: 'x' is not NAME:d0,d1,..."},
-                        Case{":1,2", "--input-shape: ':1,2' is not NAME:d0,d1,..."},
-                        Case{"x:1,-2", "--input-shape: dim '-2' of 'x' is not a non-negative integer"},
+  for (const Case& c : {Case{"x", "--input-shape: 'x' is not NAME:DIMS"},
+                        Case{":1,2", "--input-shape: ':1,2' is not NAME:DIMS"},
+                        Case{"x:1,-2", "--input-shape: dim '-2' of 'x' is not a non-negative integer, A..B, A.. or ?"},
                         Case{"x:1,2a", "dim '2a' of 'x'"},
                         Case{"x:1,,2", "dim '' of 'x'"},
-                        Case{"x:99999999999999999999", "dim '99999999999999999999' of 'x'"}}) {
-    auto bad = onnx_frontend::ParseInputShapes(c.spec);
+                        Case{"x:1,2,", "'1,2,' of 'x' ends with ','"},
+                        Case{"x:99999999999999999999", "dim '99999999999999999999' of 'x'"},
+                        Case{"x:1..a", "dim '1..a' of 'x'"},
+                        Case{"x:8..2", "range '8..2' of 'x' is empty"},
+                        Case{"x:1..2|3..4", "'x' has two ranges"},
+                        Case{"x:1,2|3", "the alternatives of 'x' differ in rank (2 and 1)"},
+                        Case{"x:1..4,8|9,8", "gear [9,8] of 'x' has dim 0 = 9, outside the range given for it"},
+                        Case{"x:1|2;y:1|2|3", "'y' has 3 gears but 'x' has 2"},
+                        Case{"x:1;x:2", "'x' is given twice"}}) {
+    auto bad = onnx_frontend::ParseInputSpecs(c.spec);
     ASSERT_FALSE(bad.ok()) << c.spec;
-    EXPECT_NE(bad.status().message().find(c.needle), std::string::npos) << bad.status().message();
+    EXPECT_NE(bad.status().message().find(c.needle), std::string::npos) << c.spec << ": " << bad.status().message();
   }
+}
+
+TEST(OnnxInputShapes, RangesAndGears) {
+  auto r = onnx_frontend::ParseInputSpecs("ids:1..8,16..512;mask:?,1..;x:2..2,3");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ir::InputSpec& ids = r.value().at("ids");
+  ASSERT_EQ(ids.dims.size(), 2u);
+  EXPECT_EQ(ids.dims[0], (ir::SymbolRange{1, 8}));
+  EXPECT_EQ(ids.dims[1], (ir::SymbolRange{16, 512}));
+  EXPECT_TRUE(ids.ranged);
+  EXPECT_TRUE(ids.gears.empty());
+  const ir::InputSpec& mask = r.value().at("mask");
+  EXPECT_EQ(mask.dims[0], (ir::SymbolRange{1, -1}));
+  EXPECT_EQ(mask.dims[1], (ir::SymbolRange{1, -1}));
+  EXPECT_EQ(ExactShape(r.value().at("x")), (Shape{2, 3}));  // a range of one extent fixes the dim
+
+  // Gears only: each dim spans its gears' extents, fixed where all agree.
+  r = onnx_frontend::ParseInputSpecs("ids:1,128|4,512|2,128");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ir::InputSpec& g = r.value().at("ids");
+  EXPECT_FALSE(g.ranged);
+  ASSERT_EQ(g.gears.size(), 3u);
+  EXPECT_EQ(g.gears[1], (Shape{4, 512}));
+  EXPECT_EQ(g.dims[0], (ir::SymbolRange{1, 4}));
+  EXPECT_EQ(g.dims[1], (ir::SymbolRange{128, 512}));
+  r = onnx_frontend::ParseInputSpecs("ids:1,128|1,256");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r.value().at("ids").dims[0], (ir::SymbolRange{1, 1}));
+
+  // A range with gears inside it (either order).
+  r = onnx_frontend::ParseInputSpecs("ids:1,128|1..8,1..512|4,512");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ir::InputSpec& rg = r.value().at("ids");
+  EXPECT_TRUE(rg.ranged);
+  EXPECT_EQ(rg.dims[1], (ir::SymbolRange{1, 512}));
+  ASSERT_EQ(rg.gears.size(), 2u);
+  EXPECT_EQ(rg.gears[0], (Shape{1, 128}));
 }
 
 }  // namespace

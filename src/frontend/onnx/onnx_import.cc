@@ -282,6 +282,79 @@ Status SetTypeFromProto(ir::Value* v, const onnx::ValueInfoProto& vi, const Ctx&
   return Status::Ok();
 }
 
+// Gears from --input-shape: signature k takes the k-th gear of every input
+// that lists gears; the other inputs' symbolic dims follow from the symbols
+// those fix. The signatures (one shape per graph input) go to Graph::gears;
+// without any range given, they are the only admissible ones.
+Status SetGears(ir::Graph& g, const std::map<std::string, ir::InputSpec>& specs, const std::string& path) {
+  std::size_t count = 0;
+  bool ranged = false;
+  std::string first;
+  for (auto& [name, sp] : specs) {
+    ranged = ranged || sp.ranged;
+    if (sp.gears.empty()) continue;
+    if (count != 0 && sp.gears.size() != count) {
+      return Error(StatusCode::kInvalidArgument, "--input-shape: '", name, "' has ", sp.gears.size(),
+                   " gears but '", first, "' has ", count, "; every input with gears lists the same number");
+    }
+    if (sp.gears.size() > ir::kMaxGears) {
+      return Error(StatusCode::kInvalidArgument, "--input-shape: '", name, "' has ", sp.gears.size(),
+                   " gears; at most ", ir::kMaxGears);
+    }
+    count = sp.gears.size();
+    if (first.empty()) first = name;
+  }
+  if (count == 0) return Status::Ok();
+  for (std::size_t k = 0; k < count; ++k) {
+    std::map<std::string, std::pair<std::int64_t, std::string>> assign;
+    for (const ir::Value* v : g.inputs()) {
+      auto it = specs.find(v->name());
+      if (it == specs.end() || it->second.gears.empty()) continue;
+      const Shape& gs = it->second.gears[k];
+      for (std::size_t d = 0; d < gs.size() && d < v->shape().size(); ++d) {
+        if (v->shape()[d] >= 0) continue;  // fixed: equal to every gear's (the spec's range says so)
+        const std::string& sym = v->dim_params()[d];
+        const std::string who = StrCat("'", v->name(), "' dim ", d);
+        auto [a, added] = assign.emplace(sym, std::make_pair(gs[d], who));
+        if (!added && a->second.first != gs[d]) {
+          return Error(StatusCode::kInvalidArgument, "--input-shape: gear ", k, " gives symbol '", sym, "' ",
+                       gs[d], " at ", who, " but ", a->second.first, " at ", a->second.second);
+        }
+        auto r = g.symbols().find(sym);
+        if (r != g.symbols().end() && (gs[d] < r->second.min || (r->second.max >= 0 && gs[d] > r->second.max))) {
+          return Error(StatusCode::kInvalidArgument, "--input-shape: gear ", k, " gives symbol '", sym, "' ", gs[d],
+                       " at ", who, ", outside its range ", r->second.min, "..",
+                       r->second.max >= 0 ? StrCat(r->second.max) : "");
+        }
+      }
+    }
+    std::vector<Shape> sig;
+    for (const ir::Value* v : g.inputs()) {
+      Shape s = v->shape();
+      for (std::size_t d = 0; d < s.size(); ++d) {
+        if (s[d] >= 0) continue;
+        const std::string& sym = d < v->dim_params().size() ? v->dim_params()[d] : std::string();
+        auto fixed = g.symbols().find(sym);
+        if (!sym.empty() && fixed != g.symbols().end() && fixed->second.max == fixed->second.min) {
+          s[d] = fixed->second.min;  // fixed by another input's exact shape
+          continue;
+        }
+        auto a = assign.find(sym);
+        if (sym.empty() || a == assign.end()) {
+          return Error(StatusCode::kInvalidArgument, path, ": --input-shape: gear ", k, " leaves input '", v->name(),
+                       "' dim ", d, sym.empty() ? std::string() : StrCat(" (symbol '", sym, "')"),
+                       " open; give that input gears too");
+        }
+        s[d] = a->second.first;
+      }
+      sig.push_back(std::move(s));
+    }
+    g.gears().push_back(std::move(sig));
+  }
+  g.set_gears_only(!ranged);
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::Graph* parent,
                                                 Ctx& ctx, const ImportOptions* opts);
 
@@ -427,6 +500,17 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
   }
   std::set<std::string> used_shape_overrides;
   std::set<std::string> symbol_conflicts;  // names given two extents
+  // --input-shape: exact shapes, then ranges and gears; and the range each
+  // symbol gets from them (with the first input dim that gave it).
+  std::map<std::string, ir::InputSpec> specs;
+  if (opts) {
+    for (auto& [name, shape] : opts->input_shapes) {
+      ir::InputSpec& sp = specs[name];
+      for (std::int64_t e : shape) sp.dims.push_back(e < 0 ? ir::SymbolRange{1, -1} : ir::SymbolRange{e, e});
+    }
+    for (auto& [name, sp] : opts->input_specs) specs[name] = sp;
+  }
+  std::map<std::string, std::pair<ir::SymbolRange, std::string>> ranges;
   for (const auto& in : gp.input()) {
     if (init_names.count(in.name())) continue;  // an initializer listed as input: a constant
     if (g->FindValue(in.name())) {
@@ -455,27 +539,61 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     ir::Value* v = g->AddValue(in.name());
     KILN_RETURN_IF_ERROR(SetTypeFromProto(v, in, ctx));
     if (opts) {
-      auto it = opts->input_shapes.find(in.name());
-      if (it != opts->input_shapes.end()) {
+      auto it = specs.find(in.name());
+      if (it != specs.end()) {
         used_shape_overrides.insert(in.name());
-        const Shape& want = it->second;
-        const Shape& have = v->shape();
+        const ir::InputSpec& spec = it->second;
+        const std::size_t rank = spec.dims.size();
+        const Shape have = v->shape();
         bool unknown_rank = !v->dim_params().empty() && v->dim_params()[0] == "<unknown rank>";
-        if (!unknown_rank && want.size() != have.size()) {
+        if (!unknown_rank && rank != have.size()) {
           return Error(StatusCode::kInvalidArgument, "--input-shape for '", in.name(), "': rank ",
-                       want.size(), " given, the model's input has rank ", have.size(), " ",
+                       rank, " given, the model's input has rank ", have.size(), " ",
                        ShapeToString(have));
         }
-        for (std::size_t i = 0; i < have.size() && !unknown_rank; ++i) {
-          if (have[i] >= 0 && have[i] != want[i]) {
-            return Error(StatusCode::kInvalidArgument, "--input-shape for '", in.name(), "': dim ", i,
-                         " is fixed to ", have[i], " in the model, ", want[i], " given");
+        // The dims keep their names (symbols, each fixed to the given
+        // extent below, or ranging as given); an input declared without a
+        // shape has none.
+        auto& names = v->dim_params();
+        if (unknown_rank) names.assign(rank, "");
+        names.resize(rank);
+        Shape s(rank);
+        for (std::size_t i = 0; i < rank; ++i) {
+          const ir::SymbolRange& r = spec.dims[i];
+          const bool exact = r.max >= 0 && r.min == r.max;
+          if (!unknown_rank && have[i] >= 0) {
+            if (have[i] < r.min || (r.max >= 0 && have[i] > r.max)) {
+              return Error(StatusCode::kInvalidArgument, "--input-shape for '", in.name(), "': dim ", i,
+                           " is fixed to ", have[i], " in the model, ",
+                           exact ? StrCat(r.min) : StrCat(r.min, "..", r.max >= 0 ? StrCat(r.max) : ""), " given");
+            }
+            s[i] = have[i];
+            continue;
+          }
+          if (exact) {
+            s[i] = r.min;
+            continue;
+          }
+          s[i] = -1;
+          if (names[i].empty() || names[i].size() > ir::kMaxSymbolNameBytes) {
+            names[i] = ir::DefaultSymbolName(in.name(), i);
+          }
+          const std::string who = StrCat("'", in.name(), "' dim ", i);
+          auto [rit, added] = ranges.emplace(names[i], std::make_pair(r, who));
+          if (!added) {  // another input's dim with the same symbol: both ranges hold
+            ir::SymbolRange& both = rit->second.first;
+            const ir::SymbolRange before = both;
+            both.min = std::max(both.min, r.min);
+            if (r.max >= 0) both.max = both.max < 0 ? r.max : std::min(both.max, r.max);
+            if (both.max >= 0 && both.max < both.min) {
+              return Error(StatusCode::kInvalidArgument, "--input-shape: symbol '", names[i], "' of ", who,
+                           " ranges over ", r.min, "..", r.max >= 0 ? StrCat(r.max) : "", " but ", rit->second.second,
+                           " gives it ", before.min, "..", before.max >= 0 ? StrCat(before.max) : "",
+                           ": no extent satisfies both");
+            }
           }
         }
-        v->set_shape(want);
-        // The dims keep their names (symbols, each fixed to the given
-        // extent below); an input declared without a shape has none.
-        if (unknown_rank) v->dim_params().assign(want.size(), "");
+        v->set_shape(std::move(s));
       }
     }
     KILN_RETURN_IF_ERROR(CheckInputShape(*v, StrCat(ctx.path, ": ", ctx.scope, "graph input '", in.name(), "'",
@@ -484,13 +602,28 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     g->inputs().push_back(v);
   }
   DropSymbols(*g, symbol_conflicts);
+  // Ranges: a symbol fixed by another input's exact shape must lie in them.
+  for (auto& [name, rw] : ranges) {
+    auto it = g->symbols().find(name);
+    if (it == g->symbols().end()) {
+      if (!symbol_conflicts.count(name)) g->symbols()[name] = rw.first;
+      continue;
+    }
+    const ir::SymbolRange& r = rw.first;
+    if (it->second.min < r.min || (r.max >= 0 && it->second.min > r.max)) {
+      return Error(StatusCode::kInvalidArgument, "--input-shape: symbol '", name, "' of ", rw.second,
+                   " ranges over ", r.min, "..", r.max >= 0 ? StrCat(r.max) : "",
+                   " but another input fixes it to ", it->second.min);
+    }
+  }
+  if (!parent) KILN_RETURN_IF_ERROR(SetGears(*g, specs, ctx.path));
   if (opts) {
     for (auto& [name, t] : opts->constant_inputs) {
       if (!used_shape_overrides.count(name)) {
         return Error(StatusCode::kInvalidArgument, "--const-input names '", name, "', which is not an input of the model");
       }
     }
-    for (auto& [name, s] : opts->input_shapes) {
+    for (auto& [name, s] : specs) {
       if (!used_shape_overrides.count(name)) {
         std::string names;
         for (ir::Value* v : g->inputs()) names += (names.empty() ? "" : ", ") + v->name();
@@ -642,32 +775,140 @@ Result<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path, const
   return g;
 }
 
-Result<std::map<std::string, Shape>> ParseInputShapes(const std::string& spec) {
-  std::map<std::string, Shape> out;
+namespace {
+
+// One extent of an --input-shape spec: a non-negative integer within
+// Kiln's tensor limit.
+Result<std::int64_t> ParseExtent(const std::string& t, const std::string& name, const std::string& dim) {
+  try {
+    std::size_t used = 0;
+    long long v = std::stoll(t, &used);
+    if (used == t.size() && v >= 0 && v <= kMaxTensorBytes && !t.empty() && t[0] != '+' && t[0] != ' ') return v;
+  } catch (const std::exception&) {
+  }
+  return Error(StatusCode::kInvalidArgument, "--input-shape: dim '", dim, "' of '", name,
+               "' is not a non-negative integer, A..B, A.. or ? (extents up to ", kMaxTensorBytes, ")");
+}
+
+}  // namespace
+
+Result<std::map<std::string, ir::InputSpec>> ParseInputSpecs(const std::string& spec) {
+  std::map<std::string, ir::InputSpec> out;
   std::stringstream ss(spec);
   std::string item;
+  std::size_t gear_count = 0;
+  std::string gear_input;  // the first input with gears (for messages)
   while (std::getline(ss, item, ';')) {
     if (item.empty()) continue;
     auto colon = item.rfind(':');
     if (colon == std::string::npos || colon == 0) {
-      return Error(StatusCode::kInvalidArgument, "--input-shape: '", item, "' is not NAME:d0,d1,...");
+      return Error(StatusCode::kInvalidArgument, "--input-shape: '", item,
+                   "' is not NAME:DIMS (DIMS: d0,d1,... with each d an extent N, a range A..B or A.., or ?; "
+                   "alternatives separated by | are gears)");
     }
     std::string name = item.substr(0, colon);
-    Shape s;
-    std::stringstream ds(item.substr(colon + 1));
-    std::string d;
-    while (std::getline(ds, d, ',')) {
-      try {
-        std::size_t used = 0;
-        long long v = std::stoll(d, &used);
-        if (used != d.size() || v < 0) throw std::invalid_argument(d);
-        s.push_back(v);
-      } catch (const std::exception&) {
-        return Error(StatusCode::kInvalidArgument, "--input-shape: dim '", d, "' of '", name,
-                     "' is not a non-negative integer");
+    if (out.count(name)) return Error(StatusCode::kInvalidArgument, "--input-shape: '", name, "' is given twice");
+    ir::InputSpec in;
+    std::vector<ir::SymbolRange> range;
+    bool have_range = false;
+    std::stringstream as(item.substr(colon + 1));
+    std::string alt;
+    std::vector<std::string> alts;
+    while (std::getline(as, alt, '|')) alts.push_back(alt);
+    if (alts.empty()) alts.emplace_back();  // "x:" is a scalar
+    if (!item.empty() && item.back() == '|') alts.emplace_back();
+    for (const std::string& a : alts) {
+      std::vector<ir::SymbolRange> dims;
+      bool exact = true;
+      std::stringstream ds(a);
+      std::string d;
+      while (std::getline(ds, d, ',')) {
+        ir::SymbolRange r;
+        const auto dots = d.find("..");
+        if (d == "?") {
+          r = ir::SymbolRange{1, -1};
+        } else if (dots != std::string::npos) {
+          KILN_ASSIGN_OR_RETURN(r.min, ParseExtent(d.substr(0, dots), name, d));
+          const std::string hi = d.substr(dots + 2);
+          if (hi.empty()) {
+            r.max = -1;
+          } else {
+            KILN_ASSIGN_OR_RETURN(r.max, ParseExtent(hi, name, d));
+            if (r.max < r.min) {
+              return Error(StatusCode::kInvalidArgument, "--input-shape: range '", d, "' of '", name, "' is empty");
+            }
+          }
+        } else {
+          KILN_ASSIGN_OR_RETURN(std::int64_t v, ParseExtent(d, name, d));
+          r = ir::SymbolRange{v, v};
+        }
+        exact = exact && r.max >= 0 && r.min == r.max;
+        dims.push_back(r);
+      }
+      if (!a.empty() && a.back() == ',') {
+        return Error(StatusCode::kInvalidArgument, "--input-shape: '", a, "' of '", name, "' ends with ','");
+      }
+      if (!in.gears.empty() && dims.size() != in.gears.front().size()) {
+        return Error(StatusCode::kInvalidArgument, "--input-shape: the alternatives of '", name,
+                     "' differ in rank (", in.gears.front().size(), " and ", dims.size(), ")");
+      }
+      if (have_range && dims.size() != range.size()) {
+        return Error(StatusCode::kInvalidArgument, "--input-shape: the alternatives of '", name,
+                     "' differ in rank (", range.size(), " and ", dims.size(), ")");
+      }
+      if (exact) {
+        Shape s;
+        for (const auto& r : dims) s.push_back(r.min);
+        in.gears.push_back(std::move(s));
+      } else {
+        if (have_range) {
+          return Error(StatusCode::kInvalidArgument, "--input-shape: '", name,
+                       "' has two ranges; give one range and exact shapes (gears) as the other alternatives");
+        }
+        have_range = true;
+        range = std::move(dims);
       }
     }
-    out[name] = s;
+    if (in.gears.size() == 1 && !have_range) {
+      // One exact shape: a fixed input, not a gear.
+      for (std::int64_t e : in.gears.front()) in.dims.push_back(ir::SymbolRange{e, e});
+      in.gears.clear();
+    } else if (have_range) {
+      in.dims = std::move(range);
+      in.ranged = true;
+      for (const Shape& gs : in.gears) {
+        for (std::size_t k = 0; k < gs.size(); ++k) {
+          const ir::SymbolRange& r = in.dims[k];
+          if (gs[k] < r.min || (r.max >= 0 && gs[k] > r.max)) {
+            return Error(StatusCode::kInvalidArgument, "--input-shape: gear ", ShapeToString(gs), " of '", name,
+                         "' has dim ", k, " = ", gs[k], ", outside the range given for it");
+          }
+        }
+      }
+    } else {
+      // Gears only: each dim ranges over its gears' extents (fixed where all agree).
+      in.dims.assign(in.gears.front().size(), ir::SymbolRange{kMaxTensorBytes, 0});
+      for (const Shape& gs : in.gears) {
+        for (std::size_t k = 0; k < gs.size(); ++k) {
+          in.dims[k].min = std::min(in.dims[k].min, gs[k]);
+          in.dims[k].max = std::max(in.dims[k].max, gs[k]);
+        }
+      }
+    }
+    if (!in.gears.empty()) {
+      if (in.gears.size() > ir::kMaxGears) {
+        return Error(StatusCode::kInvalidArgument, "--input-shape: '", name, "' has ", in.gears.size(),
+                     " gears; at most ", ir::kMaxGears);
+      }
+      if (gear_count != 0 && in.gears.size() != gear_count) {
+        return Error(StatusCode::kInvalidArgument, "--input-shape: '", name, "' has ", in.gears.size(),
+                     " gears but '", gear_input, "' has ", gear_count,
+                     "; every input with gears lists the same number (gear k combines the k-th of each)");
+      }
+      gear_count = in.gears.size();
+      if (gear_input.empty()) gear_input = name;
+    }
+    out[name] = std::move(in);
   }
   return out;
 }

@@ -20,7 +20,10 @@ inline constexpr int kMinOpset = 1;  // per-op versions decide what is implement
 inline constexpr int kMaxOpset = 17;
 
 struct ImportOptions {
-  std::map<std::string, Shape> input_shapes;  // by graph input name
+  std::map<std::string, Shape> input_shapes;  // by graph input name: exact shapes
+  // Ranges and gears by graph input name (ParseInputSpecs); an input named
+  // in both takes its spec from here.
+  std::map<std::string, ir::InputSpec> input_specs;
   // Graph inputs replaced by these values (they become constants, so shapes
   // that depend on them resolve at compile time). By input name.
   std::map<std::string, HostTensorPtr> constant_inputs;
@@ -29,7 +32,11 @@ struct ImportOptions {
 Result<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path,
                                                   const ImportOptions& opts);
 
-// Parses "x:1,3,224,224;y:1,8" into a map; error names the bad part.
-Result<std::map<std::string, Shape>> ParseInputShapes(const std::string& spec);
+// Parses --input-shape: "NAME:DIMS[|DIMS...][;NAME:...]", DIMS a comma list
+// of extents N, ranges A..B / A.. and ? (any extent); alternatives that are
+// exact shapes are gears, at most one alternative is a range ("x:1,3,224,224",
+// "ids:1..8,1..512", "ids:1,128|4,512", "ids:1..8,1..512|1,128"). Errors name
+// the bad part.
+Result<std::map<std::string, ir::InputSpec>> ParseInputSpecs(const std::string& spec);
 
 }  // namespace kiln::onnx_frontend
