@@ -443,5 +443,51 @@ TEST(DynamicShapes, GearsArePlannedAtLoadAndKept) {
   }
 }
 
+// MatMuls of plans made per signature, checked by loops at several extents
+// (one of 1): a constant B, and two inputs (batched, as attention's Q K^T,
+// with M and N both symbolic).
+TEST(DynamicShapes, MatMulsMatchLoopsAtEveryExtent) {
+  constexpr int kK = 4, kN = 3;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* q = g->AddValue("q", DType::kFloat32, {-1, -1, kK});
+  q->dim_params() = {"batch", "m", ""};
+  ir::Value* k = g->AddValue("k", DType::kFloat32, {-1, kK, -1});
+  k->dim_params() = {"batch", "", "n"};
+  g->inputs() = {q, k};
+  std::vector<float> w;
+  for (int i = 0; i < kK * kN; ++i) w.push_back(0.25f * static_cast<float>(i % 5) - 0.5f);
+  ir::Value* qk = g->AddValue("qk");
+  ir::Value* qw = g->AddValue("qw");
+  g->AddNode("MatMul", "qk", {q, k}, {qk});
+  g->AddNode("MatMul", "qw", {q, g->AddConstant("w", test::F32({kK, kN}, w))}, {qw});
+  g->outputs() = {qk, qw};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (auto [b, m, n] : {std::tuple{1, 1, 1}, std::tuple{2, 5, 3}, std::tuple{3, 17, 9}, std::tuple{1, 64, 33}}) {
+    std::vector<float> qs(static_cast<std::size_t>(b * m * kK)), ks(static_cast<std::size_t>(b * kK * n));
+    for (std::size_t i = 0; i < qs.size(); ++i) qs[i] = std::sin(0.3f * static_cast<float>(i));
+    for (std::size_t i = 0; i < ks.size(); ++i) ks[i] = std::cos(0.7f * static_cast<float>(i));
+    std::vector<float> y1(static_cast<std::size_t>(b * m * n), -7), y2(static_cast<std::size_t>(b * m * kN), -7);
+    Status st = (*model)->Execute({TensorRef::Of(qs.data(), {b, m, kK}), TensorRef::Of(ks.data(), {b, kK, n})},
+                                  {TensorRef::Of(y1.data(), {b, m, n}), TensorRef::Of(y2.data(), {b, m, kN})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (int bi = 0; bi < b; ++bi) {
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int t = 0; t < kK; ++t) s += double(qs[(bi * m + i) * kK + t]) * ks[(bi * kK + t) * n + j];
+          ASSERT_NEAR(y1[(bi * m + i) * n + j], s, 1e-5) << b << "x" << m << "x" << n << " qk " << bi << "," << i << "," << j;
+        }
+        for (int j = 0; j < kN; ++j) {
+          double s = 0;
+          for (int t = 0; t < kK; ++t) s += double(qs[(bi * m + i) * kK + t]) * w[t * kN + j];
+          ASSERT_NEAR(y2[(bi * m + i) * kN + j], s, 1e-5) << b << "x" << m << "x" << n << " qw " << bi << "," << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
