@@ -594,6 +594,7 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   auto model = kiln::Model::Load(path, lo);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
   if (!model.ok()) return Fail(model.status());
+  const std::uint64_t plans_at_load = model.value()->plan_stats().created;  // (gears are made at load)
   auto inputs = PrepareInputs(*model.value(), input_specs, 0, !as_json);
   if (!inputs.ok()) return Fail(inputs.status());
   auto bound = Bind(*model.value(), inputs.value());
@@ -621,20 +622,25 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   auto pct = [&](double p) { return s[std::min<std::size_t>(s.size() - 1, static_cast<std::size_t>(p * (s.size() - 1) + 0.5))]; };
   double median = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
   // Symbolic input dims: the plan for these input shapes was made before the
-  // first run (shapes inferred, memory planned, kernels created, recorded).
+  // first run (shapes inferred, memory planned, kernels created, recorded),
+  // or at load when they are a gear (its time is in load_ms).
   const auto& ins = model.value()->inputs();
   const bool symbolic = std::any_of(ins.begin(), ins.end(), [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape); });
-  const double plan_ms = model.value()->plan_stats().last_plan_us / 1000.0;
+  const bool gear = model.value()->plan_stats().created == plans_at_load;
+  const double plan_ms = gear ? 0.0 : model.value()->plan_stats().last_plan_us / 1000.0;
   if (as_json) {
     json j{{"model", path}, {"runs", runs}, {"warmup", warmup}, {"threads", threads},
            {"median_ms", median}, {"p90_ms", pct(0.9)}, {"min_ms", s.front()}, {"max_ms", s.back()},
            {"load_ms", load_ms}};
     if (symbolic) j["plan_ms"] = plan_ms;
+    if (symbolic) j["gear"] = gear;
     std::cout << j.dump() << "\n";
   } else {
+    const std::string plan = !symbolic ? std::string()
+                             : gear    ? std::string(" (these shapes are a gear: planned at load)")
+                                       : kiln::StrCat(" (plan for these shapes ", plan_ms, " ms)");
     std::printf("%s: %d runs, %d thread%s: median %.3f ms, p90 %.3f ms, min %.3f ms%s\n", path.c_str(), runs,
-                threads, threads == 1 ? "" : "s", median, pct(0.9), s.front(),
-                symbolic ? kiln::StrCat(" (plan for these shapes ", plan_ms, " ms)").c_str() : "");
+                threads, threads == 1 ? "" : "s", median, pct(0.9), s.front(), plan.c_str());
   }
   if (!profile_file.empty()) {
     // With --json the table goes to stderr: stdout stays one JSON object.

@@ -2,6 +2,7 @@
 """The kiln CLI on bad input: every case must exit 1 with a clear message
 naming the culprit, never crash (signal) and never leave a broken file."""
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -139,6 +140,39 @@ class CliBadInput(unittest.TestCase):
         self.assertCleanError(rc, out, "dim 1", "fixed to 4")
         rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:3,a")
         self.assertCleanError(rc, out, "'a'")
+
+    def test_ranges_and_gears(self):
+        path = save(relu_model(dim_param="batch"), "gears.onnx")
+        out_path = os.path.join(WORK, "gears.kiln")
+        rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:1..6,4|2,4|5,4")
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", out_path)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("x float32[batch=1..6,4]", out)
+        self.assertIn("gears: [2,4] | [5,4] (planned at load)", out)
+        x_path = os.path.join(WORK, "gears_x.npy")
+        for batch, gear in ((5, True), (3, False)):
+            x = np.linspace(-1, 1, batch * 4, dtype=np.float32).reshape(batch, 4)
+            np.save(x_path, x)
+            rc, out = kiln("run", out_path, "--input", "x=" + x_path, "--output-dir", os.path.join(WORK, "gears_o"))
+            self.assertEqual(rc, 0, out)
+            np.testing.assert_array_equal(np.load(os.path.join(WORK, "gears_o", "output_0.npy")), np.maximum(x, 0))
+            rc, out = kiln("bench", out_path, "--input", "x=" + x_path, "--runs", "3", "--json")
+            self.assertEqual(rc, 0, out)
+            j = json.loads(out)
+            self.assertEqual(j["gear"], gear, out)
+            self.assertEqual(j["plan_ms"] == 0, gear, out)
+        np.save(x_path, np.zeros((7, 4), np.float32))
+        rc, out = kiln("run", out_path, "--input", "x=" + x_path)
+        self.assertCleanError(rc, out, "input 0 'x' dim 0 (symbol 'batch') is 7, outside its range 1..6")
+        # Gears only: other shapes are refused, naming the gears.
+        rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:2,4|5,4")
+        self.assertEqual(rc, 0, out)
+        np.save(x_path, np.zeros((3, 4), np.float32))
+        rc, out = kiln("run", out_path, "--input", "x=" + x_path)
+        self.assertCleanError(rc, out, "input shapes [3,4] are not one of the gears", "([2,4] | [5,4])")
+        rc, out = kiln("compile", "--model", path, "--output", out_path, "--input-shape", "x:1..2,4|3..4,4")
+        self.assertCleanError(rc, out, "'x' has two ranges")
 
     def test_bad_attribute_names_node(self):
         g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="c1", strides=[0, 1])], "g",
