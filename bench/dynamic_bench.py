@@ -6,9 +6,12 @@
 
 Exports the BERT-style encoder of tests/models/test_bert.py with dynamic batch and seq
 (test_bert.py --dynamic, which also checks the one .kiln against PyTorch at seven shapes),
-compiles it once with no --input-shape (dynamic.kiln) and once per benchmarked shape with
+compiles it once with no --input-shape (dynamic.kiln), once with ranges up to the largest
+benchmarked batch and seq (bounded.kiln: `--input-shape input_ids:1..B,1..S;...`, planned for
+the largest shape, one arena shared by its plans) and once per benchmarked shape with
 --input-shape (static_BxS.kiln). Per shape, interleaved for --rounds rounds: `kiln bench --json`
-on the static file, on the dynamic file, and bench/ort_bench.js on the dynamic ONNX model.
+on the static file, the dynamic file and the bounded file, and bench/ort_bench.js on the dynamic
+ONNX model.
 Reports the median over rounds of each median, the ratios dynamic/static and dynamic/ORT, and
 the time the dynamic model took to make its plan for that shape (plan_ms: shape inference,
 memory plan, kernels, recording; the first run at a new shape pays it). Writes (replaces) the
@@ -49,6 +52,10 @@ def main():
          "--dynamic", "--max-pos", str(max(s for _, s in shapes))], "export + accuracy check (test_bert.py --dynamic)")
     mdir = os.path.join(work, "bert_dynamic")
     onnx_path, dyn = os.path.join(mdir, "model.onnx"), os.path.join(mdir, "model.kiln")
+    bounded = os.path.join(mdir, "bounded.kiln")
+    max_b, max_s = max(b for b, _ in shapes), max(s for _, s in shapes)
+    run([kiln, "compile", "--model", onnx_path, "--output", bounded, "--input-shape",
+         f"input_ids:1..{max_b},1..{max_s};attention_mask:1..{max_b},1..{max_s}"], "bounded compile")
     rows = []
     for batch, seq in shapes:
         tag = f"{batch}x{seq}"
@@ -61,13 +68,16 @@ def main():
              f"input_ids:{batch},{seq};attention_mask:{batch},{seq}"], f"static compile at {tag}")
         inputs = ["--input", f"input_ids={ids_path}", "--input", f"attention_mask={mask_path}"]
         common = ["--runs", str(args.runs), "--warmup", str(args.warmup), "--threads", str(args.threads)]
-        res = {"static": [], "dynamic": [], "ort": [], "plan": []}
+        res = {"static": [], "dynamic": [], "ort": [], "plan": [], "bounded": [], "bplan": []}
         for _ in range(args.rounds):
             j = json.loads(run([kiln, "bench", static, "--json"] + inputs + common, f"kiln bench static {tag}"))
             res["static"].append(j["median_ms"])
             j = json.loads(run([kiln, "bench", dyn, "--json"] + inputs + common, f"kiln bench dynamic {tag}"))
             res["dynamic"].append(j["median_ms"])
             res["plan"].append(j["plan_ms"])
+            j = json.loads(run([kiln, "bench", bounded, "--json"] + inputs + common, f"kiln bench bounded {tag}"))
+            res["bounded"].append(j["median_ms"])
+            res["bplan"].append(j["plan_ms"])
             out = run(["node", os.path.join(REPO, "bench", "ort_bench.js"), onnx_path] + inputs + common,
                       f"ort bench {tag}")
             res["ort"].append(json.loads(out.strip().splitlines()[-1])["median_ms"])
@@ -78,11 +88,15 @@ def main():
     lines = [BEGIN, "", f"Machine: {cpu}, {nproc} vCPUs; Kiln {rev}; {date}; "
              f"{args.threads} thread(s), medians over {args.rounds} interleaved rounds of {args.runs} runs.", "",
              f"Command: `/usr/bin/python3 bench/dynamic_bench.py --kiln build/kiln --work DIR --shapes {args.shapes}`",
-             "", "| batch x seq | static .kiln (ms) | symbolic .kiln (ms) | symbolic / static | ONNX Runtime (ms) "
-             "| symbolic / ORT | plan for the shape (ms) |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "", f"bounded: compiled with `--input-shape input_ids:1..{max_b},1..{max_s};attention_mask:1..{max_b},"
+             f"1..{max_s}`.", "",
+             "| batch x seq | static .kiln (ms) | symbolic .kiln (ms) | symbolic / static | bounded (ms) "
+             "| bounded / static | ONNX Runtime (ms) | symbolic / ORT | plan, symbolic (ms) | plan, bounded (ms) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for tag, m in rows:
         lines.append(f"| {tag} | {m['static']:.3f} | {m['dynamic']:.3f} | {m['dynamic'] / m['static']:.3f} | "
-                     f"{m['ort']:.3f} | {m['dynamic'] / m['ort']:.3f} | {m['plan']:.2f} |")
+                     f"{m['bounded']:.3f} | {m['bounded'] / m['static']:.3f} | "
+                     f"{m['ort']:.3f} | {m['dynamic'] / m['ort']:.3f} | {m['plan']:.2f} | {m['bplan']:.2f} |")
     lines += ["", END]
     write_section(args.out, "\n".join(lines), BEGIN, END)
     print("\n".join(lines))

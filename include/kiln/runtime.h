@@ -8,6 +8,9 @@
 //                                      {kiln::TensorRef::Of(y.data(), {1, 1000})});
 //
 // A Model is not thread-safe: one Execute at a time (it owns one arena).
+// Runs of one model are ordered even across streams: an ExecuteAsync on
+// another stream than the previous one waits (on the device) for that run,
+// and Execute waits for a run still queued.
 // Deploying needs only this runtime library (no protobuf/ONNX).
 #pragma once
 

@@ -1,4 +1,5 @@
 #include "api/compiler.h"
+#include "runtime/executor.h"
 
 #include "runtime/devices.h"
 
@@ -158,6 +159,18 @@ Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph,
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
   KILN_RETURN_IF_ERROR(passes::PassManager::Default().Run(*graph, popts, &log));
   KILN_RETURN_IF_ERROR(graph->TopologicalSort());
+  // Every gear specializes and plans here as the loader will make it: a
+  // gear the model cannot run fails the compile, not the load.
+  for (std::size_t k = 0; k < graph->gears().size(); ++k) {
+    const auto& sig = graph->gears()[k];
+    std::string shapes;
+    for (const Shape& s : sig) shapes += StrCat(shapes.empty() ? "" : ", ", ShapeToString(s));
+    auto c = ir::CloneGraph(*graph);
+    for (std::size_t i = 0; i < sig.size() && i < c->inputs().size(); ++i) c->inputs()[i]->set_shape(sig[i]);
+    Status st = runtime::SpecializeGraph(*c);
+    if (st.ok()) st = plan::PlanMemory(*c).status();
+    if (!st.ok()) return st.WithContext(StrCat("gear ", k, " (input shapes ", shapes, ")"));
+  }
   CompileReport local;
   CompileReport& rep = report ? *report : local;
   TempDirGuard temp_guard;  // a failed compile removes its temporary weight directory

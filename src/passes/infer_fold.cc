@@ -4,6 +4,7 @@
 // whose nodes are then inferred and folded in turn.
 #include <algorithm>
 #include <deque>
+#include <map>
 
 #include "backends/cpu/kernel.h"
 #include "common/checked.h"
@@ -67,6 +68,27 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
   // dims of subgraph inputs, stay errors.
   const bool top = g.parent() == nullptr;
   std::string symbolic;  // "x dim 0 ('batch'), ..." for messages
+  // A model admitting only its gears is compiled at its largest gear (by
+  // input elements), not at each symbol's max (gears [1,n] and [n,1] would
+  // give [n,n], which no gear has).
+  std::map<std::string, std::int64_t> gear_probe;
+  if (top && g.gears_only() && !g.gears().empty()) {
+    const std::vector<Shape>* largest = nullptr;
+    double most = -1;
+    for (const auto& sig : g.gears()) {
+      double n = 0;
+      for (const Shape& s : sig) n += static_cast<double>(NumElements(s));
+      if (n > most) most = n, largest = &sig;
+    }
+    for (std::size_t i = 0; i < g.inputs().size() && i < largest->size(); ++i) {
+      const ir::Value* in = g.inputs()[i];
+      for (std::size_t d = 0; d < in->shape().size() && d < (*largest)[i].size(); ++d) {
+        if (in->shape()[d] < 0 && d < in->dim_params().size() && !in->dim_params()[d].empty()) {
+          gear_probe.emplace(in->dim_params()[d], (*largest)[i][d]);
+        }
+      }
+    }
+  }
   for (ir::Value* in : g.inputs()) {
     if (IsStatic(in->shape()) && !(in->dim_params().size() == 1 && in->dim_params()[0] == "<unknown rank>")) continue;
     const bool unknown_rank = in->dim_params().size() == 1 && in->dim_params()[0] == "<unknown rank>";
@@ -95,10 +117,12 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
         // any admissible signature needs, and the runtime shares that arena
         // between its plans.
         const ir::SymbolRange& r = it->second;
-        s[i] = r.max >= 0 ? r.max : std::max(kSymbolProbe, r.min);
+        auto gp = gear_probe.find(names[i]);
+        s[i] = gp != gear_probe.end() ? gp->second : r.max >= 0 ? r.max : std::max(kSymbolProbe, r.min);
         mask |= std::uint64_t{1} << i;
         symbolic += StrCat(symbolic.empty() ? "" : ", ", "'", in->name(), "' dim ", i, " ('", names[i], "' = ", s[i],
-                           r.max >= 0 ? ", its range's max" : "", ")");
+                           gp != gear_probe.end() ? ", the largest gear's" : r.max >= 0 ? ", its range's max" : "",
+                           ")");
       }
       in->set_shape(std::move(s));
       in->set_symbolic_mask(mask);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "backends/cpu/kernel.h"
 #include "common/checked.h"
 #include "ops/op_registry.h"
 #include "runtime/devices.h"
@@ -918,6 +919,33 @@ Status Executor::Enqueue(device::Stream& stream, const std::vector<void*>& io, E
   if (stats) {
     stats->tasks_run = num_launches_;
     stats->slots_refreshed = refreshed;
+  }
+  return Status::Ok();
+}
+
+// (executor.h)
+Status SpecializeGraph(ir::Graph& g) {
+  // Every extent is concrete here: no symbolic dims to track, and the
+  // values the compiler (or loader) computed at the probe are stale.
+  for (auto& v : g.values()) {
+    v->set_symbolic_mask(0);
+    if (!v->is_constant()) v->set_bound_value(nullptr);
+  }
+  std::vector<ir::Node*> nodes;
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  std::vector<ir::Node*> folded;
+  for (ir::Node* n : nodes) {
+    KILN_RETURN_IF_ERROR(ops::InferNodeConcrete(*n));
+    KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
+    if (!bound) continue;
+    bool output = false;
+    for (const ir::Value* o : n->outputs()) output = output || g.IsGraphOutput(o);
+    if (!output) folded.push_back(n);
+  }
+  for (ir::Node* n : folded) {
+    std::vector<ir::Value*> outs = n->outputs();
+    g.RemoveNode(n);
+    for (ir::Value* o : outs) o->set_constant(o->bound_value());
   }
   return Status::Ok();
 }

@@ -162,6 +162,15 @@ struct ExecutorOptions {
   std::uint64_t shared_arena_size = 0;
 };
 
+// Specializes a graph whose inputs have been given one signature's shapes
+// (a clone of a model with symbolic dims): every node inferred again and
+// shape arithmetic evaluated at these shapes (cpu::EvalBound, as the
+// compiler does at its probe), then folded into constants: a Reshape's
+// target computed from Shape becomes a constant, and no such node runs. A
+// node writing a model output stays and runs (its value still serves the
+// nodes after it). The runtime does this per plan, the compiler per gear.
+Status SpecializeGraph(ir::Graph& g);
+
 class Executor {
  public:
   // `graph` must outlive the executor. Creates every kernel, calls each custom

@@ -146,6 +146,14 @@ struct ModelState {
   // (allocated with the first plan; a plan needing more gets its own).
   std::uint64_t shared_arena_size = 0;
   std::shared_ptr<void> shared_arena;
+  // Runs of one model share memory (a plan's arena between runs of its
+  // signature, the shared arena between plans): the last ExecuteAsync is
+  // fenced by `last_async`, recorded on `last_async_stream` (compared, never
+  // used: a destroyed stream has finished its work). A run on another
+  // stream waits for it on the device; a synchronous Execute waits on the
+  // host.
+  Event last_async;
+  const void* last_async_stream = nullptr;
   PlanStats stats;
 };
 
@@ -215,6 +223,10 @@ class ModelImpl final : public Model {
     return Guarded("running", name_, [&]() -> Status {
       KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(ins, true));
       KILN_RETURN_IF_ERROR(Bind(*plan, ins, outs));
+      if (state_->last_async_stream) {  // the last queued run may still use this memory
+        KILN_RETURN_IF_ERROR(state_->last_async.Synchronize());
+        state_->last_async_stream = nullptr;
+      }
       return plan->executor->Run(io_, &stats_, threads_, staged_ ? &copies_ : nullptr);
     });
   }
@@ -224,8 +236,15 @@ class ModelImpl final : public Model {
       KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(ins, true));
       KILN_RETURN_IF_ERROR(Bind(*plan, ins, outs));
       auto keep = std::make_shared<RunKeepalive>(RunKeepalive{state_, plan});
-      return plan->executor->Enqueue(DeviceStreamOf(stream), io_, &stats_, std::move(keep), threads_,
-                                     staged_ ? &copies_ : nullptr);
+      device::Stream& ds = DeviceStreamOf(stream);
+      if (state_->last_async_stream && state_->last_async_stream != &ds) {
+        KILN_RETURN_IF_ERROR(ds.WaitEvent(state_->last_async));
+      }
+      KILN_RETURN_IF_ERROR(plan->executor->Enqueue(ds, io_, &stats_, std::move(keep), threads_,
+                                                   staged_ ? &copies_ : nullptr));
+      KILN_RETURN_IF_ERROR(ds.RecordEvent(state_->last_async));
+      state_->last_async_stream = &ds;
+      return Status::Ok();
     });
   }
 
@@ -312,7 +331,7 @@ class ModelImpl final : public Model {
     std::string sig;
     for (std::size_t i = 0; i < shapes.size(); ++i) sig += StrCat(i ? ", " : "", ShapeToString(shapes[i]));
     const std::string what = StrCat("planning '", name_, "' for input shapes ", sig);
-    KILN_RETURN_IF_ERROR(Specialize(g).WithContext(what));
+    KILN_RETURN_IF_ERROR(runtime::SpecializeGraph(g).WithContext(what));
     auto mp = plan::PlanMemory(g);
     if (!mp.ok()) return mp.status().WithContext(what);
     plan->arena_size = mp.value().arena_size;
@@ -321,17 +340,17 @@ class ModelImpl final : public Model {
     eo.load_stream = nullptr;
     if (state_->shared_arena_size > 0 && plan->arena_size <= state_->shared_arena_size) {
       if (!state_->shared_arena) {
+        // If the largest signature's arena cannot be had, this plan gets
+        // its own (sized for its shapes); a later plan tries again.
         device::Device* dev = eo.device;
         auto p = dev->Allocate(state_->shared_arena_size);
-        if (!p.ok()) {
-          return Error(StatusCode::kOutOfRange, what, ": cannot allocate the shared arena of ",
-                       state_->shared_arena_size, " bytes: ", p.status().message());
-        }
-        state_->shared_arena = std::shared_ptr<void>(p.value(), [dev](void* q) { dev->Free(q); });
+        if (p.ok()) state_->shared_arena = std::shared_ptr<void>(p.value(), [dev](void* q) { dev->Free(q); });
       }
-      eo.shared_arena = state_->shared_arena;
-      eo.shared_arena_size = state_->shared_arena_size;
-      plan->shared_arena = true;
+      if (state_->shared_arena) {
+        eo.shared_arena = state_->shared_arena;
+        eo.shared_arena_size = state_->shared_arena_size;
+        plan->shared_arena = true;
+      }
     }
     auto ex = runtime::Executor::Create(g, mp.value(), eo);
     if (!ex.ok()) return ex.status().WithContext(what);
@@ -344,37 +363,6 @@ class ModelImpl final : public Model {
     return plan;
   }
 
-  // Specializes a copy of the model's graph whose inputs have a signature's
-  // shapes: every node inferred again and shape arithmetic evaluated at
-  // these shapes (cpu::EvalBound, as the compiler does at its probe), then
-  // folded into constants of this plan: a Reshape's target computed from
-  // Shape becomes a constant, and no such node runs. A node writing a model
-  // output stays and runs (its value still serves the nodes after it).
-  static Status Specialize(ir::Graph& g) {
-    // Every extent is concrete here: no symbolic dims to track, and the
-    // values the compiler (or loader) computed at the probe are stale.
-    for (auto& v : g.values()) {
-      v->set_symbolic_mask(0);
-      if (!v->is_constant()) v->set_bound_value(nullptr);
-    }
-    std::vector<ir::Node*> nodes;
-    for (auto& n : g.nodes()) nodes.push_back(n.get());
-    std::vector<ir::Node*> folded;
-    for (ir::Node* n : nodes) {
-      KILN_RETURN_IF_ERROR(ops::InferNodeConcrete(*n));
-      KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
-      if (!bound) continue;
-      bool output = false;
-      for (const ir::Value* o : n->outputs()) output = output || g.IsGraphOutput(o);
-      if (!output) folded.push_back(n);
-    }
-    for (ir::Node* n : folded) {
-      std::vector<ir::Value*> outs = n->outputs();
-      g.RemoveNode(n);
-      for (ir::Value* o : outs) o->set_constant(o->bound_value());
-    }
-    return Status::Ok();
-  }
 
   // The caller's inputs against the model's: count, dtypes, ranks, static
   // dims exactly; symbolic dims within their symbol's range and one extent

@@ -215,9 +215,15 @@ def run_ranged(kiln, mdir, model, shapes_list, args):
             if ".." not in alt:
                 continue
             for sym, dim in zip(("batch", "seq"), alt.split(",")):
-                lo, hi = dim.split("..")
+                if dim == "?":
+                    lo, hi = "1", ""
+                else:
+                    lo, _, hi = dim.partition("..") if ".." in dim else (dim, "", dim)
                 old = ranges.get(sym, (0, 1 << 62))
-                ranges[sym] = (max(old[0], int(lo)), min(old[1], int(hi)))
+                ranges[sym] = (max(old[0], int(lo)), min(old[1], int(hi) if hi else 1 << 62))
+    ranges = {k: (lo, -1 if hi == 1 << 62 else hi) for k, (lo, hi) in ranges.items()}
+    if ranges.get("seq", (0, -1))[1] < 0:
+        raise TestError(f"--ranges {args.ranges!r} must bound seq (the test runs past its max)")
     ok, msg = run_dynamic(kiln, ranged, mdir, model, shapes_list, args, ranges)
     # Past the largest seq: refused, naming input, dim, symbol and range.
     batch, seq = 1, ranges["seq"][1] + 1

@@ -489,5 +489,90 @@ TEST(DynamicShapes, MatMulsMatchLoopsAtEveryExtent) {
   }
 }
 
+// Runs of one model share memory (a bounded model's plans share one
+// arena): a synchronous run after an ExecuteAsync still queued, or a run
+// queued on another stream, waits for it. 12 MatMul+Tanh layers make the
+// queued run long enough to overlap; results are checked by loops.
+TEST(DynamicShapes, OverlappingRunsOfABoundedModelWaitForEachOther) {
+  constexpr int kW = 32, kLayers = 12;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {-1, kW});
+  x->dim_params() = {"batch", ""};
+  g->inputs().push_back(x);
+  g->symbols()["batch"] = ir::SymbolRange{1, 256};
+  std::vector<float> w(kW * kW);
+  for (int i = 0; i < kW * kW; ++i) w[static_cast<std::size_t>(i)] = 0.05f * static_cast<float>((i * 7) % 11 - 5);
+  ir::Value* cur = x;
+  for (int l = 0; l < kLayers; ++l) {
+    ir::Value* mm = g->AddValue("mm" + std::to_string(l));
+    ir::Value* t = g->AddValue("t" + std::to_string(l));
+    g->AddNode("MatMul", "matmul" + std::to_string(l), {cur, g->AddConstant("w" + std::to_string(l), test::F32({kW, kW}, w))}, {mm});
+    g->AddNode("Tanh", "tanh" + std::to_string(l), {mm}, {t});
+    cur = t;
+  }
+  g->outputs() = {cur};
+  test::TempDir dir;
+  CompileOptions unfused;
+  unfused.passes.disabled.insert("fuse");
+  auto model = CompileAndLoad(std::move(g), dir, nullptr, unfused);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto input = [](int batch, float phase) {
+    std::vector<float> v(static_cast<std::size_t>(batch) * kW);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase);
+    return v;
+  };
+  auto expected = [&](const std::vector<float>& in, int batch) {
+    std::vector<float> a = in, b(a.size());
+    for (int l = 0; l < kLayers; ++l) {
+      for (int r = 0; r < batch; ++r) {
+        for (int j = 0; j < kW; ++j) {
+          float s = 0;
+          for (int k = 0; k < kW; ++k) s += a[static_cast<std::size_t>(r * kW + k)] * w[static_cast<std::size_t>(k * kW + j)];
+          b[static_cast<std::size_t>(r * kW + j)] = std::tanh(s);
+        }
+      }
+      std::swap(a, b);
+    }
+    return a;
+  };
+  auto s1 = Stream::Create();
+  auto s2 = Stream::Create();
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  for (int round = 0; round < 5; ++round) {
+    std::vector<float> xa = input(256, 0.1f * round), xb = input(255, 1.f + round), xc = input(200, 2.f + round);
+    std::vector<float> ya(xa.size()), yb(xb.size()), yc(xc.size());
+    ASSERT_TRUE((*model)->ExecuteAsync(**s1, {TensorRef::Of(xa.data(), {256, kW})}, {TensorRef::Of(ya.data(), {256, kW})}).ok());
+    ASSERT_TRUE((*model)->ExecuteAsync(**s2, {TensorRef::Of(xc.data(), {200, kW})}, {TensorRef::Of(yc.data(), {200, kW})}).ok());
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(xb.data(), {255, kW})}, {TensorRef::Of(yb.data(), {255, kW})}).ok());
+    ASSERT_TRUE((*s1)->Synchronize().ok());
+    ASSERT_TRUE((*s2)->Synchronize().ok());
+    for (auto [y, xin, batch] : {std::tuple{&ya, &xa, 256}, std::tuple{&yb, &xb, 255}, std::tuple{&yc, &xc, 200}}) {
+      const std::vector<float> want = expected(*xin, batch);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR((*y)[i], want[i], 1e-4) << "round " << round << " batch " << batch << " element " << i;
+      }
+    }
+  }
+}
+
+// A gear the model cannot run fails the compile (naming the gear), not the
+// load: x[batch, 4] reshaped to [8, -1] admits only batches that make 8 rows.
+TEST(DynamicShapes, GearsAreCheckedWhenCompiling) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {-1, 4});
+  x->dim_params() = {"batch", ""};
+  g->inputs().push_back(x);
+  g->symbols()["batch"] = ir::SymbolRange{1, 8};
+  g->gears() = {{{2, 4}}, {{3, 4}}};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Reshape", "reshape", {x, g->AddConstant("shape", test::I64({2}, {8, -1}))}, {y});
+  g->outputs() = {y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("gear 1 (input shapes [3,4])"), std::string::npos) << model.status().message();
+  EXPECT_NE(model.status().message().find("reshape"), std::string::npos) << model.status().message();
+}
+
 }  // namespace
 }  // namespace kiln

@@ -590,6 +590,25 @@ TEST_F(OnnxImportTest, RangesAndGearsBecomeSymbolsAndSignatures) {
         << r.status().message();
   }
   {
+    // A gear must keep the dims the model fixes (x dim 1 is 3).
+    auto r = import("x:1..8,1..10|2,5;z:1..8,1..8");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("gear 0 of 'x' has dim 1 = 5, but the model fixes it to 3"), std::string::npos)
+        << r.status().message();
+  }
+  {
+    // A gear past Kiln's tensor limit fails here, not when the file loads.
+    auto r = import("z:1,3|3000000000,8");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("gear 1 of 'z'"), std::string::npos) << r.status().message();
+  }
+  {
+    // The same gear twice is planned once.
+    auto r = import("z:2,5|2,5|4,7");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value()->gears().size(), 2u);
+  }
+  {
     // Two inputs' gears must agree on their shared symbol.
     auto r = import("x:1,3|2,3;z:1,5|3,5");
     ASSERT_FALSE(r.ok());

@@ -311,8 +311,20 @@ Status SetGears(ir::Graph& g, const std::map<std::string, ir::InputSpec>& specs,
       auto it = specs.find(v->name());
       if (it == specs.end() || it->second.gears.empty()) continue;
       const Shape& gs = it->second.gears[k];
-      for (std::size_t d = 0; d < gs.size() && d < v->shape().size(); ++d) {
-        if (v->shape()[d] >= 0) continue;  // fixed: equal to every gear's (the spec's range says so)
+      if (gs.size() != v->shape().size()) {
+        return Error(StatusCode::kInvalidArgument, "--input-shape: gear ", k, " of '", v->name(), "' has rank ",
+                     gs.size(), ", the input has rank ", v->shape().size());
+      }
+      KILN_RETURN_IF_ERROR(
+          CheckShapeSize(v->dtype(), gs, StrCat("--input-shape: gear ", k, " of '", v->name(), "'")));
+      for (std::size_t d = 0; d < gs.size(); ++d) {
+        if (v->shape()[d] >= 0) {
+          if (gs[d] != v->shape()[d]) {
+            return Error(StatusCode::kInvalidArgument, "--input-shape: gear ", k, " of '", v->name(), "' has dim ", d,
+                         " = ", gs[d], ", but the model fixes it to ", v->shape()[d]);
+          }
+          continue;
+        }
         const std::string& sym = v->dim_params()[d];
         const std::string who = StrCat("'", v->name(), "' dim ", d);
         auto [a, added] = assign.emplace(sym, std::make_pair(gs[d], who));
@@ -349,7 +361,8 @@ Status SetGears(ir::Graph& g, const std::map<std::string, ir::InputSpec>& specs,
       }
       sig.push_back(std::move(s));
     }
-    g.gears().push_back(std::move(sig));
+    // The same signature listed twice is planned once.
+    if (std::find(g.gears().begin(), g.gears().end(), sig) == g.gears().end()) g.gears().push_back(std::move(sig));
   }
   g.set_gears_only(!ranged);
   return Status::Ok();
@@ -604,9 +617,13 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
   DropSymbols(*g, symbol_conflicts);
   // Ranges: a symbol fixed by another input's exact shape must lie in them.
   for (auto& [name, rw] : ranges) {
+    if (symbol_conflicts.count(name)) {
+      return Error(StatusCode::kInvalidArgument, "--input-shape: symbol '", name, "' of ", rw.second,
+                   " is given a range, but other inputs fix it to different extents");
+    }
     auto it = g->symbols().find(name);
     if (it == g->symbols().end()) {
-      if (!symbol_conflicts.count(name)) g->symbols()[name] = rw.first;
+      g->symbols()[name] = rw.first;
       continue;
     }
     const ir::SymbolRange& r = rw.first;
