@@ -67,6 +67,9 @@ class Stream {
   // any of it since the previous Synchronize (work after a failure is
   // skipped, as on a GPU stream).
   Status Synchronize();
+  // `e` completes when the work queued before it has run, or been skipped
+  // after a failure (a waiter never waits forever on a failed stream; the
+  // error surfaces at this stream's Synchronize).
   Status RecordEvent(Event& e);
   // Work queued after this waits until `e` has completed.
   Status WaitEvent(const Event& e);

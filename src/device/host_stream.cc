@@ -87,7 +87,7 @@ Status HostStream::RunOne(const std::function<Status()>& fn, bool device_op) {
   return st;
 }
 
-Status HostStream::Enqueue(std::function<Status()> fn, bool device_op) {
+Status HostStream::Enqueue(std::function<Status()> fn, bool device_op, bool always) {
   if (inline_) {
     Status st = RunOne(fn, device_op);
     std::lock_guard<std::mutex> l(mu_);
@@ -97,7 +97,7 @@ Status HostStream::Enqueue(std::function<Status()> fn, bool device_op) {
   }
   try {
     std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back({std::move(fn), device_op});
+    queue_.push_back({std::move(fn), device_op, always});
     ++enqueued_;
   } catch (const std::bad_alloc&) {
     return Error(StatusCode::kOutOfRange, "out of memory queueing work on a ", device_.kind(), " stream");
@@ -127,7 +127,7 @@ void HostStream::Loop() {
       if (queue_.empty()) pending_.store(false, std::memory_order_relaxed);
       failed = !error_.ok();
     }
-    if (!failed) {
+    if (!failed || item.always) {
       Status st = RunOne(item.fn, item.device_op);
       if (!st.ok()) {
         std::lock_guard<std::mutex> l(mu_);
@@ -251,7 +251,7 @@ Status HostStream::RecordEvent(Event& e) {
     }
     st->cv.notify_all();
     return Status::Ok();
-  }, false);
+  }, false, /*always=*/true);
 }
 
 Status HostStream::WaitEvent(const Event& e) {

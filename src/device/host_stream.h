@@ -91,7 +91,7 @@ class HostStream final : public Stream {
  private:
   HostStream(Device& device, bool inline_mode, OpWindow* window, std::uint64_t seed);
   // Queues (or, inline, runs) fn; `device_op`: inside the op window.
-  Status Enqueue(std::function<Status()> fn, bool device_op);
+  Status Enqueue(std::function<Status()> fn, bool device_op, bool always = false);
   Status RunOne(const std::function<Status()>& fn, bool device_op);
   void Loop();
   Status DoLaunch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx, bool host);
@@ -105,6 +105,9 @@ class HostStream final : public Stream {
   struct Item {
     std::function<Status()> fn;
     bool device_op;
+    // Runs even after an earlier item failed (an event record: whoever
+    // waits for the event must not wait forever on a failed stream).
+    bool always = false;
   };
   mutable std::mutex mu_;
   std::condition_variable cv_, done_cv_;

@@ -574,5 +574,38 @@ TEST(DynamicShapes, GearsAreCheckedWhenCompiling) {
   EXPECT_NE(model.status().message().find("reshape"), std::string::npos) << model.status().message();
 }
 
+// The fence between runs never hangs: a queued run that fails (an index
+// out of range) still releases the next run, which succeeds; the failure
+// surfaces at its stream's Synchronize.
+TEST(DynamicShapes, AFailedQueuedRunDoesNotBlockTheNext) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* idx = g->AddValue("idx", DType::kInt64, {2});
+  g->inputs().push_back(idx);
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Gather", "gather", {g->AddConstant("data", test::F32({3}, {10, 20, 30})), idx}, {y});
+  g->outputs() = {y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto s1 = Stream::Create();
+  ASSERT_TRUE(s1.ok());
+  std::vector<std::int64_t> bad = {0, 7}, good = {2, -3};
+  std::vector<float> y1(2), y2(2);
+  ASSERT_TRUE((*model)->ExecuteAsync(**s1, {TensorRef::Of(bad.data(), {2})}, {TensorRef::Of(y1.data(), {2})}).ok());
+  Status st = (*model)->Execute({TensorRef::Of(good.data(), {2})}, {TensorRef::Of(y2.data(), {2})});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(y2, (std::vector<float>{30, 10}));
+  Status failed = (*s1)->Synchronize();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("index 7"), std::string::npos) << failed.message();
+  // Queued on a second stream after the failed one: released too.
+  auto s2 = Stream::Create();
+  ASSERT_TRUE(s2.ok());
+  ASSERT_TRUE((*model)->ExecuteAsync(**s1, {TensorRef::Of(bad.data(), {2})}, {TensorRef::Of(y1.data(), {2})}).ok());
+  ASSERT_TRUE((*model)->ExecuteAsync(**s2, {TensorRef::Of(good.data(), {2})}, {TensorRef::Of(y2.data(), {2})}).ok());
+  EXPECT_TRUE((*s2)->Synchronize().ok());
+  EXPECT_FALSE((*s1)->Synchronize().ok());
+}
+
 }  // namespace
 }  // namespace kiln
