@@ -472,4 +472,8 @@ std::string DefaultSymbolName(const std::string& input, std::size_t dim) {
   return input.substr(0, cut) + "_d" + std::to_string(dim);
 }
 
+std::string RangeText(const SymbolRange& r) {
+  return std::to_string(r.min) + ".." + (r.max >= 0 ? std::to_string(r.max) : std::string());
+}
+
 }  // namespace kiln::ir

@@ -191,6 +191,8 @@ inline constexpr std::size_t kMaxGears = 64;
 // the input's name cut (at a UTF-8 character boundary) so that the whole
 // stays within kMaxSymbolNameBytes.
 std::string DefaultSymbolName(const std::string& input, std::size_t dim);
+// "1..512", or "1.." when unbounded (messages).
+std::string RangeText(const SymbolRange& r);
 
 // What the user says about one model input's shape (--input-shape): per dim
 // the admissible extents (min == max: fixed; max -1: unbounded), and gears:

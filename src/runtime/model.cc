@@ -402,7 +402,7 @@ class ModelImpl final : public Model {
         }
         if (e < di.min || (di.max >= 0 && e > di.max)) {
           return Error(StatusCode::kInvalidArgument, who, " dim ", d, " (symbol '", di.symbol, "') is ", e,
-                       ", outside its range ", di.min, "..", di.max >= 0 ? StrCat(di.max) : std::string());
+                       ", outside its range ", ir::RangeText(ir::SymbolRange{di.min, di.max}));
         }
         auto [it, added] = seen.emplace(di.symbol, Seen{i, d, e});
         if (!added && it->second.extent != e) {

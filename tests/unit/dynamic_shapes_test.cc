@@ -250,12 +250,6 @@ TEST(DynamicShapes, ShapeArithmeticErrorsNameTheNode) {
   EXPECT_NE(model.status().message().find("left symbolic"), std::string::npos) << model.status().message();
 }
 
-HostTensorPtr I64(std::vector<std::int64_t> v) {
-  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{static_cast<std::int64_t>(v.size())});
-  for (std::size_t i = 0; i < v.size(); ++i) t->mutable_data_as<std::int64_t>()[i] = v[i];
-  return t;
-}
-
 // Shape(x) is a model output and also feeds an Expand: the plan computes it
 // at its own shapes (not the compiler's probe) for both.
 TEST(DynamicShapes, ShapeWrittenAsAnOutputFeedsTheNodesAfterIt) {
@@ -297,11 +291,11 @@ TEST(DynamicShapes, SliceBetweenTwoComputedBoundsFollowsTheSymbol) {
   ir::Node* shape = g->AddNode("Shape", "shape", {x}, {s});
   shape->SetAttr("start", ir::Attribute::Int(1));
   shape->SetAttr("end", ir::Attribute::Int(2));
-  g->AddNode("Div", "half", {s, g->AddConstant("two", I64({2}))}, {h});
-  g->AddNode("Concat", "starts", {h, g->AddConstant("one", I64({1}))}, {starts})->SetAttr("axis", ir::Attribute::Int(0));
-  g->AddNode("Concat", "ends", {s, g->AddConstant("max", I64({INT64_MAX}))}, {ends})
+  g->AddNode("Div", "half", {s, g->AddConstant("two", test::I64({1}, {2}))}, {h});
+  g->AddNode("Concat", "starts", {h, g->AddConstant("one", test::I64({1}, {1}))}, {starts})->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Concat", "ends", {s, g->AddConstant("max", test::I64({1}, {INT64_MAX}))}, {ends})
       ->SetAttr("axis", ir::Attribute::Int(0));
-  g->AddNode("Slice", "slice", {x, starts, ends, g->AddConstant("axes", I64({1, 2}))}, {y});
+  g->AddNode("Slice", "slice", {x, starts, ends, g->AddConstant("axes", test::I64({2}, {1, 2}))}, {y});
   g->AddNode("Relu", "relu", {y}, {r});
   g->AddNode("Shape", "shape_y", {y}, {ys});
   g->AddNode("Reshape", "reshape", {r, ys}, {z});

@@ -335,8 +335,7 @@ Status SetGears(ir::Graph& g, const std::map<std::string, ir::InputSpec>& specs,
         auto r = g.symbols().find(sym);
         if (r != g.symbols().end() && (gs[d] < r->second.min || (r->second.max >= 0 && gs[d] > r->second.max))) {
           return Error(StatusCode::kInvalidArgument, "--input-shape: gear ", k, " gives symbol '", sym, "' ", gs[d],
-                       " at ", who, ", outside its range ", r->second.min, "..",
-                       r->second.max >= 0 ? StrCat(r->second.max) : "");
+                       " at ", who, ", outside its range ", ir::RangeText(r->second));
         }
       }
     }
@@ -578,7 +577,7 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
             if (have[i] < r.min || (r.max >= 0 && have[i] > r.max)) {
               return Error(StatusCode::kInvalidArgument, "--input-shape for '", in.name(), "': dim ", i,
                            " is fixed to ", have[i], " in the model, ",
-                           exact ? StrCat(r.min) : StrCat(r.min, "..", r.max >= 0 ? StrCat(r.max) : ""), " given");
+                           exact ? StrCat(r.min) : ir::RangeText(r), " given");
             }
             s[i] = have[i];
             continue;
@@ -600,8 +599,8 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
             if (r.max >= 0) both.max = both.max < 0 ? r.max : std::min(both.max, r.max);
             if (both.max >= 0 && both.max < both.min) {
               return Error(StatusCode::kInvalidArgument, "--input-shape: symbol '", names[i], "' of ", who,
-                           " ranges over ", r.min, "..", r.max >= 0 ? StrCat(r.max) : "", " but ", rit->second.second,
-                           " gives it ", before.min, "..", before.max >= 0 ? StrCat(before.max) : "",
+                           " ranges over ", ir::RangeText(r), " but ", rit->second.second,
+                           " gives it ", ir::RangeText(before),
                            ": no extent satisfies both");
             }
           }
@@ -629,7 +628,7 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
     const ir::SymbolRange& r = rw.first;
     if (it->second.min < r.min || (r.max >= 0 && it->second.min > r.max)) {
       return Error(StatusCode::kInvalidArgument, "--input-shape: symbol '", name, "' of ", rw.second,
-                   " ranges over ", r.min, "..", r.max >= 0 ? StrCat(r.max) : "",
+                   " ranges over ", ir::RangeText(r),
                    " but another input fixes it to ", it->second.min);
     }
   }
