@@ -267,6 +267,11 @@ KILN_C_EXPORT size_t kiln_model_input_count(const kiln_model* model);
 KILN_C_EXPORT size_t kiln_model_output_count(const kiln_model* model);
 KILN_C_EXPORT kiln_status kiln_model_input_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
 KILN_C_EXPORT kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_tensor_info* out);
+/* `*out` = 1 when input `index`'s values decide shapes (a Reshape's target,
+ * Slice's starts, ... fed as a model input): a run reads them on the host
+ * (bind it in host memory), and output shapes follow them
+ * (kiln_model_output_shape_for_inputs); else 0. */
+KILN_C_EXPORT kiln_status kiln_model_input_is_shape_input(const kiln_model* model, size_t index, int* out);
 /* Binds a caller buffer to input/output `index` (checked at the next run);
  * a buffer whose address changed since the last run is rebound by address
  * refresh, nothing is copied. */
@@ -285,8 +290,9 @@ KILN_C_EXPORT kiln_status kiln_model_output_shape(const kiln_model* model, size_
 /* Output `index`'s shape for the input buffers bound now (every input must
  * be bound): for a model with symbolic input dims (kiln_dim value -1), the
  * shape to allocate that output with before kiln_model_execute. Makes (or
- * finds) the plan for those input shapes; errors name the input, dim and
- * symbol, as a run's would. */
+ * finds) the plan for those input shapes, and for the values of inputs
+ * whose values decide shapes (read from the bound host buffers, as a run
+ * reads them); errors name the input, dim and symbol, as a run's would. */
 KILN_C_EXPORT kiln_status kiln_model_output_shape_for_inputs(kiln_model* model, size_t index, int64_t* dims,
                                                              size_t capacity, size_t* rank);
 

@@ -57,6 +57,11 @@ struct TensorInfo {
   std::uint64_t dynamic_dims = 0;
   // Per dim (shape.size() entries): extent, range and symbol.
   std::vector<DimInfo> dims;
+  // An input whose values decide shapes (a Reshape's target, Slice's
+  // starts, Expand's shape, ... fed as a model input): plans are made per
+  // signature of input shapes and of these inputs' values, which are read
+  // on the host before each run (pass them in host memory).
+  bool shape_input = false;
 };
 
 // A caller-owned buffer with its claimed type and shape (checked against the
@@ -269,7 +274,11 @@ class Model {
   // The output shapes a run with these input shapes has (for data-dependent
   // dims: their upper bound): makes (or finds) that signature's plan. Errors
   // as Execute's for the inputs.
+  // A model with shape inputs (TensorInfo::shape_input) has output shapes
+  // that depend on those inputs' values: OutputShapes refuses it, naming the
+  // input; OutputShapesFor reads them from the inputs as Execute would.
   virtual Result<std::vector<Shape>> OutputShapes(const std::vector<Shape>& input_shapes) = 0;
+  virtual Result<std::vector<Shape>> OutputShapesFor(const std::vector<TensorRef>& inputs) = 0;
   virtual PlanStats plan_stats() const = 0;
 };
 

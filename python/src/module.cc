@@ -77,10 +77,11 @@ struct PyTensorInfo {
   std::vector<int> dynamic_dims;
   std::size_t nbytes = 0;
   std::vector<kiln::DimInfo> dims;  // per dim: value (-1: varies), min, max (-1: unbounded), symbol
+  bool shape_input = false;         // its values decide shapes (kiln::TensorInfo::shape_input)
 };
 
 PyTensorInfo Describe(const kiln::TensorInfo& t) {
-  PyTensorInfo p{t.name, kiln::DTypeName(t.dtype), t.shape, {}, t.bytes, t.dims};
+  PyTensorInfo p{t.name, kiln::DTypeName(t.dtype), t.shape, {}, t.bytes, t.dims, t.shape_input};
   for (std::size_t d = 0; d < t.shape.size() && d < 64; ++d) {
     if (t.dynamic_dims >> d & 1) p.dynamic_dims.push_back(static_cast<int>(d));
   }
@@ -224,8 +225,16 @@ class PyModel {
     // The outputs' shapes for these inputs (symbolic dims: the plan's).
     std::vector<kiln::Shape> out_shapes;
     for (auto& t : outs) out_shapes.push_back(t.shape);
-    if (std::any_of(ins.begin(), ins.end(), [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape); })) {
-      out_shapes = OutputShapes(in_shapes);
+    std::vector<kiln::TensorRef> in_refs, out_refs;
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      in_refs.push_back({const_cast<void*>(in_arrays[i].data()), ins[i].dtype, in_shapes[i]});
+    }
+    if (std::any_of(ins.begin(), ins.end(),
+                    [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape) || t.shape_input; }) ||
+        std::any_of(outs.begin(), outs.end(), [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape); })) {
+      auto r = m_->OutputShapesFor(in_refs);
+      Check(r.status());
+      out_shapes = std::move(r).value();
     }
     std::vector<py::array> out_arrays;
     if (!outputs.is_none()) {
@@ -234,10 +243,6 @@ class PyModel {
       out_arrays = Collect(outputs, want, "output", true);
     } else {
       for (std::size_t i = 0; i < outs.size(); ++i) out_arrays.push_back(py::array(ToNumpy(outs[i].dtype), out_shapes[i]));
-    }
-    std::vector<kiln::TensorRef> in_refs, out_refs;
-    for (std::size_t i = 0; i < ins.size(); ++i) {
-      in_refs.push_back({const_cast<void*>(in_arrays[i].data()), ins[i].dtype, in_shapes[i]});
     }
     for (std::size_t i = 0; i < outs.size(); ++i) {
       out_refs.push_back({out_arrays[i].mutable_data(), outs[i].dtype, out_shapes[i]});
@@ -477,6 +482,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def_readonly("dynamic_dims", &PyTensorInfo::dynamic_dims)
       .def_readonly("nbytes", &PyTensorInfo::nbytes)
       .def_readonly("dims", &PyTensorInfo::dims)
+      .def_readonly("shape_input", &PyTensorInfo::shape_input)
       .def("__repr__", [](const PyTensorInfo& t) {
         return "TensorInfo('" + t.name + "', " + t.dtype + kiln::ShapeToString(t.shape) + ")";
       });

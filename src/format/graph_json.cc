@@ -148,6 +148,7 @@ json GraphToJson(const ir::Graph& g, const plan::MemoryPlan* plan) {
     json jv{{"name", v->name()}, {"dtype", static_cast<int>(v->dtype())}, {"shape", v->shape()}};
     if (v->is_dynamic()) jv["dynamic"] = v->dynamic_mask();
     if (v->symbolic_mask()) jv["symbolic"] = v->symbolic_mask();  // format version 6
+    if (v->shape_input()) jv["shape_input"] = true;                // format version 8
     const auto& sym = v->dim_params();
     if (std::any_of(sym.begin(), sym.end(), [](const std::string& s) { return !s.empty(); })) {
       jv["sym"] = sym;  // format version 6
@@ -435,6 +436,11 @@ Status ValueFromJson(const json& jv, ir::Graph& g, const ParseCtx& ctx, const st
   KILN_ASSIGN_OR_RETURN(std::uint64_t symbolic, mask_field("symbolic", "symbolic"));
   v->set_dynamic_mask(dynamic);
   v->set_symbolic_mask(symbolic);
+  if (jv.contains("shape_input")) {  // format version 8: checked by plan::VerifyPlan and the loader's inference
+    const std::string sp = Dot(path, "shape_input");
+    if (!jv.at("shape_input").is_boolean()) return TypeError(sp, "a boolean", jv.at("shape_input"));
+    v->set_shape_input(jv.at("shape_input").get<bool>());
+  }
   if (jv.contains("sym")) {  // format version 6: names checked by plan::VerifyPlan
     auto sym = AsList<std::string>(jv.at("sym"), Dot(path, "sym"), AsString);
     if (!sym.ok()) return ctx_err(sym.status());

@@ -55,7 +55,12 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // keeps) with "gears_only" (true: no other signature is admitted). Checked by
 // plan::VerifyPlan: ranks, static dims, symbol ranges and one extent per
 // symbol within each gear. Older files have none and read as before.
-inline constexpr std::uint32_t kFormatVersion = 7;
+// 8: shape inputs. A top-level graph input may carry "shape_input": true (its
+// values decide shapes; the runtime keys plans by them). Checked by
+// plan::VerifyPlan (graph inputs only, small static integer or float
+// tensors) and recomputed by the loader's inference, which refuses a
+// mismatch. Older files have none and read as before.
+inline constexpr std::uint32_t kFormatVersion = 8;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -51,6 +51,9 @@ struct Use {
   int index;  // input slot of `node`
 };
 
+inline constexpr std::uint64_t kShapeInputLimitBytes = 64 * 1024;  // = cpu::kBoundValueLimit
+inline constexpr std::int64_t kShapeInputFloatElements = 64;       // = cpu::kBoundFloatElements
+
 class Value {
  public:
   const std::string& name() const { return name_; }
@@ -90,6 +93,16 @@ class Value {
   // an input declared without a shape (until --input-shape fixes it).
   std::vector<std::string>& dim_params() { return dim_params_; }
   const std::vector<std::string>& dim_params() const { return dim_params_; }
+  // A model input whose values decide shapes (Reshape's target, Slice's
+  // starts, Expand's shape, ... fed as a graph input; see
+  // ops::InferNode): the runtime keys its plans by this input's values as
+  // well as by the input shapes, and each plan reads them as constants.
+  // Not written to .kiln: the compiler's and the loader's inference set it.
+  // Shape inputs are small: int32/int64 of at most kShapeInputLimitBytes,
+  // float32/float64 of at most kShapeInputFloatElements (the limits of
+  // cpu::EvalBound's shape arithmetic).
+  bool shape_input() const { return shape_input_; }
+  void set_shape_input(bool b) { shape_input_ = b; }
 
   Node* producer() const { return producer_; }
   const std::vector<Use>& uses() const { return uses_; }
@@ -108,6 +121,7 @@ class Value {
   std::uint64_t dynamic_mask_ = 0;
   std::uint64_t symbolic_mask_ = 0;
   std::vector<std::string> dim_params_;
+  bool shape_input_ = false;
   Node* producer_ = nullptr;
   std::vector<Use> uses_;
   HostTensorPtr constant_;

@@ -201,6 +201,82 @@ Status PropagateBound(ir::Node& node, const OpDef& def) {
   return Status::Ok();
 }
 
+// Whether `v` may be a shape value known per signature: small, static, of a
+// type shape arithmetic uses (cpu::EvalBound's limits).
+bool SmallShapeValue(const ir::Value* v, bool model_input) {
+  const std::int64_t e = NumElements(v->shape());
+  if (e < 0 || v->varying_mask()) return false;
+  switch (v->dtype()) {
+    case DType::kInt64:
+    case DType::kInt32:
+      return static_cast<std::uint64_t>(e) * DTypeSize(v->dtype()) <= kShapeInputLimitBytes;
+    case DType::kBool:
+      return !model_input && static_cast<std::uint64_t>(e) <= kShapeInputLimitBytes;
+    case DType::kFloat32:
+    case DType::kFloat64:
+      return e <= kShapeInputFloatElements;
+    default:
+      return false;
+  }
+}
+
+// Whether `v`'s value follows from constants, bound values and small model
+// inputs of the top-level graph alone, through nodes the host can evaluate
+// (collecting those inputs in `inputs`).
+bool ValueFromShapeInputs(const ir::Value* v, std::set<const ir::Value*>& seen, std::set<ir::Value*>& inputs) {
+  if (!v || v->is_constant() || v->bound_value() || !seen.insert(v).second) return true;
+  if (seen.size() > 4096) return false;
+  const ir::Node* p = v->producer();
+  if (!p) {
+    ir::Graph* g = v->owner();
+    if (!g || g->parent() || !g->IsGraphInput(v) || !SmallShapeValue(v, true)) return false;
+    inputs.insert(const_cast<ir::Value*>(v));
+    return true;
+  }
+  if (ir::IsCopyToHost(*p) || ir::IsCopyFromHost(*p)) {  // placement's copies: the same value
+    return ValueFromShapeInputs(p->input(0), seen, inputs);
+  }
+  const OpDef* def = OpRegistry::Get().Find(p->op_type(), p->domain());
+  if (!def || def->any_attributes || p->HasSubgraphs() || !p->domain().empty()) return false;
+  for (const ir::Value* o : p->outputs()) {
+    if (o && !SmallShapeValue(o, false)) return false;
+  }
+  for (const ir::Value* in : p->inputs()) {
+    if (!ValueFromShapeInputs(in, seen, inputs)) return false;
+  }
+  return true;
+}
+
+// (op_registry.h, "Shape inputs")
+void SettleShapeInputDims(ir::Node& node, std::uint64_t missed) {
+  const ir::Graph* g = node.graph();
+  if (!missed || !g || g->parent()) return;
+  bool unknown = false;
+  for (const ir::Value* o : node.outputs()) {
+    for (std::size_t d = 0; o && d < o->shape().size() && d < 64; ++d) unknown = unknown || o->shape()[d] < 0;
+  }
+  if (!unknown) return;
+  std::set<const ir::Value*> seen;
+  std::set<ir::Value*> inputs;
+  for (int i = 0; i < node.num_inputs() && i < 64; ++i) {
+    if ((missed >> i & 1) && !ValueFromShapeInputs(node.input(i), seen, inputs)) return;
+  }
+  if (inputs.empty()) return;
+  for (ir::Value* o : node.outputs()) {
+    if (!o) continue;
+    Shape s = o->shape();
+    std::uint64_t mask = o->symbolic_mask();
+    for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
+      if (s[d] >= 0) continue;
+      s[d] = kShapeInputProbe;
+      mask |= std::uint64_t{1} << d;
+    }
+    o->set_shape(std::move(s));
+    o->set_symbolic_mask(mask);
+  }
+  for (ir::Value* in : inputs) in->set_shape_input(true);
+}
+
 }  // namespace
 
 Status InferNode(ir::Node& node) { return CheckAndInfer(node, Mode::kFull); }
@@ -316,6 +392,7 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
   if (dyn_in && !ctx.sets_dynamic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, false));
   if (mode == Mode::kConcrete) return Status::Ok();
   if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true));
+  SettleShapeInputDims(node, ctx.missed_values());
   for (int i = 0; i < node.num_inputs(); ++i) {
     const ir::Value* v = node.input(i);
     if (v && !v->is_constant() && v->bound_value()) return PropagateBound(node, *def);

@@ -30,8 +30,13 @@ class InferContext {
   const HostTensor* in_const(int i) const {
     ir::Value* v = node_.input(i);
     if (!v) return nullptr;
-    return v->constant() ? v->constant().get() : v->bound_value().get();
+    const HostTensor* t = v->constant() ? v->constant().get() : v->bound_value().get();
+    if (!t && i < 64) missed_values_ |= std::uint64_t{1} << i;
+    return t;
   }
+  // The inputs whose values the inference asked for and did not get (bit i:
+  // input i): the output dims they decide are left -1.
+  std::uint64_t missed_values() const { return missed_values_; }
   void SetOutput(int i, DType t, Shape s) {
     node_.output(i)->set_dtype(t);
     node_.output(i)->set_shape(std::move(s));
@@ -61,6 +66,7 @@ class InferContext {
  private:
   ir::Node& node_;
   bool sets_dynamic_ = false;
+  mutable std::uint64_t missed_values_ = 0;
 };
 
 struct OpDef {
@@ -101,7 +107,20 @@ class OpRegistry {
 // dynamic (failures at 0, 1, bound - 1 are ignored: such data fails at run
 // time too). Ops with subgraphs and custom ops do not
 // accept dynamic inputs (error naming the node and the input).
+//
+// Shape inputs: an output dim left -1 because the inference needs an input's
+// value that is not known at compile time (Reshape's target, Slice's starts,
+// Expand's shape, Resize's scales, Range's bounds, TopK's K, ... fed as a
+// model input) becomes symbolic at extent kShapeInputProbe when that value
+// follows from small model inputs alone (kShapeInputLimitBytes of integers,
+// kShapeInputFloatElements floats; through nodes the host evaluates, in the
+// top-level graph): those model inputs get Value::shape_input, and the
+// runtime specializes the graph for each signature of their values (read as
+// constants then). Other unknown dims stay -1 (the compiler reports them).
 Status InferNode(ir::Node& node);
+inline constexpr std::int64_t kShapeInputProbe = 1;
+using ir::kShapeInputFloatElements;
+using ir::kShapeInputLimitBytes;
 
 // Inference alone (no probing, masks untouched): the runtime's per-run shape
 // computation for nodes fed dynamic values.

@@ -90,6 +90,11 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
   // loader recomputes from the file.
   bool dynamic = false;
   for (auto& v : g.values()) dynamic |= v->varying_mask() != 0;
+  // Shape inputs: exactly those the final graph's inference reads (what
+  // the loader recomputes); a pass may have removed a node that read one.
+  if (g.parent() == nullptr) {
+    for (ir::Value* in : g.inputs()) in->set_shape_input(false);
+  }
   if (dynamic) {
     KILN_RETURN_IF_ERROR(g.TopologicalSort());
     for (auto& n : g.nodes()) KILN_RETURN_IF_ERROR(ops::InferNode(*n));

@@ -338,6 +338,23 @@ Status VerifyGraphAt(const ir::Graph& g, const ir::Graph& root, int depth) {
                      " names dims beyond its rank ", rank);
     }
     KILN_RETURN_IF_ERROR(VerifyValueSymbols(*v, root, where));
+    if (v->shape_input()) {  // format version 8 (ops::InferNode, "Shape inputs")
+      const std::int64_t n = NumElements(v->shape());
+      const bool integer = v->dtype() == DType::kInt64 || v->dtype() == DType::kInt32;
+      const bool floating = v->dtype() == DType::kFloat32 || v->dtype() == DType::kFloat64;
+      if (!top || !g.IsGraphInput(v.get())) {
+        return Corrupt("value '", v->name(), "'", where, " is marked a shape input but is not an input of the "
+                       "top-level graph");
+      }
+      if (n < 0 || v->varying_mask() || !(integer || floating) ||
+          (integer && static_cast<std::uint64_t>(n) * DTypeSize(v->dtype()) > ir::kShapeInputLimitBytes) ||
+          (floating && n > ir::kShapeInputFloatElements)) {
+        return Corrupt("input '", v->name(), "' is marked a shape input but is ", DTypeName(v->dtype()),
+                       ShapeToString(v->shape()), "; shape inputs are static int32/int64 tensors of at most ",
+                       ir::kShapeInputLimitBytes, " bytes or float32/float64 tensors of at most ",
+                       ir::kShapeInputFloatElements, " elements");
+      }
+    }
     if (v->is_constant() && (v->constant()->dtype() != v->dtype() || v->constant()->shape() != v->shape())) {
       return Corrupt("constant '", v->name(), "'", where, " is declared ", DTypeName(v->dtype()),
                      ShapeToString(v->shape()), " but holds ", DTypeName(v->constant()->dtype()),

@@ -312,6 +312,18 @@ kiln_status kiln_model_output_info(const kiln_model* model, size_t index, kiln_t
   return kiln::capi::Info(model->m->outputs(), model->out_dims, index, out, "output");
 }
 
+kiln_status kiln_model_input_is_shape_input(const kiln_model* model, size_t index, int* out) {
+  KILN_C_REQUIRE(model);
+  KILN_C_REQUIRE(out);
+  const auto& ins = model->m->inputs();
+  if (index >= ins.size()) {
+    return Fail(KILN_INVALID_ARGUMENT,
+                kiln::StrCat(__func__, ": input index ", index, " out of range (the model has ", ins.size(), ")"));
+  }
+  *out = ins[index].shape_input ? 1 : 0;
+  return KILN_OK;
+}
+
 kiln_status kiln_model_bind_input(kiln_model* model, size_t index, const kiln_tensor* tensor) {
   KILN_C_REQUIRE(model);
   KILN_C_REQUIRE(tensor);
@@ -365,15 +377,14 @@ kiln_status kiln_model_output_shape_for_inputs(kiln_model* model, size_t index, 
   KILN_C_REQUIRE(model);
   KILN_C_REQUIRE(rank);
   return OutputShapeCall(model, index, dims, capacity, rank, __func__, [&]() -> kiln::Result<kiln::Shape> {
-    std::vector<kiln::Shape> shapes;
     for (std::size_t i = 0; i < model->ins.size(); ++i) {
       if (model->ins[i].dtype == kiln::DType::kUndefined) {
         return kiln::Error(kiln::StatusCode::kInvalidArgument, "input ", i, " '", model->m->inputs()[i].name,
                            "' is not bound (kiln_model_bind_input)");
       }
-      shapes.push_back(model->ins[i].shape);
     }
-    KILN_ASSIGN_OR_RETURN(std::vector<kiln::Shape> outs, model->m->OutputShapes(shapes));
+    // The bound inputs' values too (a model with shape inputs).
+    KILN_ASSIGN_OR_RETURN(std::vector<kiln::Shape> outs, model->m->OutputShapesFor(model->ins));
     return outs.at(index);
   });
 }

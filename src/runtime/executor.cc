@@ -557,7 +557,16 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
         KILN_RETURN_IF_ERROR(bind(v, static_cast<std::uint32_t>(i), false));
       }
       init.inputs.push_back(d);
-      init.const_inputs.push_back(v && v->is_constant() ? v->constant().get() : nullptr);
+      // A model input whose values decide shapes is read as the constant
+      // this plan was specialized for (SpecializeGraph): the kernel takes
+      // the path it takes for a constant target.
+      // (After SpecializeGraph a value keeps a bound value only where it
+      // is exact for this plan: shape inputs, copies of them, and shape
+      // arithmetic kept because it writes a model output. Graphs that are
+      // not specialized have none: see ir::Value::bound_value.)
+      init.const_inputs.push_back(v && v->is_constant() ? v->constant().get()
+                                  : v && v->bound_value() ? v->bound_value().get()
+                                                          : nullptr);
     }
     for (int j = 0; j < node.num_outputs(); ++j) {
       const ir::Value* v = node.output(j);
@@ -929,13 +938,29 @@ Status SpecializeGraph(ir::Graph& g) {
   // values the compiler (or loader) computed at the probe are stale.
   for (auto& v : g.values()) {
     v->set_symbolic_mask(0);
-    if (!v->is_constant()) v->set_bound_value(nullptr);
+    if (!v->is_constant() && !(v->shape_input() && g.IsGraphInput(v.get()))) v->set_bound_value(nullptr);
   }
   std::vector<ir::Node*> nodes;
   for (auto& n : g.nodes()) nodes.push_back(n.get());
   std::vector<ir::Node*> folded;
   for (ir::Node* n : nodes) {
     KILN_RETURN_IF_ERROR(ops::InferNodeConcrete(*n));
+    for (const ir::Value* o : n->outputs()) {
+      if (o && !IsStatic(o->shape())) {
+        std::string given;
+        for (const ir::Value* in : g.inputs()) {
+          if (in->shape_input()) given += StrCat(given.empty() ? "" : ", ", "'", in->name(), "'");
+        }
+        return Error(StatusCode::kInvalidArgument, n->Describe(), ": the shape of output '", o->name(), "' ",
+                     ShapeToString(o->shape()), " is still unknown",
+                     given.empty() ? std::string() : " (it depends on the values of model input(s) " + given + ")");
+      }
+    }
+    if ((ir::IsCopyToHost(*n) || ir::IsCopyFromHost(*n)) && n->input(0) && !n->input(0)->is_constant() &&
+        n->input(0)->bound_value()) {
+      n->output(0)->set_bound_value(n->input(0)->bound_value());  // a shape input moved across devices
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(bool bound, cpu::EvalBound(*n, cpu::kBoundValueLimit));
     if (!bound) continue;
     bool output = false;

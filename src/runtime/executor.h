@@ -169,6 +169,10 @@ struct ExecutorOptions {
 // target computed from Shape becomes a constant, and no such node runs. A
 // node writing a model output stays and runs (its value still serves the
 // nodes after it). The runtime does this per plan, the compiler per gear.
+// Model inputs whose values decide shapes (ir::Value::shape_input) keep the
+// bound value the caller gave them (this signature's values): they are read
+// as constants, by inference and by the kernels. An extent still unknown
+// afterwards (such a value not given) is an error naming the value.
 Status SpecializeGraph(ir::Graph& g);
 
 class Executor {

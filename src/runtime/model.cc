@@ -59,6 +59,13 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
   // Shape arithmetic on symbolic dims is evaluated at the recorded (probed)
   // extents as the compiler did (cpu::EvalBound), for the nodes after it.
   const bool bound = g.parent() == nullptr && HasSymbolicInputs(g);
+  // Shape inputs are found again by the inference below (ops::InferNode),
+  // and must be the ones the file records.
+  std::vector<bool> recorded_shape_inputs;
+  for (ir::Value* in : g.inputs()) {
+    recorded_shape_inputs.push_back(in->shape_input());
+    in->set_shape_input(false);
+  }
   for (auto& n : g.nodes()) {
     for (auto& [k, a] : n->attrs()) {
       std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
@@ -104,7 +111,30 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
       }
     }
   }
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    const ir::Value* in = g.inputs()[i];
+    if (in->shape_input() != recorded_shape_inputs[i]) {
+      return Error(StatusCode::kCorrupt, "model '", path, "': input '", in->name(), "' is recorded as ",
+                   recorded_shape_inputs[i] ? "a shape input" : "not a shape input", " but the model's inference ",
+                   in->shape_input() ? "reads its values for shapes" : "does not read its values for shapes");
+    }
+  }
   return Status::Ok();
+}
+
+// The values of a shape input for messages: "[4, 2, 3]" (the first 16).
+std::string ValuesText(const HostTensor& t) {
+  std::string s = "[";
+  const std::int64_t n = std::min<std::int64_t>(t.numel(), 16);
+  const std::vector<std::int64_t> ints =
+      t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 ? t.ToInt64Vector() : std::vector<std::int64_t>{};
+  for (std::int64_t i = 0; i < n; ++i) {
+    s += i ? ", " : "";
+    if (t.dtype() == DType::kFloat32) s += StrCat(t.data_as<float>()[i]);
+    else if (t.dtype() == DType::kFloat64) s += StrCat(t.data_as<double>()[i]);
+    else if (static_cast<std::size_t>(i) < ints.size()) s += StrCat(ints[i]);
+  }
+  return s + (t.numel() > n ? ", ...]" : "]");
 }
 
 // A plan: the recorded task list (executor) for one signature of input
@@ -115,6 +145,9 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
 // their plan by the shapes of the inputs they are given.
 struct Plan {
   std::vector<Shape> input_shapes;
+  // The values of the model's shape inputs (ir::Value::shape_input) this
+  // plan was made for, by input index (empty for other inputs).
+  std::vector<std::vector<std::uint8_t>> input_values;
   std::vector<Shape> output_shapes;
   std::unique_ptr<ir::Graph> graph;  // null: the model's own graph (the plan made at load)
   std::uint64_t arena_size = 0;
@@ -196,7 +229,20 @@ class ModelImpl final : public Model {
         refs[i].dtype = i < inputs_.size() ? inputs_[i].dtype : DType::kUndefined;
         refs[i].data = this;  // only shapes are checked
       }
+      for (std::size_t i = 0; i < inputs_.size(); ++i) {
+        if (inputs_[i].shape_input) {
+          return Error(StatusCode::kInvalidArgument, "the output shapes of '", name_, "' depend on the values of input ",
+                       i, " '", inputs_[i].name, "', not only on input shapes: use OutputShapesFor with the "
+                       "inputs");
+        }
+      }
       KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(refs, false));
+      return plan->output_shapes;
+    });
+  }
+  Result<std::vector<Shape>> OutputShapesFor(const std::vector<TensorRef>& ins) override {
+    return Guarded("planning", name_, [&]() -> Result<std::vector<Shape>> {
+      KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(ins, false));
       return plan->output_shapes;
     });
   }
@@ -253,12 +299,26 @@ class ModelImpl final : public Model {
   // a new one. `run`: the plan becomes the last run's.
   Result<std::shared_ptr<Plan>> Select(const std::vector<TensorRef>& ins, bool run) {
     KILN_RETURN_IF_ERROR(CheckInputs(ins));
-    auto matches = [&ins](const Plan& p) {
+    // The values of shape inputs, read on the host: part of the signature.
+    std::vector<std::vector<std::uint8_t>>& values = select_values_;
+    values.assign(shape_inputs_ ? ins.size() : 0, {});
+    for (std::size_t i = 0; shape_inputs_ && i < ins.size(); ++i) {
+      if (!inputs_[i].shape_input) continue;
+      const TensorRef& t = ins[i];
+      if (t.on_device && !state_->exec_options.device->caps().host_addressable) {
+        return Error(StatusCode::kInvalidArgument, "input ", i, " '", inputs_[i].name,
+                     "' decides shapes (its values are read before the run): pass it in host memory, not in "
+                     "memory of device '", state_->exec_options.device->spec(), "'");
+      }
+      const auto* p = static_cast<const std::uint8_t*>(t.data);
+      values[i].assign(p, p + static_cast<std::size_t>(NumElements(t.shape)) * DTypeSize(t.dtype));
+    }
+    auto matches = [&ins, &values](const Plan& p) {
       if (p.input_shapes.size() != ins.size()) return false;
       for (std::size_t i = 0; i < ins.size(); ++i) {
         if (ins[i].shape != p.input_shapes[i]) return false;
       }
-      return true;
+      return p.input_values == values;
     };
     ModelState& st = *state_;
     std::shared_ptr<Plan> found;
@@ -304,7 +364,7 @@ class ModelImpl final : public Model {
       }
       std::vector<Shape> shapes;
       for (const TensorRef& t : ins) shapes.push_back(t.shape);
-      KILN_ASSIGN_OR_RETURN(found, MakePlan(std::move(shapes)));
+      KILN_ASSIGN_OR_RETURN(found, MakePlan(std::move(shapes), values));
       st.plans.push_front(found);
       // Evict least recently used plans beyond the bound (never the new one;
       // a queued run holds its plan itself).
@@ -322,7 +382,8 @@ class ModelImpl final : public Model {
   // Specializes a copy of the model's graph for `shapes`: every node's
   // shapes inferred again from the inputs', memory planned, kernels created
   // and the task list recorded.
-  Result<std::shared_ptr<Plan>> MakePlan(std::vector<Shape> shapes) {
+  Result<std::shared_ptr<Plan>> MakePlan(std::vector<Shape> shapes,
+                                         const std::vector<std::vector<std::uint8_t>>& values = {}) {
     const auto t0 = std::chrono::steady_clock::now();
     auto plan = std::make_shared<Plan>();
     plan->graph = ir::CloneGraph(*state_->model.graph);
@@ -330,6 +391,19 @@ class ModelImpl final : public Model {
     for (std::size_t i = 0; i < shapes.size(); ++i) g.inputs()[i]->set_shape(shapes[i]);
     std::string sig;
     for (std::size_t i = 0; i < shapes.size(); ++i) sig += StrCat(i ? ", " : "", ShapeToString(shapes[i]));
+    for (std::size_t i = 0; i < values.size() && i < shapes.size(); ++i) {
+      ir::Value* in = g.inputs()[i];
+      if (!in->shape_input()) continue;
+      auto t = std::make_shared<HostTensor>(in->dtype(), shapes[i]);
+      if (t->nbytes() != values[i].size()) {
+        return Error(StatusCode::kInternal, "input '", in->name(), "': ", values[i].size(), " bytes of values for ",
+                     t->nbytes());
+      }
+      if (!values[i].empty()) std::memcpy(t->mutable_data(), values[i].data(), values[i].size());
+      sig += StrCat(" with '", in->name(), "' = ", ValuesText(*t));
+      in->set_bound_value(std::move(t));
+    }
+    plan->input_values = values;
     const std::string what = StrCat("planning '", name_, "' for input shapes ", sig);
     KILN_RETURN_IF_ERROR(runtime::SpecializeGraph(g).WithContext(what));
     auto mp = plan::PlanMemory(g);
@@ -521,7 +595,12 @@ class ModelImpl final : public Model {
       }
       return t;
     };
-    for (ir::Value* v : g.inputs()) m->inputs_.push_back(info(v));
+    for (ir::Value* v : g.inputs()) {
+      m->inputs_.push_back(info(v));
+      // Its values decide shapes: plans are per signature of values too.
+      m->inputs_.back().shape_input = v->shape_input();
+      if (v->shape_input()) m->shape_inputs_ = m->state_->symbolic = true;
+    }
     for (ir::Value* v : g.outputs()) m->outputs_.push_back(info(v));
     runtime::ExecutorOptions eo;
     eo.device = &manager.device();
@@ -540,7 +619,9 @@ class ModelImpl final : public Model {
       for (const TensorInfo& t : m->inputs_) {
         for (const DimInfo& d : t.dims) bounded = bounded && !(d.value < 0 && d.max < 0);
       }
-      if (bounded && !opts.check_bounds) m->state_->shared_arena_size = m->state_->model.plan.arena_size;
+      // (Shape inputs' values bound nothing: the file's plan is for probe
+      // values, not the largest.)
+      if (bounded && !m->shape_inputs_ && !opts.check_bounds) m->state_->shared_arena_size = m->state_->model.plan.arena_size;
       m->state_->gears_only = g.gears_only();
       for (std::size_t k = 0; k < g.gears().size(); ++k) {
         auto plan = m->MakePlan(g.gears()[k]);
@@ -688,6 +769,8 @@ class ModelImpl final : public Model {
   std::shared_ptr<ModelState> state_;
   std::string name_;
   std::vector<TensorInfo> inputs_, outputs_;
+  bool shape_inputs_ = false;  // some input is a shape input (TensorInfo::shape_input)
+  std::vector<std::vector<std::uint8_t>> select_values_;  // Select's scratch: this run's shape-input values
   std::vector<void*> io_;
   runtime::IoCopies copies_;
   bool staged_ = false;

@@ -131,6 +131,11 @@ kiln::Result<std::vector<kiln::HostTensor>> PrepareInputs(const kiln::Model& mod
     if (given[i]) {
       out.push_back(std::move(*given[i]));
     } else {
+      if (infos[i].shape_input) {
+        return kiln::Error(StatusCode::kInvalidArgument, "input ", i, " '", infos[i].name,
+                           "' decides shapes (its values are a shape, starts, sizes, ...): give it with --input ",
+                           infos[i].name, "=FILE.npy");
+      }
       if (!kiln::IsStatic(infos[i].shape)) {
         std::string dims;
         for (const auto& d : infos[i].dims) {
@@ -162,7 +167,7 @@ kiln::Result<Bound> Bind(kiln::Model& model, std::vector<kiln::HostTensor>& inpu
     b.in_refs.push_back({const_cast<void*>(t.data()), t.dtype(), t.shape()});
     in_shapes.push_back(t.shape());
   }
-  KILN_ASSIGN_OR_RETURN(std::vector<kiln::Shape> out_shapes, model.OutputShapes(in_shapes));
+  KILN_ASSIGN_OR_RETURN(std::vector<kiln::Shape> out_shapes, model.OutputShapesFor(b.in_refs));
   for (std::size_t j = 0; j < model.outputs().size() && j < out_shapes.size(); ++j) {
     b.outputs.emplace_back(model.outputs()[j].dtype, out_shapes[j]);
   }
@@ -347,7 +352,7 @@ json InspectJson(const kiln::format::LoadedFile& f) {
   std::map<std::string, int> counts;
   for (auto* v : g.inputs()) {
     ins.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()},
-                   {"dims", DimsJson(*v, g)}});
+                   {"dims", DimsJson(*v, g)}, {"shape_input", v->shape_input()}});
   }
   for (auto* v : g.outputs()) {
     json dyn = json::array();  // data-dependent dims: "shape" holds their upper bound
@@ -440,7 +445,10 @@ int Inspect(const std::string& path, bool as_json) {
           if (lo != value || hi != value) shape += " (" + std::to_string(lo) + ".." + (hi < 0 ? "" : std::to_string(hi)) + ")";
         }
       }
-      std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << shape << "]\n";
+      std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << shape << "]"
+                << (t.value("shape_input", false) ? "  (shape input: its values decide shapes; plans are made per value)"
+                                                   : "")
+                << "\n";
     }
   }
   if (!j["gears"].empty()) {  // "gears: [1,128] [1,128] | [4,512] [4,512]"

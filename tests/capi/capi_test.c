@@ -449,6 +449,42 @@ static void symbolic_model(void) {
   kiln_model_free(m);
 }
 
+/* reshape.onnx: y = reshape(x [2, 3], t) with t a model input: t is a shape
+ * input, and the output's shape follows the values bound to it. */
+static void shape_input_model(void) {
+  char b1[1024], b2[1024];
+  kiln_model* m = NULL;
+  int flag = -1;
+  int64_t dims[4] = {0};
+  size_t rank = 0;
+  OK(kiln_compile(path(b1, model_dir, "reshape.onnx"), path(b2, work_dir, "reshape.kiln"), NULL, NULL));
+  OK(kiln_model_load(path(b2, work_dir, "reshape.kiln"), NULL, &m));
+  if (!m) return;
+  OK(kiln_model_input_is_shape_input(m, 0, &flag));
+  CHECK(flag == 0);
+  OK(kiln_model_input_is_shape_input(m, 1, &flag));
+  CHECK(flag == 1);
+  FAILS(kiln_model_input_is_shape_input(m, 2, &flag), KILN_INVALID_ARGUMENT, "input index 2 out of range");
+  {
+    float xs[6] = {1, -2, 3, -4, 5, -6}, ys[6] = {0};
+    int64_t xshape[2] = {2, 3}, tshape[1] = {2};
+    int64_t targets[2][2] = {{3, 2}, {-1, 6}};
+    for (int k = 0; k < 2; ++k) {
+      kiln_tensor x = {xs, KILN_DTYPE_FLOAT32, xshape, 2, KILN_MEMORY_HOST};
+      kiln_tensor t = {targets[k], KILN_DTYPE_INT64, tshape, 1, KILN_MEMORY_HOST};
+      OK(kiln_model_bind_input(m, 0, &x));
+      OK(kiln_model_bind_input(m, 1, &t));
+      OK(kiln_model_output_shape_for_inputs(m, 0, dims, 4, &rank));
+      CHECK(rank == 2 && dims[0] == (k ? 1 : 3) && dims[1] == (k ? 6 : 2));
+      kiln_tensor y = {ys, KILN_DTYPE_FLOAT32, dims, 2, KILN_MEMORY_HOST};
+      OK(kiln_model_bind_output(m, 0, &y));
+      OK(kiln_model_execute(m));
+      for (int i = 0; i < 6; ++i) CHECK(ys[i] == xs[i]);
+    }
+  }
+  kiln_model_free(m);
+}
+
 int main(int argc, char** argv) {
   char combined[256] = {0};
   if (argc != 3) {
@@ -465,6 +501,7 @@ int main(int argc, char** argv) {
   file_id_model();
   symbol_model();
   symbolic_model();
+  shape_input_model();
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;

@@ -43,6 +43,12 @@ g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["s"], name="add"),
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]),
           os.path.join(out, "custom.onnx"))
 
+# Reshape's target as a model input (a shape input).
+g = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["y"], name="reshape")], "reshape",
+                      [x, helper.make_tensor_value_info("t", TensorProto.INT64, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "reshape.onnx"))
+
 # The input the CLI test runs with (the C test has the same values).
 np.save(os.path.join(out, "x.npy"), np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
 

@@ -105,6 +105,12 @@ def models():
          helper.make_node("InstanceNormalization", ["a", "s", "b"], ["n"], name="in"),
          helper.make_node("GlobalAveragePool", ["n"], ["y"], name="gap")],
         [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 2, 1, 1])], [init("s", r(2)), init("b", r(2))])
+    # Shape inputs (format version 8): Reshape's target and Expand's shape
+    # fed as model inputs, so those inputs carry "shape_input".
+    out["shape_inputs"] = model(
+        [helper.make_node("Reshape", ["x", "t"], ["r"], name="reshape"),
+         helper.make_node("Expand", ["r", "e"], ["y"], name="expand")],
+        [vi("x", F, [2, 3, 4]), vi("t", I64, [2]), vi("e", I64, [3])], [vi("y", F, [None, None, None])])
     return out
 
 

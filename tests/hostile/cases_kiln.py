@@ -37,8 +37,8 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 7  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
-                    # 6: "sym" and "symbols"; 7: "gears" and "gears_only")
+FORMAT_VERSION = 8  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+                    # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input")
 
 
 def align(v, a):
@@ -508,6 +508,39 @@ def generate(ctx):
             ["gears_only"], base=j5, weights=w5)
     crafted("gears", "gears_only_missing", lambda j: j["graph"].pop("gears_only"),
             ["field 'graph.gears_only' is missing (a graph with gears has it)"], base=j5, weights=w5)
+
+    # Shape inputs (format version 8): Reshape's target is a model input, so
+    # the file marks it "shape_input"; the loader's inference must agree.
+    si_onnx = os.path.join(d, "shape_input.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Reshape", ["x", "t"], ["r"], name="reshape"), helper.make_node("Relu", ["r"], ["out"], name="relu")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+              helper.make_tensor_value_info("t", TensorProto.INT64, [2]),
+              helper.make_tensor_value_info("big", TensorProto.FLOAT, [100])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 13)]), si_onnx)
+    si_kiln = os.path.join(d, "shape_input.kiln")
+    rc, out = ctx.run(["compile", "--model", si_onnx, "--output", si_kiln])
+    assert rc == 0, out
+    j6, w6 = read_kiln(si_kiln)
+    assert value(j6, "t").get("shape_input") is True and "shape_input" not in value(j6, "x"), (value(j6, "t"), value(j6, "x"))
+    assert value(j6, "out")["symbolic"] == 3, value(j6, "out")
+    cases.append(Case("shape_input/inspect_shows_it", ["inspect", si_kiln],
+                      ["t int64[2]  (shape input: its values decide shapes", "out float32[?,?]"], rc=0))
+    cases.append(Case("shape_input/run_needs_the_values", ["run", si_kiln],
+                      ["input 1 't' decides shapes", "give it with --input t=FILE.npy"]))
+    crafted("shape_input", "not_a_bool", lambda j: value(j, "t").update(shape_input=1),
+            ["shape_input", "must be a boolean"], base=j6, weights=w6)
+    crafted("shape_input", "not_an_input", lambda j: value(j, "r").update(shape_input=True),
+            ["value 'r' is marked a shape input but is not an input of the top-level graph"], base=j6, weights=w6)
+    crafted("shape_input", "too_large", lambda j: value(j, "big").update(shape_input=True),
+            ["input 'big' is marked a shape input but is float32[100]"], base=j6, weights=w6)
+    crafted("shape_input", "not_read_for_shapes", lambda j: value(j, "x").update(shape_input=True),
+            ["input 'x' is recorded as a shape input but the model's inference does not read its values for shapes"],
+            inspect=False, base=j6, weights=w6)
+    crafted("shape_input", "mark_removed", lambda j: value(j, "t").pop("shape_input"),
+            ["input 't' is recorded as not a shape input but the model's inference reads its values for shapes"],
+            inspect=False, base=j6, weights=w6)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

@@ -231,6 +231,28 @@ def test_symbolic_batch_runs_at_any_extent(tmp_path):
         kiln.compile(tmp_path / "mm.onnx", tmp_path / "bad.kiln", input_spec="x:1..6,3|9,3")
 
 
+def test_shape_inputs_are_read_per_run(tmp_path):
+    # y = x[starts:ends] with starts and ends fed as model inputs: compiled as
+    # they are, each run's values decide y's shape (numpy slicing is the reference).
+    g = helper.make_graph([helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])], "slice",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6]),
+                           helper.make_tensor_value_info("starts", TensorProto.INT64, [2]),
+                           helper.make_tensor_value_info("ends", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.array([0, 1], np.int64), "axes")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "slice.onnx"))
+    kiln.compile(tmp_path / "slice.onnx", tmp_path / "slice.kiln")
+    m = kiln.load(tmp_path / "slice.kiln")
+    assert [t.shape_input for t in m.inputs] == [False, True, True]
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for (s0, s1), (e0, e1) in (((0, 1), (2, 5)), ((1, -3), (4, 100)), ((0, 1), (2, 5)), ((3, 0), (1, 6))):
+        got = m.run({"x": x, "starts": np.array([s0, s1], np.int64), "ends": np.array([e0, e1], np.int64)})["y"]
+        np.testing.assert_array_equal(got, x[s0:e0, s1:e1])
+    assert m.plan_stats()["created"] == 3
+    with pytest.raises(kiln.Error, match="depend on the values of input 1 'starts'"):
+        m.output_shapes([[4, 6], [2], [2]])
+
+
 def test_data_dependent_output_has_its_actual_shape(tmp_path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
     y = helper.make_tensor_value_info("y", TensorProto.INT64, None)

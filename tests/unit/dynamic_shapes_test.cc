@@ -601,5 +601,131 @@ TEST(DynamicShapes, AFailedQueuedRunDoesNotBlockTheNext) {
   EXPECT_FALSE((*s1)->Synchronize().ok());
 }
 
+// Shape inputs (issue 13, value-dependent shapes): a Reshape whose target is
+// a model input compiles without that value; each run's target values key
+// its plan (a new value plans once, a repeated one finds its plan), the
+// kernel reads them as constants, and the output shape follows them.
+TEST(DynamicShapes, ShapeInputsKeyPlansByValue) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 3, 4});
+  ir::Value* target = g->AddValue("target", DType::kInt64, {2});
+  g->inputs() = {x, target};
+  ir::Value* r = g->AddValue("r");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Reshape", "reshape", {x, target}, {r});
+  g->AddNode("Relu", "relu", {r}, {y});
+  g->outputs() = {y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  ASSERT_EQ(m.inputs().size(), 2u);
+  EXPECT_FALSE(m.inputs()[0].shape_input);
+  EXPECT_TRUE(m.inputs()[1].shape_input);
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{-1, -1}));  // known per run
+  std::vector<float> xs(24);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) - 3;
+  // Shapes alone cannot tell the outputs' shapes: refused, naming the input.
+  auto by_shape = m.OutputShapes({{2, 3, 4}, {2}});
+  ASSERT_FALSE(by_shape.ok());
+  EXPECT_NE(by_shape.status().message().find("input 1 'target'"), std::string::npos) << by_shape.status().message();
+  struct Case {
+    std::vector<std::int64_t> target;
+    Shape want;
+  };
+  const Case cases[] = {{{6, 4}, {6, 4}}, {{4, -1}, {4, 6}}, {{6, 4}, {6, 4}}, {{0, 12}, {2, 12}}, {{4, -1}, {4, 6}}};
+  for (const Case& c : cases) {
+    std::vector<std::int64_t> t = c.target;
+    const std::vector<TensorRef> ins = {TensorRef::Of(xs.data(), {2, 3, 4}), TensorRef::Of(t.data(), {2})};
+    auto shapes = m.OutputShapesFor(ins);
+    ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+    EXPECT_EQ(shapes.value(), std::vector<Shape>{c.want});
+    std::vector<float> ys(24, -7);
+    Status st = m.Execute(ins, {TensorRef::Of(ys.data(), c.want)});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(m.output_shape(0), c.want);
+    for (std::size_t i = 0; i < xs.size(); ++i) EXPECT_EQ(ys[i], std::max(xs[i], 0.f)) << i;
+  }
+  // Three distinct targets: three plans, the repeats found theirs.
+  EXPECT_EQ(m.plan_stats().created, 3u);
+  // A target the input cannot take fails at its plan, naming the node and
+  // the values.
+  std::vector<std::int64_t> bad = {5, 5};
+  std::vector<float> ys(25);
+  Status st = m.Execute({TensorRef::Of(xs.data(), {2, 3, 4}), TensorRef::Of(bad.data(), {2})},
+                        {TensorRef::Of(ys.data(), {5, 5})});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("reshape"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'target' = [5, 5]"), std::string::npos) << st.message();
+}
+
+// Shape inputs through shape arithmetic (Concat, Cast) into Expand, and a
+// scalar input as Range's limit: the arithmetic is evaluated per plan, and
+// runs with the same values reuse it. Expected values by hand.
+TEST(DynamicShapes, ShapeInputsThroughArithmetic) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* rows = g->AddValue("rows", DType::kInt32, {1});
+  ir::Value* limit = g->AddValue("limit", DType::kInt64, {});
+  g->inputs() = {rows, limit};
+  ir::Value* rows64 = g->AddValue("rows64");
+  ir::Value* target = g->AddValue("target");
+  ir::Value* e = g->AddValue("e");
+  ir::Value* rg = g->AddValue("rg");
+  g->AddNode("Cast", "cast", {rows}, {rows64})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("Concat", "concat", {rows64, g->AddConstant("two", test::I64({1}, {2}))}, {target})
+      ->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Expand", "expand", {g->AddConstant("row", test::F32({1, 2}, {1.5f, -2.f})), target}, {e});
+  g->AddNode("Range", "range", {g->AddConstant("zero", test::I64({}, {0})), limit,
+                                g->AddConstant("three", test::I64({}, {3}))}, {rg});
+  g->outputs() = {e, rg};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_TRUE(m.inputs()[0].shape_input);
+  EXPECT_TRUE(m.inputs()[1].shape_input);
+  for (auto [n, lim] : {std::pair<std::int32_t, std::int64_t>{3, 10}, {1, 2}, {3, 10}, {4, 0}}) {
+    std::vector<std::int32_t> rv = {n};
+    std::vector<std::int64_t> lv = {lim};
+    const std::vector<TensorRef> ins = {TensorRef::Of(rv.data(), {1}), TensorRef::Of(lv.data(), {})};
+    auto shapes = m.OutputShapesFor(ins);
+    ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+    const std::int64_t count = (lim + 2) / 3;
+    ASSERT_EQ(shapes.value(), (std::vector<Shape>{{n, 2}, {count}}));
+    std::vector<float> es(static_cast<std::size_t>(n) * 2, -7);
+    std::vector<std::int64_t> rs(static_cast<std::size_t>(count), -7);
+    Status st = m.Execute(ins, {TensorRef::Of(es.data(), {n, 2}), TensorRef::Of(rs.data(), {count})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (std::int32_t r = 0; r < n; ++r) {
+      EXPECT_EQ(es[static_cast<std::size_t>(r) * 2], 1.5f);
+      EXPECT_EQ(es[static_cast<std::size_t>(r) * 2 + 1], -2.f);
+    }
+    for (std::int64_t i = 0; i < count; ++i) EXPECT_EQ(rs[static_cast<std::size_t>(i)], 3 * i);
+  }
+  EXPECT_EQ(m.plan_stats().created, 3u);
+}
+
+// A value computed from a large input is data, not a shape input: the
+// compiler still refuses the shape it would decide, naming it.
+TEST(DynamicShapes, ShapeFromLargeInputDataIsRefused) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 3});
+  ir::Value* big = g->AddValue("big", DType::kInt64, {20000});
+  g->inputs() = {x, big};
+  ir::Value* top = g->AddValue("top");
+  ir::Value* target = g->AddValue("target");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("ReduceMax", "reduce", {big}, {top});  // keepdims: [1]
+  g->AddNode("Concat", "concat", {top, g->AddConstant("minus1", test::I64({1}, {-1}))}, {target})
+      ->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Reshape", "reshape", {x, target}, {y});
+  g->outputs() = {y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("cannot resolve"), std::string::npos) << model.status().message();
+  EXPECT_NE(model.status().message().find("reshape"), std::string::npos) << model.status().message();
+}
+
 }  // namespace
 }  // namespace kiln

@@ -71,10 +71,10 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
 Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes);
 // The limit the compiler, the loader and each plan use (the same, so that
 // all three compute the same bound values): shape tensors are tiny.
-inline constexpr std::uint64_t kBoundValueLimit = 64 * 1024;
+inline constexpr std::uint64_t kBoundValueLimit = ir::kShapeInputLimitBytes;  // 64 KiB
 // Outputs that are not integers (int64, int32, bool) are evaluated only up
 // to this many elements.
-inline constexpr std::int64_t kBoundFloatElements = 64;
+inline constexpr std::int64_t kBoundFloatElements = ir::kShapeInputFloatElements;  // 64
 
 // Kernel thread count of the calling thread: set from the ExecContext of the
 // work the thread runs (UseThreads), also as this thread's OpenMP thread
