@@ -230,6 +230,12 @@ KILN_C_EXPORT void kiln_load_config_free(kiln_load_config* config);
 /* "cpu" (default: $KILN_DEVICE, else cpu), "sim", "cuda:0", ... */
 KILN_C_EXPORT kiln_status kiln_load_config_set_device(kiln_load_config* config, const char* device);
 KILN_C_EXPORT kiln_status kiln_load_config_set_threads(kiln_load_config* config, int threads);
+/* A model with symbolic dims or shape inputs makes a plan per input
+ * signature and caches at most `max_plans` (>= 1; default 8) holding at most
+ * `max_bytes` of arenas in all (0: no bound), dropping the least recently
+ * used. */
+KILN_C_EXPORT kiln_status kiln_load_config_set_plan_cache(kiln_load_config* config, size_t max_plans,
+                                                          uint64_t max_bytes);
 /* Default: the directory the .kiln records (relative to itself), else
  * <model dir>/weight. */
 KILN_C_EXPORT kiln_status kiln_load_config_set_weight_dir(kiln_load_config* config, const char* dir);

@@ -177,6 +177,11 @@ struct LoadOptions {
   // beyond it (a run still queued on a stream keeps its plan alive until it
   // has run; the last run's plan lives until the next run). At least 1.
   std::size_t max_plans = 8;
+  // And at most this many arena bytes in all (PlanStats::arena_bytes; 0: no
+  // bound): least recently used plans are dropped until the held plans fit,
+  // except the newest, which is kept even when it alone is larger. Gears'
+  // plans count but are never dropped.
+  std::uint64_t max_plan_bytes = 0;
 };
 
 // Counters of a session's external-weight loading.
@@ -198,7 +203,7 @@ struct ExecutionStats {
 // signature of input shapes; see Model::Execute), over its lifetime.
 struct PlanStats {
   std::uint64_t created = 0;  // plans made (the one made at load included)
-  std::uint64_t evicted = 0;  // dropped, least recently used first, beyond LoadOptions::max_plans
+  std::uint64_t evicted = 0;  // dropped, least recently used first, beyond LoadOptions::max_plans / max_plan_bytes
   std::uint64_t hits = 0;     // runs (and OutputShapes calls) that found their plan made
   std::uint64_t cached = 0;   // plans held now
   double last_plan_us = 0;    // time to make the latest plan (inference, memory plan, kernels)

@@ -24,8 +24,10 @@ __all__ = ["compile", "load", "load_bytes", "Session", "Model", "Summary", "Tens
 
 
 def _load_args(threads=1, device="", weight_dir=None, trust_weight_dir=False, weight_load="auto",
-               verify_weights=False, weights=None, weight_files=None):
+               verify_weights=False, weights=None, weight_files=None, max_plans=8, max_plan_bytes=0):
     a = _kiln._LoadArgs()
+    a.max_plans = int(max_plans)
+    a.max_plan_bytes = int(max_plan_bytes)
     a.threads = int(threads)
     a.device = device or ""
     a.weight_dir = None if weight_dir is None else str(weight_dir)
@@ -53,7 +55,7 @@ def compile(model, output, external_weight=0, external_weight_dir=None, input_sh
 
 
 def load(path, threads=1, device="", weight_dir=None, trust_weight_dir=False, weight_load="auto",
-         verify_weights=False, weights=None, weight_files=None):
+         verify_weights=False, weights=None, weight_files=None, max_plans=8, max_plan_bytes=0):
     """Loads a .kiln file. `device`: "cpu" (default: $KILN_DEVICE, else cpu)
     or "sim[:options]". `weight_dir`: where external weights are (default:
     the directory the file records, else <model dir>/weight);
@@ -61,9 +63,12 @@ def load(path, threads=1, device="", weight_dir=None, trust_weight_dir=False, we
     `weight_load`: auto, map, copy or staged. `weights`: {file name: buffer}
     of weight files you already hold in memory (kept alive by the model).
     `weight_files`: {file_id: path or buffer} for weights made by the C++
-    graph API's AddFileConstant, resolved at load."""
+    graph API's AddFileConstant, resolved at load. `max_plans`, `max_plan_bytes`:
+    a model with symbolic dims or shape inputs keeps at most this many plans
+    (one per input signature) and this many arena bytes in all (0: no bound),
+    dropping the least recently used."""
     return _kiln.load(str(path), _load_args(threads, device, weight_dir, trust_weight_dir, weight_load,
-                                            verify_weights, weights, weight_files))
+                                            verify_weights, weights, weight_files, max_plans, max_plan_bytes))
 
 
 def load_bytes(data, threads=1, device="", weight_dir=None, weight_load="auto", verify_weights=False, weights=None,

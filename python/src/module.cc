@@ -115,6 +115,8 @@ struct LoadArgs {
   bool verify_weights = false;
   std::optional<py::dict> weights;  // file name -> buffer
   std::optional<py::dict> weight_files;  // file_id -> path (str / os.PathLike) or buffer
+  std::size_t max_plans = 8;             // kiln::LoadOptions::max_plans
+  std::uint64_t max_plan_bytes = 0;      // kiln::LoadOptions::max_plan_bytes
 };
 
 kiln::LoadOptions Options(const LoadArgs& a, std::vector<py::object>* keep) {
@@ -124,6 +126,9 @@ kiln::LoadOptions Options(const LoadArgs& a, std::vector<py::object>* keep) {
   }
   o.threads = a.threads;
   o.device = a.device;
+  if (a.max_plans < 1) Raise(kiln::Error(kiln::StatusCode::kInvalidArgument, "max_plans = ", a.max_plans, " (expected >= 1)"));
+  o.max_plans = a.max_plans;
+  o.max_plan_bytes = a.max_plan_bytes;
   if (a.weight_dir) o.weight_dir = *a.weight_dir;
   o.trust_recorded_weight_dir = a.trust_weight_dir;
   o.verify_weights = a.verify_weights;
@@ -511,7 +516,9 @@ PYBIND11_MODULE(_kiln, m) {
       .def_readwrite("weight_load", &LoadArgs::weight_load)
       .def_readwrite("verify_weights", &LoadArgs::verify_weights)
       .def_readwrite("weights", &LoadArgs::weights)
-      .def_readwrite("weight_files", &LoadArgs::weight_files);
+      .def_readwrite("weight_files", &LoadArgs::weight_files)
+      .def_readwrite("max_plans", &LoadArgs::max_plans)
+      .def_readwrite("max_plan_bytes", &LoadArgs::max_plan_bytes);
   py::class_<PyModel>(m, "Model")
       .def_property_readonly("inputs", &PyModel::inputs)
       .def_property_readonly("outputs", &PyModel::outputs)

@@ -214,6 +214,13 @@ kiln_status kiln_load_config_set_threads(kiln_load_config* config, int threads) 
   config->o.threads = threads;
   return KILN_OK;
 }
+kiln_status kiln_load_config_set_plan_cache(kiln_load_config* config, size_t max_plans, uint64_t max_bytes) {
+  KILN_C_REQUIRE(config);
+  if (max_plans < 1) return Fail(KILN_INVALID_ARGUMENT, kiln::StrCat(__func__, ": max_plans 0 (expected >= 1)"));
+  config->o.max_plans = max_plans;
+  config->o.max_plan_bytes = max_bytes;
+  return KILN_OK;
+}
 kiln_status kiln_load_config_set_weight_dir(kiln_load_config* config, const char* dir) {
   return kiln::capi::SetString(config, dir, [](kiln_load_config& c) -> std::string& { return c.o.weight_dir; },
                                __func__);

@@ -168,6 +168,7 @@ struct ModelState {
   std::shared_ptr<Plan> last;  // the plan of the last run (output_shape reports its extents)
   runtime::ExecutorOptions exec_options;  // for plans made after load
   std::size_t max_plans = 8;
+  std::uint64_t max_plan_bytes = 0;  // LoadOptions::max_plan_bytes (0: no bound)
   bool symbolic = false;  // some input dim is symbolic: plans are made per signature
   // Gears: plans made at load for the file's gear signatures, never evicted.
   // gears_only: no other signature is admitted.
@@ -250,15 +251,21 @@ class ModelImpl final : public Model {
     PlanStats s = state_->stats;
     s.cached = state_->plans.size() + state_->gear_plans.size();
     s.gears = state_->gear_plans.size();
+    s.arena_bytes = CachedArenaBytes(*state_);
+    return s;
+  }
+  // The arena bytes the held plans use: each plan's own, the shared arena
+  // once.
+  static std::uint64_t CachedArenaBytes(const ModelState& st) {
+    std::uint64_t bytes = 0;
     bool shared = false;
     auto add = [&](const Plan& p) {
       if (p.shared_arena) shared = true;
-      else s.arena_bytes += p.arena_size;
+      else bytes += p.arena_size;
     };
-    for (const auto& p : state_->plans) add(*p);
-    for (const auto& p : state_->gear_plans) add(*p);
-    if (shared) s.arena_bytes += state_->shared_arena_size;
-    return s;
+    for (const auto& p : st.plans) add(*p);
+    for (const auto& p : st.gear_plans) add(*p);
+    return bytes + (shared ? st.shared_arena_size : 0);
   }
   const void* ConstantData(const std::string& name) const override {
     const ir::Value* v = state_->model.graph->FindValue(name);
@@ -366,11 +373,13 @@ class ModelImpl final : public Model {
       for (const TensorRef& t : ins) shapes.push_back(t.shape);
       KILN_ASSIGN_OR_RETURN(found, MakePlan(std::move(shapes), values));
       st.plans.push_front(found);
-      // Evict least recently used plans beyond the bound (never the new one;
-      // a queued run holds its plan itself).
+      // Evict least recently used plans beyond the bounds, in count and in
+      // arena bytes (never the new one; a queued run holds its plan
+      // itself; gears are never evicted).
       // `last` keeps the last run's plan (evicted or not) for output_shape()
       // and profile() until the next run.
-      while (st.plans.size() > st.max_plans) {
+      while (st.plans.size() > st.max_plans ||
+             (st.max_plan_bytes > 0 && st.plans.size() > 1 && CachedArenaBytes(st) > st.max_plan_bytes)) {
         st.plans.pop_back();
         ++st.stats.evicted;
       }
@@ -611,6 +620,7 @@ class ModelImpl final : public Model {
     eo.load_stream = load_stream;
     m->state_->exec_options = eo;
     m->state_->max_plans = std::max<std::size_t>(opts.max_plans, 1);
+    m->state_->max_plan_bytes = opts.max_plan_bytes;
     // A model with symbolic dims makes its plans as runs come (the file's
     // plan is only for the extents the compiler probed with), and its
     // gears' plans now.

@@ -517,6 +517,25 @@ int Inspect(const std::string& path, bool as_json) {
             << "  no reuse (sum)         " << HumanBytes(m["no_reuse_bytes"]) << "\n"
             << "  arena / lower bound    " << m["arena_over_lower_bound"].get<double>() << "\n"
             << "  weights                " << HumanBytes(m["weights_bytes"]) << "\n";
+  // Plans per input signature (symbolic dims, shape inputs): what the
+  // runtime's plan cache holds.
+  bool per_signature = false, bounded = true;
+  for (auto& t : j["inputs"]) {
+    if (t.value("shape_input", false)) per_signature = true, bounded = false;
+    for (auto& d : t["dims"]) {
+      if (d["kind"] != "symbolic") continue;
+      per_signature = true;
+      bounded = bounded && d["max"].get<std::int64_t>() >= 0;
+    }
+  }
+  if (per_signature) {
+    std::cout << "plans: one per input signature, made at run time and cached (at most 8 by default: "
+                 "LoadOptions::max_plans / max_plan_bytes, kiln run/bench --max-plans / --max-plan-bytes); "
+              << (bounded ? "all share one arena of the size above (planned for the largest shapes)"
+                          : "each has its own arena, sized for its shapes (the size above is for the compile-time "
+                            "probe shapes)")
+              << "\n";
+  }
   return 0;
 }
 
@@ -633,22 +652,39 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   // first run (shapes inferred, memory planned, kernels created, recorded),
   // or at load when they are a gear (its time is in load_ms).
   const auto& ins = model.value()->inputs();
-  const bool symbolic = std::any_of(ins.begin(), ins.end(), [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape); });
+  const auto& outs = model.value()->outputs();
+  const bool symbolic =
+      std::any_of(ins.begin(), ins.end(),
+                  [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape) || t.shape_input; }) ||
+      std::any_of(outs.begin(), outs.end(), [](const kiln::TensorInfo& t) {
+        return !kiln::IsStatic(t.shape) && t.dynamic_dims == 0;
+      });
   const bool gear = model.value()->plan_stats().created == plans_at_load;
   const double plan_ms = gear ? 0.0 : model.value()->plan_stats().last_plan_us / 1000.0;
   if (as_json) {
     json j{{"model", path}, {"runs", runs}, {"warmup", warmup}, {"threads", threads},
            {"median_ms", median}, {"p90_ms", pct(0.9)}, {"min_ms", s.front()}, {"max_ms", s.back()},
            {"load_ms", load_ms}};
-    if (symbolic) j["plan_ms"] = plan_ms;
-    if (symbolic) j["gear"] = gear;
+    if (symbolic) {
+      // The plan cache: plans held and the arena bytes they use
+      // (--max-plans, --max-plan-bytes bound them).
+      const kiln::PlanStats ps = model.value()->plan_stats();
+      j["plan_ms"] = plan_ms;
+      j["gear"] = gear;
+      j["plans_cached"] = ps.cached;
+      j["plan_cache_bytes"] = ps.arena_bytes;
+    }
     std::cout << j.dump() << "\n";
   } else {
     const std::string plan = !symbolic ? std::string()
                              : gear    ? std::string(" (these shapes are a gear: planned at load)")
                                        : kiln::StrCat(" (plan for these shapes ", plan_ms, " ms)");
-    std::printf("%s: %d runs, %d thread%s: median %.3f ms, p90 %.3f ms, min %.3f ms%s\n", path.c_str(), runs,
-                threads, threads == 1 ? "" : "s", median, pct(0.9), s.front(), plan.c_str());
+    const std::string cache =
+        !symbolic ? std::string()
+                  : kiln::StrCat("; plan cache: ", model.value()->plan_stats().cached, " plan(s), ",
+                                 HumanBytes(model.value()->plan_stats().arena_bytes), " of arenas");
+    std::printf("%s: %d runs, %d thread%s: median %.3f ms, p90 %.3f ms, min %.3f ms%s%s\n", path.c_str(), runs,
+                threads, threads == 1 ? "" : "s", median, pct(0.9), s.front(), plan.c_str(), cache.c_str());
   }
   if (!profile_file.empty()) {
     // With --json the table goes to stderr: stdout stays one JSON object.
@@ -767,7 +803,13 @@ static int RealMain(int argc, char** argv) {
   bool verify_sha = false, trust_weight_dir = false;
   double chunk_mib = 10;
   std::string device;
+  std::size_t max_plans = 8;
+  std::uint64_t max_plan_bytes = 0;
   for (CLI::App* sub : {run, bench}) {
+    sub->add_option("--max-plans", max_plans,
+                    "models with symbolic dims or shape inputs: plans kept (one per input signature)")
+        ->check(CLI::Range(1, 1000000));
+    sub->add_option("--max-plan-bytes", max_plan_bytes, "and the arena bytes they may hold in all (0: no bound)");
     sub->add_option("--device", device,
                     "cpu | sim (a simulated discrete device; options: sim:lack=Op1+Op2,seed=N,delay_us=N); "
                     "default: $KILN_DEVICE, else cpu");
@@ -808,6 +850,8 @@ static int RealMain(int argc, char** argv) {
   lo.threads = threads;
   lo.verify_weights_checksum = !no_verify;
   lo.check_bounds = check_bounds;
+  lo.max_plans = max_plans;
+  lo.max_plan_bytes = max_plan_bytes;
   lo.weight_dir = weight_dir;
   lo.trust_recorded_weight_dir = trust_weight_dir;
   lo.verify_weights = verify_sha;

@@ -457,8 +457,13 @@ static void shape_input_model(void) {
   int flag = -1;
   int64_t dims[4] = {0};
   size_t rank = 0;
+  kiln_load_config* cfg = NULL;
   OK(kiln_compile(path(b1, model_dir, "reshape.onnx"), path(b2, work_dir, "reshape.kiln"), NULL, NULL));
-  OK(kiln_model_load(path(b2, work_dir, "reshape.kiln"), NULL, &m));
+  OK(kiln_load_config_create(&cfg));
+  FAILS(kiln_load_config_set_plan_cache(cfg, 0, 0), KILN_INVALID_ARGUMENT, "max_plans 0");
+  OK(kiln_load_config_set_plan_cache(cfg, 1, 1u << 20)); /* one plan kept: the targets alternate */
+  OK(kiln_model_load(path(b2, work_dir, "reshape.kiln"), cfg, &m));
+  kiln_load_config_free(cfg);
   if (!m) return;
   OK(kiln_model_input_is_shape_input(m, 0, &flag));
   CHECK(flag == 0);
@@ -469,7 +474,8 @@ static void shape_input_model(void) {
     float xs[6] = {1, -2, 3, -4, 5, -6}, ys[6] = {0};
     int64_t xshape[2] = {2, 3}, tshape[1] = {2};
     int64_t targets[2][2] = {{3, 2}, {-1, 6}};
-    for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < 4; ++r) {
+      int k = r % 2;
       kiln_tensor x = {xs, KILN_DTYPE_FLOAT32, xshape, 2, KILN_MEMORY_HOST};
       kiln_tensor t = {targets[k], KILN_DTYPE_INT64, tshape, 1, KILN_MEMORY_HOST};
       OK(kiln_model_bind_input(m, 0, &x));

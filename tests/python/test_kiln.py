@@ -251,6 +251,16 @@ def test_shape_inputs_are_read_per_run(tmp_path):
     assert m.plan_stats()["created"] == 3
     with pytest.raises(kiln.Error, match="depend on the values of input 1 'starts'"):
         m.output_shapes([[4, 6], [2], [2]])
+    # One plan kept: alternating values plan every time.
+    m1 = kiln.load(tmp_path / "slice.kiln", max_plans=1, max_plan_bytes=1 << 20)
+    for k in range(4):
+        e = np.array([2 + k % 2, 5], np.int64)
+        got = m1.run({"x": x, "starts": np.array([0, 1], np.int64), "ends": e})["y"]
+        np.testing.assert_array_equal(got, x[0:e[0], 1:5])
+    s = m1.plan_stats()
+    assert (s["created"], s["evicted"], s["cached"]) == (4, 3, 1), s
+    with pytest.raises(kiln.Error, match="max_plans = 0"):
+        kiln.load(tmp_path / "slice.kiln", max_plans=0)
 
 
 def test_data_dependent_output_has_its_actual_shape(tmp_path):

@@ -135,6 +135,70 @@ TEST(DynamicShapes, LeastRecentlyUsedPlansAreDropped) {
   EXPECT_EQ(m.plan_stats().created, 4u);
 }
 
+// The cache is bounded in arena bytes too (LoadOptions::max_plan_bytes):
+// least recently used plans go until the held ones fit, the newest stays.
+TEST(DynamicShapes, PlansAreBoundedInArenaBytes) {
+  // y = exp(relu(x)) + (-relu(x)) on x[batch, 4]: relu's output lives in the
+  // arena while both branches read it.
+  auto graph = [] {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {-1, kIn});
+    x->dim_params() = {"batch", ""};
+    g->inputs().push_back(x);
+    ir::Value *r = g->AddValue("r"), *e = g->AddValue("e"), *n = g->AddValue("n"), *y = g->AddValue("y");
+    g->AddNode("Relu", "relu", {x}, {r});
+    g->AddNode("Exp", "exp", {r}, {e});
+    g->AddNode("Neg", "neg", {r}, {n});
+    g->AddNode("Add", "add", {e, n}, {y});
+    g->outputs() = {y};
+    return g;
+  };
+  auto run = [](Model& m, std::int64_t batch) {
+    std::vector<float> x = Input(batch), y(x.size(), -7);
+    KILN_RETURN_IF_ERROR(m.Execute({TensorRef::Of(x.data(), {batch, kIn})}, {TensorRef::Of(y.data(), {batch, kIn})}));
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const float r = std::max(x[i], 0.f);
+      if (std::fabs(y[i] - (std::exp(r) - r)) > 1e-5f * std::exp(r)) {
+        return Error(StatusCode::kInternal, "batch ", batch, ": y[", i, "] = ", y[i]);
+      }
+    }
+    return Status::Ok();
+  };
+  // What plans for batches 40 and 50 hold together, with no bound.
+  std::uint64_t two = 0;
+  {
+    test::TempDir dir;
+    auto model = CompileAndLoad(graph(), dir);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    for (std::int64_t b : {40, 50}) ASSERT_TRUE(run(**model, b).ok());
+    two = (*model)->plan_stats().arena_bytes;
+    ASSERT_GT(two, 0u);
+  }
+  test::TempDir dir;
+  LoadOptions lo;
+  lo.max_plan_bytes = two;
+  auto model = CompileAndLoad(graph(), dir, nullptr, {}, lo);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  for (std::int64_t b : {40, 50}) ASSERT_TRUE(run(m, b).ok());
+  EXPECT_EQ(m.plan_stats().cached, 2u);  // they fit
+  EXPECT_EQ(m.plan_stats().evicted, 0u);
+  // Batch 60 needs more than either: the least recently used (40) goes, and
+  // 50 too if the two still do not fit.
+  ASSERT_TRUE(run(m, 60).ok());
+  PlanStats s = m.plan_stats();
+  EXPECT_GE(s.evicted, 1u);
+  EXPECT_EQ(s.cached + s.evicted, 3u);
+  EXPECT_TRUE(s.arena_bytes <= two || s.cached == 1) << s.arena_bytes << " " << two;
+  // A plan larger than the whole bound is kept alone.
+  ASSERT_TRUE(run(m, 500).ok());
+  s = m.plan_stats();
+  EXPECT_EQ(s.cached, 1u);
+  EXPECT_GT(s.arena_bytes, two);
+  ASSERT_TRUE(run(m, 500).ok());
+  EXPECT_EQ(m.plan_stats().hits, 1u);
+}
+
 // Two inputs sharing the symbol "batch": z = x + u.
 std::unique_ptr<ir::Graph> SharedSymbol() {
   auto g = std::make_unique<ir::Graph>();
