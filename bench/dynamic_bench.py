@@ -56,6 +56,9 @@ def main():
     max_b, max_s = max(b for b, _ in shapes), max(s for _, s in shapes)
     run([kiln, "compile", "--model", onnx_path, "--output", bounded, "--input-shape",
          f"input_ids:1..{max_b},1..{max_s};attention_mask:1..{max_b},1..{max_s}"], "bounded compile")
+    # Memory: the bounded file's arena is planned once, for the largest signature; the target is
+    # at most 1.1 x its lower bound (the most bytes live at once).
+    mem = json.loads(run([kiln, "inspect", "--json", bounded], "kiln inspect bounded"))["memory"]
     rows = []
     for batch, seq in shapes:
         tag = f"{batch}x{seq}"
@@ -89,7 +92,9 @@ def main():
              f"{args.threads} thread(s), medians over {args.rounds} interleaved rounds of {args.runs} runs.", "",
              f"Command: `/usr/bin/python3 bench/dynamic_bench.py --kiln build/kiln --work DIR --shapes {args.shapes}`",
              "", f"bounded: compiled with `--input-shape input_ids:1..{max_b},1..{max_s};attention_mask:1..{max_b},"
-             f"1..{max_s}`.", "",
+             f"1..{max_s}`: one arena for every plan, {mem['arena_bytes'] / 2**20:.2f} MiB, planned for "
+             f"{max_b}x{max_s}; its lower bound (most bytes live at once) {mem['lower_bound_bytes'] / 2**20:.2f} MiB: "
+             f"arena / lower bound {mem['arena_bytes'] / max(mem['lower_bound_bytes'], 1):.3f} (target <= 1.1).", "",
              "| batch x seq | static .kiln (ms) | symbolic .kiln (ms) | symbolic / static | bounded (ms) "
              "| bounded / static | ONNX Runtime (ms) | symbolic / ORT | plan, symbolic (ms) | plan, bounded (ms) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

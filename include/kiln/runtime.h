@@ -212,6 +212,11 @@ struct PlanStats {
   // (counted once); a plan that needs more than it, or of an unbounded
   // model, has its own.
   std::uint64_t arena_bytes = 0;
+  // Constant weights kernels repacked into their library's layout (a
+  // convolution's), made and shared: plans of one model share a packed copy
+  // when they want the same layout, as plans at other extents usually do.
+  std::uint64_t packed_weights_made = 0;
+  std::uint64_t packed_weights_shared = 0;
 };
 
 class Stream;

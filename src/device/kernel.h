@@ -9,7 +9,11 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -29,7 +33,55 @@ struct TensorDesc {
   bool present() const { return dtype != DType::kUndefined; }
 };
 
+// Constant weights that kernels repacked at load (a convolution's weights in
+// the layout its primitive wants), shared by the kernels of one model's
+// plans: a model with symbolic dims makes a kernel per node per plan, and a
+// plan at other extents usually wants the same layout, so N plans hold one
+// packed copy rather than N. Keyed by the source constant's data (stable
+// while the model lives: plans share the model's constants) and a
+// kernel-defined description of the packed layout; an entry lives while
+// some kernel holds it.
+class PrepackCache {
+ public:
+  // The packed form of `source` in `format`, made before and still held,
+  // else make() (called under the lock; kernels are made one at a time
+  // anyway) and remembered. An empty `format` is never shared.
+  template <typename T, typename Make>
+  std::shared_ptr<T> Get(const void* source, const std::string& format, Make&& make) {
+    if (format.empty()) return make();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_pair(source, format);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      if (std::shared_ptr<void> held = it->second.lock()) {
+        ++shared_;
+        return std::static_pointer_cast<T>(held);
+      }
+    }
+    std::shared_ptr<T> made = make();
+    entries_[key] = made;
+    ++made_;
+    return made;
+  }
+  std::uint64_t shared() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shared_;
+  }
+  std::uint64_t made() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return made_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<const void*, std::string>, std::weak_ptr<void>> entries_;
+  std::uint64_t shared_ = 0, made_ = 0;
+};
+
 struct KernelInit {
+  // Where repacked constant weights are shared (one per model); null: each
+  // kernel packs its own.
+  PrepackCache* prepack_cache = nullptr;
   const ir::Node* node = nullptr;
   std::vector<TensorDesc> inputs;
   std::vector<TensorDesc> outputs;

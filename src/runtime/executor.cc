@@ -537,6 +537,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     auto* slots = reinterpret_cast<void**>(block.host.data());
     device::KernelInit init;
     init.node = &node;
+    init.prepack_cache = opts.prepack_cache.get();
     auto bind = [&](const ir::Value* v, std::uint32_t slot, bool output) -> Status {
       KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
       slots[slot] = ex->Address(b);

@@ -160,6 +160,9 @@ struct ExecutorOptions {
   // check_bounds). The executor holds a reference.
   std::shared_ptr<void> shared_arena;
   std::uint64_t shared_arena_size = 0;
+  // Repacked weights shared between the kernels of one model's plans (see
+  // device::PrepackCache); null: each kernel packs its own.
+  std::shared_ptr<device::PrepackCache> prepack_cache;
 };
 
 // Specializes a graph whose inputs have been given one signature's shapes

@@ -252,6 +252,10 @@ class ModelImpl final : public Model {
     s.cached = state_->plans.size() + state_->gear_plans.size();
     s.gears = state_->gear_plans.size();
     s.arena_bytes = CachedArenaBytes(*state_);
+    if (const auto& pc = state_->exec_options.prepack_cache) {
+      s.packed_weights_made = pc->made();
+      s.packed_weights_shared = pc->shared();
+    }
     return s;
   }
   // The arena bytes the held plans use: each plan's own, the shared arena
@@ -618,6 +622,9 @@ class ModelImpl final : public Model {
     eo.check_bounds = opts.check_bounds;
     eo.profile = opts.profile;
     eo.load_stream = load_stream;
+    // Plans of one model share the weights their kernels repack (a
+    // convolution's at every input size it runs at).
+    eo.prepack_cache = std::make_shared<device::PrepackCache>();
     m->state_->exec_options = eo;
     m->state_->max_plans = std::max<std::size_t>(opts.max_plans, 1);
     m->state_->max_plan_bytes = opts.max_plan_bytes;

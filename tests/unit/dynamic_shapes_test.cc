@@ -791,5 +791,77 @@ TEST(DynamicShapes, ShapeFromLargeInputDataIsRefused) {
   EXPECT_NE(model.status().message().find("reshape"), std::string::npos) << model.status().message();
 }
 
+// Plans of one model share the weights a convolution repacks at load
+// (device::PrepackCache). y = conv(x, w) + 0 * sum-free path: x [1,4,8,8] is
+// static and z [batch] symbolic, so the convolution has the same shapes in
+// every plan and each new plan must reuse the packed copy; at other image
+// sizes (x symbolic) plans share it where oneDNN wants the same layout.
+// Results against direct loops.
+TEST(DynamicShapes, PlansShareRepackedConvolutionWeights) {
+  constexpr int kC = 4;
+  std::vector<float> w(kC * kC * 9);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.125f * static_cast<float>(static_cast<int>(i % 11) - 5);
+  auto graph = [&](bool symbolic_image) {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {1, kC, symbolic_image ? -1 : 8, symbolic_image ? -1 : 8});
+    if (symbolic_image) x->dim_params() = {"", "", "h", "w"};
+    ir::Value* z = g->AddValue("z", DType::kFloat32, {-1});
+    z->dim_params() = {"batch"};
+    g->inputs() = {x, z};
+    ir::Value *y = g->AddValue("y"), *zz = g->AddValue("zz");
+    ir::Node* conv = g->AddNode("Conv", "conv", {x, g->AddConstant("w", test::F32({kC, kC, 3, 3}, w))}, {y});
+    conv->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+    conv->SetAttr("kernel_shape", ir::Attribute::Ints({3, 3}));
+    g->AddNode("Neg", "neg", {z}, {zz});
+    g->outputs() = {y, zz};
+    return g;
+  };
+  auto run = [&](Model& m, std::int64_t h, std::int64_t batch) -> Status {
+    std::vector<float> x(static_cast<std::size_t>(kC * h * h)), y(x.size(), -7), z(static_cast<std::size_t>(batch), 1),
+        zz(z.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+    KILN_RETURN_IF_ERROR(m.Execute({TensorRef::Of(x.data(), {1, kC, h, h}), TensorRef::Of(z.data(), {batch})},
+                                   {TensorRef::Of(y.data(), {1, kC, h, h}), TensorRef::Of(zz.data(), {batch})}));
+    for (int o = 0; o < kC; ++o) {
+      for (std::int64_t r = 0; r < h; ++r) {
+        for (std::int64_t c = 0; c < h; ++c) {
+          float want = 0;
+          for (int i = 0; i < kC; ++i) {
+            for (int kr = 0; kr < 3; ++kr) {
+              for (int kc = 0; kc < 3; ++kc) {
+                const std::int64_t rr = r + kr - 1, cc = c + kc - 1;
+                if (rr < 0 || rr >= h || cc < 0 || cc >= h) continue;
+                want += x[static_cast<std::size_t>((i * h + rr) * h + cc)] * w[static_cast<std::size_t>(((o * kC + i) * 3 + kr) * 3 + kc)];
+              }
+            }
+          }
+          const float got = y[static_cast<std::size_t>((o * h + r) * h + c)];
+          if (std::fabs(got - want) > 1e-4f) return Error(StatusCode::kInternal, "h ", h, " y[", o, ",", r, ",", c, "] = ", got, ", expected ", want);
+        }
+      }
+    }
+    return Status::Ok();
+  };
+  {
+    test::TempDir dir;
+    auto model = CompileAndLoad(graph(false), dir);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    for (std::int64_t batch : {2, 3, 5}) ASSERT_TRUE(run(**model, 8, batch).ok());
+    const PlanStats s = (*model)->plan_stats();
+    EXPECT_EQ(s.created, 3u);
+    EXPECT_EQ(s.packed_weights_made, 1u);  // one packed copy for three plans
+    EXPECT_EQ(s.packed_weights_shared, 2u);
+  }
+  test::TempDir dir;
+  auto model = CompileAndLoad(graph(true), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::int64_t h : {8, 13, 30}) {
+    Status st = run(**model, h, 2);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  const PlanStats s = (*model)->plan_stats();
+  EXPECT_EQ(s.packed_weights_made + s.packed_weights_shared, 3u);
+}
+
 }  // namespace
 }  // namespace kiln

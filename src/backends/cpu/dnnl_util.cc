@@ -80,4 +80,19 @@ Status AppendFusedActivation(const ir::Node& node, dnnl::post_ops& ops) {
   return Status::Ok();
 }
 
+std::string PackedLayoutKey(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.ndims < 0 || d.ndims > DNNL_MAX_NDIMS) return std::string();
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  if (b.inner_nblks < 0 || b.inner_nblks > DNNL_MAX_NDIMS) return std::string();
+  std::string k = StrCat("t", static_cast<int>(d.data_type), "o", d.offset0, "x", d.extra.flags, ",",
+                         d.extra.compensation_mask, ",", d.extra.scale_adjust, ":");
+  for (int i = 0; i < d.ndims; ++i) {
+    k += StrCat(d.dims[i], "/", d.padded_dims[i], "/", d.padded_offsets[i], "/", b.strides[i], ";");
+  }
+  k += "b";
+  for (int i = 0; i < b.inner_nblks; ++i) k += StrCat(b.inner_blks[i], "@", b.inner_idxs[i], ";");
+  return k;
+}
+
 }  // namespace kiln::cpu

@@ -24,6 +24,9 @@ dnnl::memory::desc StridedDesc(const Shape& shape, const Shape& strides,
 // scratch memory of the thread that runs it: one buffer per thread, reused by
 // every primitive (cache-hot, as oneDNN's own), found when it runs, not when
 // the primitive was created.
+// A key for a packed (blocked) weights layout, equal for equal layouts
+// (device::PrepackCache); "" for layouts it does not describe (never shared).
+std::string PackedLayoutKey(const dnnl::memory::desc& md);
 dnnl::primitive_attr UserScratchpad(dnnl::primitive_attr attr = dnnl::primitive_attr());
 // The calling thread's scratch memory, at least `bytes` (64-byte aligned;
 // grows, never shrinks).

@@ -56,10 +56,19 @@ class ConvKernel : public Kernel {
       src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
       if (wconst) {
-        weights_ = memory(pd.weights_desc(), DnnlEngine());
-        memory plain(w_plain, DnnlEngine(), const_cast<void*>(wconst->data()));
-        dnnl::reorder(plain, weights_).execute(DnnlStream(), plain, weights_);
-        DnnlStream().wait();
+        // Packed once per layout and model: the plans of a model with
+        // symbolic dims share it (device::PrepackCache).
+        auto pack = [&] {
+          auto packed = std::make_shared<memory>(pd.weights_desc(), DnnlEngine());
+          memory plain(w_plain, DnnlEngine(), const_cast<void*>(wconst->data()));
+          dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
+          DnnlStream().wait();
+          return packed;
+        };
+        std::string layout = PackedLayoutKey(pd.weights_desc());
+        if (!layout.empty()) layout = "conv:" + layout;
+        packed_ = init.prepack_cache ? init.prepack_cache->Get<memory>(wconst->data(), layout, pack) : pack();
+        weights_ = *packed_;
         runtime_weights_ = false;
       } else {
         weights_ = memory(w_plain, DnnlEngine(), nullptr);
@@ -90,6 +99,7 @@ class ConvKernel : public Kernel {
  private:
   dnnl::convolution_forward prim_;
   memory src_, weights_, bias_, dst_;
+  std::shared_ptr<memory> packed_;  // constant weights, shared through the PrepackCache
   std::unordered_map<int, memory> args_;
   Scratchpad scratch_;
   bool runtime_weights_ = false;
