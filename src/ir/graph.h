@@ -103,6 +103,12 @@ class Value {
   // cpu::EvalBound's shape arithmetic).
   bool shape_input() const { return shape_input_; }
   void set_shape_input(bool b) { shape_input_ = b; }
+  // Dims decided by the values of shape inputs, or computed from such a
+  // value: the compiler knows only the rank (the extents are a probe), so
+  // every dim is marked symbolic and nothing is folded from them. Set by
+  // ops::InferNode (compile and load); not written to .kiln.
+  bool value_dims() const { return value_dims_; }
+  void set_value_dims(bool b) { value_dims_ = b; }
 
   Node* producer() const { return producer_; }
   const std::vector<Use>& uses() const { return uses_; }
@@ -122,6 +128,7 @@ class Value {
   std::uint64_t symbolic_mask_ = 0;
   std::vector<std::string> dim_params_;
   bool shape_input_ = false;
+  bool value_dims_ = false;
   Node* producer_ = nullptr;
   std::vector<Use> uses_;
   HostTensorPtr constant_;

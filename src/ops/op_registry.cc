@@ -201,17 +201,15 @@ Status PropagateBound(ir::Node& node, const OpDef& def) {
   return Status::Ok();
 }
 
-// Whether `v` may be a shape value known per signature: small, static, of a
-// type shape arithmetic uses (cpu::EvalBound's limits).
-bool SmallShapeValue(const ir::Value* v, bool model_input) {
+// Whether a model input may be a shape input: small, static, int32/int64 or
+// float32/float64.
+bool SmallShapeInput(const ir::Value* v) {
   const std::int64_t e = NumElements(v->shape());
   if (e < 0 || v->varying_mask()) return false;
   switch (v->dtype()) {
     case DType::kInt64:
     case DType::kInt32:
       return static_cast<std::uint64_t>(e) * DTypeSize(v->dtype()) <= kShapeInputLimitBytes;
-    case DType::kBool:
-      return !model_input && static_cast<std::uint64_t>(e) <= kShapeInputLimitBytes;
     case DType::kFloat32:
     case DType::kFloat64:
       return e <= kShapeInputFloatElements;
@@ -220,61 +218,81 @@ bool SmallShapeValue(const ir::Value* v, bool model_input) {
   }
 }
 
-// Whether `v`'s value follows from constants, bound values and small model
-// inputs of the top-level graph alone, through nodes the host can evaluate
-// (collecting those inputs in `inputs`).
+// Whether each plan's specialization evaluates node `p` (cpu::EvalBound's
+// rules): outputs static and not data-dependent, integers (int64, int32,
+// bool) or at most kShapeInputFloatElements elements, at most
+// kShapeInputLimitBytes in all.
+bool EvaluatedPerPlan(const ir::Node& p) {
+  std::uint64_t bytes = 0;
+  for (const ir::Value* o : p.outputs()) {
+    if (!o) return false;
+    const std::int64_t e = NumElements(o->shape());
+    if (e < 0 || o->is_dynamic()) return false;
+    const bool integer = o->dtype() == DType::kInt64 || o->dtype() == DType::kInt32 || o->dtype() == DType::kBool;
+    if (!integer && e > kShapeInputFloatElements) return false;
+    bytes += static_cast<std::uint64_t>(e) * DTypeSize(o->dtype());
+  }
+  return bytes <= kShapeInputLimitBytes;
+}
+
+// Whether `v`'s value is known to each plan before it runs: it follows from
+// constants in host memory, bound values, small model inputs of the
+// top-level graph (collected in `inputs`) and shapes known per plan
+// (`Shape` of a value whose dims are symbolic), through nodes each plan's
+// specialization evaluates.
 bool ValueFromShapeInputs(const ir::Value* v, std::set<const ir::Value*>& seen, std::set<ir::Value*>& inputs) {
-  if (!v || v->is_constant() || v->bound_value() || !seen.insert(v).second) return true;
+  if (!v || v->bound_value() || !seen.insert(v).second) return true;
+  // A constant in device memory is not read by host code (cpu::EvalBound).
+  if (v->is_constant()) return v->constant()->device() == nullptr;
   if (seen.size() > 4096) return false;
   const ir::Node* p = v->producer();
   if (!p) {
     ir::Graph* g = v->owner();
-    if (!g || g->parent() || !g->IsGraphInput(v) || !SmallShapeValue(v, true)) return false;
+    if (!g || g->parent() || !g->IsGraphInput(v) || !SmallShapeInput(v)) return false;
     inputs.insert(const_cast<ir::Value*>(v));
     return true;
   }
   if (ir::IsCopyToHost(*p) || ir::IsCopyFromHost(*p)) {  // placement's copies: the same value
     return ValueFromShapeInputs(p->input(0), seen, inputs);
   }
-  const OpDef* def = OpRegistry::Get().Find(p->op_type(), p->domain());
-  if (!def || def->any_attributes || p->HasSubgraphs() || !p->domain().empty()) return false;
-  for (const ir::Value* o : p->outputs()) {
-    if (o && !SmallShapeValue(o, false)) return false;
+  if (!p->domain().empty() || p->HasSubgraphs()) return false;
+  if (p->op_type() == "Shape" || p->op_type() == "Size") {
+    // Reads its input's shape, not its data: known per plan unless a dim is
+    // data-dependent.
+    return p->input(0) && !p->input(0)->is_dynamic() && EvaluatedPerPlan(*p);
   }
+  const OpDef* def = OpRegistry::Get().Find(p->op_type(), p->domain());
+  if (!def || def->any_attributes || !EvaluatedPerPlan(*p)) return false;
   for (const ir::Value* in : p->inputs()) {
     if (!ValueFromShapeInputs(in, seen, inputs)) return false;
   }
   return true;
 }
 
-// (op_registry.h, "Shape inputs")
-void SettleShapeInputDims(ir::Node& node, std::uint64_t missed) {
+// (op_registry.h, "Shape inputs"). Returns whether it settled the node.
+bool SettleShapeInputDims(ir::Node& node, std::uint64_t missed) {
   const ir::Graph* g = node.graph();
-  if (!missed || !g || g->parent()) return;
+  if (!missed || !g || g->parent()) return false;
   bool unknown = false;
   for (const ir::Value* o : node.outputs()) {
     for (std::size_t d = 0; o && d < o->shape().size() && d < 64; ++d) unknown = unknown || o->shape()[d] < 0;
   }
-  if (!unknown) return;
+  if (!unknown) return false;
   std::set<const ir::Value*> seen;
   std::set<ir::Value*> inputs;
   for (int i = 0; i < node.num_inputs() && i < 64; ++i) {
-    if ((missed >> i & 1) && !ValueFromShapeInputs(node.input(i), seen, inputs)) return;
+    if ((missed >> i & 1) && !ValueFromShapeInputs(node.input(i), seen, inputs)) return false;
   }
-  if (inputs.empty()) return;
   for (ir::Value* o : node.outputs()) {
     if (!o) continue;
     Shape s = o->shape();
-    std::uint64_t mask = o->symbolic_mask();
     for (std::size_t d = 0; d < s.size() && d < 64; ++d) {
-      if (s[d] >= 0) continue;
-      s[d] = kShapeInputProbe;
-      mask |= std::uint64_t{1} << d;
+      if (s[d] < 0) s[d] = kShapeInputProbe;
     }
     o->set_shape(std::move(s));
-    o->set_symbolic_mask(mask);
   }
   for (ir::Value* in : inputs) in->set_shape_input(true);
+  return true;
 }
 
 }  // namespace
@@ -392,7 +410,24 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
   if (dyn_in && !ctx.sets_dynamic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, false));
   if (mode == Mode::kConcrete) return Status::Ok();
   if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true));
-  SettleShapeInputDims(node, ctx.missed_values());
+  // Dims decided by shape-input values, and everything computed from them:
+  // only the rank is known here, so every dim is symbolic (probing extents
+  // around the probe would miss dims that vary only at other values).
+  bool value_dims = SettleShapeInputDims(node, ctx.missed_values());
+  for (int i = 0; i < node.num_inputs() && !value_dims; ++i) {
+    value_dims = node.input(i) && node.input(i)->value_dims();
+  }
+  if (value_dims && node.op_type() == "Squeeze" && node.domain().empty() &&
+      (node.num_inputs() < 2 || !node.input(1))) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": input '", node.input(0)->name(),
+                 "' has dims decided by the values of shape inputs, and Squeeze without axes would give an output "
+                 "rank that depends on those values; give Squeeze its axes");
+  }
+  for (ir::Value* o : node.outputs()) {
+    if (!o) continue;
+    o->set_value_dims(value_dims);
+    if (value_dims) o->set_symbolic_mask(AllDims(o->shape().size()));
+  }
   for (int i = 0; i < node.num_inputs(); ++i) {
     const ir::Value* v = node.input(i);
     if (v && !v->is_constant() && v->bound_value()) return PropagateBound(node, *def);

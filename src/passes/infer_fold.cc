@@ -167,6 +167,21 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
       }
     }
     if (Status st = ops::InferNode(*n); !st.ok()) {
+      const ir::Value* from_values = nullptr;
+      for (const ir::Value* in : n->inputs()) {
+        if (in && in->value_dims() && !from_values) from_values = in;
+      }
+      if (from_values) {
+        // Dims decided by shape inputs are probed at extent 1 here: a node
+        // that needs particular extents fails at the probe.
+        std::string given;
+        for (const ir::Value* in : g.inputs()) {
+          if (in->shape_input()) given += StrCat(given.empty() ? "" : ", ", "'", in->name(), "'");
+        }
+        return Error(st.code(), st.message(), " (input '", from_values->name(), "' has dims decided by the values of ",
+                     "model input(s) ", given, ", which Kiln compiles at extent ", ops::kShapeInputProbe,
+                     "; if the model needs particular values there, compile them in with --const-input NAME=FILE.npy)");
+      }
       if (symbolic.empty()) return st;
       // A model may admit only some extents of a dim it names (a batch
       // dim multiplied with a constant of batch 2): say what was probed.

@@ -102,7 +102,11 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
         return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " output '", o->name(),
                      "' is recorded as ", DTypeName(declared[j].first),
                      ShapeToString(declared[j].second, declared_masks[j]), " but infers to ", DTypeName(o->dtype()),
-                     ShapeToString(o->shape(), o->dynamic_mask()));
+                     ShapeToString(o->shape(), o->dynamic_mask()),
+                     IsStatic(o->shape()) ? ""
+                                          : " (its shape depends on values the host cannot read here, such as a "
+                                            "weight in the memory of this device: load the model on cpu, or "
+                                            "compile it with embedded weights)");
       }
       if (o->symbolic_mask() != declared_symbolic[j]) {
         return Error(StatusCode::kCorrupt, "model '", path, "': ", n->Describe(), " output '", o->name(),

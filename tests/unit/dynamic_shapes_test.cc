@@ -769,6 +769,74 @@ TEST(DynamicShapes, ShapeInputsThroughArithmetic) {
   EXPECT_EQ(m.plan_stats().created, 3u);
 }
 
+// Everything computed from dims a shape input decides is re-inferred per
+// plan, never folded at the compile-time probe (extent 1): z = reshape(x, t)
+// sliced to rows 2..4, then Shape(z)[:1] feeds ConstantOfShape. At the probe
+// z has 0 rows for every start >= 1, so folding would freeze sh = [0].
+TEST(DynamicShapes, ValuesAfterShapeInputsAreNotFoldedAtTheProbe) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 3, 4});
+  ir::Value* t = g->AddValue("t", DType::kInt64, {2});
+  g->inputs() = {x, t};
+  ir::Value *r = g->AddValue("r"), *z = g->AddValue("z"), *sh = g->AddValue("sh"), *o = g->AddValue("o");
+  g->AddNode("Reshape", "reshape", {x, t}, {r});
+  g->AddNode("Slice", "slice", {r, g->AddConstant("st", test::I64({1}, {2})), g->AddConstant("en", test::I64({1}, {4})),
+                                g->AddConstant("ax", test::I64({1}, {0}))}, {z});
+  g->AddNode("Shape", "shape", {z}, {sh})->SetAttr("end", ir::Attribute::Int(1));
+  g->AddNode("ConstantOfShape", "fill", {sh}, {o})->SetAttr("value", ir::Attribute::Tensor(test::F32({1}, {5.f})));
+  g->outputs() = {z, sh, o};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  std::vector<float> xs(24);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i);
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{6, 4}, {3, 8}, {12, 2}}) {
+    std::vector<std::int64_t> tv = {rows, cols};
+    const std::int64_t kept = std::min<std::int64_t>(rows, 4) - 2;
+    std::vector<float> zs(static_cast<std::size_t>(kept * cols), -7), os(static_cast<std::size_t>(kept), -7);
+    std::vector<std::int64_t> shv(1, -7);
+    Status st = m.Execute({TensorRef::Of(xs.data(), {2, 3, 4}), TensorRef::Of(tv.data(), {2})},
+                          {TensorRef::Of(zs.data(), {kept, cols}), TensorRef::Of(shv.data(), {1}),
+                           TensorRef::Of(os.data(), {kept})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(shv[0], kept) << rows;
+    for (float v : os) EXPECT_EQ(v, 5.f);
+    for (std::size_t i = 0; i < zs.size(); ++i) EXPECT_EQ(zs[i], static_cast<float>(2 * cols + i)) << rows;
+  }
+}
+
+// What cannot be compiled with dims open to values is refused, naming the
+// node and the shape input: Squeeze without axes (its output rank would
+// depend on the values), a MatMul needing particular extents.
+TEST(DynamicShapes, ShapeInputLimitsAreNamed) {
+  auto make = [](const char* op) {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 12});
+    ir::Value* t = g->AddValue("t", DType::kInt64, {2});
+    g->inputs() = {x, t};
+    ir::Value *r = g->AddValue("r"), *y = g->AddValue("y");
+    g->AddNode("Reshape", "reshape", {x, t}, {r});
+    if (std::string(op) == "Squeeze") {
+      g->AddNode("Squeeze", "squeeze", {r}, {y});
+    } else {
+      g->AddNode("MatMul", "matmul", {r, g->AddConstant("w", test::F32({6, 2}, std::vector<float>(12, 1.f)))}, {y});
+    }
+    g->outputs() = {y};
+    return g;
+  };
+  test::TempDir dir;
+  auto squeeze = CompileAndLoad(make("Squeeze"), dir);
+  ASSERT_FALSE(squeeze.ok());
+  EXPECT_NE(squeeze.status().message().find("Squeeze node 'squeeze'"), std::string::npos) << squeeze.status().message();
+  EXPECT_NE(squeeze.status().message().find("give Squeeze its axes"), std::string::npos) << squeeze.status().message();
+  auto matmul = CompileAndLoad(make("MatMul"), dir);
+  ASSERT_FALSE(matmul.ok());
+  EXPECT_NE(matmul.status().message().find("MatMul node 'matmul'"), std::string::npos) << matmul.status().message();
+  EXPECT_NE(matmul.status().message().find("values of model input(s) 't'"), std::string::npos)
+      << matmul.status().message();
+}
+
 // A value computed from a large input is data, not a shape input: the
 // compiler still refuses the shape it would decide, naming it.
 TEST(DynamicShapes, ShapeFromLargeInputDataIsRefused) {
