@@ -211,6 +211,8 @@ class PyModel {
     d["last_plan_us"] = s.last_plan_us;
     d["gears"] = s.gears;
     d["arena_bytes"] = s.arena_bytes;
+    d["packed_weights_made"] = s.packed_weights_made;
+    d["packed_weights_shared"] = s.packed_weights_shared;
     return d;
   }
   std::vector<PyTensorInfo> outputs() const {

@@ -230,6 +230,25 @@ TEST(Where, ThreeWayBroadcast) {
   EXPECT_EQ(Out<std::int64_t>(out), (std::vector<std::int64_t>{1, 2, 3, -1, -1, -1}));
 }
 
+// The row shapes the kernel handles apart: a condition row with a scalar x
+// (an attention mask), a condition row with an x row, and a broadcast
+// condition column.
+TEST(Where, ConditionRowsWithScalarAndRowValues) {
+  {
+    NodeRunner r("Where", 16, {Bools({1, 4}, {1, 0, 0, 1}), F32T({}, {-9}), F32T({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8})});
+    EXPECT_EQ(Out<float>(r.Run()), (std::vector<float>{-9, 2, 3, -9, -9, 6, 7, -9}));
+  }
+  {
+    NodeRunner r("Where", 16, {Bools({2, 3}, {0, 1, 1, 1, 0, 0}), F32T({2, 3}, {10, 20, 30, 40, 50, 60}),
+                               F32T({1}, {0})});
+    EXPECT_EQ(Out<float>(r.Run()), (std::vector<float>{0, 20, 30, 40, 0, 0}));
+  }
+  {
+    NodeRunner r("Where", 16, {Bools({3, 1}, {0, 1, 0}), F32T({1, 2}, {7, 8}), F32T({3, 2}, {1, 2, 3, 4, 5, 6})});
+    EXPECT_EQ(Out<float>(r.Run()), (std::vector<float>{1, 2, 7, 8, 5, 6}));
+  }
+}
+
 TEST(Where, ConditionMustBeBool) {
   NodeRunner r("Where", 16, {F32T({1}, {1}), F32T({1}, {1}), F32T({1}, {2})});
   EXPECT_FALSE(r.Infer().ok());

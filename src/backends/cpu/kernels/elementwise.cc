@@ -185,8 +185,15 @@ Result<std::unique_ptr<Kernel>> MakeWhere(const KernelInit& init) {
       });
       ForEachRow(pcx, [&](std::int64_t oo, std::int64_t oc, std::int64_t ox, std::int64_t n, std::int64_t ic,
                           std::int64_t ix) {
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (c[oc + i * ic]) o[oo + i] = x[ox + i * ix];
+        // Branch-free (a blend the compiler vectorises); strides 0/1 split
+        // out so the common broadcast rows have no multiplies.
+        if (ic == 1 && ix == 0) {
+          const T xv = x[ox];
+          for (std::int64_t i = 0; i < n; ++i) o[oo + i] = c[oc + i] ? xv : o[oo + i];
+        } else if (ic == 1 && ix == 1) {
+          for (std::int64_t i = 0; i < n; ++i) o[oo + i] = c[oc + i] ? x[ox + i] : o[oo + i];
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) o[oo + i] = c[oc + i * ic] ? x[ox + i * ix] : o[oo + i];
         }
       });
       return Status::Ok();
