@@ -1,6 +1,7 @@
 #include "ops/op_registry.h"
 
 #include "common/checked.h"
+#include "ir/shape_values.h"
 
 #include <algorithm>
 #include <sstream>
@@ -218,23 +219,6 @@ bool SmallShapeInput(const ir::Value* v) {
   }
 }
 
-// Whether each plan's specialization evaluates node `p` (cpu::EvalBound's
-// rules): outputs static and not data-dependent, integers (int64, int32,
-// bool) or at most kShapeInputFloatElements elements, at most
-// kShapeInputLimitBytes in all.
-bool EvaluatedPerPlan(const ir::Node& p) {
-  std::uint64_t bytes = 0;
-  for (const ir::Value* o : p.outputs()) {
-    if (!o) return false;
-    const std::int64_t e = NumElements(o->shape());
-    if (e < 0 || o->is_dynamic()) return false;
-    const bool integer = o->dtype() == DType::kInt64 || o->dtype() == DType::kInt32 || o->dtype() == DType::kBool;
-    if (!integer && e > kShapeInputFloatElements) return false;
-    bytes += static_cast<std::uint64_t>(e) * DTypeSize(o->dtype());
-  }
-  return bytes <= kShapeInputLimitBytes;
-}
-
 // Whether `v`'s value is known to each plan before it runs: it follows from
 // constants in host memory, bound values, small model inputs of the
 // top-level graph (collected in `inputs`) and shapes known per plan
@@ -259,10 +243,10 @@ bool ValueFromShapeInputs(const ir::Value* v, std::set<const ir::Value*>& seen, 
   if (p->op_type() == "Shape" || p->op_type() == "Size") {
     // Reads its input's shape, not its data: known per plan unless a dim is
     // data-dependent.
-    return p->input(0) && !p->input(0)->is_dynamic() && EvaluatedPerPlan(*p);
+    return p->input(0) && !p->input(0)->is_dynamic() && ir::ShapeValueOutputs(*p, kShapeInputLimitBytes);
   }
   const OpDef* def = OpRegistry::Get().Find(p->op_type(), p->domain());
-  if (!def || def->any_attributes || !EvaluatedPerPlan(*p)) return false;
+  if (!def || def->any_attributes || !ir::ShapeValueOutputs(*p, kShapeInputLimitBytes)) return false;
   for (const ir::Value* in : p->inputs()) {
     if (!ValueFromShapeInputs(in, seen, inputs)) return false;
   }

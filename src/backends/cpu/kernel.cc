@@ -1,5 +1,7 @@
 #include "backends/cpu/kernel.h"
 
+#include "ir/shape_values.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -87,19 +89,7 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
 
 Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes) {
   if (node.HasSubgraphs() || !node.domain().empty()) return false;
-  std::uint64_t out_bytes = 0;
-  for (const ir::Value* o : node.outputs()) {
-    if (!o) return false;
-    const std::int64_t e = NumElements(o->shape());
-    if (e < 0 || o->is_dynamic()) return false;
-    // Shape tensors: integers, or a handful of floats (scales computed
-    // from shapes); not activations (an embedding row gathered by a
-    // computed index is data, evaluated by the kernels).
-    const bool integer = o->dtype() == DType::kInt64 || o->dtype() == DType::kInt32 || o->dtype() == DType::kBool;
-    if (!integer && e > kBoundFloatElements) return false;
-    out_bytes += static_cast<std::uint64_t>(e) * DTypeSize(o->dtype());
-  }
-  if (out_bytes > limit_bytes) return false;
+  if (!ir::ShapeValueOutputs(node, limit_bytes)) return false;
   std::vector<HostTensorPtr> ins;
   if (node.op_type() == "Shape") {
     // The extents the input has now (its data is not needed), unless a

@@ -88,26 +88,14 @@ Result<std::unique_ptr<Kernel>> MakeClip(const KernelInit& init) {
   return k;
 }
 
-// float32 Softmax on oneDNN (vectorised, accurate: tested against a double
-// reference in kernels_test.cc): the tensor seen as [outer, len, inner],
-// softmax over dim 1.
-class DnnlSoftmaxKernel : public Kernel {
+// A oneDNN primitive reading one plain tensor and writing one of the same
+// desc (Softmax, GELU): Init builds it from a primitive descriptor, Run
+// binds the argument block's pointers. Nothing runs on an empty tensor (its
+// buffer may be null).
+class DnnlSrcDstKernel : public Kernel {
  public:
-  Status Init(std::int64_t outer, std::int64_t len, std::int64_t inner) {
-    n_ = outer * len * inner;
-    if (n_ == 0) return Status::Ok();
-    return DnnlCall("Softmax", [&] {
-      const dnnl::memory::desc md = PlainDesc({outer, len, inner});
-      dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, md, 1);
-      dnnl::softmax_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
-      prim_ = dnnl::softmax_forward(pd);
-      scratch_ = ScratchpadFor(pd);
-      src_ = dnnl::memory(md, DnnlEngine(), nullptr);
-      dst_ = dnnl::memory(md, DnnlEngine(), nullptr);
-    });
-  }
   Status Run(const KernelArgs& a) override {
-    if (n_ == 0) return Status::Ok();  // empty tensor: nothing to do (its buffer may be null)
+    if (n_ <= 0) return Status::Ok();
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
     prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_.Bind(a.ctx)}});
@@ -116,11 +104,36 @@ class DnnlSoftmaxKernel : public Kernel {
   }
   std::size_t workspace_bytes() const override { return scratch_.bytes; }
 
- private:
+ protected:
+  template <typename Primitive, typename PD>
+  void Set(const PD& pd, const dnnl::memory::desc& md) {
+    prim_ = Primitive(pd);
+    scratch_ = ScratchpadFor(pd);
+    src_ = dnnl::memory(md, DnnlEngine(), nullptr);
+    dst_ = dnnl::memory(md, DnnlEngine(), nullptr);
+  }
   std::int64_t n_ = 0;
-  dnnl::softmax_forward prim_;
+
+ private:
+  dnnl::primitive prim_;
   dnnl::memory src_, dst_;
   Scratchpad scratch_;
+};
+
+// float32 Softmax on oneDNN (vectorised, accurate: tested against a double
+// reference in unary_test.cc): the tensor seen as [outer, len, inner],
+// softmax over dim 1.
+class DnnlSoftmaxKernel : public DnnlSrcDstKernel {
+ public:
+  Status Init(std::int64_t outer, std::int64_t len, std::int64_t inner) {
+    n_ = outer * len * inner;
+    if (n_ == 0) return Status::Ok();
+    return DnnlCall("Softmax", [&] {
+      const dnnl::memory::desc md = PlainDesc({outer, len, inner});
+      dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, md, 1);
+      Set<dnnl::softmax_forward>(dnnl::softmax_forward::primitive_desc(d, UserScratchpad(), DnnlEngine()), md);
+    });
+  }
 };
 
 Result<std::unique_ptr<Kernel>> MakeSoftmax(const KernelInit& init) {
@@ -175,7 +188,7 @@ Result<std::unique_ptr<Kernel>> MakeSoftmax(const KernelInit& init) {
 
 // kiln.Gelu: oneDNN's exact (erf) GELU, vectorised (tested against a double
 // reference over [-10, 10] in pipeline_test.cc).
-class GeluKernel : public Kernel {
+class GeluKernel : public DnnlSrcDstKernel {
  public:
   Status Init(const KernelInit& init) {
     n_ = NumElements(init.outputs[0].shape);
@@ -183,28 +196,9 @@ class GeluKernel : public Kernel {
     return DnnlCall("Gelu", [&] {
       const dnnl::memory::desc md = PlainDesc({n_});
       dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_gelu_erf, md, 0.f, 0.f);
-      dnnl::eltwise_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
-      prim_ = dnnl::eltwise_forward(pd);
-      scratch_ = ScratchpadFor(pd);
-      src_ = dnnl::memory(md, DnnlEngine(), nullptr);
-      dst_ = dnnl::memory(md, DnnlEngine(), nullptr);
+      Set<dnnl::eltwise_forward>(dnnl::eltwise_forward::primitive_desc(d, UserScratchpad(), DnnlEngine()), md);
     });
   }
-  Status Run(const KernelArgs& a) override {
-    if (n_ <= 0) return Status::Ok();
-    src_.set_data_handle(const_cast<void*>(a.in(0)));
-    dst_.set_data_handle(a.out(0));
-    prim_.execute(DnnlStream(), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_.Bind(a.ctx)}});
-    DnnlStream().wait();
-    return Status::Ok();
-  }
-  std::size_t workspace_bytes() const override { return scratch_.bytes; }
-
- private:
-  std::int64_t n_ = 0;
-  dnnl::eltwise_forward prim_;
-  dnnl::memory src_, dst_;
-  Scratchpad scratch_;
 };
 
 }  // namespace
