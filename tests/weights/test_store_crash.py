@@ -186,7 +186,7 @@ class KillLoop(unittest.TestCase):
         names = (os.listdir(wdir) if os.path.isdir(wdir) else []) + os.listdir(work) + os.listdir(out_dir)
         return any(".tmp." in f or f == "meta.json.append" or f.startswith("tmp_weight_") for f in names)
 
-    def loop(self, mode, offline, iterations, rnd):
+    def loop(self, mode, offline, iterations, rnd, min_kills=7):
         tag = f"mode{mode}_{'offline' if offline else 'store'}"
         out_dir = os.path.join(self.d, tag)
         os.makedirs(out_dir, exist_ok=True)
@@ -196,7 +196,13 @@ class KillLoop(unittest.TestCase):
         out = os.path.join(out_dir, "model.kiln")
         env = dict(os.environ, KILN_WORK_PATH=work)
         killed = 0
-        for it in range(iterations):
+        span, window = self.span, self.write_window
+        it = 0
+        # At least `iterations` compiles, and more (up to three times as many)
+        # until `min_kills` of them were cut short: the probe's timing is only
+        # an estimate on a loaded machine (parallel tests, a sanitizer build),
+        # so a compile that finishes before its kill shortens the next wait.
+        while it < iterations or (killed < min_kills and it < 3 * iterations):
             # Every other kill is aimed at the write window: machines differ
             # in how much of a compile is writing, and the loop must hit
             # writes on every one of them.
@@ -207,20 +213,24 @@ class KillLoop(unittest.TestCase):
             if mode != 0 and not offline:
                 argv += ["--external-weight-dir", wdir]
             p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-            time.sleep(rnd.uniform(*self.write_window) if aimed else rnd.uniform(0.2, 1.0) * self.span)
+            time.sleep(rnd.uniform(*window) if aimed else rnd.uniform(0.2, 1.0) * span)
             if p.poll() is None:
                 p.kill()
                 killed += 1
+            else:
+                span *= 0.8
+                window = (window[0] * 0.8, window[1] * 0.8)
             p.wait()
+            it += 1
             if p.returncode < 0 and self.leftovers(wdir, work, out_dir):
                 self.interrupted_writes += 1
             errs = store_problems(wdir, strict=False)
-            self.assertEqual(errs, [], f"{tag} iteration {it} (killed={p.returncode < 0})")
+            self.assertEqual(errs, [], f"{tag} iteration {it - 1} (killed={p.returncode < 0})")
             if os.path.exists(out):
                 # The .kiln under its final name is whole (its weights may be
                 # those of the previous compile when this one was killed).
                 rc, o = kiln("inspect", out)
-                self.assertEqual(rc, 0, f"{tag} iteration {it}: {o}")
+                self.assertEqual(rc, 0, f"{tag} iteration {it - 1}: {o}")
         # One compile to completion cleans up whatever the kills left.
         argv = ["compile", "--model", self.models[0], "--output", out, "--external-weight", mode, "--model-name", "m"]
         if mode != 0 and not offline:
@@ -270,7 +280,7 @@ class KillLoop(unittest.TestCase):
             for offline in ((False,) if mode == 0 else (False, True)):
                 killed += self.loop(mode, offline, 12, rnd)
         # The test only means something if most compiles were cut short.
-        print(f"\n  {killed} of 60 compiles killed, {self.interrupted_writes} while writing", file=sys.stderr)
+        print(f"\n  {killed} compiles killed, {self.interrupted_writes} while writing", file=sys.stderr)
         self.assertGreater(killed, 25, "compiles finished before the kill: the loop tested nothing")
         self.assertGreater(self.interrupted_writes, 3, "no kill hit a write: the loop tested nothing")
 
