@@ -59,7 +59,7 @@ function parseArgs(argv) {
 
 // ---- .npy I/O (C order; v1 / v2 / v3 headers) ----
 const NPY_DTYPES = {  // descr (without byte order) -> [ort type, TypedArray]
-  f4: ['float32', Float32Array], f8: ['float64', Float64Array],
+  f4: ['float32', Float32Array], f8: ['float64', Float64Array], f2: ['float16', Uint16Array],
   i4: ['int32', Int32Array], i8: ['int64', BigInt64Array],
   b1: ['bool', Uint8Array], u1: ['uint8', Uint8Array], i1: ['int8', Int8Array],
 };
@@ -84,7 +84,7 @@ function readNpy(file) {
   const d = descr[1];
   if (d[0] === '>') die(`${file}: big-endian dtype ${d} is not supported`);
   const kind = NPY_DTYPES[d.replace(/^[<|=]/, '')];
-  if (!kind) die(`${file}: unsupported dtype ${d} (float32/float64/int32/int64/bool/uint8/int8)`);
+  if (!kind) die(`${file}: unsupported dtype ${d} (float32/float64/float16/int32/int64/bool/uint8/int8)`);
   const dims = shape[1].split(',').map(s => s.trim()).filter(s => s.length).map(Number);
   const count = dims.reduce((p, x) => p * x, 1);
   const off = hstart + hlen;
@@ -98,7 +98,7 @@ function readNpy(file) {
   return {type: kind[0], dims, data};
 }
 
-const NPY_DESCR = {float32: '<f4', float64: '<f8', int32: '<i4', int64: '<i8',
+const NPY_DESCR = {float32: '<f4', float64: '<f8', float16: '<f2', int32: '<i4', int64: '<i8',
                    bool: '|b1', uint8: '|u1', int8: '|i1'};
 
 function writeNpy(file, tensor) {

@@ -147,6 +147,7 @@ Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph,
   passes::PassOptions popts = opts.passes;
   popts.target_channels_last = target.value()->caps().channels_last_conv;
   popts.target_fused_epilogues = target.value()->caps().fused_epilogues;
+  popts.target_half_arithmetic = target.value()->caps().half_arithmetic;
   device::Device* tdev = target.value();
   if (tdev != &runtime::CpuDevice()) {  // on the CPU itself nothing moves
     popts.target_has_kernel = [tdev](const ir::Node& n) {

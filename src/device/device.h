@@ -57,6 +57,7 @@ struct Capabilities {
   // Layout and fusion choices the compiler may make for this target.
   bool channels_last_conv = false;  // NHWC (blocked) convolution layouts
   bool fused_epilogues = false;     // conv/gemm with fused activation / add post-ops
+  bool half_arithmetic = false;     // float16/bfloat16 kernels (else half graphs compute in float32)
   // Kernel library whose registry this device runs ("cpu" for cpu and sim).
   std::string kernel_library;
 };

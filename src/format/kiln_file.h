@@ -60,7 +60,11 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // plan::VerifyPlan (graph inputs only, small static integer or float
 // tensors) and recomputed by the loader's inference, which refuses a
 // mismatch. Older files have none and read as before.
-inline constexpr std::uint32_t kFormatVersion = 8;
+// 9: a Cast from float32 to bfloat16 may carry the attribute "kiln.round" =
+// "nearest_even" (the compiler's Cast where a half graph computed in float32
+// returns its results; a model's own Cast truncates). Checked by
+// plan::VerifyPlan. Older files have none and read as before.
+inline constexpr std::uint32_t kFormatVersion = 9;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -194,6 +194,13 @@ inline constexpr const char* kPlaceHost = "cpu";
 inline constexpr const char* kMemcpyToHost = "MemcpyToHost";
 inline constexpr const char* kMemcpyFromHost = "MemcpyFromHost";
 bool IsHostPlaced(const Node& n);            // kPlaceAttr == "cpu"
+
+// A Cast to bfloat16 that the compiler inserted where a half graph computed
+// in float32 returns its results (passes/half_compute.cc) carries
+// kRoundAttr = kRoundNearestEven: it rounds to nearest even, as bfloat16
+// arithmetic would, where a model's own Cast truncates as ONNX's reference does.
+inline constexpr const char* kRoundAttr = "kiln.round";
+inline constexpr const char* kRoundNearestEven = "nearest_even";
 bool IsCopyToHost(const Node& n);            // kiln.MemcpyToHost
 bool IsCopyFromHost(const Node& n);          // kiln.MemcpyFromHost
 

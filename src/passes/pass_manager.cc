@@ -5,8 +5,10 @@ namespace kiln::passes {
 PassManager PassManager::Default() {
   PassManager pm;
   pm.Add({"reject-internal-ops", "import", true, RejectInternalOps});
+  pm.Add({"half-in-float32", "import", false, ComputeHalfInFloat32});
   pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
   pm.Add({"lower-subgraphs", "infer", true, LowerSubgraphs});
+  pm.Add({"simplify-casts", "simplify", false, SimplifyCasts});
   pm.Add({"dce", "simplify", false, EliminateDeadCode});
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});

@@ -1,8 +1,10 @@
 // The pass manager: named passes grouped in phases, each switchable by name.
 //
-// Phases run in order: "infer" (shape inference and constant folding, If
+// Phases run in order: "import" (internal ops refused; float16/bfloat16
+// graphs computed in float32 where the target has no half arithmetic),
+// "infer" (shape inference and constant folding, If
 // with a constant condition inlined; then subgraphs made self-contained and
-// compiled), "simplify" (dead-code elimination), "fuse" (Conv+BatchNorm
+// compiled), "simplify" (no-op and round-trip Casts removed, dead-code elimination), "fuse" (Conv+BatchNorm
 // folding, bias and activation fusion), "finalize" (boundary Identity insertion, placement
 // of nodes the target lacks on the CPU with copies, checks that every dim is resolved). Memory planning follows as a separate step.
 #pragma once
@@ -26,6 +28,9 @@ struct PassOptions {
   // target has them.
   bool target_channels_last = true;
   bool target_fused_epilogues = true;
+  // Whether the target computes float16/bfloat16 natively; if not, half
+  // graphs are computed in float32 (the half-in-float32 pass).
+  bool target_half_arithmetic = false;
   // Whether the target has a kernel for a node (the placement pass puts the
   // others on the CPU). Null: every node runs on the target.
   std::function<bool(const ir::Node&)> target_has_kernel;
@@ -59,6 +64,8 @@ Status EliminateDeadCode(ir::Graph& g, const PassOptions& opts);
 Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status FuseGelu(ir::Graph& g, const PassOptions& opts);
+Status ComputeHalfInFloat32(ir::Graph& g, const PassOptions& opts);
+Status SimplifyCasts(ir::Graph& g, const PassOptions& opts);
 Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);

@@ -400,6 +400,19 @@ Status VerifyGraphAt(const ir::Graph& g, const ir::Graph& root, int depth) {
         return Corrupt(n->Describe(), where, " cannot be placed on the CPU (attribute '", ir::kPlaceAttr, "')");
       }
     }
+    if (const ir::Attribute* ra = n->FindAttr(ir::kRoundAttr)) {  // format version 9
+      if (ra->kind != ir::Attribute::Kind::kString || ra->s != ir::kRoundNearestEven) {
+        return Corrupt(n->Describe(), where, ": attribute '", ir::kRoundAttr, "' must be the string \"",
+                       ir::kRoundNearestEven, "\"");
+      }
+      const ir::Attribute* to = n->FindAttr("to");
+      if (n->op_type() != "Cast" || !n->domain().empty() || !to || to->kind != ir::Attribute::Kind::kInt ||
+          to->i != static_cast<std::int64_t>(DType::kBFloat16) || !n->input(0) ||
+          n->input(0)->dtype() != DType::kFloat32) {
+        return Corrupt(n->Describe(), where, ": attribute '", ir::kRoundAttr,
+                       "' belongs only on a Cast from float32 to bfloat16");
+      }
+    }
     const bool host = pa != nullptr;
     for (const ir::Value* v : n->inputs()) {
       if (!v || v->is_constant() || IsExternal(v)) continue;

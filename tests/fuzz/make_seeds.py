@@ -111,6 +111,14 @@ def models():
         [helper.make_node("Reshape", ["x", "t"], ["r"], name="reshape"),
          helper.make_node("Expand", ["r", "e"], ["y"], name="expand")],
         [vi("x", F, [2, 3, 4]), vi("t", I64, [2]), vi("e", I64, [3])], [vi("y", F, [None, None, None])])
+    # A bfloat16 graph computed in float32 (format version 9): Casts at its
+    # edges, the output one carrying "kiln.round".
+    BF16 = TensorProto.BFLOAT16
+    out["bfloat16"] = model(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Mul", ["r", "w"], ["y"], name="mul")],
+        [vi("x", BF16, [2, 3])], [vi("y", BF16, [2, 3])],
+        [onnx.helper.make_tensor("w", BF16, [3], [1.0, 2.0, -0.5])])
     return out
 
 

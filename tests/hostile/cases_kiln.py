@@ -37,8 +37,8 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 8  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
-                    # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input")
+FORMAT_VERSION = 9  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+                    # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round")
 
 
 def align(v, a):
@@ -541,6 +541,28 @@ def generate(ctx):
     crafted("shape_input", "mark_removed", lambda j: value(j, "t").pop("shape_input"),
             ["input 't' is recorded as not a shape input but the model's inference reads its values for shapes"],
             inspect=False, base=j6, weights=w6)
+
+    # Half graphs computed in float32 (format version 9): the Cast back to
+    # bfloat16 at the output carries "kiln.round": "nearest_even".
+    bf_onnx = os.path.join(d, "bf16.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Abs", ["r"], ["out"], name="abs")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [4])],
+        [helper.make_tensor_value_info("out", TensorProto.BFLOAT16, [4])]),
+        opset_imports=[helper.make_opsetid("", 13)]), bf_onnx)
+    bf_kiln = os.path.join(d, "bf16.kiln")
+    rc, out = ctx.run(["compile", "--model", bf_onnx, "--output", bf_kiln])
+    assert rc == 0, out
+    j9, w9 = read_kiln(bf_kiln)
+    round_cast = [n for n in j9["graph"]["nodes"] if "kiln.round" in n.get("attrs", {})]
+    assert len(round_cast) == 1 and round_cast[0]["op"] == "Cast", j9["graph"]["nodes"]
+    rc_name = round_cast[0]["name"]
+    crafted("round", "not_nearest_even",
+            lambda j: node(j, rc_name)["attrs"].update({"kiln.round": {"kind": "string", "v": "up"}}),
+            ["attribute 'kiln.round' must be the string \"nearest_even\""], base=j9, weights=w9)
+    crafted("round", "on_another_op",
+            lambda j: node(j, "relu").setdefault("attrs", {}).update({"kiln.round": {"kind": "string", "v": "nearest_even"}}),
+            ["attribute 'kiln.round' belongs only on a Cast from float32 to bfloat16"], base=j9, weights=w9)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

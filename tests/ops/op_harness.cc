@@ -6,6 +6,11 @@
 //   kiln_op_harness [--device all|cpu|sim|SPEC] [--op TYPE] [--perf [--runs N]]
 //                   [--wrong-kernel TYPE]
 //
+// Every case runs three times: in float32, and again as a float16 and as a
+// bfloat16 graph (inputs, weights and output in that type; the reference
+// computed in double from the inputs rounded to it, within the output's
+// rounding: 2^-11 relative for float16, 2^-8 for bfloat16).
+//
 // --perf prints each case's median run time per device instead of checking.
 // --wrong-kernel TYPE replaces the CPU library's kernel for TYPE with one
 // that is deliberately wrong (adds 1e-3 to its first output element): the
@@ -333,29 +338,52 @@ std::vector<std::vector<float>> MakeInputs(const Case& c, std::uint64_t seed) {
   return in;
 }
 
-Result<std::string> Compile(const Case& c, const std::vector<std::vector<float>>& data, const std::string& dir) {
+// float32 values as `dt` (float32, float16 or bfloat16, round to nearest
+// even) and back.
+std::vector<std::uint16_t> ToHalfBits(const std::vector<float>& v, DType dt) {
+  std::vector<std::uint16_t> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = dt == DType::kFloat16 ? FloatToHalf(v[i]) : FloatToBFloat16(v[i]);
+  return out;
+}
+std::vector<float> FromHalfBits(const std::vector<std::uint16_t>& v, DType dt) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = dt == DType::kFloat16 ? HalfToFloat(v[i]) : BFloat16ToFloat(v[i]);
+  return out;
+}
+void RoundTo(std::vector<std::vector<float>>& data, DType dt) {
+  if (dt == DType::kFloat32) return;
+  for (auto& v : data) v = FromHalfBits(ToHalfBits(v, dt), dt);
+}
+
+Result<std::string> Compile(const Case& c, const std::vector<std::vector<float>>& data, const std::string& dir,
+                            DType dt) {
   auto g = std::make_unique<ir::Graph>();
   g->set_name(c.name);
   std::vector<ir::Value*> ins;
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
     const std::string name = "in" + std::to_string(i);
     if (c.inputs[i].constant) {
-      auto t = std::make_shared<HostTensor>(DType::kFloat32, c.inputs[i].shape);
-      std::memcpy(t->mutable_data(), data[i].data(), data[i].size() * sizeof(float));
+      auto t = std::make_shared<HostTensor>(dt, c.inputs[i].shape);
+      if (dt == DType::kFloat32) {
+        std::memcpy(t->mutable_data(), data[i].data(), data[i].size() * sizeof(float));
+      } else {
+        const auto bits = ToHalfBits(data[i], dt);
+        std::memcpy(t->mutable_data(), bits.data(), bits.size() * 2);
+      }
       ins.push_back(g->AddConstant(name, t));
     } else {
-      ir::Value* v = g->AddValue(name, DType::kFloat32, c.inputs[i].shape);
+      ir::Value* v = g->AddValue(name, dt, c.inputs[i].shape);
       g->inputs().push_back(v);
       ins.push_back(v);
     }
   }
-  ir::Value* y = g->AddValue("y");
+  ir::Value* y = g->AddValue("y", dt);
   ir::Node* n = g->AddNode(c.op, "node", ins, {y});
   for (auto& [k, a] : c.attrs) n->SetAttr(k, a);
   if (const ops::OpDef* d = ops::OpRegistry::Get().Find(c.op, "")) n->set_since_version(d->versions.back());
   g->outputs().push_back(y);
   KILN_ASSIGN_OR_RETURN(format::CompiledModel m, CompileGraph(std::move(g), {}));
-  const std::string path = dir + "/" + c.name + ".kiln";
+  const std::string path = dir + "/" + c.name + "_" + DTypeName(dt) + ".kiln";
   KILN_RETURN_IF_ERROR(format::WriteModelFile(m, path));
   return path;
 }
@@ -366,16 +394,26 @@ struct RunResult {
 };
 
 Result<RunResult> RunOn(const std::string& path, const std::string& device, const Case& c,
-                        std::vector<std::vector<float>>& data, int runs) {
+                        std::vector<std::vector<float>>& data, int runs, DType dt) {
   LoadOptions o;
   o.device = device;
   KILN_ASSIGN_OR_RETURN(auto model, Model::Load(path, o));
   std::vector<TensorRef> ins;
+  std::vector<std::vector<std::uint16_t>> half_in;
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
-    if (!c.inputs[i].constant) ins.push_back(TensorRef::Of(data[i].data(), c.inputs[i].shape));
+    if (c.inputs[i].constant) continue;
+    if (dt == DType::kFloat32) {
+      ins.push_back(TensorRef::Of(data[i].data(), c.inputs[i].shape));
+    } else {
+      half_in.push_back(ToHalfBits(data[i], dt));
+      ins.push_back({half_in.back().data(), dt, c.inputs[i].shape});
+    }
   }
   RunResult r;
   r.out.assign(static_cast<std::size_t>(Numel(c.out)), NAN);
+  std::vector<std::uint16_t> half_out(r.out.size());
+  const TensorRef out = dt == DType::kFloat32 ? TensorRef::Of(r.out.data(), c.out)
+                                               : TensorRef{half_out.data(), dt, c.out};
   if (model->outputs().size() != 1 || model->outputs()[0].shape != c.out) {
     return Error(StatusCode::kInternal, c.name, ": model output shape ", ShapeToString(model->outputs()[0].shape),
                  ", the harness expects ", ShapeToString(c.out));
@@ -383,9 +421,10 @@ Result<RunResult> RunOn(const std::string& path, const std::string& device, cons
   std::vector<double> times;
   for (int i = 0; i < std::max(1, runs); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(model->Execute(ins, {TensorRef::Of(r.out.data(), c.out)}));
+    KILN_RETURN_IF_ERROR(model->Execute(ins, {out}));
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
+  if (dt != DType::kFloat32) r.out = FromHalfBits(half_out, dt);
   std::sort(times.begin(), times.end());
   r.median_ms = times[times.size() / 2];
   return r;
@@ -466,10 +505,14 @@ int main(int argc, char** argv) {
   }
   int failures = 0, checked = 0;
   if (perf) std::printf("%-28s %-8s %12s\n", "case", "device", "median_ms");
-  for (const Case& c : Cases()) {
-    if (!only_op.empty() && c.op != only_op) continue;
+  for (const Case& base : Cases()) {
+   if (!only_op.empty() && base.op != only_op) continue;
+   for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    Case c = base;
+    if (dt != DType::kFloat32) c.name += std::string("_") + DTypeName(dt);
     auto data = MakeInputs(c, 0x5EED + checked);
-    auto path = Compile(c, data, dir);
+    RoundTo(data, dt);  // the reference sees the values the model gets
+    auto path = Compile(c, data, dir, dt);
     if (!path.ok()) {
       std::printf("FAIL %s: compile: %s\n", c.name.c_str(), path.status().ToString().c_str());
       ++failures;
@@ -478,9 +521,14 @@ int main(int argc, char** argv) {
     std::vector<Vec> din;
     for (auto& v : data) din.emplace_back(v.begin(), v.end());
     const Vec want = c.ref(din);
+    // A half output is the exact result rounded once (nearest even): within
+    // half a unit in the last place, 2^-11 (float16) or 2^-8 (bfloat16) of
+    // its magnitude.
+    const double rtol = dt == DType::kFloat16 ? 1e-5 + std::ldexp(1.0, -11)
+                        : dt == DType::kBFloat16 ? 1e-5 + std::ldexp(1.0, -8) : 1e-5;
     std::vector<float> cpu_out;
     for (const std::string& dev : devices) {
-      auto r = RunOn(path.value(), dev, c, data, perf ? runs : 1);
+      auto r = RunOn(path.value(), dev, c, data, perf ? runs : 1, dt);
       if (!r.ok()) {
         std::printf("FAIL %s on %s: %s\n", c.name.c_str(), dev.c_str(), r.status().ToString().c_str());
         ++failures;
@@ -491,7 +539,7 @@ int main(int argc, char** argv) {
         continue;
       }
       std::string why;
-      if (!Close(r->out, want, 1e-5, 1e-6, &why)) {
+      if (!Close(r->out, want, rtol, 1e-6, &why)) {
         std::printf("FAIL %s on %s vs float64 reference: %s\n", c.name.c_str(), dev.c_str(), why.c_str());
         ++failures;
       }
@@ -506,6 +554,7 @@ int main(int argc, char** argv) {
       }
     }
     ++checked;
+   }
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

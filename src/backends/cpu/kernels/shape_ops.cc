@@ -373,6 +373,20 @@ Result<std::unique_ptr<Kernel>> MakeCast(const KernelInit& init) {
       return Status::Ok();
     });
   }
+  // A Cast the compiler inserted at a half graph's edge (passes/half_compute.cc)
+  // rounds to nearest even, as computing in bfloat16 would; a model's own
+  // Cast to bfloat16 truncates (Narrow).
+  if (to == DType::kBFloat16 && from == DType::kFloat32 && init.node &&
+      init.node->GetString(ir::kRoundAttr, "") == ir::kRoundNearestEven) {
+    return MakeFn([n](const KernelArgs& a) {
+      const float* x = a.in_as<float>(0);
+      auto* y = a.out_as<std::uint16_t>(0);
+      ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) y[i] = FloatToBFloat16(x[i]);
+      });
+      return Status::Ok();
+    });
+  }
   std::unique_ptr<Kernel> k;
   Status st = DispatchAll(from, [&](auto ft) {
     return DispatchAll(to, [&](auto tt) {

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Half-precision latency: float16 and bfloat16 models vs their float32 originals,
+Kiln and ONNX Runtime side by side (issue 15: float16 within 10% of float32).
+
+  /usr/bin/python3 bench/half_bench.py --kiln build/kiln --work DIR
+      [--models resnet18,mobilenet_v2] [--threads 1,2] [--runs 50] [--warmup 5] [--rounds 3]
+      [--out bench/RESULTS.md]
+
+Each model is exported in float32 (tools/export_torchvision.py, cached in DIR/<model>/)
+and converted with tools/convert_half.py. For each thread count the variants run
+interleaved, round by round: Kiln float32, Kiln float16, Kiln bfloat16, ONNX Runtime
+float32, ONNX Runtime float16 (ONNX Runtime has no bfloat16 Conv on the CPU). Reported:
+the median over rounds of each round's median. Writes the section between
+<!-- bench:half:begin --> and <!-- bench:half:end --> in --out.
+"""
+import argparse
+import os
+import shlex
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
+import convert_half  # noqa: E402
+from results_md import write_section  # noqa: E402
+from run_bench import (ORT_BENCH, BenchError, ensure_export, int_list, log, machine_info,  # noqa: E402
+                       parse_json, run)
+
+BEGIN, END = "<!-- bench:half:begin -->", "<!-- bench:half:end -->"
+VARIANTS = [("kiln", "float32"), ("kiln", "float16"), ("kiln", "bfloat16"), ("ort", "float32"), ("ort", "float16")]
+
+
+def prepare(kiln, model, work):
+    mdir = os.path.abspath(os.path.join(work, model))
+    os.makedirs(mdir, exist_ok=True)
+    ensure_export(model, mdir)
+    src = os.path.join(mdir, "model.onnx")
+    x = np.load(os.path.join(mdir, "input.npy"))
+    files = {"float32": (src, os.path.join(mdir, "input.npy"))}
+    m = onnx.load(src)
+    for dt in ("float16", "bfloat16"):
+        hdir = os.path.join(mdir, "bench_" + dt)
+        os.makedirs(hdir, exist_ok=True)
+        onnx.save(convert_half.convert(m, dt), os.path.join(hdir, "model.onnx"))
+        arr = x.astype(np.float16) if dt == "float16" else convert_half.to_bf16_bits(x)
+        np.save(os.path.join(hdir, "input.npy"), arr)
+        files[dt] = (os.path.join(hdir, "model.onnx"), os.path.join(hdir, "input.npy"))
+    kfiles = {}
+    for dt, (onnx_file, _) in files.items():
+        kfiles[dt] = onnx_file[:-5] + ".kiln"
+        run([kiln, "compile", "--model", onnx_file, "--output", kfiles[dt]], f"kiln compile {model} {dt}")
+    return files, kfiles
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--threads", type=int_list, default=[1, 2])
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "bench", "RESULTS.md"))
+    ap.add_argument("--node", default="node")
+    args = ap.parse_args()
+    kiln = os.path.abspath(args.kiln)
+    rows, errors = [], []
+    ort_version = "unknown"
+    t0 = time.time()
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+        try:
+            files, kfiles = prepare(kiln, model, args.work)
+        except BenchError as e:
+            errors.append(f"{model}: {e}")
+            continue
+        for threads in args.threads:
+            res = {v: [] for v in VARIANTS}
+            for r in range(args.rounds):
+                for eng, dt in VARIANTS:
+                    if res[(eng, dt)] is None:
+                        continue
+                    onnx_file, inp = files[dt]
+                    common = ["--input", "0=" + inp, "--runs", str(args.runs), "--warmup", str(args.warmup),
+                              "--threads", str(threads)]
+                    cmd = ([kiln, "bench", kfiles[dt]] + common + ["--json"] if eng == "kiln"
+                           else [args.node, ORT_BENCH, onnx_file] + common)
+                    what = f"{eng} {model} {dt} threads={threads} round {r + 1}"
+                    try:
+                        j = parse_json(run(cmd, what), what)
+                        res[(eng, dt)].append(j["median_ms"])
+                        if eng == "ort":
+                            ort_version = j.get("ort_version", ort_version)
+                        log(f"  {what}: median {j['median_ms']:.3f} ms")
+                    except (BenchError, KeyError) as e:
+                        errors.append(f"{what}: {e}")
+                        res[(eng, dt)] = None
+            med = {v: (statistics.median(x) if x else None) for v, x in res.items()}
+            rows.append((model, threads, med))
+    cpu, nproc, rev, date = machine_info()
+    cmd = " ".join(shlex.quote(c) for c in ["/usr/bin/python3", os.path.relpath(sys.argv[0], os.getcwd())]
+                   + sys.argv[1:])
+
+    def f(x, nd=2):
+        return "n/a" if x is None else f"{x:.{nd}f}"
+
+    def ratio(a, b):
+        return f(a / b, 3) if a and b else "n/a"
+
+    out = [BEGIN, "## Half precision: float16 / bfloat16 models vs float32 (CPU, batch 1)", "",
+           f"- Machine: {cpu}, nproc {nproc}; {date}; Kiln commit {rev}; ONNX Runtime {ort_version}",
+           "- Models: the float32 exports of tools/export_torchvision.py converted by tools/convert_half.py "
+           "(weights, input and output in the half type). Kiln computes half graphs in float32 on the CPU "
+           "(half-in-float32 pass: one Cast at each half input and output). ONNX Runtime runs the float16 "
+           "model as its CPU provider does (it has no bfloat16 Conv on the CPU).",
+           f"- {args.rounds} interleaved rounds of all five variants, each {args.runs} timed runs after "
+           f"{args.warmup} warm-up runs; median over rounds of each round's median, in ms.", "",
+           "| model | threads | Kiln fp32 | Kiln fp16 | Kiln bf16 | Kiln fp16/fp32 | Kiln bf16/fp32 "
+           "| ORT fp32 | ORT fp16 | Kiln fp16 / ORT fp16 |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for model, threads, m in rows:
+        k32, k16, kb, o32, o16 = (m[v] for v in VARIANTS)
+        out.append(f"| {model} | {threads} | {f(k32)} | {f(k16)} | {f(kb)} | {ratio(k16, k32)} | {ratio(kb, k32)} "
+                   f"| {f(o32)} | {f(o16)} | {ratio(k16, o16)} |")
+    if errors:
+        out += ["", "Errors:", ""] + [f"- {e[:300]}" for e in errors]
+    out += ["", f"Command: `{cmd}`", END]
+    section = "\n".join(out) + "\n"
+    write_section(args.out, section, BEGIN, END)
+    print(section)
+    log(f"wrote the half section to {args.out} in {time.time() - t0:.0f}s")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

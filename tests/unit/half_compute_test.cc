@@ -1,0 +1,170 @@
+// Half-precision graphs computed in float32 (passes/half_compute.cc) and
+// Cast simplification: the compiled graph's shape and hand-derived outputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "format/kiln_file.h"
+#include "kiln/runtime.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompileAndLoad;
+
+int Count(const ir::Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op_type() == op;
+  return n;
+}
+
+HostTensorPtr HalfT(DType dt, Shape s, const std::vector<float>& v) {
+  auto t = std::make_shared<HostTensor>(dt, std::move(s));
+  auto* p = t->mutable_data_as<std::uint16_t>();
+  for (std::size_t i = 0; i < v.size(); ++i) p[i] = dt == DType::kFloat16 ? FloatToHalf(v[i]) : FloatToBFloat16(v[i]);
+  return t;
+}
+
+class HalfGraph : public ::testing::TestWithParam<DType> {};
+
+// x (half) -> Mul by w (half weight) -> Add b -> Relu -> y (half): every op
+// computes in float32; a Cast where x enters and one where y leaves.
+TEST_P(HalfGraph, ComputesInFloat32WithCastsOnlyAtTheEdges) {
+  const DType dt = GetParam();
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", dt, {4});
+  g->inputs().push_back(x);
+  ir::Value* w = g->AddConstant("w", HalfT(dt, {4}, {0.5f, 2, -1, 3}));
+  ir::Value* b = g->AddConstant("b", HalfT(dt, {4}, {1, 1, 1, -20}));
+  ir::Value* m = g->AddValue("m");
+  ir::Value* a = g->AddValue("a");
+  ir::Value* y = g->AddValue("y", dt);
+  g->AddNode("Mul", "mul", {x, w}, {m});
+  g->AddNode("Add", "add", {m, b}, {a});
+  g->AddNode("Relu", "relu", {a}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(Count(*cm.graph, "Cast"), 2);
+  for (const auto& n : cm.graph->nodes()) {
+    if (n->op_type() == "Cast") continue;
+    for (const ir::Value* v : n->inputs()) EXPECT_EQ(v->dtype(), DType::kFloat32) << n->Describe();
+    for (const ir::Value* v : n->outputs()) EXPECT_EQ(v->dtype(), DType::kFloat32) << n->Describe();
+  }
+  ASSERT_EQ((*model)->inputs()[0].dtype, dt);
+  ASSERT_EQ((*model)->outputs()[0].dtype, dt);
+  // x = [2, 0.25, 4, 8]: 2*0.5+1 = 2, 0.25*2+1 = 1.5, 4*-1+1 = -3 -> 0, 8*3-20 = 4.
+  const auto xs = HalfT(dt, {4}, {2, 0.25f, 4, 8});
+  std::vector<std::uint16_t> out(4);
+  ASSERT_TRUE((*model)->Execute({{const_cast<void*>(xs->data()), dt, {4}}}, {{out.data(), dt, {4}}}).ok());
+  const auto want = HalfT(dt, {4}, {2, 1.5f, 0, 4});
+  EXPECT_EQ(std::memcmp(out.data(), want->data(), 8), 0);
+}
+
+// The Cast where a bfloat16 output leaves rounds to nearest even, as
+// bfloat16 arithmetic would (a model's own Cast truncates, as ONNX's
+// reference does). Values hand-derived below.
+TEST(HalfGraph, BFloat16OutputRoundsToNearestEven) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kBFloat16, {3});
+  g->inputs().push_back(x);
+  // A float32 factor the bfloat16 weight holds exactly: 1 + 2^-7.
+  ir::Value* w = g->AddConstant("w", HalfT(DType::kBFloat16, {3}, {1.0078125f, 1.0078125f, 1.0078125f}));
+  ir::Value* y = g->AddValue("y", DType::kBFloat16);
+  g->AddNode("Mul", "mul", {x, w}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  // x = 1 + 2^-7 (0x3f81): x*w = 1 + 2^-6 + 2^-14, float32 exact; nearest
+  // bfloat16 is 1 + 2^-6 (0x3f82), which truncation also gives. x = 1.5
+  // (0x3fc0): 1.5*(1 + 2^-7) = 1.51171875 = 0x3fc1 + 0.5 ulp -> tie, even
+  // 0x3fc2 (truncation would give 0x3fc1). x = -1.25 (0xbfa0):
+  // -1.259765625 = 0xbfa1 + 0.25 ulp -> 0xbfa1.
+  const std::uint16_t in[3] = {0x3f81, 0x3fc0, 0xbfa0};
+  std::uint16_t out[3] = {};
+  ASSERT_TRUE((*model)->Execute({{const_cast<std::uint16_t*>(in), DType::kBFloat16, {3}}},
+                                {{out, DType::kBFloat16, {3}}}).ok());
+  EXPECT_EQ(out[0], 0x3f82);
+  EXPECT_EQ(out[1], 0x3fc2);
+  EXPECT_EQ(out[2], 0xbfa1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, HalfGraph, ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// A model's own Cast to float16 still rounds: x (float32) -> Cast(float16)
+// -> Cast(float32) -> y. 1.0001 -> 1 (float16 ulp at 1 is 2^-10), 1.0006 ->
+// 1 + 2^-10, 70000 -> inf (float16's largest finite value is 65504).
+TEST(Casts, ExplicitCastToHalfKeepsItsRounding) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {3});
+  g->inputs().push_back(x);
+  ir::Value* h = g->AddValue("h");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Cast", "to_half", {x}, {h})->SetAttr("to", ir::Attribute::Int(10));
+  g->AddNode("Cast", "to_float", {h}, {y})->SetAttr("to", ir::Attribute::Int(1));
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(Count(*cm.graph, "Cast"), 2);  // the float32 -> float16 -> float32 pair is not exact: kept
+  std::vector<float> xs = {1.0001f, 1.0006f, 70000.f}, ys(3);
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(xs.data(), {3})}, {TensorRef::Of(ys.data(), {3})}).ok());
+  EXPECT_EQ(ys[0], 1.f);
+  EXPECT_EQ(ys[1], 1.0009765625f);
+  EXPECT_TRUE(std::isinf(ys[2]));
+}
+
+// int32 -> Cast(int64) -> Cast(int32) round-trips exactly and goes; a Cast
+// to the type its input has goes; x + 1 checks the values.
+TEST(Casts, NoOpAndExactRoundTripCastsAreRemoved) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kInt32, {3});
+  g->inputs().push_back(x);
+  ir::Value* a = g->AddValue("a");
+  ir::Value* b = g->AddValue("b");
+  ir::Value* c = g->AddValue("c");
+  ir::Value* y = g->AddValue("y");
+  auto one = std::make_shared<HostTensor>(DType::kInt32, Shape{1});
+  one->mutable_data_as<std::int32_t>()[0] = 1;
+  g->AddNode("Cast", "widen", {x}, {a})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("Cast", "narrow", {a}, {b})->SetAttr("to", ir::Attribute::Int(6));
+  g->AddNode("Cast", "same", {b}, {c})->SetAttr("to", ir::Attribute::Int(6));
+  g->AddNode("Add", "add", {c, g->AddConstant("one", one)}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(Count(*cm.graph, "Cast"), 0);
+  std::vector<std::int32_t> xs = {-7, 0, 2147483646}, ys(3);
+  ASSERT_TRUE((*model)->Execute({{xs.data(), DType::kInt32, {3}}}, {{ys.data(), DType::kInt32, {3}}}).ok());
+  EXPECT_EQ(ys, (std::vector<std::int32_t>{-6, 1, 2147483647}));
+}
+
+// Near miss: int64 -> Cast(int32) -> Cast(int64) does not round-trip (values
+// beyond int32 wrap or saturate), so both Casts stay.
+TEST(Casts, NarrowingRoundTripIsKept) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kInt64, {2});
+  g->inputs().push_back(x);
+  ir::Value* a = g->AddValue("a");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Cast", "narrow", {x}, {a})->SetAttr("to", ir::Attribute::Int(6));
+  g->AddNode("Cast", "widen", {a}, {y})->SetAttr("to", ir::Attribute::Int(7));
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(Count(*cm.graph, "Cast"), 2);
+}
+
+}  // namespace
+}  // namespace kiln
