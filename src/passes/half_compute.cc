@@ -9,11 +9,14 @@
 // become float32 at compile time, so nothing is converted per run inside the
 // graph and every op runs its float32 kernel. What the model states about
 // rounding stays: an explicit Cast to float16/bfloat16 still rounds (it
-// becomes Cast-to-half then Cast-to-float32). Ops whose output type is an
-// attribute (`dtype` of EyeLike, RandomNormal, ...) produce float32.
-// Subgraphs (If branches, Loop and Scan bodies) are converted the same way,
-// their formal inputs and outputs included. A graph with custom-domain nodes
-// is left alone (a custom op may expect its half inputs).
+// becomes Cast-to-half then Cast-to-float32). Ops whose output type is a
+// `dtype` attribute produce float32. Subgraphs (If branches) are converted
+// the same way, their formal inputs and outputs included. A graph-API
+// FileConstant of a half type is read through a Cast. A graph with
+// custom-domain nodes is left alone (a custom op may expect its half
+// inputs). What the model computes between its edges is not rounded to half
+// on the way (results at least as accurate; a model that relies on half
+// overflowing to inf midway sees float32's range instead).
 //
 // SimplifyCasts ("simplify-casts", simplify phase, after inference): a Cast
 // to the type its input already has is removed, and in Cast(A->B) ->
@@ -123,6 +126,17 @@ void ConvertGraph(ir::Graph& g, bool top) {
   std::vector<ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* n : nodes) {
+    if (n->domain() == "kiln") {
+      // A graph-API FileConstant (resolved at load) keeps its stored type;
+      // a half one is read through a Cast to float32, like a half input.
+      if (n->op_type() == "FileConstant" && IsHalf(static_cast<DType>(n->GetInt("dtype", 0)))) {
+        ir::Value* o = n->output(0);
+        ir::Value* f = g.AddValue(o->name() + "_f32", DType::kFloat32, o->shape());
+        RedirectReads(g, o, f);
+        AddCast(g, o->name() + "_to_float32", o, f, DType::kFloat32);
+      }
+      continue;
+    }
     for (auto& [k, a] : n->attrs()) {
       if (a.kind == ir::Attribute::Kind::kTensor && a.t && IsHalf(a.t->dtype())) a.t = ToFloat32(*a.t);
       if (a.kind == ir::Attribute::Kind::kGraph && a.g) ConvertGraph(*a.g, false);
@@ -181,6 +195,17 @@ void SimplifyGraph(ir::Graph& g) {
   std::vector<ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* n : nodes) {
+    if (n->domain() == "kiln") {
+      // A graph-API FileConstant (resolved at load) keeps its stored type;
+      // a half one is read through a Cast to float32, like a half input.
+      if (n->op_type() == "FileConstant" && IsHalf(static_cast<DType>(n->GetInt("dtype", 0)))) {
+        ir::Value* o = n->output(0);
+        ir::Value* f = g.AddValue(o->name() + "_f32", DType::kFloat32, o->shape());
+        RedirectReads(g, o, f);
+        AddCast(g, o->name() + "_to_float32", o, f, DType::kFloat32);
+      }
+      continue;
+    }
     for (auto& [k, a] : n->attrs()) {
       if (a.g) SimplifyGraph(*a.g);
       for (auto& sg : a.graphs) SimplifyGraph(*sg);
@@ -188,8 +213,16 @@ void SimplifyGraph(ir::Graph& g) {
     if (!IsPlainCast(*n)) continue;
     // Cast(A->B) -> this Cast, B exact for A: read the first Cast's input.
     ir::Node* p = n->input(0)->producer();
+    // The first Cast changes no value; the second then acts on the same
+    // value as it would on the original type, provided it does not depend on
+    // the source type: a float or bool target (rounding of an exact value,
+    // x != 0), or an integer target that holds every value of the original
+    // type (no saturation, which float sources get, or wraparound, which
+    // integer sources get).
+    const DType to = n->output(0)->dtype();
+    const bool float_or_bool = IsFloating(to) || to == DType::kBool;
     if (p && p->graph() == &g && IsPlainCast(*p) && p->input(0)->dtype() != DType::kUndefined &&
-        Widens(p->input(0)->dtype(), p->output(0)->dtype())) {
+        Widens(p->input(0)->dtype(), p->output(0)->dtype()) && (float_or_bool || Widens(p->input(0)->dtype(), to))) {
       n->SetInput(0, p->input(0));
       // Rounding to nearest applies to a float32 source only.
       if (p->input(0)->dtype() != DType::kFloat32) n->attrs().erase(ir::kRoundAttr);
@@ -211,9 +244,26 @@ void SimplifyGraph(ir::Graph& g) {
 }  // namespace
 
 Status ComputeHalfInFloat32(ir::Graph& g, const PassOptions& opts) {
-  if (opts.target_half_arithmetic) return Status::Ok();
+  // Subgraphs are converted with their top-level graph (the pipeline runs
+  // again on lowered If branches: nothing left to do there).
+  if (opts.target_half_arithmetic || g.parent() != nullptr) return Status::Ok();
   bool custom = false;
   if (!HasHalf(g, &custom) || custom) return Status::Ok();
+  // Outputs without a declared type (graphs built with the graph API, ONNX
+  // outputs without a tensor type): their types as the model computes them,
+  // from inference on a copy, so half outputs stay half.
+  bool untyped = false;
+  for (const ir::Value* o : g.outputs()) untyped |= o->dtype() == DType::kUndefined;
+  if (untyped) {
+    auto copy = ir::CloneGraph(g);
+    PassOptions probe = opts;
+    probe.disabled.insert("fold");
+    if (copy->TopologicalSort().ok() && InferShapesAndFold(*copy, probe).ok()) {
+      for (std::size_t i = 0; i < g.outputs().size() && i < copy->outputs().size(); ++i) {
+        if (g.outputs()[i]->dtype() == DType::kUndefined) g.outputs()[i]->set_dtype(copy->outputs()[i]->dtype());
+      }
+    }
+  }
   ConvertGraph(g, true);
   return g.TopologicalSort();
 }

@@ -166,5 +166,47 @@ TEST(Casts, NarrowingRoundTripIsKept) {
   EXPECT_EQ(Count(*cm.graph, "Cast"), 2);
 }
 
+// An output without a declared type (as the graph API builds them) of a
+// half computation stays half: x (float16) -> Transpose -> y.
+TEST(HalfGraph, UntypedHalfOutputStaysHalf) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat16, {2, 3});
+  g->inputs().push_back(x);
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Transpose", "t", {x}, {y})->SetAttr("perm", ir::Attribute::Ints({1, 0}));
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ((*model)->outputs()[0].dtype, DType::kFloat16);
+  const auto xs = HalfT(DType::kFloat16, {2, 3}, {1, 2, 3, 4, 5, 6});
+  std::vector<std::uint16_t> out(6);
+  ASSERT_TRUE((*model)->Execute({{const_cast<void*>(xs->data()), DType::kFloat16, {2, 3}}},
+                                {{out.data(), DType::kFloat16, {3, 2}}}).ok());
+  const auto want = HalfT(DType::kFloat16, {3, 2}, {1, 4, 2, 5, 3, 6});
+  EXPECT_EQ(std::memcmp(out.data(), want->data(), 12), 0);
+}
+
+// Near miss for the round-trip rule: uint8 -> Cast(float16) is exact, but
+// Cast(float16 -> int8) saturates where Cast(uint8 -> int8) would wrap, so
+// the second Cast must keep reading the float16 value: 200 -> 127.
+TEST(Casts, ExactFirstCastBeforeASaturatingOneIsKept) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kUInt8, {2});
+  g->inputs().push_back(x);
+  ir::Value* h = g->AddValue("h");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Cast", "to_half", {x}, {h})->SetAttr("to", ir::Attribute::Int(10));
+  g->AddNode("Cast", "to_int8", {h}, {y})->SetAttr("to", ir::Attribute::Int(3));
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<std::uint8_t> xs = {200, 7};
+  std::vector<std::int8_t> ys(2);
+  ASSERT_TRUE((*model)->Execute({{xs.data(), DType::kUInt8, {2}}}, {{ys.data(), DType::kInt8, {2}}}).ok());
+  EXPECT_EQ(ys, (std::vector<std::int8_t>{127, 7}));
+}
+
 }  // namespace
 }  // namespace kiln
