@@ -88,6 +88,14 @@ inline OpDef Def(const char* type, std::vector<int> versions, int min_in, int ma
   return d;
 }
 
+// Output shape of a MatMul of inputs a_index x b_index (NumPy matmul rules;
+// MatMul, MatMulInteger, QLinearMatMul).
+Result<Shape> MatMulOutputShape(InferContext& c, int a_index, int b_index);
+// Output shape (NCHW order) of a convolution of logical NCHW input shape `x`
+// with weight input w_index and optional bias input bias_index (-1: none),
+// from the node's Conv attributes (Conv, ConvInteger, QLinearConv).
+Result<Shape> ConvOutputShape(InferContext& c, const Shape& x, int w_index, int bias_index);
+
 // Turns attribute `attr` (ints) into a constant int64 input at `index`.
 Status AttrToInput(ir::Node& n, ir::Graph& g, const std::string& attr, int index);
 // Same for a float attribute (scalar float32 constant); absent attr = absent input.

@@ -14,7 +14,16 @@ Status InferConv(InferContext& c) {
     if (x.size() != 4) return c.Fail("channels-last Conv needs a 4-D input");
     x = {x[0], x[3], x[1], x[2]};
   }
-  const Shape& w = c.in_shape(1);
+  KILN_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(c, x, 1, 2));
+  if (nhwc) out = {out[0], out[2], out[3], out[1]};
+  c.SetOutput(0, c.in_dtype(0), out);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Shape> ConvOutputShape(InferContext& c, const Shape& x, int w_index, int bias_index) {
+  const Shape& w = c.in_shape(w_index);
   if (x.size() < 3) return c.Fail("input X must have rank >= 3 (N, C, spatial...), has shape ", ShapeToString(x));
   if (w.size() != x.size()) return c.Fail("weight W has rank ", w.size(), ", expected ", x.size(), " like X");
   const std::int64_t group = c.node().GetInt("group", 1);
@@ -27,18 +36,15 @@ Status InferConv(InferContext& c) {
   if (auto ks = c.node().GetInts("kernel_shape"); !ks.empty() && ks != kernel) {
     return c.Fail("attribute 'kernel_shape' ", ShapeToString(ks), " does not match W's spatial dims ", ShapeToString(kernel));
   }
-  if (c.has_input(2) && (c.in_shape(2).size() != 1 || (w[0] >= 0 && c.in_shape(2)[0] != w[0]))) {
-    return c.Fail("bias B must have shape [", w[0], "], has ", ShapeToString(c.in_shape(2)));
+  if (bias_index >= 0 && c.has_input(bias_index) &&
+      (c.in_shape(bias_index).size() != 1 || (w[0] >= 0 && c.in_shape(bias_index)[0] != w[0]))) {
+    return c.Fail("bias B must have shape [", w[0], "], has ", ShapeToString(c.in_shape(bias_index)));
   }
   KILN_ASSIGN_OR_RETURN(Window win, ComputeWindow(c.node(), Shape(x.begin() + 2, x.end()), kernel, false));
   Shape out = {x[0], w[0]};
   out.insert(out.end(), win.out.begin(), win.out.end());
-  if (nhwc) out = {out[0], out[2], out[3], out[1]};
-  c.SetOutput(0, c.in_dtype(0), out);
-  return Status::Ok();
+  return out;
 }
-
-}  // namespace
 
 void RegisterConvOps(OpRegistry& r) {
   OpDef d;

@@ -30,24 +30,29 @@ Status InferGemm(InferContext& c) {
 
 Status InferMatMul(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 1));
-  Shape a = c.in_shape(0), b = c.in_shape(1);
+  KILN_ASSIGN_OR_RETURN(Shape out, MatMulOutputShape(c, 0, 1));
+  c.SetOutput(0, c.in_dtype(0), out);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Shape> MatMulOutputShape(InferContext& c, int a_index, int b_index) {
+  Shape a = c.in_shape(a_index), b = c.in_shape(b_index);
   if (a.empty() || b.empty()) return c.Fail("MatMul inputs must have rank >= 1");
   const bool a1 = a.size() == 1, b1 = b.size() == 1;
   if (a1) a.insert(a.begin(), 1);
   if (b1) b.push_back(1);
   if (a.back() >= 0 && b[b.size() - 2] >= 0 && a.back() != b[b.size() - 2]) {
-    return c.Fail("inner dims differ: ", ShapeToString(c.in_shape(0)), " x ", ShapeToString(c.in_shape(1)));
+    return c.Fail("inner dims differ: ", ShapeToString(c.in_shape(a_index)), " x ", ShapeToString(c.in_shape(b_index)));
   }
   auto batch = BroadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
   if (!batch.ok()) return c.Fail("batch dims: ", batch.status().message());
   Shape out = batch.value();
   if (!a1) out.push_back(a[a.size() - 2]);
   if (!b1) out.push_back(b.back());
-  c.SetOutput(0, c.in_dtype(0), out);
-  return Status::Ok();
+  return out;
 }
-
-}  // namespace
 
 void RegisterGemmOps(OpRegistry& r) {
   OpDef g;

@@ -24,6 +24,7 @@ OpRegistry& OpRegistry::Get() {
     RegisterActivationOps(*reg);
     RegisterConvOps(*reg);
     RegisterGemmOps(*reg);
+    RegisterQuantOps(*reg);
     RegisterPoolOps(*reg);
     RegisterNormOps(*reg);
     RegisterShapeOps(*reg);

@@ -151,5 +151,6 @@ void RegisterRnnOps(OpRegistry& r);
 void RegisterInternalOps(OpRegistry& r);
 void RegisterControlFlowOps(OpRegistry& r);
 void RegisterDynamicOps(OpRegistry& r);
+void RegisterQuantOps(OpRegistry& r);
 
 }  // namespace kiln::ops

@@ -1,4 +1,4 @@
-// Channels-last layout: 2-D Conv (and pooling) run fastest in oneDNN with
+// Channels-last layout: 2-D Conv, QLinearConv (and pooling) run fastest in oneDNN with
 // NHWC activations (its brgconv kernels: ~2x the NCHW gemm path here). This
 // pass runs each eligible op on NHWC tensors between a pair of Transposes,
 // pushes the NHWC->NCHW Transposes down through layout-agnostic elementwise
@@ -18,8 +18,28 @@ namespace {
 const std::vector<std::int64_t> kToNhwc = {0, 2, 3, 1};
 const std::vector<std::int64_t> kToNchw = {0, 3, 1, 2};
 
+// A QLinearConv the int8 kernel runs channels-last: constant int8 weights
+// (zero point 0) or uint8 ones (zero point 128), constant scales, zero
+// points and bias (backends/cpu/kernels/quant.cc, DnnlQConvKernel).
+bool QConvEligible(const ir::Node& n) {
+  const ir::Value* x = n.input(0);
+  if (!x || x->shape().size() != 4 || (x->dtype() != DType::kUInt8 && x->dtype() != DType::kInt8)) return false;
+  for (int i = 1; i < n.num_inputs(); ++i) {
+    if (n.input(i) && !n.input(i)->is_constant()) return false;
+  }
+  if (n.num_inputs() < 8 || !n.input(3) || !n.input(5)) return false;
+  const HostTensor& zp = *n.input(5)->constant();
+  const bool u8 = zp.dtype() == DType::kUInt8;
+  for (std::int64_t i = 0; i < NumElements(zp.shape()); ++i) {
+    const int z = u8 ? zp.data_as<std::uint8_t>()[i] : zp.data_as<std::int8_t>()[i];
+    if (z != (u8 ? 128 : 0)) return false;
+  }
+  return true;
+}
+
 bool Eligible(const ir::Node& n) {
   if (!n.domain().empty() || n.HasAttr(ops::kNhwcAttr)) return false;
+  if (n.op_type() == "QLinearConv") return QConvEligible(n);
   const ir::Value* x = n.input(0);
   if (!x || x->dtype() != DType::kFloat32 || x->shape().size() != 4) return false;
   const std::string& t = n.op_type();
@@ -62,6 +82,14 @@ HostTensorPtr PermuteConstant(const HostTensor& c) {
 }
 
 bool LayoutAgnostic(const ir::Node& n) {
+  // Per-tensor QuantizeLinear / DequantizeLinear are elementwise too.
+  if ((n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear") && n.domain().empty() &&
+      n.num_outputs() == 1 && n.output(0)->shape().size() == 4) {
+    for (int i = 1; i < n.num_inputs(); ++i) {
+      if (n.input(i) && NumElements(n.input(i)->shape()) != 1) return false;
+    }
+    return true;
+  }
   static const std::set<std::string> kOps = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
                                              "LeakyRelu", "Add", "Sub", "Mul", "Div", "Concat"};
   if (!n.domain().empty() || !kOps.count(n.op_type()) || n.num_outputs() != 1 ||
@@ -126,8 +154,13 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
   if (!opts.target_channels_last) return Status::Ok();  // the target has no NHWC kernels
   std::vector<ir::Node*> nodes;
   for (auto& n : g.nodes()) nodes.push_back(n.get());
+  // Pooling goes channels-last only to join the region of a channels-last
+  // Conv: in a graph without one (a quantized model whose convolutions are
+  // QLinearConv) it would only gain a Transpose on each side.
+  bool any_conv = false;
+  for (ir::Node* n : nodes) any_conv |= (n->op_type() == "Conv" || n->op_type() == "QLinearConv") && Eligible(*n);
   for (ir::Node* n : nodes) {
-    if (!Eligible(*n)) continue;
+    if (!Eligible(*n) || (n->op_type() != "Conv" && n->op_type() != "QLinearConv" && !any_conv)) continue;
     ir::Value* x = n->input(0);
     ir::Value* xt = g.AddValue(x->name() + "_nhwc");
     KILN_RETURN_IF_ERROR(AddTranspose(g, x, xt, kToNhwc).status());

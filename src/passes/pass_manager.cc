@@ -5,6 +5,7 @@ namespace kiln::passes {
 PassManager PassManager::Default() {
   PassManager pm;
   pm.Add({"reject-internal-ops", "import", true, RejectInternalOps});
+  pm.Add({"fuse-qdq", "import", false, FuseQdq});
   pm.Add({"half-in-float32", "import", false, ComputeHalfInFloat32});
   pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
   pm.Add({"lower-subgraphs", "infer", true, LowerSubgraphs});

@@ -1,6 +1,7 @@
 // The pass manager: named passes grouped in phases, each switchable by name.
 //
-// Phases run in order: "import" (internal ops refused; float16/bfloat16
+// Phases run in order: "import" (internal ops refused; QDQ convolutions
+// fused into QLinearConv; float16/bfloat16
 // graphs computed in float32 where the target has no half arithmetic),
 // "infer" (shape inference and constant folding, If
 // with a constant condition inlined; then subgraphs made self-contained and
@@ -65,6 +66,7 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status FuseGelu(ir::Graph& g, const PassOptions& opts);
 Status ComputeHalfInFloat32(ir::Graph& g, const PassOptions& opts);
+Status FuseQdq(ir::Graph& g, const PassOptions& opts);
 Status SimplifyCasts(ir::Graph& g, const PassOptions& opts);
 Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);

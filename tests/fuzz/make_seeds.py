@@ -119,6 +119,23 @@ def models():
          helper.make_node("Mul", ["r", "w"], ["y"], name="mul")],
         [vi("x", BF16, [2, 3])], [vi("y", BF16, [2, 3])],
         [onnx.helper.make_tensor("w", BF16, [3], [1.0, 2.0, -0.5])])
+    # A QDQ convolution (fuse-qdq makes it a QLinearConv, channels-last on
+    # oneDNN's int8 kernel).
+    U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+    out["qdq_conv"] = model(
+        [helper.make_node("DequantizeLinear", ["x", "xs", "xzp"], ["xf"], name="dq_x"),
+         helper.make_node("DequantizeLinear", ["wq", "ws", "wzp"], ["wf"], name="dq_w", axis=0),
+         helper.make_node("DequantizeLinear", ["bq", "bs"], ["bf"], name="dq_b", axis=0),
+         helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"], name="relu"),
+         helper.make_node("QuantizeLinear", ["r", "ys", "yzp"], ["y"], name="q_y")],
+        [vi("x", U8, [1, 2, 4, 4])], [vi("y", U8, [1, 3, 4, 4])],
+        [init("xs", np.array(0.02, np.float32)), init("xzp", np.array(128, np.uint8)),
+         init("wq", (np.arange(54) % 11 - 5).astype(np.int8).reshape(3, 2, 3, 3)),
+         init("ws", np.array([0.01, 0.02, 0.03], np.float32)), init("wzp", np.zeros(3, np.int8)),
+         init("bq", np.array([10, -20, 30], np.int32)),
+         init("bs", (np.float32(0.02) * np.array([0.01, 0.02, 0.03], np.float32)).astype(np.float32)),
+         init("ys", np.array(0.05, np.float32)), init("yzp", np.array(0, np.uint8))])
     return out
 
 

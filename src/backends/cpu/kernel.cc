@@ -15,6 +15,7 @@ KernelRegistry& KernelRegistry::Get() {
     RegisterElementwiseKernels(*reg);
     RegisterActivationKernels(*reg);
     RegisterConvKernels(*reg);
+    RegisterQuantKernels(*reg);
     RegisterGemmKernels(*reg);
     RegisterPoolKernels(*reg);
     RegisterNormKernels(*reg);

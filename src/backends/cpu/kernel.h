@@ -100,6 +100,7 @@ inline Result<std::unique_ptr<Kernel>> MakeFn(FnKernel::Fn fn) {
 void RegisterElementwiseKernels(KernelRegistry& r);
 void RegisterActivationKernels(KernelRegistry& r);
 void RegisterConvKernels(KernelRegistry& r);
+void RegisterQuantKernels(KernelRegistry& r);
 void RegisterGemmKernels(KernelRegistry& r);
 void RegisterPoolKernels(KernelRegistry& r);
 void RegisterNormKernels(KernelRegistry& r);

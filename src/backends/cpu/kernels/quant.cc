@@ -1,0 +1,626 @@
+// Quantized ops on the CPU: QuantizeLinear, DequantizeLinear,
+// DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul,
+// QLinearConv.
+//
+// Rounding is to nearest, ties to even (std::nearbyint in the default
+// rounding mode), then saturation to the output type, as ONNX specifies.
+// The integer products accumulate exactly in int32: operands minus their
+// zero points (int16) times each other. Requantisation (QLinear*) scales
+// the int32 sum (plus QLinearConv's int32 bias) by a_scale * b_scale /
+// y_scale in float, as ONNX Runtime does.
+#include <cfenv>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels/util.h"
+#include "ops/fused_attrs.h"
+#include "ops/window.h"
+
+namespace kiln::cpu {
+namespace {
+
+// A small quantization parameter (scale or zero point) read at run time:
+// one value per tensor, or one per channel / row / column.
+struct Param {
+  int index = -1;  // input slot; -1 absent
+  DType dtype = DType::kUndefined;
+  std::int64_t count = 0;
+  float Get(const KernelArgs& a, std::int64_t i) const {
+    if (index < 0 || !a.in(index)) return 0.f;
+    const std::int64_t k = count == 1 ? 0 : i;
+    switch (dtype) {
+      case DType::kFloat32: return a.in_as<float>(index)[k];
+      case DType::kUInt8: return static_cast<float>(a.in_as<std::uint8_t>(index)[k]);
+      case DType::kInt8: return static_cast<float>(a.in_as<std::int8_t>(index)[k]);
+      case DType::kInt32: return static_cast<float>(a.in_as<std::int32_t>(index)[k]);
+      default: return 0.f;
+    }
+  }
+  std::int32_t GetInt(const KernelArgs& a, std::int64_t i) const { return static_cast<std::int32_t>(Get(a, i)); }
+};
+
+Param ParamOf(const KernelInit& init, int i) {
+  Param p;
+  if (i < static_cast<int>(init.inputs.size()) && init.inputs[i].present()) {
+    p.index = i;
+    p.dtype = init.inputs[i].dtype;
+    p.count = std::max<std::int64_t>(1, NumElements(init.inputs[i].shape));
+  }
+  return p;
+}
+
+template <typename T>
+T Saturate(float v) {
+  const float lo = static_cast<float>(std::numeric_limits<T>::min());
+  const float hi = static_cast<float>(std::numeric_limits<T>::max());
+  if (!(v >= lo)) return v != v ? T(0) : std::numeric_limits<T>::min();
+  if (v >= hi) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
+// Writes nearbyint(v) + zp saturated to the output type.
+void StoreQuantized(DType t, void* out, std::int64_t i, float v, float zp) {
+  const float q = std::nearbyint(v) + zp;
+  if (t == DType::kUInt8) static_cast<std::uint8_t*>(out)[i] = Saturate<std::uint8_t>(q);
+  else static_cast<std::int8_t*>(out)[i] = Saturate<std::int8_t>(q);
+}
+
+float LoadAny(DType t, const void* p, std::int64_t i) {
+  switch (t) {
+    case DType::kFloat32: return static_cast<const float*>(p)[i];
+    case DType::kInt32: return static_cast<float>(static_cast<const std::int32_t*>(p)[i]);
+    case DType::kUInt8: return static_cast<const std::uint8_t*>(p)[i];
+    case DType::kInt8: return static_cast<const std::int8_t*>(p)[i];
+    default: return 0.f;
+  }
+}
+
+// [outer, C, inner] view of input 0 around the quantization axis.
+struct AxisView {
+  std::int64_t n = 0, channels = 1, inner = 1;
+};
+AxisView ViewOf(const KernelInit& init, std::int64_t count) {
+  AxisView v;
+  const Shape& s = init.inputs[0].shape;
+  v.n = NumElements(s);
+  if (count <= 1 || s.empty()) {  // per tensor: blocks of up to 16384 elements
+    v.inner = std::max<std::int64_t>(1, std::min<std::int64_t>(v.n, 16384));
+    return v;
+  }
+  const auto rank = static_cast<std::int64_t>(s.size());
+  std::int64_t axis = init.node->GetInt("axis", 1);
+  if (axis < 0) axis += rank;
+  v.channels = s[axis];
+  for (std::int64_t d = axis + 1; d < rank; ++d) v.inner *= s[d];
+  if (v.n == 0 || v.inner == 0) v.inner = 1;  // empty: no runs
+  return v;
+}
+
+// y[i] = saturate(round_even(x[i] / s) + zp) for a run of one channel.
+// Clamping before rounding gives the same result (the bounds are integers);
+// adding and subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22
+// in the default rounding mode, and vectorizes. NaN becomes the zero point.
+template <typename Q>
+void QuantizeRun(const float* x, Q* y, std::int64_t n, float s, float zp) {
+  const float lo = static_cast<float>(std::numeric_limits<Q>::min()) - zp;
+  const float hi = static_cast<float>(std::numeric_limits<Q>::max()) - zp;
+  constexpr float kMagic = 12582912.f;
+  for (std::int64_t i = 0; i < n; ++i) {
+    float v = x[i] / s;
+    v = v >= lo ? v : (v != v ? 0.f : lo);
+    v = v <= hi ? v : hi;
+    v = (v + kMagic) - kMagic;
+    y[i] = static_cast<Q>(static_cast<int>(v + zp));
+  }
+}
+template <typename Q>
+void DequantizeRun(const Q* x, float* y, std::int64_t n, float s, float zp) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - zp) * s;
+}
+
+Result<std::unique_ptr<Kernel>> MakeQuantize(const KernelInit& init) {
+  const Param scale = ParamOf(init, 1), zp = ParamOf(init, 2);
+  const AxisView v = ViewOf(init, scale.count);
+  const DType in_t = init.inputs[0].dtype, out_t = init.outputs[0].dtype;
+  if (in_t == DType::kFloat32) {
+    // Runs of `inner` elements share one channel's scale and zero point.
+    const std::int64_t runs = (v.n + v.inner - 1) / v.inner;
+    return MakeFn([=](const KernelArgs& a) {
+      const float* x = a.in_as<float>(0);
+      ParallelFor(runs, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(v.inner, 1)),
+                  [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+          const std::int64_t c = r % v.channels;
+          const float s = scale.Get(a, c), z = zp.Get(a, c);
+          const std::int64_t o = r * v.inner, len = std::min(v.inner, v.n - o);
+          if (out_t == DType::kUInt8) QuantizeRun(x + o, a.out_as<std::uint8_t>(0) + o, len, s, z);
+          else QuantizeRun(x + o, a.out_as<std::int8_t>(0) + o, len, s, z);
+        }
+      });
+      return Status::Ok();
+    });
+  }
+  return MakeFn([=](const KernelArgs& a) {
+    ParallelFor(v.n, 16384, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const std::int64_t c = (i / v.inner) % v.channels;
+        StoreQuantized(out_t, a.out(0), i, LoadAny(in_t, a.in(0), i) / scale.Get(a, c), zp.Get(a, c));
+      }
+    });
+    return Status::Ok();
+  });
+}
+
+Result<std::unique_ptr<Kernel>> MakeDequantize(const KernelInit& init) {
+  const Param scale = ParamOf(init, 1), zp = ParamOf(init, 2);
+  const AxisView v = ViewOf(init, scale.count);
+  const DType in_t = init.inputs[0].dtype;
+  const std::int64_t runs = (v.n + v.inner - 1) / v.inner;
+  return MakeFn([=](const KernelArgs& a) {
+    float* y = a.out_as<float>(0);
+    ParallelFor(runs, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(v.inner, 1)),
+                [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) {
+        const std::int64_t c = r % v.channels;
+        const float s = scale.Get(a, c), z = zp.Get(a, c);
+        const std::int64_t o = r * v.inner, len = std::min(v.inner, v.n - o);
+        switch (in_t) {
+          case DType::kUInt8: DequantizeRun(a.in_as<std::uint8_t>(0) + o, y + o, len, s, z); break;
+          case DType::kInt8: DequantizeRun(a.in_as<std::int8_t>(0) + o, y + o, len, s, z); break;
+          default:
+            for (std::int64_t i = 0; i < len; ++i) y[o + i] = (LoadAny(in_t, a.in(0), o + i) - z) * s;
+        }
+      }
+    });
+    return Status::Ok();
+  });
+}
+
+// ONNX DynamicQuantizeLinear: uint8, range [min(0, min x), max(0, max x)].
+Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
+  const std::int64_t n = NumElements(init.inputs[0].shape);
+  return MakeFn([n](const KernelArgs& a) {
+    const float* x = a.in_as<float>(0);
+    float lo = 0.f, hi = 0.f;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (x[i] < lo) lo = x[i];
+      if (x[i] > hi) hi = x[i];
+    }
+    const float scale = (hi - lo) / 255.f;
+    // All zeros: scale 0; every value (and the zero point) is 0.
+    const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - lo / scale))) : 0.f;
+    *a.out_as<float>(1) = scale;
+    *a.out_as<std::uint8_t>(2) = static_cast<std::uint8_t>(zp);
+    auto* y = a.out_as<std::uint8_t>(0);
+    ParallelFor(n, 16384, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        y[i] = scale > 0 ? Saturate<std::uint8_t>(std::nearbyint(x[i] / scale) + zp) : std::uint8_t{0};
+      }
+    });
+    return Status::Ok();
+  });
+}
+
+// Loads `n` int8/uint8 values minus a zero point as int16.
+void Centered(DType t, const void* p, std::int64_t off, std::int64_t n, std::int32_t zp, std::int16_t* out) {
+  if (t == DType::kUInt8) {
+    const auto* s = static_cast<const std::uint8_t*>(p) + off;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<std::int16_t>(s[i] - zp);
+  } else {
+    const auto* s = static_cast<const std::int8_t*>(p) + off;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<std::int16_t>(s[i] - zp);
+  }
+}
+
+// acc[M, N] = A'[M, K] x B'[K, N], int16 operands, int32 sums.
+void IntGemm(const std::int16_t* a, const std::int16_t* b, std::int32_t* acc, std::int64_t m, std::int64_t k,
+             std::int64_t n) {
+  // Sums wrap modulo 2^32 (unsigned arithmetic): defined behaviour for any
+  // K; exact whenever the true sum fits int32, as ONNX's int32 output needs.
+  for (std::int64_t i = 0; i < m; ++i) {
+    auto* row = reinterpret_cast<std::uint32_t*>(acc + i * n);
+    for (std::int64_t j = 0; j < n; ++j) row[j] = 0;
+    for (std::int64_t p = 0; p < k; ++p) {
+      const std::int32_t av = a[i * k + p];
+      const std::int16_t* brow = b + p * n;
+      for (std::int64_t j = 0; j < n; ++j) row[j] += static_cast<std::uint32_t>(av * brow[j]);
+    }
+  }
+}
+
+// MatMulInteger and QLinearMatMul: batched, NumPy broadcasting of batch
+// dims; zero points / scales of A per row, of B per column, or per tensor.
+class QMatMulKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init, bool qlinear) {
+    qlinear_ = qlinear;
+    const int ai = 0, bi = qlinear ? 3 : 1;
+    at_ = init.inputs[ai].dtype;
+    bt_ = init.inputs[bi].dtype;
+    Shape a = init.inputs[ai].shape, b = init.inputs[bi].shape;
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
+    m_ = a[a.size() - 2];
+    k_ = a.back();
+    n_ = b.back();
+    const std::size_t batch_rank = std::max(a.size(), b.size()) - 2;
+    // Offsets of each batch's A and B (broadcast batch dims).
+    Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2), ob(batch_rank);
+    while (ab.size() < batch_rank) ab.insert(ab.begin(), 1);
+    while (bb.size() < batch_rank) bb.insert(bb.begin(), 1);
+    for (std::size_t d = 0; d < batch_rank; ++d) ob[d] = std::max(ab[d], bb[d]);
+    batch_ = NumElements(ob);
+    for (std::int64_t t = 0; t < batch_; ++t) {
+      std::int64_t rem = t, oa = 0, obb = 0, sa = 1, sb = 1;
+      for (int d = static_cast<int>(batch_rank) - 1; d >= 0; --d) {
+        const std::int64_t idx = rem % ob[d];
+        rem /= ob[d];
+        if (ab[d] != 1) oa += idx * sa;
+        if (bb[d] != 1) obb += idx * sb;
+        sa *= ab[d];
+        sb *= bb[d];
+      }
+      a_off_.push_back(oa * m_ * k_);
+      b_off_.push_back(obb * k_ * n_);
+    }
+    if (qlinear) {
+      a_scale_ = ParamOf(init, 1);
+      a_zp_ = ParamOf(init, 2);
+      b_scale_ = ParamOf(init, 4);
+      b_zp_ = ParamOf(init, 5);
+      y_scale_ = ParamOf(init, 6);
+      y_zp_ = ParamOf(init, 7);
+      out_t_ = init.outputs[0].dtype;
+    } else {
+      a_zp_ = ParamOf(init, 2);
+      b_zp_ = ParamOf(init, 3);
+    }
+    return Status::Ok();
+  }
+
+  Status Run(const KernelArgs& a) override {
+    const int bi = qlinear_ ? 3 : 1;
+    std::vector<std::int16_t> ab(static_cast<std::size_t>(m_ * k_)), bb(static_cast<std::size_t>(k_ * n_));
+    std::vector<std::int32_t> acc(static_cast<std::size_t>(m_ * n_));
+    for (std::int64_t t = 0; t < batch_; ++t) {
+      for (std::int64_t i = 0; i < m_; ++i) Centered(at_, a.in(0), a_off_[t] + i * k_, k_, a_zp_.GetInt(a, i), &ab[i * k_]);
+      for (std::int64_t p = 0; p < k_; ++p) {
+        const auto* src = static_cast<const char*>(a.in(bi));
+        for (std::int64_t j = 0; j < n_; ++j) {
+          const std::int64_t off = b_off_[t] + p * n_ + j;
+          const std::int32_t v = bt_ == DType::kUInt8 ? reinterpret_cast<const std::uint8_t*>(src)[off]
+                                                       : reinterpret_cast<const std::int8_t*>(src)[off];
+          bb[p * n_ + j] = static_cast<std::int16_t>(v - b_zp_.GetInt(a, j));
+        }
+      }
+      IntGemm(ab.data(), bb.data(), acc.data(), m_, k_, n_);
+      const std::int64_t base = t * m_ * n_;
+      if (!qlinear_) {
+        std::copy(acc.begin(), acc.end(), a.out_as<std::int32_t>(0) + base);
+        continue;
+      }
+      const float ys = y_scale_.Get(a, 0), yz = y_zp_.Get(a, 0);
+      for (std::int64_t i = 0; i < m_; ++i) {
+        const float as = a_scale_.Get(a, i);
+        for (std::int64_t j = 0; j < n_; ++j) {
+          const float s = as * b_scale_.Get(a, j) / ys;
+          StoreQuantized(out_t_, a.out(0), base + i * n_ + j, static_cast<float>(acc[i * n_ + j]) * s, yz);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  bool qlinear_ = false;
+  DType at_ = DType::kUndefined, bt_ = DType::kUndefined, out_t_ = DType::kUndefined;
+  std::int64_t m_ = 0, k_ = 0, n_ = 0, batch_ = 1;
+  std::vector<std::int64_t> a_off_, b_off_;
+  Param a_scale_, a_zp_, b_scale_, b_zp_, y_scale_, y_zp_;
+};
+
+// ConvInteger and QLinearConv: im2col of (x - x_zp) (padding contributes
+// 0, i.e. the zero point), times (w - w_zp[m]) per group.
+class QConvKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init, bool qlinear) {
+    qlinear_ = qlinear;
+    const int wi = qlinear ? 3 : 1;
+    xt_ = init.inputs[0].dtype;
+    wt_ = init.inputs[wi].dtype;
+    x_ = init.inputs[0].shape;
+    w_ = init.inputs[wi].shape;
+    y_ = init.outputs[0].shape;
+    group_ = init.node->GetInt("group", 1);
+    KILN_ASSIGN_OR_RETURN(win_, ops::ComputeWindow(*init.node, Shape(x_.begin() + 2, x_.end()),
+                                                   std::vector<std::int64_t>(w_.begin() + 2, w_.end()), false));
+    if (qlinear) {
+      x_scale_ = ParamOf(init, 1);
+      x_zp_ = ParamOf(init, 2);
+      w_scale_ = ParamOf(init, 4);
+      w_zp_ = ParamOf(init, 5);
+      y_scale_ = ParamOf(init, 6);
+      y_zp_ = ParamOf(init, 7);
+      bias_ = ParamOf(init, 8);
+      out_t_ = init.outputs[0].dtype;
+    } else {
+      x_zp_ = ParamOf(init, 2);
+      w_zp_ = ParamOf(init, 3);
+    }
+    return Status::Ok();
+  }
+
+  Status Run(const KernelArgs& a) override {
+    const std::size_t sp = x_.size() - 2;
+    const std::int64_t cin = x_[1], cout = w_[0], cg = cin / group_, og = cout / group_;
+    std::int64_t ksize = 1, in_sp = 1, out_sp = 1;
+    for (std::size_t d = 0; d < sp; ++d) {
+      ksize *= w_[2 + d];
+      in_sp *= x_[2 + d];
+      out_sp *= y_[2 + d];
+    }
+    const std::int64_t rows = cg * ksize;
+    std::vector<std::int16_t> col(static_cast<std::size_t>(rows * out_sp)), wc(static_cast<std::size_t>(og * rows)),
+        xc(static_cast<std::size_t>(in_sp));
+    std::vector<std::int32_t> acc(static_cast<std::size_t>(og * out_sp));
+    const int wi = qlinear_ ? 3 : 1;
+    const std::int32_t xzp = x_zp_.GetInt(a, 0);
+    std::vector<std::int64_t> kidx(sp), oidx(sp);
+    for (std::int64_t n = 0; n < x_[0]; ++n) {
+      for (std::int64_t g = 0; g < group_; ++g) {
+        // im2col: row (c, kernel position), column = output position.
+        for (std::int64_t c = 0; c < cg; ++c) {
+          Centered(xt_, a.in(0), (n * cin + g * cg + c) * in_sp, in_sp, xzp, xc.data());
+          for (std::int64_t kp = 0; kp < ksize; ++kp) {
+            std::int64_t rem = kp;
+            for (int d = static_cast<int>(sp) - 1; d >= 0; --d) {
+              kidx[d] = rem % w_[2 + d];
+              rem /= w_[2 + d];
+            }
+            std::int16_t* dst = &col[(c * ksize + kp) * out_sp];
+            for (std::int64_t o = 0; o < out_sp; ++o) {
+              std::int64_t r2 = o, off = 0, stride = 1;
+              bool inside = true;
+              for (int d = static_cast<int>(sp) - 1; d >= 0; --d) {
+                const std::int64_t od = r2 % y_[2 + d];
+                r2 /= y_[2 + d];
+                const std::int64_t pos = od * win_.strides[d] - win_.pads_begin[d] + kidx[d] * win_.dilations[d];
+                if (pos < 0 || pos >= x_[2 + d]) inside = false;
+                off += pos * stride;
+                stride *= x_[2 + d];
+              }
+              dst[o] = inside ? xc[off] : std::int16_t{0};
+            }
+          }
+        }
+        for (std::int64_t m = 0; m < og; ++m) {
+          const std::int64_t oc = g * og + m;
+          Centered(wt_, a.in(wi), oc * rows, rows, w_zp_.GetInt(a, oc), &wc[m * rows]);
+        }
+        IntGemm(wc.data(), col.data(), acc.data(), og, rows, out_sp);
+        for (std::int64_t m = 0; m < og; ++m) {
+          const std::int64_t oc = g * og + m;
+          const std::int64_t base = (n * cout + oc) * out_sp;
+          if (!qlinear_) {
+            std::copy(acc.begin() + m * out_sp, acc.begin() + (m + 1) * out_sp, a.out_as<std::int32_t>(0) + base);
+            continue;
+          }
+          const std::int32_t b = bias_.index >= 0 ? bias_.GetInt(a, oc) : 0;
+          const float s = x_scale_.Get(a, 0) * w_scale_.Get(a, oc) / y_scale_.Get(a, 0), yz = y_zp_.Get(a, 0);
+          for (std::int64_t o = 0; o < out_sp; ++o) {
+            StoreQuantized(out_t_, a.out(0), base + o,
+                           static_cast<float>(static_cast<std::int64_t>(acc[m * out_sp + o]) + b) * s, yz);
+          }
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  bool qlinear_ = false;
+  DType xt_ = DType::kUndefined, wt_ = DType::kUndefined, out_t_ = DType::kUndefined;
+  Shape x_, w_, y_;
+  std::int64_t group_ = 1;
+  ops::Window win_;
+  Param x_scale_, x_zp_, w_scale_, w_zp_, y_scale_, y_zp_, bias_;
+};
+
+// QLinearConv on oneDNN's int8 convolution (VNNI where the CPU has it):
+// dst = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - x_zp) *
+// w + B)) + y_zp), oneDNN's output scales, source and destination zero
+// points and s32 bias. Taken when the weights, scales, zero points and bias
+// are constants and the weights are int8 with zero point 0, or uint8 with
+// zero point 128 (shifted to int8 once, exactly); else the reference kernel
+// above. oneDNN's fast kernels want channels-last activations: the plain
+// NCHW input and output are reordered around the primitive (1 byte per
+// element) when its chosen layout differs.
+class DnnlQConvKernel : public Kernel {
+ public:
+  // False (and no error) when the node does not fit this kernel.
+  Result<bool> Init(const KernelInit& init) {
+    using dt = dnnl::memory::data_type;
+    const HostTensor* w = init.const_input(3);
+    for (int i : {1, 2, 4, 5, 6, 7}) {
+      if (!init.const_input(i)) return false;
+    }
+    const bool has_bias = init.inputs.size() > 8 && init.inputs[8].present();
+    if (!w || (has_bias && !init.const_input(8))) return false;
+    const bool nhwc = init.node->GetInt(ops::kNhwcAttr, 0) != 0;
+    Shape x = init.inputs[0].shape;
+    const Shape& ws = init.inputs[3].shape;
+    Shape y = init.outputs[0].shape;
+    if (nhwc) {  // physical NHWC -> logical NCHW dims
+      x = {x[0], x[3], x[1], x[2]};
+      y = {y[0], y[3], y[1], y[2]};
+    }
+    if (x.size() < 3 || x.size() > 5) return false;
+    const std::int64_t cout = ws[0], group = init.node->GetInt("group", 1);
+    const HostTensor* wzp = init.const_input(5);
+    const std::int64_t nzp = NumElements(wzp->shape());
+    const bool u8w = w->dtype() == DType::kUInt8;
+    for (std::int64_t i = 0; i < nzp; ++i) {
+      const int z = u8w ? wzp->data_as<std::uint8_t>()[i] : wzp->data_as<std::int8_t>()[i];
+      if (z != (u8w ? 128 : 0)) return false;
+    }
+    const float xs = init.const_input(1)->data_as<float>()[0], ys = init.const_input(6)->data_as<float>()[0];
+    const HostTensor* wsc = init.const_input(4);
+    const std::int64_t nsc = NumElements(wsc->shape());
+    std::vector<float> scales(static_cast<std::size_t>(nsc));
+    for (std::int64_t i = 0; i < nsc; ++i) scales[i] = xs * wsc->data_as<float>()[i] / ys;
+    for (float v : scales) {
+      if (!std::isfinite(v)) return false;  // the reference kernel defines what this gives
+    }
+    const HostTensor* xzp = init.const_input(2);
+    const HostTensor* yzp = init.const_input(7);
+    src_zp_ = init.inputs[0].dtype == DType::kUInt8 ? xzp->data_as<std::uint8_t>()[0] : xzp->data_as<std::int8_t>()[0];
+    dst_zp_ = init.outputs[0].dtype == DType::kUInt8 ? yzp->data_as<std::uint8_t>()[0] : yzp->data_as<std::int8_t>()[0];
+    KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(*init.node, Shape(x.begin() + 2, x.end()),
+                                                              std::vector<std::int64_t>(ws.begin() + 2, ws.end()), false));
+    const std::size_t sp = x.size() - 2;
+    dnnl::memory::dims strides(win.strides.begin(), win.strides.end()), dil(sp),
+        pl(win.pads_begin.begin(), win.pads_begin.end()), pr(win.pads_end.begin(), win.pads_end.end());
+    for (std::size_t i = 0; i < sp; ++i) dil[i] = win.dilations[i] - 1;
+    Shape wg = ws;
+    if (group > 1) {
+      wg = {group, cout / group};
+      wg.insert(wg.end(), ws.begin() + 1, ws.end());
+    }
+    const dt xt = init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt yt = init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    using tag = dnnl::memory::format_tag;
+    src_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(x.begin(), x.end()), xt, tag::nhwc) : PlainDesc(x, xt);
+    dst_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(y.begin(), y.end()), yt, tag::nhwc) : PlainDesc(y, yt);
+    if (has_bias) {
+      const HostTensor* b = init.const_input(8);
+      bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
+    }
+    bool ok = false;
+    Status st = DnnlCall("QLinearConv", [&] {
+      auto any = [](const Shape& s, dt t) {
+        return dnnl::memory::desc(dnnl::memory::dims(s.begin(), s.end()), t, dnnl::memory::format_tag::any);
+      };
+      dnnl::primitive_attr attr;
+      attr.set_output_scales(nsc > 1 ? 1 << 1 : 0, scales);
+      attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      attr = UserScratchpad(attr);
+      const dnnl::memory::desc b_md = has_bias ? PlainDesc({cout}, dt::s32) : dnnl::memory::desc();
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                        any(x, xt), any(wg, dt::s8), b_md, any(y, yt), strides, dil, pl, pr);
+      dnnl::convolution_forward::primitive_desc pd(d, attr, DnnlEngine());
+      prim_ = dnnl::convolution_forward(pd);
+      src_md_ = pd.src_desc();
+      dst_md_ = pd.dst_desc();
+      src_ = dnnl::memory(src_md_, DnnlEngine(), nullptr);
+      dst_ = dnnl::memory(dst_md_, DnnlEngine(), nullptr);
+      auto pack = [&] {
+        // int8 weights as they are; uint8 with zero point 128 shifted to int8.
+        std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
+        for (std::size_t i = 0; i < s8.size(); ++i) {
+          s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(w->data_as<std::uint8_t>()[i]) - 128)
+                      : w->data_as<std::int8_t>()[i];
+        }
+        auto packed = std::make_shared<dnnl::memory>(pd.weights_desc(), DnnlEngine());
+        dnnl::memory plain(PlainDesc(wg, dt::s8), DnnlEngine(), s8.data());
+        dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
+        DnnlStream().wait();
+        return packed;
+      };
+      std::string layout = PackedLayoutKey(pd.weights_desc());
+      if (!layout.empty()) layout = std::string("qconv:") + (u8w ? "u8:" : "s8:") + layout;
+      packed_ = init.prepack_cache ? init.prepack_cache->Get<dnnl::memory>(w->data(), layout, pack) : pack();
+      scratch_ = ScratchpadFor(pd);
+      src_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &src_zp_);
+      dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
+      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
+               {DNNL_ARG_SCRATCHPAD, scratch_.mem},
+               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_},
+               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dst_zp_mem_}};
+      if (has_bias) args_[DNNL_ARG_BIAS] = dnnl::memory(b_md, DnnlEngine(), bias_.data());
+      if (src_md_ != src_plain_) to_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), src_plain_, DnnlEngine(), src_md_));
+      if (dst_md_ != dst_plain_) from_dst_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), dst_md_, DnnlEngine(), dst_plain_));
+      ok = true;
+    });
+    if (!st.ok()) return false;  // oneDNN has no such primitive: the reference kernel runs it
+    return ok;
+  }
+
+  Status Run(const KernelArgs& a) override {
+    // Channels-last copies of the activations: per thread, reused.
+    thread_local std::vector<std::uint8_t> src_buf, dst_buf;
+    dnnl::stream& s = DnnlStream();
+    if (to_src_) {
+      if (src_buf.size() < src_md_.get_size()) src_buf.resize(src_md_.get_size());
+      dnnl::memory plain(src_plain_, DnnlEngine(), const_cast<void*>(a.in(0)));
+      src_.set_data_handle(src_buf.data());
+      to_src_.execute(s, plain, src_);
+    } else {
+      src_.set_data_handle(const_cast<void*>(a.in(0)));
+    }
+    if (from_dst_) {
+      if (dst_buf.size() < dst_md_.get_size()) dst_buf.resize(dst_md_.get_size());
+      dst_.set_data_handle(dst_buf.data());
+    } else {
+      dst_.set_data_handle(a.out(0));
+    }
+    scratch_.Bind(a.ctx);
+    prim_.execute(s, args_);
+    if (from_dst_) {
+      dnnl::memory plain(dst_plain_, DnnlEngine(), a.out(0));
+      from_dst_.execute(s, dst_, plain);
+    }
+    s.wait();
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return scratch_.bytes; }
+
+ private:
+  dnnl::convolution_forward prim_;
+  dnnl::reorder to_src_, from_dst_;
+  dnnl::memory::desc src_md_, dst_md_, src_plain_, dst_plain_;
+  dnnl::memory src_, dst_, src_zp_mem_, dst_zp_mem_;
+  std::shared_ptr<dnnl::memory> packed_;
+  std::vector<std::int32_t> bias_;
+  std::int32_t src_zp_ = 0, dst_zp_ = 0;
+  std::unordered_map<int, dnnl::memory> args_;
+  Scratchpad scratch_;
+};
+
+Result<std::unique_ptr<Kernel>> MakeQLinearConv(const KernelInit& init) {
+  auto fast = std::make_unique<DnnlQConvKernel>();
+  KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init));
+  if (ok) return std::unique_ptr<Kernel>(std::move(fast));
+  if (init.node->GetInt(ops::kNhwcAttr, 0) != 0) {
+    return Error(StatusCode::kUnimplemented, init.node->Describe(),
+                 ": channels-last (kiln.nhwc) QLinearConv needs constant int8 weights (zero point 0, or uint8 with "
+                 "128), scales, zero points and bias");
+  }
+  auto k = std::make_unique<QConvKernel>();
+  KILN_RETURN_IF_ERROR(k->Init(init, true));
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+template <typename K>
+KernelFactory Factory(bool qlinear) {
+  return [qlinear](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    auto k = std::make_unique<K>();
+    KILN_RETURN_IF_ERROR(k->Init(init, qlinear));
+    return std::unique_ptr<Kernel>(std::move(k));
+  };
+}
+
+}  // namespace
+
+void RegisterQuantKernels(KernelRegistry& r) {
+  r.Register("QuantizeLinear", MakeQuantize);
+  r.Register("DequantizeLinear", MakeDequantize);
+  r.Register("DynamicQuantizeLinear", MakeDynamicQuantize);
+  r.Register("MatMulInteger", Factory<QMatMulKernel>(false));
+  r.Register("QLinearMatMul", Factory<QMatMulKernel>(true));
+  r.Register("ConvInteger", Factory<QConvKernel>(false));
+  r.Register("QLinearConv", MakeQLinearConv);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,173 @@
+// fuse-qdq: QDQ convolutions (what ONNX Runtime's quantizer writes by
+// default) become one QLinearConv, which runs on the int8 kernel:
+//
+//   x_f = DequantizeLinear(x_q, xs, xzp)          per tensor
+//   w_f = DequantizeLinear(w_q, ws, wzp)          constant int8/uint8 weights,
+//                                                 per tensor or per output channel (axis 0)
+//   b_f = DequantizeLinear(b_q, bs)               optional: constant int32 bias,
+//                                                 bs = xs * ws, zero point 0
+//   y_f = Conv(x_f, w_f, b_f)                     read only by the QuantizeLinear
+//  [y_f = Relu(y_f) or Clip(y_f, lo, hi)]         only where the quantization's
+//                                                 saturation does the same clamp
+//   y_q = QuantizeLinear(y_f, ys, yzp)            per tensor
+//
+// becomes y_q = QLinearConv(x_q, xs, xzp, w_q, ws, wzp, ys, yzp, b_q): the
+// same arithmetic, with the sum taken exactly in int32 instead of in float.
+// Scales and zero points must be constants. Anything else (a float bias, a
+// Conv output read elsewhere, per-channel activations) stays as the graph
+// says; the DequantizeLinears of constant weights are then folded to float32
+// weights by infer-and-fold. Runs before inference (the patterns need only
+// op types and constants), so the int8 weights are still there.
+#include <cmath>
+#include <cstring>
+
+#include "passes/pass_manager.h"
+
+namespace kiln::passes {
+namespace {
+
+bool Default(const ir::Node* n, const char* op) { return n && n->op_type() == op && n->domain().empty(); }
+
+bool IsConst(const ir::Value* v) { return v && v->is_constant(); }
+
+std::int64_t Count(const ir::Value* v) { return NumElements(v->shape()); }
+
+// A DequantizeLinear node's (input, scale, zero point or null), when its
+// scale and zero point are constants of at most `max_count` elements.
+struct Dq {
+  ir::Value* x = nullptr;
+  ir::Value* scale = nullptr;
+  ir::Value* zp = nullptr;
+  DType type = DType::kUndefined;  // of x
+};
+bool MatchDq(const ir::Value* v, std::int64_t max_count, Dq* d) {
+  ir::Node* n = v ? v->producer() : nullptr;
+  if (!Default(n, "DequantizeLinear") || n->num_inputs() < 2) return false;
+  d->x = n->input(0);
+  d->scale = n->input(1);
+  d->zp = n->input(2);
+  if (!d->x || !IsConst(d->scale) || d->scale->dtype() != DType::kFloat32) return false;
+  // Before inference a computed input's type is unknown: the zero point's
+  // (which must equal it) stands for it.
+  d->type = d->zp ? d->zp->dtype() : d->x->dtype();
+  if (d->zp && (!IsConst(d->zp) || (d->x->dtype() != DType::kUndefined && d->zp->dtype() != d->x->dtype()))) {
+    return false;
+  }
+  if (Count(d->scale) > max_count || (d->zp && Count(d->zp) != Count(d->scale))) return false;
+  if (Count(d->scale) > 1) {  // per channel: along axis 0 of the (4-D or other) weights only
+    const std::int64_t rank = static_cast<std::int64_t>(d->x->shape().size());
+    std::int64_t axis = n->GetInt("axis", 1);
+    if (axis < 0) axis += rank;
+    if (axis != 0) return false;
+  }
+  return true;
+}
+
+bool IsInt8(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+ir::Value* ZeroPoint(ir::Graph& g, const std::string& name, DType t, const Shape& shape) {
+  auto z = std::make_shared<HostTensor>(t, shape);
+  std::memset(z->mutable_data(), 0, static_cast<std::size_t>(NumElements(shape)) * DTypeSize(t));
+  return g.AddConstant(name, z);
+}
+
+bool FuseAt(ir::Graph& g, ir::Node* q) {
+  if (q->num_inputs() < 3 || !q->input(0) || !IsConst(q->input(1)) || !IsConst(q->input(2))) return false;
+  ir::Value* ys = q->input(1);
+  ir::Value* yzp = q->input(2);
+  if (ys->dtype() != DType::kFloat32 || Count(ys) != 1 || Count(yzp) != 1 || !IsInt8(yzp->dtype())) return false;
+  ir::Value* yf = q->input(0);
+  ir::Node* conv = yf->producer();
+  ir::Node* act = nullptr;
+  if (Default(conv, "Relu") || Default(conv, "Clip")) {
+    // Conv -> Relu/Clip -> Q: the activation is the quantization's own
+    // saturation when its range covers the output type's (Relu with the
+    // zero point at the type's minimum; Clip(0, 6) with ys * (qmax - zp) <=
+    // 6): q(act(v)) == q(v) for every v.
+    act = conv;
+    if (g.IsGraphOutput(yf) || yf->uses().size() != 1 || !act->input(0)) return false;
+    const bool u8 = yzp->dtype() == DType::kUInt8;
+    const float zp = u8 ? yzp->constant()->data_as<std::uint8_t>()[0] : yzp->constant()->data_as<std::int8_t>()[0];
+    const float qmin = u8 ? 0.f : -128.f, qmax = u8 ? 255.f : 127.f;
+    const float scale = ys->constant()->data_as<float>()[0];
+    float lo = 0, hi = INFINITY;
+    if (act->op_type() == "Clip") {
+      if (act->since_version() < 11) {
+        lo = act->GetFloat("min", -INFINITY);
+        hi = act->GetFloat("max", INFINITY);
+      } else {
+        for (int i : {1, 2}) {
+          const ir::Value* b = act->input(i);
+          if (!b) continue;
+          if (!IsConst(b) || b->dtype() != DType::kFloat32 || Count(b) != 1) return false;
+          (i == 1 ? lo : hi) = b->constant()->data_as<float>()[0];
+        }
+      }
+    }
+    if (!(scale > 0) || lo > 0 || std::nearbyint(lo / scale) + zp > qmin) return false;
+    if (!(std::isinf(hi) || std::nearbyint(hi / scale) + zp >= qmax)) return false;
+    yf = act->input(0);
+    conv = yf->producer();
+  }
+  if (!Default(conv, "Conv") || g.IsGraphOutput(yf) || yf->uses().size() != 1 || conv->num_outputs() != 1) return false;
+  Dq x, w, b;
+  if (!MatchDq(conv->input(0), 1, &x) || !IsInt8(x.type)) return false;
+  if (!MatchDq(conv->input(1), INT64_MAX, &w) || !IsConst(w.x) || !IsInt8(w.type)) return false;
+  const Shape& ws = w.x->shape();
+  if (ws.empty() || (Count(w.scale) != 1 && Count(w.scale) != ws[0])) return false;
+  ir::Value* bias = nullptr;
+  if (conv->input(2)) {
+    if (!MatchDq(conv->input(2), INT64_MAX, &b) || !IsConst(b.x) || b.x->dtype() != DType::kInt32) return false;
+    if (b.x->shape().size() != 1 || b.x->shape()[0] != ws[0]) return false;
+    if (b.zp) {
+      for (std::int64_t i = 0; i < Count(b.zp); ++i) {
+        if (b.zp->constant()->data_as<std::int32_t>()[i] != 0) return false;
+      }
+    }
+    // The bias scale must be xs * ws (per channel): then the int32 bias adds
+    // to the int32 sum as it is.
+    const float xs = x.scale->constant()->data_as<float>()[0];
+    const float* wsc = w.scale->constant()->data_as<float>();
+    const float* bsc = b.scale->constant()->data_as<float>();
+    for (std::int64_t c = 0; c < ws[0]; ++c) {
+      const double want = static_cast<double>(xs) * wsc[Count(w.scale) == 1 ? 0 : c];
+      const double got = bsc[Count(b.scale) == 1 ? 0 : c];
+      if (!(std::fabs(got - want) <= 1e-6 * std::fabs(want))) return false;
+    }
+    bias = b.x;
+  }
+  const std::string base = conv->name().empty() ? "qconv" : conv->name();
+  ir::Value* xzp = x.zp ? x.zp : ZeroPoint(g, base + "_x_zero_point", x.type, x.scale->shape());
+  ir::Value* wzp = w.zp ? w.zp : ZeroPoint(g, base + "_w_zero_point", w.type, w.scale->shape());
+  std::vector<ir::Value*> ins = {x.x, x.scale, xzp, w.x, w.scale, wzp, ys, yzp};
+  if (bias) ins.push_back(bias);
+  ir::Value* out = q->output(0);
+  std::vector<std::pair<std::string, ir::Attribute>> attrs(conv->attrs().begin(), conv->attrs().end());
+  g.RemoveNode(q);
+  if (act) g.RemoveNode(act);
+  ir::Node* qc = g.AddNode("QLinearConv", g.UniqueName(base + "_int8"), ins, {out});
+  for (auto& [k, a] : attrs) qc->SetAttr(k, a);
+  qc->set_since_version(10);
+  g.RemoveNode(conv);
+  return true;
+}
+
+}  // namespace
+
+Status FuseQdq(ir::Graph& g, const PassOptions& opts) {
+  if (opts.target_has_kernel) {  // the target's capability query: is there a QLinearConv kernel?
+    ir::Graph probe;
+    if (!opts.target_has_kernel(*probe.AddNode("QLinearConv", "probe", {}, {}))) return Status::Ok();
+  }
+  std::vector<ir::Node*> qs;
+  for (const auto& n : g.nodes()) {
+    if (Default(n.get(), "QuantizeLinear")) qs.push_back(n.get());
+  }
+  bool any = false;
+  for (ir::Node* q : qs) any |= FuseAt(g, q);
+  if (!any) return Status::Ok();
+  g.RemoveUnusedValues();
+  return g.TopologicalSort();
+}
+
+}  // namespace kiln::passes

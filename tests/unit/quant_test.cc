@@ -1,0 +1,254 @@
+// Quantized convolution: QLinearConv through oneDNN's int8 primitive
+// (constant weights) and through the reference kernel (weights as a model
+// input), both against a double-precision reference written here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "format/kiln_file.h"
+#include "kiln/runtime.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompileAndLoad;
+
+template <typename T>
+HostTensorPtr Tensor(DType dt, Shape s, const std::vector<T>& v) {
+  auto t = std::make_shared<HostTensor>(dt, std::move(s));
+  std::memcpy(t->mutable_data(), v.data(), v.size() * sizeof(T));
+  return t;
+}
+
+struct QConvCase {
+  std::int64_t n = 1, cin = 8, h = 7, w = 7, cout = 16, k = 3, group = 1, pad = 1, stride = 1;
+  bool u8_weights = false;     // uint8 weights (zero point 128) instead of int8 (zero point 0)
+  bool per_channel = true;
+  bool weights_as_input = false;  // the reference kernel instead of oneDNN's
+};
+
+// y = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - xzp)(w - wzp) + B)) + yzp), uint8.
+void CheckQLinearConv(const QConvCase& q) {
+  std::mt19937 rng(1234);
+  const std::int64_t cg = q.cin / q.group;
+  const std::int64_t oh = (q.h + 2 * q.pad - q.k) / q.stride + 1, ow = (q.w + 2 * q.pad - q.k) / q.stride + 1;
+  std::vector<std::uint8_t> x(q.n * q.cin * q.h * q.w);
+  for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
+  const std::size_t wn = q.cout * cg * q.k * q.k;
+  std::vector<std::int8_t> w8(wn);
+  std::vector<std::uint8_t> wu(wn);
+  for (std::size_t i = 0; i < wn; ++i) {
+    const int v = static_cast<int>(rng() % 255) - 127;
+    w8[i] = static_cast<std::int8_t>(v);
+    wu[i] = static_cast<std::uint8_t>(v + 128);
+  }
+  std::vector<float> wscale(q.per_channel ? q.cout : 1);
+  for (auto& s : wscale) s = 0.002f + 0.001f * static_cast<float>(rng() % 10);
+  std::vector<std::int32_t> bias(q.cout);
+  for (auto& b : bias) b = static_cast<std::int32_t>(rng() % 2001) - 1000;
+  const float xs = 0.02f, ys = 0.05f;
+  const std::uint8_t xzp = 120, yzp = 100;
+  const int wzp = q.u8_weights ? 128 : 0;
+
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kUInt8, {q.n, q.cin, q.h, q.w});
+  g->inputs().push_back(xv);
+  ir::Value* wv;
+  const Shape wshape = {q.cout, cg, q.k, q.k};
+  if (q.weights_as_input) {
+    wv = g->AddValue("w", q.u8_weights ? DType::kUInt8 : DType::kInt8, wshape);
+    g->inputs().push_back(wv);
+  } else {
+    wv = q.u8_weights ? g->AddConstant("w", Tensor(DType::kUInt8, wshape, wu))
+                      : g->AddConstant("w", Tensor(DType::kInt8, wshape, w8));
+  }
+  ir::Value* wzpv = q.u8_weights ? g->AddConstant("wzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{128}))
+                                 : g->AddConstant("wzp", Tensor(DType::kInt8, {}, std::vector<std::int8_t>{0}));
+  ir::Value* y = g->AddValue("y");
+  ir::Node* n = g->AddNode(
+      "QLinearConv", "qconv",
+      {xv, g->AddConstant("xs", Tensor(DType::kFloat32, {}, std::vector<float>{xs})),
+       g->AddConstant("xzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{xzp})), wv,
+       g->AddConstant("ws", Tensor(DType::kFloat32, q.per_channel ? Shape{q.cout} : Shape{}, wscale)), wzpv,
+       g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{ys})),
+       g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{yzp})),
+       g->AddConstant("b", Tensor(DType::kInt32, {q.cout}, bias))},
+      {y});
+  n->SetAttr("pads", ir::Attribute::Ints({q.pad, q.pad, q.pad, q.pad}));
+  n->SetAttr("strides", ir::Attribute::Ints({q.stride, q.stride}));
+  n->SetAttr("group", ir::Attribute::Int(q.group));
+  n->set_since_version(10);
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<std::uint8_t> out(q.n * q.cout * oh * ow);
+  std::vector<TensorRef> ins = {{x.data(), DType::kUInt8, {q.n, q.cin, q.h, q.w}}};
+  if (q.weights_as_input) {
+    ins.push_back(q.u8_weights ? TensorRef{wu.data(), DType::kUInt8, wshape} : TensorRef{w8.data(), DType::kInt8, wshape});
+  }
+  ASSERT_TRUE((*model)->Execute(ins, {{out.data(), DType::kUInt8, {q.n, q.cout, oh, ow}}}).ok());
+  int exact = 0, total = 0;
+  for (std::int64_t b = 0; b < q.n; ++b)
+    for (std::int64_t oc = 0; oc < q.cout; ++oc)
+      for (std::int64_t i = 0; i < oh; ++i)
+        for (std::int64_t j = 0; j < ow; ++j) {
+          const std::int64_t gi = oc / (q.cout / q.group);
+          double acc = bias[oc];
+          for (std::int64_t c = 0; c < cg; ++c)
+            for (std::int64_t ki = 0; ki < q.k; ++ki)
+              for (std::int64_t kj = 0; kj < q.k; ++kj) {
+                const std::int64_t r = i * q.stride - q.pad + ki, s = j * q.stride - q.pad + kj;
+                if (r < 0 || r >= q.h || s < 0 || s >= q.w) continue;
+                const int xv8 = x[((b * q.cin + gi * cg + c) * q.h + r) * q.w + s];
+                const std::size_t wi = ((oc * cg + c) * q.k + ki) * q.k + kj;
+                const int wv8 = q.u8_weights ? wu[wi] : w8[wi];
+                acc += static_cast<double>(xv8 - xzp) * (wv8 - wzp);
+              }
+          const double scale = static_cast<double>(xs) * wscale[q.per_channel ? oc : 0] / ys;
+          const double want = std::clamp(std::nearbyint(acc * scale) + yzp, 0.0, 255.0);
+          const int got = out[((b * q.cout + oc) * oh + i) * ow + j];
+          ASSERT_LE(std::fabs(got - want), 1.0) << "at oc " << oc << " (" << i << "," << j << "): got " << got
+                                                << ", want " << want << " (acc " << acc << ")";
+          exact += got == want;
+          ++total;
+        }
+  // Off by one only where float32 scaling meets a rounding tie.
+  EXPECT_GE(exact, total * 99 / 100) << exact << " of " << total << " exact";
+}
+
+TEST(QLinearConv, Int8WeightsPerChannelOnOneDnn) { CheckQLinearConv({}); }
+TEST(QLinearConv, Uint8WeightsZeroPoint128PerTensorOnOneDnn) {
+  QConvCase q;
+  q.u8_weights = true;
+  q.per_channel = false;
+  CheckQLinearConv(q);
+}
+TEST(QLinearConv, DepthwiseStride2OnOneDnn) {
+  QConvCase q;
+  q.cin = q.cout = q.group = 16;
+  q.stride = 2;
+  q.h = q.w = 9;
+  CheckQLinearConv(q);
+}
+TEST(QLinearConv, ReferenceKernelWhenWeightsAreAnInput) {
+  QConvCase q;
+  q.weights_as_input = true;
+  CheckQLinearConv(q);
+  q.u8_weights = true;
+  q.group = 2;
+  CheckQLinearConv(q);
+}
+
+// QDQ: x_q -> DQ -> Conv(DQ(w_q), DQ(b_q)) -> Q, as ONNX Runtime's quantizer
+// writes it. `variant`: 0 the fusable pattern, 1 the Conv output also read
+// by a Relu output (near miss), 2 a float32 bias (near miss).
+std::unique_ptr<ir::Graph> QdqConv(int variant) {
+  std::mt19937 rng(7);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kUInt8, {1, 4, 6, 6});
+  g->inputs().push_back(x);
+  std::vector<std::int8_t> w(8 * 4 * 9);
+  for (auto& v : w) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> ws(8);
+  for (auto& v : ws) v = 0.003f + 0.001f * static_cast<float>(rng() % 5);
+  const float xs = 0.02f;
+  std::vector<float> bs(8);
+  for (int i = 0; i < 8; ++i) bs[i] = xs * ws[i];
+  std::vector<std::int32_t> b(8);
+  for (auto& v : b) v = static_cast<std::int32_t>(rng() % 401) - 200;
+  auto f32 = [&](const char* n, Shape s, std::vector<float> v) { return g->AddConstant(n, Tensor(DType::kFloat32, s, v)); };
+  ir::Value* xf = g->AddValue("xf");
+  g->AddNode("DequantizeLinear", "dq_x", {x, f32("xs", {}, {xs}),
+             g->AddConstant("xzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{128}))}, {xf})->set_since_version(13);
+  ir::Value* wf = g->AddValue("wf");
+  ir::Node* dqw = g->AddNode("DequantizeLinear", "dq_w", {g->AddConstant("wq", Tensor(DType::kInt8, {8, 4, 3, 3}, w)),
+                             f32("ws", {8}, ws), g->AddConstant("wzp", Tensor(DType::kInt8, {8}, std::vector<std::int8_t>(8, 0)))},
+                             {wf});
+  dqw->set_since_version(13);
+  dqw->SetAttr("axis", ir::Attribute::Int(0));
+  ir::Value* bf;
+  if (variant == 2) {
+    std::vector<float> bfl(8);
+    for (int i = 0; i < 8; ++i) bfl[i] = static_cast<float>(b[i]) * bs[i];
+    bf = f32("bf", {8}, bfl);
+  } else {
+    bf = g->AddValue("bf");
+    ir::Node* dqb = g->AddNode("DequantizeLinear", "dq_b", {g->AddConstant("bq", Tensor(DType::kInt32, {8}, b)),
+                               f32("bs", {8}, bs)}, {bf});
+    dqb->set_since_version(13);
+    dqb->SetAttr("axis", ir::Attribute::Int(0));
+  }
+  ir::Value* yf = g->AddValue("yf");
+  ir::Node* conv = g->AddNode("Conv", "conv", {xf, wf, bf}, {yf});
+  conv->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+  conv->set_since_version(11);
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("QuantizeLinear", "q_y", {yf, f32("ys", {}, {0.05f}),
+             g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{90}))}, {y})->set_since_version(13);
+  g->outputs().push_back(y);
+  if (variant == 1) {
+    ir::Value* r = g->AddValue("r");
+    g->AddNode("Relu", "relu", {yf}, {r})->set_since_version(14);
+    g->outputs().push_back(r);
+  }
+  return g;
+}
+
+int CountOp(const ir::Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op_type() == op;
+  return n;
+}
+
+std::vector<std::uint8_t> RunQdq(Model& m, int outputs) {
+  std::vector<std::uint8_t> x(4 * 36);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::uint8_t>(i * 37 % 256);
+  std::vector<std::uint8_t> y(8 * 36);
+  std::vector<float> r(8 * 36);
+  std::vector<TensorRef> outs = {{y.data(), DType::kUInt8, {1, 8, 6, 6}}};
+  if (outputs == 2) outs.push_back(TensorRef::Of(r.data(), {1, 8, 6, 6}));
+  EXPECT_TRUE(m.Execute({{x.data(), DType::kUInt8, {1, 4, 6, 6}}}, outs).ok());
+  return y;
+}
+
+TEST(FuseQdq, ConvBecomesQLinearConvWithTheSameResults) {
+  test::TempDir dir;
+  format::CompiledModel fused_cm, plain_cm;
+  auto fused = CompileAndLoad(QdqConv(0), dir, &fused_cm);
+  ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+  EXPECT_EQ(CountOp(*fused_cm.graph, "QLinearConv"), 1);
+  EXPECT_EQ(CountOp(*fused_cm.graph, "Conv"), 0);
+  EXPECT_EQ(CountOp(*fused_cm.graph, "DequantizeLinear"), 0);
+  test::TempDir dir2;
+  CompileOptions off;
+  off.passes.disabled = {"fuse-qdq"};
+  auto plain = CompileAndLoad(QdqConv(0), dir2, &plain_cm, off);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(CountOp(*plain_cm.graph, "Conv"), 1);
+  // The float32 path (dequantize, Conv, quantize) and the int32 one agree to
+  // one step where float rounding meets a tie.
+  const auto a = RunQdq(**fused, 1), b = RunQdq(**plain, 1);
+  int same = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_LE(std::abs(a[i] - b[i]), 1) << i;
+    same += a[i] == b[i];
+  }
+  EXPECT_GE(same, static_cast<int>(a.size()) * 98 / 100);
+}
+
+TEST(FuseQdq, NearMissesStayAsTheGraphSays) {
+  for (int variant : {1, 2}) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto m = CompileAndLoad(QdqConv(variant), dir, &cm);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(CountOp(*cm.graph, "QLinearConv"), 0) << variant;
+    EXPECT_EQ(CountOp(*cm.graph, "QuantizeLinear"), 1) << variant;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
