@@ -53,7 +53,7 @@ bool MatchDq(const ir::Value* v, std::int64_t max_count, Dq* d) {
   if (d->zp && (!IsConst(d->zp) || (d->x->dtype() != DType::kUndefined && d->zp->dtype() != d->x->dtype()))) {
     return false;
   }
-  if (Count(d->scale) > max_count || (d->zp && Count(d->zp) != Count(d->scale))) return false;
+  if (Count(d->scale) < 1 || Count(d->scale) > max_count || (d->zp && Count(d->zp) != Count(d->scale))) return false;
   if (Count(d->scale) > 1) {  // per channel: along axis 0 of the (4-D or other) weights only
     const std::int64_t rank = static_cast<std::int64_t>(d->x->shape().size());
     std::int64_t axis = n->GetInt("axis", 1);
@@ -119,6 +119,7 @@ bool FuseAt(ir::Graph& g, ir::Node* q) {
   if (conv->input(2)) {
     if (!MatchDq(conv->input(2), INT64_MAX, &b) || !IsConst(b.x) || b.x->dtype() != DType::kInt32) return false;
     if (b.x->shape().size() != 1 || b.x->shape()[0] != ws[0]) return false;
+    if (Count(b.scale) != 1 && Count(b.scale) != ws[0]) return false;
     if (b.zp) {
       for (std::int64_t i = 0; i < Count(b.zp); ++i) {
         if (b.zp->constant()->data_as<std::int32_t>()[i] != 0) return false;

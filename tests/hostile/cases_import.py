@@ -209,4 +209,40 @@ def generate(ctx):
     pool("maxpool_pad_1d", "MaxPool", [1], [1, 0], shape=(1, 1, 6))
     pool("maxpool_pad_dilated", "MaxPool", [2, 2], [0, 3, 0, 0], dilations=[2, 2])
     pool("avgpool_pad_eq_kernel", "AveragePool", [3, 3], [0, 0, 3, 0])
+    # -- quantized ops: QDQ patterns with malformed scales (fuse-qdq must not
+    # read past them; inference names the node) ------------------------------
+    def qdq_conv(xs, bs, wzp=np.zeros(2, np.int8)):
+        U8 = TensorProto.UINT8
+        return model(
+            [helper.make_node("DequantizeLinear", ["x", "xs", "xzp"], ["xf"], name="dq_x"),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wzp"], ["wf"], name="dq_w", axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs"], ["bf"], name="dq_b", axis=0),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], name="conv"),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yzp"], ["y"], name="q_y")],
+            [vi("x", [1, 1, 3, 3], U8)], [vi("y", [1, 2, 3, 3], U8)],
+            [numpy_helper.from_array(xs, "xs"), numpy_helper.from_array(np.array(128, np.uint8), "xzp"),
+             numpy_helper.from_array(np.ones((2, 1, 1, 1), np.int8), "wq"),
+             numpy_helper.from_array(np.array([0.1, 0.2], np.float32), "ws"), numpy_helper.from_array(wzp, "wzp"),
+             numpy_helper.from_array(np.array([1, 2], np.int32), "bq"), numpy_helper.from_array(bs, "bs"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+             numpy_helper.from_array(np.array(0, np.uint8), "yzp")])
+    compile_case("qdq_empty_activation_scale", qdq_conv(np.zeros(0, np.float32), np.array([0.002, 0.004], np.float32)),
+                 ["dq_x", "x_scale", "must be a scalar"])
+    compile_case("qdq_bias_scale_count", qdq_conv(np.array(0.02, np.float32), np.full(5, 0.002, np.float32)),
+                 ["dq_b", "x_scale", "[2]"])
+    compile_case("qdq_weight_zero_point_count", qdq_conv(np.array(0.02, np.float32), np.array([0.002, 0.004], np.float32),
+                                                         np.zeros(3, np.int8)),
+                 ["dq_w", "x_zero_point"])
+    # QLinearConv with a per-channel weight scale of the wrong length
+    U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+    m = model([helper.make_node("QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp"], ["y"], name="qc")],
+              [vi("x", [1, 1, 3, 3], U8)], [vi("y", [1, 2, 3, 3], U8)],
+              [numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+               numpy_helper.from_array(np.array(1, np.uint8), "xzp"),
+               numpy_helper.from_array(np.ones((2, 1, 1, 1), np.int8), "w"),
+               numpy_helper.from_array(np.ones(7, np.float32), "ws"),
+               numpy_helper.from_array(np.zeros(7, np.int8), "wzp"),
+               numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+               numpy_helper.from_array(np.array(0, np.uint8), "yzp")], opset=10)
+    compile_case("qlinearconv_weight_scale_count", m, ["QLinearConv node 'qc'", "w_scale", "[2]"])
     return cases

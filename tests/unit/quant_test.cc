@@ -140,6 +140,13 @@ TEST(QLinearConv, ReferenceKernelWhenWeightsAreAnInput) {
   q.u8_weights = true;
   q.group = 2;
   CheckQLinearConv(q);
+  // Large enough that the im2col runs in several blocks of output positions.
+  QConvCase big;
+  big.weights_as_input = true;
+  big.cin = 64;
+  big.cout = 4;
+  big.h = big.w = 90;
+  CheckQLinearConv(big);
 }
 
 // QDQ: x_q -> DQ -> Conv(DQ(w_q), DQ(b_q)) -> Q, as ONNX Runtime's quantizer

@@ -361,14 +361,23 @@ class QConvKernel : public Kernel {
       out_sp *= y_[2 + d];
     }
     const std::int64_t rows = cg * ksize;
-    std::vector<std::int16_t> col(static_cast<std::size_t>(rows * out_sp)), wc(static_cast<std::size_t>(og * rows)),
+    // Output positions in blocks, so the im2col buffer stays within 2^22
+    // elements (8 MiB) whatever the shapes.
+    const std::int64_t block = std::max<std::int64_t>(1, std::min<std::int64_t>(out_sp, (std::int64_t{1} << 22) / std::max<std::int64_t>(rows, 1)));
+    std::vector<std::int16_t> col(static_cast<std::size_t>(rows * block)), wc(static_cast<std::size_t>(og * rows)),
         xc(static_cast<std::size_t>(in_sp));
-    std::vector<std::int32_t> acc(static_cast<std::size_t>(og * out_sp));
+    std::vector<std::int32_t> acc(static_cast<std::size_t>(og * block));
     const int wi = qlinear_ ? 3 : 1;
     const std::int32_t xzp = x_zp_.GetInt(a, 0);
     std::vector<std::int64_t> kidx(sp), oidx(sp);
     for (std::int64_t n = 0; n < x_[0]; ++n) {
       for (std::int64_t g = 0; g < group_; ++g) {
+       for (std::int64_t m = 0; m < og; ++m) {
+         const std::int64_t oc = g * og + m;
+         Centered(wt_, a.in(wi), oc * rows, rows, w_zp_.GetInt(a, oc), &wc[m * rows]);
+       }
+       for (std::int64_t o0 = 0; o0 < out_sp; o0 += block) {
+        const std::int64_t blen = std::min(block, out_sp - o0);
         // im2col: row (c, kernel position), column = output position.
         for (std::int64_t c = 0; c < cg; ++c) {
           Centered(xt_, a.in(0), (n * cin + g * cg + c) * in_sp, in_sp, xzp, xc.data());
@@ -378,8 +387,9 @@ class QConvKernel : public Kernel {
               kidx[d] = rem % w_[2 + d];
               rem /= w_[2 + d];
             }
-            std::int16_t* dst = &col[(c * ksize + kp) * out_sp];
-            for (std::int64_t o = 0; o < out_sp; ++o) {
+            std::int16_t* dst = &col[(c * ksize + kp) * blen];
+            for (std::int64_t oo = 0; oo < blen; ++oo) {
+              const std::int64_t o = o0 + oo;
               std::int64_t r2 = o, off = 0, stride = 1;
               bool inside = true;
               for (int d = static_cast<int>(sp) - 1; d >= 0; --d) {
@@ -390,29 +400,26 @@ class QConvKernel : public Kernel {
                 off += pos * stride;
                 stride *= x_[2 + d];
               }
-              dst[o] = inside ? xc[off] : std::int16_t{0};
+              dst[oo] = inside ? xc[off] : std::int16_t{0};
             }
           }
         }
+        IntGemm(wc.data(), col.data(), acc.data(), og, rows, blen);
         for (std::int64_t m = 0; m < og; ++m) {
           const std::int64_t oc = g * og + m;
-          Centered(wt_, a.in(wi), oc * rows, rows, w_zp_.GetInt(a, oc), &wc[m * rows]);
-        }
-        IntGemm(wc.data(), col.data(), acc.data(), og, rows, out_sp);
-        for (std::int64_t m = 0; m < og; ++m) {
-          const std::int64_t oc = g * og + m;
-          const std::int64_t base = (n * cout + oc) * out_sp;
+          const std::int64_t base = (n * cout + oc) * out_sp + o0;
           if (!qlinear_) {
-            std::copy(acc.begin() + m * out_sp, acc.begin() + (m + 1) * out_sp, a.out_as<std::int32_t>(0) + base);
+            std::copy(acc.begin() + m * blen, acc.begin() + (m + 1) * blen, a.out_as<std::int32_t>(0) + base);
             continue;
           }
           const std::int32_t b = bias_.index >= 0 ? bias_.GetInt(a, oc) : 0;
           const float s = x_scale_.Get(a, 0) * w_scale_.Get(a, oc) / y_scale_.Get(a, 0), yz = y_zp_.Get(a, 0);
-          for (std::int64_t o = 0; o < out_sp; ++o) {
+          for (std::int64_t o = 0; o < blen; ++o) {
             StoreQuantized(out_t_, a.out(0), base + o,
-                           static_cast<float>(static_cast<std::int64_t>(acc[m * out_sp + o]) + b) * s, yz);
+                           static_cast<float>(static_cast<std::int64_t>(acc[m * blen + o]) + b) * s, yz);
           }
         }
+       }
       }
     }
     return Status::Ok();
