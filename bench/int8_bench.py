@@ -3,7 +3,7 @@
 ONNX Runtime side by side (issue 15).
 
   /usr/bin/python3 bench/int8_bench.py --kiln build/kiln --work DIR [--threads 1,2]
-      [--models resnet18,mobilenet_v2] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
+      [--models resnet18,mobilenet_v2,bert] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
 
 Models: the float32 torchvision export with BatchNorm folded, and its QDQ form from
 tools/quantize.py (which Kiln compiles to QLinearConv); Kiln's int8 output is compared with
@@ -83,13 +83,37 @@ EXPORT = os.path.join(os.path.dirname(HERE), "tools", "export_torchvision.py")
 QUANTIZE = os.path.join(os.path.dirname(HERE), "tools", "quantize.py")
 
 
+def input_args(onnx_path):
+    """`--input` arguments for a bench model: NAME=FILE for each NAME.npy beside a model that
+    has them (the encoder), else input 0 = <model>.npy."""
+    d = os.path.dirname(onnx_path)
+    named = [f for f in ("input_ids", "attention_mask") if os.path.exists(os.path.join(d, f + ".npy"))]
+    if named:
+        return [a for f in named for a in ("--input", f"{f}={os.path.join(d, f + '.npy')}")]
+    return ["--input", "0=" + onnx_path[:-5] + ".npy"]
+
+
 def model_pair(kiln, model, d):
-    """float32 (BatchNorm folded) and QDQ int8 files of a torchvision model, with input.npy."""
+    """float32 (BatchNorm folded) and QDQ int8 files of a torchvision model (with input.npy),
+    or of `bert`, tests/models/test_bert.py's encoder (batch 2, seq 16, hidden 128)."""
     md = os.path.join(d, model)
-    if not os.path.exists(os.path.join(md, "model.onnx")):
+    feeds = []
+    if model == "bert":
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "models"))
+        import types
+        import test_bert
+        if not os.path.exists(os.path.join(md, "model.onnx")):
+            os.makedirs(md, exist_ok=True)
+            test_bert.export(md, types.SimpleNamespace(vocab=1000, hidden=128, layers=2, heads=4, seq=16, batch=2,
+                                                       seed=0, opset=13, dynamic=False, max_pos=0, shapes="",
+                                                       ranges=""))
+        feeds = [a for f in ("input_ids", "attention_mask") for a in ("--feed", f"{f}={os.path.join(md, f + '.npy')}")]
+    elif not os.path.exists(os.path.join(md, "model.onnx")):
         run([sys.executable, EXPORT, "--model", model, "--out", md, "--fuse-bn"], f"export {model}")
-    run([sys.executable, QUANTIZE, os.path.join(md, "model.onnx"), os.path.join(md, "qdq.onnx"), "--kiln", kiln],
-        f"quantize {model}")
+    run([sys.executable, QUANTIZE, os.path.join(md, "model.onnx"), os.path.join(md, "qdq.onnx"), "--kiln", kiln]
+        + feeds, f"quantize {model}")
+    if model == "bert":
+        return {"float32": os.path.join(md, "model.onnx"), "int8": os.path.join(md, "qdq.onnx")}
     paths = {"float32": os.path.join(md, "model.onnx"), "int8": os.path.join(md, "qdq.onnx")}
     for p in paths.values():
         if not os.path.exists(p[:-5] + ".npy"):
@@ -100,12 +124,12 @@ def model_pair(kiln, model, d):
 def compare_with_ort(kiln, node, onnx_path):
     """max |Kiln - ONNX Runtime| / max |ONNX Runtime| on the int8 file's output."""
     base = onnx_path[:-5]
-    run([kiln, "run", base + ".kiln", "--input", "0=" + base + ".npy", "--output-dir", base + "_kiln_out"], "kiln run")
-    run([node, ORT_BENCH, onnx_path, "--input", "0=" + base + ".npy", "--runs", "1", "--warmup", "0",
+    run([kiln, "run", base + ".kiln", *input_args(onnx_path), "--output-dir", base + "_kiln_out"], "kiln run")
+    run([node, ORT_BENCH, onnx_path, *input_args(onnx_path), "--runs", "1", "--warmup", "0",
          "--output-dir", base + "_ort_out"], "ort run")
     k = np.load(os.path.join(base + "_kiln_out", "output_0.npy")).astype(np.float64)
     o = np.load(os.path.join(base + "_ort_out", "output_0.npy")).astype(np.float64)
-    return float(np.abs(k - o).max() / max(np.abs(o).max(), 1e-30)), int(k.argmax() == o.argmax())
+    return float(np.abs(k - o).max() / max(np.abs(o).max(), 1e-30)), int(k.reshape(-1).argmax() == o.reshape(-1).argmax())
 
 
 def main():
@@ -113,7 +137,7 @@ def main():
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--threads", type=int_list, default=[1, 2])
-    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--models", default="resnet18,mobilenet_v2,bert")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
@@ -148,7 +172,7 @@ def main():
                     if res[(eng, kind)] is None:
                         continue
                     p = paths[kind]
-                    common = ["--input", "0=" + p[:-5] + ".npy", "--runs", str(args.runs), "--warmup",
+                    common = [*input_args(p), "--runs", str(args.runs), "--warmup",
                               str(args.warmup), "--threads", str(threads)]
                     cmd = ([kiln, "bench", p[:-5] + ".kiln"] + common + ["--json"] if eng == "kiln"
                            else [args.node, ORT_BENCH, p] + common)

@@ -8,8 +8,9 @@ x_scale * w_scale.
 
 Every Conv gets QuantizeLinear -> DequantizeLinear on its input and on its output (after
 a Relu/Clip that is its only reader, whose range the quantization then covers), and
-DequantizeLinear on its weights and bias; the rest of the graph stays float32 and reads
-the dequantized tensors. Calibration: --calib inputs drawn from a seeded standard normal,
+DequantizeLinear on its weights and bias; every MatMul by a constant 2-D weight likewise
+(weights per column); the rest of the graph stays float32 and reads the dequantized
+tensors. --feed NAME=FILE.npy calibrates on given inputs (one sample). Calibration: --calib inputs drawn from a seeded standard normal,
 run through the float32 model with `kiln run` (every calibrated tensor made a model
 output); ranges are the min/max over those runs, widened to include 0. Models with BatchNorm
 should have it folded into the Conv first (tools/export_torchvision.py --fuse-bn).
@@ -33,8 +34,10 @@ def consumers(g):
     return out
 
 
-def calibrate(model, tensors, kiln, count, seed):
-    """{tensor: (min, max)} over `count` seeded inputs, computed with Kiln on the float32 model."""
+def calibrate(model, tensors, kiln, count, seed, feeds=None):
+    """{tensor: (min, max)} over `count` seeded inputs (standard normal, for a model with one
+    float input) or over the given `feeds` ({input name: array}, one sample), computed with
+    Kiln on the float32 model."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     known = {o.name for o in m.graph.output}
@@ -50,12 +53,18 @@ def calibrate(model, tensors, kiln, count, seed):
         onnx.save(m, os.path.join(d, "calib.onnx"))
         subprocess.run([kiln, "compile", "--model", os.path.join(d, "calib.onnx"), "--output",
                         os.path.join(d, "calib.kiln")], check=True, capture_output=True)
-        for k in range(count):
-            x = rng.standard_normal(shape).astype(np.float32)
-            np.save(os.path.join(d, "x.npy"), x)
+        for k in range(1 if feeds else count):
+            args = []
+            if feeds:
+                for name, arr in feeds.items():
+                    np.save(os.path.join(d, name + ".npy"), arr)
+                    args += ["--input", f"{name}={d}/{name}.npy"]
+            else:
+                np.save(os.path.join(d, "x.npy"), rng.standard_normal(shape).astype(np.float32))
+                args = ["--input", f"{inp.name}={d}/x.npy"]
             out = os.path.join(d, f"out{k}")
-            subprocess.run([kiln, "run", os.path.join(d, "calib.kiln"), "--input", f"{inp.name}={d}/x.npy",
-                            "--output-dir", out], check=True, capture_output=True)
+            subprocess.run([kiln, "run", os.path.join(d, "calib.kiln"), *args, "--output-dir", out], check=True,
+                           capture_output=True)
             for i, name in enumerate(names):
                 if name in tensors:
                     a = np.load(os.path.join(out, f"output_{i}.npy"))
@@ -71,11 +80,17 @@ def uint8_params(lo, hi):
     return scale, zp
 
 
-def quantize(model, kiln, count=8, seed=0):
+def quantize(model, kiln, count=8, seed=0, feeds=None):
     g = model.graph
     inits = {t.name: t for t in g.initializer}
     users = consumers(g)
     convs = [n for n in g.node if n.op_type == "Conv" and n.input[1] in inits]
+    # MatMuls by a constant 2-D weight [K, N]: per-column weights (axis 1), no bias.
+    matmuls = [n for n in g.node if n.op_type == "MatMul" and n.input[1] in inits
+               and len(inits[n.input[1]].dims) == 2]
+    for i, n in enumerate(matmuls):
+        if not n.name:
+            n.name = f"matmul_{i}"
     # The tensor quantized after each Conv: its Relu/Clip output when that is its only reader.
     out_of = {}
     for c in convs:
@@ -84,11 +99,13 @@ def quantize(model, kiln, count=8, seed=0):
             out_of[c.name] = r[0].output[0]
         else:
             out_of[c.name] = c.output[0]
+    for m in matmuls:
+        out_of[m.name] = m.output[0]
     tensors = set()
-    for c in convs:
+    for c in convs + matmuls:
         tensors.add(c.input[0])
         tensors.add(out_of[c.name])
-    ranges = calibrate(model, tensors, kiln, count, seed)
+    ranges = calibrate(model, tensors, kiln, count, seed, feeds)
     params = {t: uint8_params(*ranges[t]) for t in tensors}
     new_nodes, new_inits = [], []
     # Q -> DQ after each calibrated tensor; its readers read the DQ output.
@@ -132,6 +149,18 @@ def quantize(model, kiln, count=8, seed=0):
                                               [bn + "_dq"], name=bn + "_DQ", axis=0))
             drop.add(c.input[2])
             c.input[2] = bn + "_dq"
+    for mm in matmuls:
+        w = numpy_helper.to_array(inits[mm.input[1]]).astype(np.float32)
+        ws = (np.abs(w).max(axis=0) / 127.0).astype(np.float32)
+        ws[ws == 0] = 1.0
+        wq = np.clip(np.round(w / ws[None, :]), -127, 127).astype(np.int8)
+        wn = mm.name + "_w"
+        new_inits += [numpy_helper.from_array(wq, wn + "_q"), numpy_helper.from_array(ws, wn + "_scale"),
+                      numpy_helper.from_array(np.zeros(w.shape[1], np.int8), wn + "_zero_point")]
+        new_nodes.append(helper.make_node("DequantizeLinear", [wn + "_q", wn + "_scale", wn + "_zero_point"],
+                                          [wn + "_dq"], name=wn + "_DQ", axis=1))
+        drop.add(mm.input[1])
+        mm.input[1] = wn + "_dq"
     still_used = {i for n in g.node for i in n.input}
     kept = [t for t in g.initializer if t.name not in drop or t.name in still_used]
     del g.initializer[:]
@@ -165,8 +194,14 @@ def main():
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--calib", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy",
+                    help="calibrate on these input values instead of random ones (models with non-float inputs)")
     args = ap.parse_args()
-    m = quantize(onnx.load(args.input), os.path.abspath(args.kiln), args.calib, args.seed)
+    feeds = {}
+    for f in args.feed:
+        name, path = f.split("=", 1)
+        feeds[name] = np.load(path)
+    m = quantize(onnx.load(args.input), os.path.abspath(args.kiln), args.calib, args.seed, feeds or None)
     onnx.save(m, args.output)
     n = sum(1 for x in m.graph.node if x.op_type == "QuantizeLinear")
     print(f"{args.input} -> {args.output}: QDQ, {n} quantized activations")

@@ -13,6 +13,9 @@
 //
 // becomes y_q = QLinearConv(x_q, xs, xzp, w_q, ws, wzp, ys, yzp, b_q): the
 // same arithmetic, with the sum taken exactly in int32 instead of in float.
+// Likewise DequantizeLinear(a_q) -> MatMul(., DequantizeLinear(w_q)) ->
+// QuantizeLinear, with constant 2-D weights per tensor or per column (axis
+// 1), becomes QLinearMatMul.
 // Scales and zero points must be constants. Anything else (a float bias, a
 // Conv output read elsewhere, per-channel activations) stays as the graph
 // says; the DequantizeLinears of constant weights are then folded to float32
@@ -40,7 +43,7 @@ struct Dq {
   ir::Value* zp = nullptr;
   DType type = DType::kUndefined;  // of x
 };
-bool MatchDq(const ir::Value* v, std::int64_t max_count, Dq* d) {
+bool MatchDq(const ir::Value* v, std::int64_t max_count, Dq* d, std::int64_t channel_axis = 0) {
   ir::Node* n = v ? v->producer() : nullptr;
   if (!Default(n, "DequantizeLinear") || n->num_inputs() < 2) return false;
   d->x = n->input(0);
@@ -54,11 +57,11 @@ bool MatchDq(const ir::Value* v, std::int64_t max_count, Dq* d) {
     return false;
   }
   if (Count(d->scale) < 1 || Count(d->scale) > max_count || (d->zp && Count(d->zp) != Count(d->scale))) return false;
-  if (Count(d->scale) > 1) {  // per channel: along axis 0 of the (4-D or other) weights only
+  if (Count(d->scale) > 1) {  // per channel: along the output-channel axis of the weights only
     const std::int64_t rank = static_cast<std::int64_t>(d->x->shape().size());
     std::int64_t axis = n->GetInt("axis", 1);
     if (axis < 0) axis += rank;
-    if (axis != 0) return false;
+    if (axis != channel_axis) return false;
   }
   return true;
 }
@@ -69,6 +72,28 @@ ir::Value* ZeroPoint(ir::Graph& g, const std::string& name, DType t, const Shape
   auto z = std::make_shared<HostTensor>(t, shape);
   std::memset(z->mutable_data(), 0, static_cast<std::size_t>(NumElements(shape)) * DTypeSize(t));
   return g.AddConstant(name, z);
+}
+
+// DequantizeLinear(a_q) -> MatMul(., DequantizeLinear(w_q)) -> [act] -> q:
+// QLinearMatMul, for constant 2-D weights [K, N] quantized per tensor or per
+// column (axis 1).
+bool FuseMatMul(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* mm) {
+  Dq a, w;
+  if (!MatchDq(mm->input(0), 1, &a) || !IsInt8(a.type)) return false;
+  if (!MatchDq(mm->input(1), INT64_MAX, &w, 1) || !IsConst(w.x) || !IsInt8(w.type)) return false;
+  const Shape& ws = w.x->shape();
+  if (ws.size() != 2 || (Count(w.scale) != 1 && Count(w.scale) != ws[1])) return false;
+  const std::string base = mm->name().empty() ? "qmatmul" : mm->name();
+  ir::Value* azp = a.zp ? a.zp : ZeroPoint(g, base + "_a_zero_point", a.type, a.scale->shape());
+  ir::Value* wzp = w.zp ? w.zp : ZeroPoint(g, base + "_b_zero_point", w.type, w.scale->shape());
+  std::vector<ir::Value*> ins = {a.x, a.scale, azp, w.x, w.scale, wzp, q->input(1), q->input(2)};
+  ir::Value* out = q->output(0);
+  g.RemoveNode(q);
+  if (act) g.RemoveNode(act);
+  ir::Node* qm = g.AddNode("QLinearMatMul", g.UniqueName(base + "_int8"), ins, {out});
+  qm->set_since_version(10);
+  g.RemoveNode(mm);
+  return true;
 }
 
 bool FuseAt(ir::Graph& g, ir::Node* q) {
@@ -109,6 +134,7 @@ bool FuseAt(ir::Graph& g, ir::Node* q) {
     yf = act->input(0);
     conv = yf->producer();
   }
+  if (Default(conv, "MatMul") && !g.IsGraphOutput(yf) && yf->uses().size() == 1) return FuseMatMul(g, q, act, conv);
   if (!Default(conv, "Conv") || g.IsGraphOutput(yf) || yf->uses().size() != 1 || conv->num_outputs() != 1) return false;
   Dq x, w, b;
   if (!MatchDq(conv->input(0), 1, &x) || !IsInt8(x.type)) return false;
@@ -158,7 +184,10 @@ bool FuseAt(ir::Graph& g, ir::Node* q) {
 Status FuseQdq(ir::Graph& g, const PassOptions& opts) {
   if (opts.target_has_kernel) {  // the target's capability query: is there a QLinearConv kernel?
     ir::Graph probe;
-    if (!opts.target_has_kernel(*probe.AddNode("QLinearConv", "probe", {}, {}))) return Status::Ok();
+    if (!opts.target_has_kernel(*probe.AddNode("QLinearConv", "probe", {}, {})) ||
+        !opts.target_has_kernel(*probe.AddNode("QLinearMatMul", "probe2", {}, {}))) {
+      return Status::Ok();
+    }
   }
   std::vector<ir::Node*> qs;
   for (const auto& n : g.nodes()) {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Int8 (QDQ) torchvision models: tools/quantize.py's output runs on Kiln's int8 kernels.
 
-  /usr/bin/python3 tests/models/test_int8.py --kiln build/kiln --work DIR [--models resnet18]
+  /usr/bin/python3 tests/models/test_int8.py --kiln build/kiln --work DIR [--models resnet18,mobilenet_v2,bert]
 
 For each model: the float32 export with BatchNorm folded (tools/export_torchvision.py
 --fuse-bn) is quantized by tools/quantize.py (uint8 activations calibrated on seeded data,
@@ -12,7 +12,9 @@ runs as the graph says (DequantizeLinear, float32 Conv, QuantizeLinear; every on
 checked against ONNX's reference outputs by the conformance tests). The int32 path must
 agree with that op-by-op QDQ semantics within 1% of the output's magnitude (float32 and
 exact int32 sums round differently, and a one-step difference in one layer carries on),
-and both must keep PyTorch's float32 top-1 class. ONNX Runtime on the same file is
+and both must keep PyTorch's float32 top-1 class. `bert`: test_bert.py's encoder (batch 2,
+seq 16), calibrated on its inputs; its MatMuls by weights become QLinearMatMul; the hidden
+states must stay within 5% of float32 PyTorch's magnitude. ONNX Runtime on the same file is
 compared in bench/int8_bench.py.
 """
 import argparse
@@ -37,29 +39,47 @@ def count_ops(kiln, path, timeout):
     return j.get("op_counts") or {}
 
 
+def export_bert(d):
+    """The BERT-style encoder of test_bert.py (batch 2, seq 16, hidden 128, 2 layers)."""
+    import types
+    import test_bert
+    args = types.SimpleNamespace(vocab=1000, hidden=128, layers=2, heads=4, seq=16, batch=2, seed=0, opset=13,
+                                 dynamic=False, max_pos=0, shapes="", ranges="")
+    test_bert.export(d, args)
+
+
 def check(kiln, work, model, timeout):
     d = os.path.join(work, model + "_int8")
     os.makedirs(d, exist_ok=True)
-    if not os.path.exists(os.path.join(d, "model.onnx")) or \
-            os.path.getmtime(os.path.join(d, "model.onnx")) < os.path.getmtime(EXPORT):
-        run([sys.executable, EXPORT, "--model", model, "--out", d, "--fuse-bn"], "export", timeout)
+    bert = model == "bert"
+    if bert:
+        if not os.path.exists(os.path.join(d, "model.onnx")):
+            export_bert(d)
+        feeds = ["input_ids", "attention_mask"]
+    else:
+        if not os.path.exists(os.path.join(d, "model.onnx")) or \
+                os.path.getmtime(os.path.join(d, "model.onnx")) < os.path.getmtime(EXPORT):
+            run([sys.executable, EXPORT, "--model", model, "--out", d, "--fuse-bn"], "export", timeout)
+        feeds = ["input"]
     qdq = os.path.join(d, "qdq.onnx")
-    run([sys.executable, QUANTIZE, os.path.join(d, "model.onnx"), qdq, "--kiln", kiln], "quantize", timeout)
+    extra_q = [a for f in feeds for a in ("--feed", f"{f}={os.path.join(d, f + '.npy')}")] if bert else []
+    run([sys.executable, QUANTIZE, os.path.join(d, "model.onnx"), qdq, "--kiln", kiln] + extra_q, "quantize", timeout)
+    inputs = [a for f in feeds for a in ("--input", f"{f}={os.path.join(d, f + '.npy')}")]
     outs = {}
     for tag, extra in (("fused", []), ("plain", ["--disable-pass", "fuse-qdq"])):
         k = os.path.join(d, tag + ".kiln")
         run([kiln, "compile", "--model", qdq, "--output", k] + extra, f"compile {tag}", timeout)
         ops = count_ops(kiln, k, timeout)
-        if tag == "fused" and (ops.get("Conv", 0) != 0 or ops.get("QLinearConv", 0) == 0):
-            raise TestError(f"{model}: fuse-qdq left float Convs: {ops}")
-        if tag == "plain" and ops.get("QLinearConv", 0) != 0:
+        fused_op = "QLinearMatMul" if bert else "QLinearConv"
+        if tag == "fused" and (ops.get("Conv", 0) != 0 or ops.get(fused_op, 0) == 0):
+            raise TestError(f"{model}: fuse-qdq left float Convs or fused nothing: {ops}")
+        if tag == "plain" and ops.get(fused_op, 0) != 0:
             raise TestError(f"{model}: --disable-pass fuse-qdq still fused: {ops}")
         od = os.path.join(d, "out_" + tag)
-        run([kiln, "run", k, "--input", "input=" + os.path.join(d, "input.npy"), "--output-dir", od],
-            f"run {tag}", timeout, echo=False)
+        run([kiln, "run", k, *inputs, "--output-dir", od], f"run {tag}", timeout, echo=False)
         outs[tag] = np.load(os.path.join(od, "output_0.npy")).astype(np.float64)
         print(f"{model} {tag}: {ops}", flush=True)
-    ref = np.load(os.path.join(d, "expected.npy")).astype(np.float64)
+    ref = np.load(os.path.join(d, "expected_0.npy" if bert else "expected.npy")).astype(np.float64)
     diff = float(np.abs(outs["fused"] - outs["plain"]).max())
     bound = 0.01 * float(np.abs(outs["plain"]).max())
     print(f"{model}: int32 path vs op-by-op QDQ max|diff| {diff:.4g} (bound {bound:.4g}); vs float32 PyTorch "
@@ -68,6 +88,12 @@ def check(kiln, work, model, timeout):
     fails = []
     if not diff <= bound:
         fails.append(f"{model}: fused vs op-by-op max|diff| {diff:.4g} > {bound:.4g}")
+    if bert:
+        # An encoder's hidden states: int8 stays within 5% of float32's magnitude.
+        far = float(np.abs(outs["fused"] - ref).max())
+        if not far <= 0.05 * float(np.abs(ref).max()):
+            fails.append(f"{model}: int8 vs float32 PyTorch max|diff| {far:.4g} > 5% of {float(np.abs(ref).max()):.4g}")
+        return fails
     for tag in outs:
         if int(outs[tag].argmax()) != int(ref.argmax()):
             fails.append(f"{model} {tag}: top-1 {int(outs[tag].argmax())}, PyTorch's {int(ref.argmax())}")

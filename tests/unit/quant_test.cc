@@ -257,5 +257,114 @@ TEST(FuseQdq, NearMissesStayAsTheGraphSays) {
   }
 }
 
+// QLinearMatMul, A [2, 5, K] uint8 x B [K, N] constant int8 per-column
+// scales (oneDNN's int8 matmul) or B a model input (reference kernel), vs a
+// double reference: y = saturate(round(as * bs[n] / ys * sum (a - azp) b) + yzp).
+void CheckQLinearMatMul(bool b_as_input, bool u8_weights) {
+  std::mt19937 rng(99);
+  const std::int64_t k = 37, n = 19;
+  std::vector<std::uint8_t> a(2 * 5 * k);
+  for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
+  std::vector<std::int8_t> b8(k * n);
+  std::vector<std::uint8_t> bu(k * n);
+  for (std::size_t i = 0; i < b8.size(); ++i) {
+    const int v = static_cast<int>(rng() % 255) - 127;
+    b8[i] = static_cast<std::int8_t>(v);
+    bu[i] = static_cast<std::uint8_t>(v + 128);
+  }
+  std::vector<float> bs(n);
+  for (auto& v : bs) v = 0.001f + 0.001f * static_cast<float>(rng() % 7);
+  const float as = 0.03f, ys = 0.2f;
+  const std::uint8_t azp = 110, yzp = 120;
+  const DType bt = u8_weights ? DType::kUInt8 : DType::kInt8;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* av = g->AddValue("a", DType::kUInt8, {2, 5, k});
+  g->inputs().push_back(av);
+  ir::Value* bv;
+  if (b_as_input) {
+    bv = g->AddValue("b", bt, {k, n});
+    g->inputs().push_back(bv);
+  } else {
+    bv = u8_weights ? g->AddConstant("b", Tensor(bt, {k, n}, bu)) : g->AddConstant("b", Tensor(bt, {k, n}, b8));
+  }
+  ir::Value* bzp = u8_weights ? g->AddConstant("bzp", Tensor(bt, {n}, std::vector<std::uint8_t>(n, 128)))
+                              : g->AddConstant("bzp", Tensor(bt, {n}, std::vector<std::int8_t>(n, 0)));
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("QLinearMatMul", "qmm",
+             {av, g->AddConstant("as", Tensor(DType::kFloat32, {}, std::vector<float>{as})),
+              g->AddConstant("azp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{azp})), bv,
+              g->AddConstant("bs", Tensor(DType::kFloat32, {n}, bs)), bzp,
+              g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{ys})),
+              g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{yzp}))},
+             {y})->set_since_version(10);
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<std::uint8_t> out(2 * 5 * n);
+  std::vector<TensorRef> ins = {{a.data(), DType::kUInt8, {2, 5, k}}};
+  if (b_as_input) ins.push_back(u8_weights ? TensorRef{bu.data(), bt, {k, n}} : TensorRef{b8.data(), bt, {k, n}});
+  ASSERT_TRUE((*model)->Execute(ins, {{out.data(), DType::kUInt8, {2, 5, n}}}).ok());
+  int exact = 0;
+  for (std::int64_t r = 0; r < 10; ++r)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (std::int64_t p = 0; p < k; ++p) acc += static_cast<double>(a[r * k + p] - azp) * b8[p * n + j];
+      const double want = std::clamp(std::nearbyint(acc * as * bs[j] / ys) + yzp, 0.0, 255.0);
+      ASSERT_LE(std::fabs(out[r * n + j] - want), 1.0) << r << "," << j;
+      exact += out[r * n + j] == want;
+    }
+  EXPECT_GE(exact, 2 * 5 * n * 98 / 100);
+}
+
+TEST(QLinearMatMul, ConstantInt8WeightsOnOneDnn) { CheckQLinearMatMul(false, false); }
+TEST(QLinearMatMul, ConstantUint8WeightsZeroPoint128OnOneDnn) { CheckQLinearMatMul(false, true); }
+TEST(QLinearMatMul, ReferenceKernelWhenWeightsAreAnInput) { CheckQLinearMatMul(true, false); }
+
+// DequantizeLinear(a) -> MatMul(., DequantizeLinear(w, per column)) -> QuantizeLinear
+// becomes one QLinearMatMul with the op-by-op results (within one step).
+TEST(FuseQdq, MatMulBecomesQLinearMatMul) {
+  auto build = [] {
+    std::mt19937 rng(5);
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* a = g->AddValue("a", DType::kUInt8, {4, 16});
+    g->inputs().push_back(a);
+    std::vector<std::int8_t> w(16 * 8);
+    for (auto& v : w) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+    ir::Value* af = g->AddValue("af");
+    g->AddNode("DequantizeLinear", "dq_a", {a, g->AddConstant("as", Tensor(DType::kFloat32, {}, std::vector<float>{0.05f})),
+               g->AddConstant("azp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{100}))}, {af})->set_since_version(13);
+    ir::Value* wf = g->AddValue("wf");
+    ir::Node* dqw = g->AddNode("DequantizeLinear", "dq_w", {g->AddConstant("wq", Tensor(DType::kInt8, {16, 8}, w)),
+                               g->AddConstant("ws", Tensor(DType::kFloat32, {8}, std::vector<float>(8, 0.004f))),
+                               g->AddConstant("wzp", Tensor(DType::kInt8, {8}, std::vector<std::int8_t>(8, 0)))}, {wf});
+    dqw->set_since_version(13);
+    dqw->SetAttr("axis", ir::Attribute::Int(1));
+    ir::Value* m = g->AddValue("m");
+    g->AddNode("MatMul", "mm", {af, wf}, {m})->set_since_version(13);
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("QuantizeLinear", "q", {m, g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{0.1f})),
+               g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{128}))}, {y})->set_since_version(13);
+    g->outputs().push_back(y);
+    return g;
+  };
+  std::vector<std::uint8_t> a(64);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 53 % 256);
+  std::vector<std::vector<std::uint8_t>> outs;
+  for (bool fuse : {true, false}) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions o;
+    if (!fuse) o.passes.disabled = {"fuse-qdq"};
+    auto model = CompileAndLoad(build(), dir, &cm, o);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOp(*cm.graph, "QLinearMatMul"), fuse ? 1 : 0);
+    std::vector<std::uint8_t> y(32);
+    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {4, 16}}}, {{y.data(), DType::kUInt8, {4, 8}}}).ok());
+    outs.push_back(y);
+  }
+  for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_LE(std::abs(outs[0][i] - outs[1][i]), 1) << i;
+}
+
 }  // namespace
 }  // namespace kiln

@@ -595,6 +595,112 @@ class DnnlQConvKernel : public Kernel {
   Scratchpad scratch_;
 };
 
+// QLinearMatMul on oneDNN's int8 matmul when B is a constant 2-D [K, N]
+// (weights: int8 with zero point 0, or uint8 with 128, shifted once) and
+// every scale and zero point is a constant, A's and Y's per tensor, B's per
+// tensor or per column: y = saturate(round(a_scale * b_scale[n] / y_scale *
+// sum (a - a_zp) * b) + y_zp), A's leading dims flattened into rows.
+class DnnlQMatMulKernel : public Kernel {
+ public:
+  Result<bool> Init(const KernelInit& init) {
+    using dt = dnnl::memory::data_type;
+    for (int i : {1, 2, 3, 4, 5, 6, 7}) {
+      if (!init.const_input(i)) return false;
+    }
+    const HostTensor* b = init.const_input(3);
+    const Shape& as = init.inputs[0].shape;
+    if (b->shape().size() != 2 || as.size() < 2) return false;
+    if (NumElements(init.const_input(1)->shape()) != 1 || NumElements(init.const_input(2)->shape()) != 1) return false;
+    const std::int64_t k = b->shape()[0], n = b->shape()[1];
+    const std::int64_t rows = NumElements(as) / std::max<std::int64_t>(k, 1);
+    if (as.back() != k || rows <= 0 || n <= 0 || k <= 0) return false;
+    const bool u8w = b->dtype() == DType::kUInt8;
+    const HostTensor* bzp = init.const_input(5);
+    for (std::int64_t i = 0; i < NumElements(bzp->shape()); ++i) {
+      const int z = u8w ? bzp->data_as<std::uint8_t>()[i] : bzp->data_as<std::int8_t>()[i];
+      if (z != (u8w ? 128 : 0)) return false;
+    }
+    const float a_s = init.const_input(1)->data_as<float>()[0], y_s = init.const_input(6)->data_as<float>()[0];
+    const HostTensor* bs = init.const_input(4);
+    const std::int64_t nsc = NumElements(bs->shape());
+    std::vector<float> scales(static_cast<std::size_t>(nsc));
+    for (std::int64_t i = 0; i < nsc; ++i) {
+      scales[i] = a_s * bs->data_as<float>()[i] / y_s;
+      if (!std::isfinite(scales[i])) return false;
+    }
+    const dt at = init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt yt = init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    src_zp_ = at == dt::u8 ? init.const_input(2)->data_as<std::uint8_t>()[0] : init.const_input(2)->data_as<std::int8_t>()[0];
+    dst_zp_ = yt == dt::u8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
+    bool ok = false;
+    Status st = DnnlCall("QLinearMatMul", [&] {
+      dnnl::primitive_attr attr;
+      attr.set_output_scales(nsc > 1 ? 1 << 1 : 0, scales);
+      attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      attr = UserScratchpad(attr);
+      const dnnl::memory::desc a_md = PlainDesc({rows, k}, at), y_md = PlainDesc({rows, n}, yt);
+      dnnl::matmul::desc d(a_md, dnnl::memory::desc({k, n}, dt::s8, dnnl::memory::format_tag::any), y_md);
+      dnnl::matmul::primitive_desc pd(d, attr, DnnlEngine());
+      prim_ = dnnl::matmul(pd);
+      src_ = dnnl::memory(a_md, DnnlEngine(), nullptr);
+      dst_ = dnnl::memory(y_md, DnnlEngine(), nullptr);
+      auto pack = [&] {
+        std::vector<std::int8_t> s8(static_cast<std::size_t>(k * n));
+        for (std::size_t i = 0; i < s8.size(); ++i) {
+          s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(b->data_as<std::uint8_t>()[i]) - 128)
+                      : b->data_as<std::int8_t>()[i];
+        }
+        auto packed = std::make_shared<dnnl::memory>(pd.weights_desc(), DnnlEngine());
+        dnnl::memory plain(PlainDesc({k, n}, dt::s8), DnnlEngine(), s8.data());
+        dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
+        DnnlStream().wait();
+        return packed;
+      };
+      std::string layout = PackedLayoutKey(pd.weights_desc());
+      if (!layout.empty()) layout = std::string("qmatmul:") + (u8w ? "u8:" : "s8:") + layout;
+      packed_ = init.prepack_cache ? init.prepack_cache->Get<dnnl::memory>(b->data(), layout, pack) : pack();
+      scratch_ = ScratchpadFor(pd);
+      src_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &src_zp_);
+      dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
+      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
+               {DNNL_ARG_SCRATCHPAD, scratch_.mem},
+               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_},
+               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dst_zp_mem_}};
+      ok = true;
+    });
+    if (!st.ok()) return false;
+    return ok;
+  }
+
+  Status Run(const KernelArgs& a) override {
+    src_.set_data_handle(const_cast<void*>(a.in(0)));
+    dst_.set_data_handle(a.out(0));
+    scratch_.Bind(a.ctx);
+    prim_.execute(DnnlStream(), args_);
+    DnnlStream().wait();
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return scratch_.bytes; }
+
+ private:
+  dnnl::matmul prim_;
+  dnnl::memory src_, dst_, src_zp_mem_, dst_zp_mem_;
+  std::shared_ptr<dnnl::memory> packed_;
+  std::int32_t src_zp_ = 0, dst_zp_ = 0;
+  std::unordered_map<int, dnnl::memory> args_;
+  Scratchpad scratch_;
+};
+
+Result<std::unique_ptr<Kernel>> MakeQLinearMatMul(const KernelInit& init) {
+  auto fast = std::make_unique<DnnlQMatMulKernel>();
+  KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init));
+  if (ok) return std::unique_ptr<Kernel>(std::move(fast));
+  auto k = std::make_unique<QMatMulKernel>();
+  KILN_RETURN_IF_ERROR(k->Init(init, true));
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
 Result<std::unique_ptr<Kernel>> MakeQLinearConv(const KernelInit& init) {
   auto fast = std::make_unique<DnnlQConvKernel>();
   KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init));
@@ -625,7 +731,7 @@ void RegisterQuantKernels(KernelRegistry& r) {
   r.Register("DequantizeLinear", MakeDequantize);
   r.Register("DynamicQuantizeLinear", MakeDynamicQuantize);
   r.Register("MatMulInteger", Factory<QMatMulKernel>(false));
-  r.Register("QLinearMatMul", Factory<QMatMulKernel>(true));
+  r.Register("QLinearMatMul", MakeQLinearMatMul);
   r.Register("ConvInteger", Factory<QConvKernel>(false));
   r.Register("QLinearConv", MakeQLinearConv);
 }
