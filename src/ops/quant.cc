@@ -50,7 +50,7 @@ Status InferQuantize(InferContext& c) {
   KILN_ASSIGN_OR_RETURN(std::int64_t per, AxisExtent(c));
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 1, "y_scale", per));
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 2, "y_zero_point", per));
-  if (c.has_input(2) && c.in_shape(2) != c.in_shape(1)) {
+  if (c.has_input(2) && NumElements(c.in_shape(2)) != NumElements(c.in_shape(1))) {
     return c.Fail("y_zero_point shape ", ShapeToString(c.in_shape(2)), " differs from y_scale's ", ShapeToString(c.in_shape(1)));
   }
   c.SetOutput(0, c.has_input(2) ? c.in_dtype(2) : DType::kUInt8, c.in_shape(0));
@@ -66,7 +66,7 @@ Status InferDequantize(InferContext& c) {
   KILN_ASSIGN_OR_RETURN(std::int64_t per, AxisExtent(c));
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 1, "x_scale", per));
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 2, "x_zero_point", per));
-  if (c.has_input(2) && c.in_shape(2) != c.in_shape(1)) {
+  if (c.has_input(2) && NumElements(c.in_shape(2)) != NumElements(c.in_shape(1))) {
     return c.Fail("x_zero_point shape ", ShapeToString(c.in_shape(2)), " differs from x_scale's ", ShapeToString(c.in_shape(1)));
   }
   c.SetOutput(0, DType::kFloat32, c.in_shape(0));

@@ -68,6 +68,24 @@ bool MatchDq(const ir::Value* v, std::int64_t max_count, Dq* d, std::int64_t cha
 
 bool IsInt8(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
+// Whether a subgraph (If branch, at any depth) lists `v` among its outputs:
+// such a reference is not a use, and the value must stay.
+bool SubgraphOutput(const ir::Graph& g, const ir::Value* v) {
+  for (const auto& n : g.nodes()) {
+    for (const auto& [k, a] : n->attrs()) {
+      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (const auto& sg : subs) {
+        for (const ir::Value* o : sg->outputs()) {
+          if (o == v) return true;
+        }
+        if (SubgraphOutput(*sg, v)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 ir::Value* ZeroPoint(ir::Graph& g, const std::string& name, DType t, const Shape& shape) {
   auto z = std::make_shared<HostTensor>(t, shape);
   std::memset(z->mutable_data(), 0, static_cast<std::size_t>(NumElements(shape)) * DTypeSize(t));
@@ -102,6 +120,7 @@ bool FuseAt(ir::Graph& g, ir::Node* q) {
   ir::Value* yzp = q->input(2);
   if (ys->dtype() != DType::kFloat32 || Count(ys) != 1 || Count(yzp) != 1 || !IsInt8(yzp->dtype())) return false;
   ir::Value* yf = q->input(0);
+  if (SubgraphOutput(g, yf)) return false;
   ir::Node* conv = yf->producer();
   ir::Node* act = nullptr;
   if (Default(conv, "Relu") || Default(conv, "Clip")) {
@@ -130,8 +149,9 @@ bool FuseAt(ir::Graph& g, ir::Node* q) {
       }
     }
     if (!(scale > 0) || lo > 0 || std::nearbyint(lo / scale) + zp > qmin) return false;
-    if (!(std::isinf(hi) || std::nearbyint(hi / scale) + zp >= qmax)) return false;
+    if (!(hi == INFINITY || std::nearbyint(hi / scale) + zp >= qmax)) return false;
     yf = act->input(0);
+    if (SubgraphOutput(g, yf)) return false;
     conv = yf->producer();
   }
   if (Default(conv, "MatMul") && !g.IsGraphOutput(yf) && yf->uses().size() == 1) return FuseMatMul(g, q, act, conv);

@@ -6,6 +6,7 @@
 // move size-1 dims into free Reshapes. What remains is a Transpose at each
 // edge of a channels-last region.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -28,6 +29,13 @@ bool QConvEligible(const ir::Node& n) {
     if (n.input(i) && !n.input(i)->is_constant()) return false;
   }
   if (n.num_inputs() < 8 || !n.input(3) || !n.input(5)) return false;
+  // Finite output scales (as DnnlQConvKernel needs; else it refuses and the
+  // reference kernel runs on NCHW copies, correct but slow).
+  const float xs = n.input(1)->constant()->data_as<float>()[0], ys = n.input(6)->constant()->data_as<float>()[0];
+  const HostTensor& wsc = *n.input(4)->constant();
+  for (std::int64_t i = 0; i < NumElements(wsc.shape()); ++i) {
+    if (!std::isfinite(xs * wsc.data_as<float>()[i] / ys)) return false;
+  }
   const HostTensor& zp = *n.input(5)->constant();
   const bool u8 = zp.dtype() == DType::kUInt8;
   for (std::int64_t i = 0; i < NumElements(zp.shape()); ++i) {

@@ -257,6 +257,70 @@ TEST(FuseQdq, NearMissesStayAsTheGraphSays) {
   }
 }
 
+// A channels-last (kiln.nhwc) QLinearConv that oneDNN's path does not take
+// (uint8 weights with zero point 3) runs the reference kernel on permuted
+// copies: the same values as the NCHW node, permuted.
+TEST(QLinearConv, ChannelsLastReferenceFallbackMatchesNchw) {
+  std::mt19937 rng(3);
+  const std::int64_t c = 3, h = 5, w = 4, m = 2;
+  std::vector<std::uint8_t> x(c * h * w), wt(m * c * 9);
+  for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
+  for (auto& v : wt) v = static_cast<std::uint8_t>(rng() % 256);
+  auto build = [&](bool nhwc) {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* xv = g->AddValue("x", DType::kUInt8, nhwc ? Shape{1, h, w, c} : Shape{1, c, h, w});
+    g->inputs().push_back(xv);
+    ir::Value* y = g->AddValue("y");
+    ir::Node* n = g->AddNode("QLinearConv", "qc",
+        {xv, g->AddConstant("xs", Tensor(DType::kFloat32, {}, std::vector<float>{0.02f})),
+         g->AddConstant("xzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{7})),
+         g->AddConstant("w", Tensor(DType::kUInt8, {m, c, 3, 3}, wt)),
+         g->AddConstant("ws", Tensor(DType::kFloat32, {}, std::vector<float>{0.01f})),
+         g->AddConstant("wzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{3})),
+         g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{0.9f})),
+         g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{9}))},
+        {y});
+    n->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+    n->set_since_version(10);
+    if (nhwc) n->SetAttr("kiln.nhwc", ir::Attribute::Int(1));
+    g->outputs().push_back(y);
+    return g;
+  };
+  std::vector<std::uint8_t> xnhwc(x.size());
+  for (std::int64_t ch = 0; ch < c; ++ch)
+    for (std::int64_t i = 0; i < h * w; ++i) xnhwc[i * c + ch] = x[ch * h * w + i];
+  std::vector<std::uint8_t> ynchw(m * h * w), ynhwc(m * h * w);
+  test::TempDir d1, d2;
+  CompileOptions o;
+  o.passes.disabled = {"channels-last"};
+  auto a = CompileAndLoad(build(false), d1, nullptr, o);
+  auto b = CompileAndLoad(build(true), d2, nullptr, o);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE((*a)->Execute({{x.data(), DType::kUInt8, {1, c, h, w}}}, {{ynchw.data(), DType::kUInt8, {1, m, h, w}}}).ok());
+  ASSERT_TRUE((*b)->Execute({{xnhwc.data(), DType::kUInt8, {1, h, w, c}}}, {{ynhwc.data(), DType::kUInt8, {1, h, w, m}}}).ok());
+  for (std::int64_t ch = 0; ch < m; ++ch)
+    for (std::int64_t i = 0; i < h * w; ++i) EXPECT_EQ(ynhwc[i * m + ch], ynchw[ch * h * w + i]) << ch << "," << i;
+}
+
+// An empty batch broadcasts as 0: MatMulInteger [0, 2, 3] x [1, 3, 4] -> [0, 2, 4], nothing written.
+TEST(MatMulInteger, EmptyBatchBroadcastWritesNothing) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* a = g->AddValue("a", DType::kUInt8, {0, 2, 3});
+  g->inputs().push_back(a);
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("MatMulInteger", "mi", {a, g->AddConstant("b", Tensor(DType::kUInt8, {1, 3, 4}, std::vector<std::uint8_t>(12, 1)))},
+             {y})->set_since_version(10);
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->outputs()[0].shape, (Shape{0, 2, 4}));
+  std::int32_t guard = 12345;
+  ASSERT_TRUE((*model)->Execute({{&guard, DType::kUInt8, {0, 2, 3}}}, {{&guard, DType::kInt32, {0, 2, 4}}}).ok());
+  EXPECT_EQ(guard, 12345);
+}
+
 // QLinearMatMul, A [2, 5, K] uint8 x B [K, N] constant int8 per-column
 // scales (oneDNN's int8 matmul) or B a model input (reference kernel), vs a
 // double reference: y = saturate(round(as * bs[n] / ys * sum (a - azp) b) + yzp).

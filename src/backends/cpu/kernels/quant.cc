@@ -37,7 +37,16 @@ struct Param {
       default: return 0.f;
     }
   }
-  std::int32_t GetInt(const KernelArgs& a, std::int64_t i) const { return static_cast<std::int32_t>(Get(a, i)); }
+  std::int32_t GetInt(const KernelArgs& a, std::int64_t i) const {  // exact for every integer type
+    if (index < 0 || !a.in(index)) return 0;
+    const std::int64_t k = count == 1 ? 0 : i;
+    switch (dtype) {
+      case DType::kUInt8: return a.in_as<std::uint8_t>(index)[k];
+      case DType::kInt8: return a.in_as<std::int8_t>(index)[k];
+      case DType::kInt32: return a.in_as<std::int32_t>(index)[k];
+      default: return static_cast<std::int32_t>(Get(a, i));
+    }
+  }
 };
 
 Param ParamOf(const KernelInit& init, int i) {
@@ -249,7 +258,7 @@ class QMatMulKernel : public Kernel {
     Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2), ob(batch_rank);
     while (ab.size() < batch_rank) ab.insert(ab.begin(), 1);
     while (bb.size() < batch_rank) bb.insert(bb.begin(), 1);
-    for (std::size_t d = 0; d < batch_rank; ++d) ob[d] = std::max(ab[d], bb[d]);
+    for (std::size_t d = 0; d < batch_rank; ++d) ob[d] = ab[d] == 1 ? bb[d] : ab[d];  // 0 broadcasts as 0
     batch_ = NumElements(ob);
     for (std::int64_t t = 0; t < batch_; ++t) {
       std::int64_t rem = t, oa = 0, obb = 0, sa = 1, sb = 1;
@@ -281,10 +290,13 @@ class QMatMulKernel : public Kernel {
 
   Status Run(const KernelArgs& a) override {
     const int bi = qlinear_ ? 3 : 1;
+    if (batch_ == 0 || m_ == 0 || n_ == 0) return Status::Ok();  // an empty output
     std::vector<std::int16_t> ab(static_cast<std::size_t>(m_ * k_)), bb(static_cast<std::size_t>(k_ * n_));
     std::vector<std::int32_t> acc(static_cast<std::size_t>(m_ * n_));
     for (std::int64_t t = 0; t < batch_; ++t) {
-      for (std::int64_t i = 0; i < m_; ++i) Centered(at_, a.in(0), a_off_[t] + i * k_, k_, a_zp_.GetInt(a, i), &ab[i * k_]);
+      for (std::int64_t i = 0; i < m_; ++i) {
+        Centered(at_, a.in(0), a_off_[t] + i * k_, k_, a_zp_.GetInt(a, i), ab.data() + i * k_);
+      }
       for (std::int64_t p = 0; p < k_; ++p) {
         const auto* src = static_cast<const char*>(a.in(bi));
         for (std::int64_t j = 0; j < n_; ++j) {
@@ -374,7 +386,7 @@ class QConvKernel : public Kernel {
       for (std::int64_t g = 0; g < group_; ++g) {
        for (std::int64_t m = 0; m < og; ++m) {
          const std::int64_t oc = g * og + m;
-         Centered(wt_, a.in(wi), oc * rows, rows, w_zp_.GetInt(a, oc), &wc[m * rows]);
+         Centered(wt_, a.in(wi), oc * rows, rows, w_zp_.GetInt(a, oc), wc.data() + m * rows);
        }
        for (std::int64_t o0 = 0; o0 < out_sp; o0 += block) {
         const std::int64_t blen = std::min(block, out_sp - o0);
@@ -434,6 +446,18 @@ class QConvKernel : public Kernel {
   Param x_scale_, x_zp_, w_scale_, w_zp_, y_scale_, y_zp_, bias_;
 };
 
+// oneDNN's int8 kernels are exact only with VNNI (or AMX): without it they
+// multiply uint8 x int8 pairs through saturating int16 sums (vpmaddubsw).
+// Elsewhere the exact reference kernels run.
+bool ExactInt8Isa() {
+  static const bool ok = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_vnni || isa == dnnl::cpu_isa::avx512_core_bf16 ||
+           isa == dnnl::cpu_isa::avx512_core_amx || isa == dnnl::cpu_isa::avx2_vnni;
+  }();
+  return ok;
+}
+
 // QLinearConv on oneDNN's int8 convolution (VNNI where the CPU has it):
 // dst = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - x_zp) *
 // w + B)) + y_zp), oneDNN's output scales, source and destination zero
@@ -448,6 +472,7 @@ class DnnlQConvKernel : public Kernel {
   // False (and no error) when the node does not fit this kernel.
   Result<bool> Init(const KernelInit& init) {
     using dt = dnnl::memory::data_type;
+    if (!ExactInt8Isa()) return false;
     const HostTensor* w = init.const_input(3);
     for (int i : {1, 2, 4, 5, 6, 7}) {
       if (!init.const_input(i)) return false;
@@ -604,6 +629,7 @@ class DnnlQMatMulKernel : public Kernel {
  public:
   Result<bool> Init(const KernelInit& init) {
     using dt = dnnl::memory::data_type;
+    if (!ExactInt8Isa()) return false;
     for (int i : {1, 2, 3, 4, 5, 6, 7}) {
       if (!init.const_input(i)) return false;
     }
@@ -701,14 +727,64 @@ Result<std::unique_ptr<Kernel>> MakeQLinearMatMul(const KernelInit& init) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
+// A kiln.nhwc QLinearConv run by the reference kernel: the NHWC input
+// permuted to NCHW, the NCHW result permuted back (uint8/int8 copies).
+class NhwcQConvKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init) {
+    KernelInit nchw = init;
+    const Shape& x = init.inputs[0].shape;
+    const Shape& y = init.outputs[0].shape;
+    if (x.size() != 4 || y.size() != 4) {
+      return Error(StatusCode::kInvalidArgument, init.node->Describe(), ": channels-last QLinearConv needs 4-D tensors");
+    }
+    x_ = x;
+    y_ = y;
+    nchw.inputs[0].shape = {x[0], x[3], x[1], x[2]};
+    nchw.outputs[0].shape = {y[0], y[3], y[1], y[2]};
+    KILN_RETURN_IF_ERROR(inner_.Init(nchw, true));
+    return Status::Ok();
+  }
+  Status Run(const KernelArgs& a) override {
+    // [N, A, B, C] -> permuted copies, one byte per element.
+    auto permute = [](const std::uint8_t* src, std::uint8_t* dst, const Shape& s, bool to_nchw) {
+      const std::int64_t n = s[0], h = to_nchw ? s[1] : s[2], w = to_nchw ? s[2] : s[3], c = to_nchw ? s[3] : s[1];
+      for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t ch = 0; ch < c; ++ch)
+          for (std::int64_t i = 0; i < h * w; ++i) {
+            const std::int64_t nhwc = (b * h * w + i) * c + ch, nchw = (b * c + ch) * h * w + i;
+            if (to_nchw) dst[nchw] = src[nhwc];
+            else dst[nhwc] = src[nchw];
+          }
+    };
+    std::vector<std::uint8_t> xin(static_cast<std::size_t>(NumElements(x_))), yout(static_cast<std::size_t>(NumElements(y_)));
+    permute(static_cast<const std::uint8_t*>(a.in(0)), xin.data(), x_, true);
+    std::vector<void*> ptrs(a.ptrs, a.ptrs + a.num_inputs + 1);
+    ptrs[0] = xin.data();
+    ptrs[a.num_inputs] = yout.data();
+    KernelArgs b = a;
+    b.ptrs = ptrs.data();
+    KILN_RETURN_IF_ERROR(inner_.Run(b));
+    const Shape ynchw = {y_[0], y_[3], y_[1], y_[2]};
+    permute(yout.data(), static_cast<std::uint8_t*>(a.out(0)), ynchw, false);
+    return Status::Ok();
+  }
+
+ private:
+  QConvKernel inner_;
+  Shape x_, y_;
+};
+
 Result<std::unique_ptr<Kernel>> MakeQLinearConv(const KernelInit& init) {
   auto fast = std::make_unique<DnnlQConvKernel>();
   KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init));
   if (ok) return std::unique_ptr<Kernel>(std::move(fast));
   if (init.node->GetInt(ops::kNhwcAttr, 0) != 0) {
-    return Error(StatusCode::kUnimplemented, init.node->Describe(),
-                 ": channels-last (kiln.nhwc) QLinearConv needs constant int8 weights (zero point 0, or uint8 with "
-                 "128), scales, zero points and bias");
+    // Channels-last but not for oneDNN (no VNNI, a scale oneDNN refuses):
+    // the reference kernel on NCHW copies.
+    auto k = std::make_unique<NhwcQConvKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init));
+    return std::unique_ptr<Kernel>(std::move(k));
   }
   auto k = std::make_unique<QConvKernel>();
   KILN_RETURN_IF_ERROR(k->Init(init, true));
