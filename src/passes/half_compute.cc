@@ -195,17 +195,6 @@ void SimplifyGraph(ir::Graph& g) {
   std::vector<ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* n : nodes) {
-    if (n->domain() == "kiln") {
-      // A graph-API FileConstant (resolved at load) keeps its stored type;
-      // a half one is read through a Cast to float32, like a half input.
-      if (n->op_type() == "FileConstant" && IsHalf(static_cast<DType>(n->GetInt("dtype", 0)))) {
-        ir::Value* o = n->output(0);
-        ir::Value* f = g.AddValue(o->name() + "_f32", DType::kFloat32, o->shape());
-        RedirectReads(g, o, f);
-        AddCast(g, o->name() + "_to_float32", o, f, DType::kFloat32);
-      }
-      continue;
-    }
     for (auto& [k, a] : n->attrs()) {
       if (a.g) SimplifyGraph(*a.g);
       for (auto& sg : a.graphs) SimplifyGraph(*sg);

@@ -133,6 +133,35 @@ TEST(GraphWeights, FileIdResolvedFromAFileOrMemoryAtLoad) {
   }
 }
 
+// A float16 graph-API FileConstant (resolved at load) read by a float16
+// graph computed in float32: one Cast after it, y = x + w exact in float16.
+TEST(GraphWeights, HalfFileIdWeightInAHalfGraph) {
+  const std::vector<float> xs = {1, 2, 3, 4, 5, 6}, ws = {0.5f, -1, 0.25f, 8, -0.125f, 2};
+  std::vector<std::uint16_t> x16, w16, want;
+  for (int i = 0; i < 6; ++i) {
+    x16.push_back(FloatToHalf(xs[i]));
+    w16.push_back(FloatToHalf(ws[i]));
+    want.push_back(FloatToHalf(xs[i] + ws[i]));
+  }
+  SessionOptions so;
+  so.load.SetWeightFileAddress("tbl", w16.data(), w16.size() * 2);
+  Session s(so);
+  Graph g("half");
+  auto x = g.AddInput("x", DType::kFloat16, {2, 3});
+  auto w = g.AddFileConstant("w", DType::kFloat16, {2, 3}, "tbl");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  auto y = g.AddOp("Add", {x, w.value()}, {}, 1, "add");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  ASSERT_TRUE(g.AddOutput(y.value()[0], "y").ok());
+  auto id = s.AddGraph(std::move(g));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE(s.CompileGraph(*id).ok());
+  std::vector<std::uint16_t> out(6, 0);
+  Status st = s.RunGraph(*id, {{x16.data(), DType::kFloat16, {2, 3}}}, {{out.data(), DType::kFloat16, {2, 3}}});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(out, want);
+}
+
 TEST(GraphWeights, FileIdErrorsNameTheIdNodeAndSizes) {
   test::TempDir dir;
   Graph g("bad");
