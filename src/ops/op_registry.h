@@ -69,6 +69,9 @@ class InferContext {
   mutable std::uint64_t missed_values_ = 0;
 };
 
+// ONNX Runtime's contrib-op domain (QOperator models name it).
+inline constexpr const char* kMicrosoftDomain = "com.microsoft";
+
 struct OpDef {
   std::string type;
   std::string domain;          // "" = ai.onnx

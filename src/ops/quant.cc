@@ -8,8 +8,6 @@
 namespace kiln::ops {
 namespace {
 
-bool IsInt8(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
-
 // A scale or zero point: a scalar / one element (per tensor), or 1-D with
 // `per` elements (per channel or row) when `per` >= 0. Names the input.
 Status CheckQuantParam(InferContext& c, int i, const char* what, std::int64_t per) {
@@ -36,7 +34,9 @@ Status CheckType(InferContext& c, int i, const char* what, std::initializer_list
 // input 0, or -1 when the node is per tensor only (opset 10).
 Result<std::int64_t> AxisExtent(InferContext& c) {
   // Per tensor (a one-element scale): `axis` is not used, whatever it says.
-  if (c.node().since_version() < 13 || NumElements(c.in_shape(1)) == 1) return std::int64_t{-1};
+  // com.microsoft's version 1 has opset 13's per-axis form.
+  const bool per_axis_form = c.node().since_version() >= 13 || c.node().domain() == kMicrosoftDomain;
+  if (!per_axis_form || NumElements(c.in_shape(1)) == 1) return std::int64_t{-1};
   const Shape& x = c.in_shape(0);
   if (x.empty()) return std::int64_t{-1};
   KILN_ASSIGN_OR_RETURN(int axis, c.Axis(c.node().GetInt("axis", 1), x.size(), "axis"));
@@ -178,6 +178,123 @@ Status InferQLinearConv(InferContext& c) {
   return Status::Ok();
 }
 
+// com.microsoft QLinear* ops (ONNX Runtime's contrib ops, as its quantizer
+// writes QOperator models). Every scale and zero point is per tensor.
+// Checks input `x` (int8/uint8) and its scale / zero point at `scale`,
+// `scale` + 1 (optional): the zero point, when given, has x's type.
+Status CheckQuantTensor(InferContext& c, int x, int scale) {
+  if (!c.has_input(x)) return c.Fail("input ", x, " is missing");
+  KILN_RETURN_IF_ERROR(CheckType(c, x, "x", {DType::kUInt8, DType::kInt8}));
+  if (!c.has_input(scale)) return c.Fail("input ", scale, " (scale) is missing");
+  KILN_RETURN_IF_ERROR(CheckType(c, scale, "scale", {DType::kFloat32}));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, scale, "scale", -1));
+  if (c.has_input(scale + 1)) {
+    if (c.in_dtype(scale + 1) != c.in_dtype(x)) {
+      return c.Fail("input ", scale + 1, " (zero point) has type ", DTypeName(c.in_dtype(scale + 1)), " but input ", x,
+                    " has ", DTypeName(c.in_dtype(x)), " (they must match)");
+    }
+    KILN_RETURN_IF_ERROR(CheckQuantParam(c, scale + 1, "zero point", -1));
+  }
+  return Status::Ok();
+}
+
+// The output's scale at `scale` and optional zero point at `scale` + 1, of
+// input `x`'s type.
+Status CheckOutputParams(InferContext& c, int scale, int x) {
+  if (!c.has_input(scale)) return c.Fail("input ", scale, " (output scale) is missing");
+  KILN_RETURN_IF_ERROR(CheckType(c, scale, "output scale", {DType::kFloat32}));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, scale, "output scale", -1));
+  if (c.has_input(scale + 1)) {
+    if (c.in_dtype(scale + 1) != c.in_dtype(x)) {
+      return c.Fail("input ", scale + 1, " (output zero point) has type ", DTypeName(c.in_dtype(scale + 1)),
+                    " but input ", x, " has ", DTypeName(c.in_dtype(x)), " (they must match)");
+    }
+    KILN_RETURN_IF_ERROR(CheckQuantParam(c, scale + 1, "output zero point", -1));
+  }
+  return Status::Ok();
+}
+
+// QLinearAdd / QLinearMul: A, A_scale, A_zp?, B, B_scale, B_zp?, C_scale,
+// C_zp?; A and B broadcast (NumPy).
+Status InferQLinearBinary(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
+  KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 3, 4));
+  if (c.in_dtype(3) != c.in_dtype(0)) {
+    return c.Fail("input 3 (B) has type ", DTypeName(c.in_dtype(3)), " but input 0 (A) has ", DTypeName(c.in_dtype(0)),
+                  " (they must match)");
+  }
+  KILN_RETURN_IF_ERROR(CheckOutputParams(c, 6, 0));
+  auto s = BroadcastShapes(c.in_shape(0), c.in_shape(3));
+  if (!s.ok()) return c.Fail(s.status().message());
+  c.SetOutput(0, c.in_dtype(0), s.value());
+  return Status::Ok();
+}
+
+// QLinearSigmoid / QLinearLeakyRelu: X, X_scale, X_zp?, Y_scale, Y_zp?.
+Status InferQLinearUnary(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
+  KILN_RETURN_IF_ERROR(CheckOutputParams(c, 3, 0));
+  if (c.node().op_type() == "QLinearLeakyRelu" && !std::isfinite(c.node().GetFloat("alpha", 0.01f))) {
+    return c.Fail("attribute 'alpha' must be finite, found ", c.node().GetFloat("alpha", 0.01f));
+  }
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  return Status::Ok();
+}
+
+// QLinearGlobalAveragePool: X, x_scale, x_zp?, y_scale, y_zp?; attribute
+// channels_last (X is [N, spatial..., C]).
+Status InferQLinearGlobalAveragePool(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
+  KILN_RETURN_IF_ERROR(CheckOutputParams(c, 3, 0));
+  const std::int64_t last = c.node().GetInt("channels_last", 0);
+  if (last != 0 && last != 1) return c.Fail("attribute 'channels_last' must be 0 or 1, found ", last);
+  Shape out = c.in_shape(0);
+  if (out.size() < 3) return c.Fail("input X must have rank >= 3, has shape ", ShapeToString(out));
+  for (std::size_t d = last ? 1 : 2; d < out.size() - (last ? 1 : 0); ++d) out[d] = 1;
+  c.SetOutput(0, c.in_dtype(0), out);
+  return Status::Ok();
+}
+
+// QLinearConcat: Y_scale, Y_zp, then (X, X_scale, X_zp) per input; `axis`.
+Status InferQLinearConcat(InferContext& c) {
+  const int n = c.num_inputs();
+  if (n < 5 || (n - 2) % 3 != 0) {
+    return c.Fail("has ", n, " inputs, expected Y_scale, Y_zero_point and a (X, X_scale, X_zero_point) triple per input");
+  }
+  if (!c.has_input(2)) return c.Fail("input 2 is missing");
+  KILN_RETURN_IF_ERROR(CheckOutputParams(c, 0, 2));
+  if (!c.node().HasAttr("axis")) return c.Fail("attribute 'axis' is required");
+  const Shape& x0 = c.in_shape(2);
+  KILN_ASSIGN_OR_RETURN(int axis, c.Axis(c.node().GetInt("axis", 0), x0.size(), "axis"));
+  Shape out = x0;
+  for (int i = 2; i < n; i += 3) {
+    KILN_RETURN_IF_ERROR(CheckQuantTensor(c, i, i + 1));
+    if (c.in_dtype(i) != c.in_dtype(2)) {
+      return c.Fail("input ", i, " has type ", DTypeName(c.in_dtype(i)), " but input 2 has ", DTypeName(c.in_dtype(2)),
+                    " (they must match)");
+    }
+    if (i == 2) continue;
+    const Shape& xi = c.in_shape(i);
+    if (xi.size() != x0.size()) return c.Fail("input ", i, " has rank ", xi.size(), ", input 2 has rank ", x0.size());
+    for (std::size_t d = 0; d < xi.size(); ++d) {
+      if (static_cast<int>(d) == axis) {
+        if (out[d] < 0 || xi[d] < 0) {
+          out[d] = -1;
+        } else {
+          KILN_ASSIGN_OR_RETURN(out[d], AddDims(c, out[d], xi[d], StrCat("the concatenated axis ", axis)));
+        }
+      } else if (xi[d] >= 0 && x0[d] >= 0 && xi[d] != x0[d]) {
+        return c.Fail("input ", i, " has shape ", ShapeToString(xi), ", incompatible with input 2's ",
+                      ShapeToString(x0), " outside axis ", axis);
+      } else if (out[d] < 0) {
+        out[d] = xi[d];
+      }
+    }
+  }
+  c.SetOutput(0, c.in_dtype(2), out);
+  return Status::Ok();
+}
+
 }  // namespace
 
 void RegisterQuantOps(OpRegistry& r) {
@@ -191,6 +308,21 @@ void RegisterQuantOps(OpRegistry& r) {
   r.Register(Def("QLinearMatMul", {10}, 8, 8, {}, InferQLinearMatMul));
   r.Register(Def("ConvInteger", {10}, 2, 4, conv_attrs, InferConvInteger));
   r.Register(Def("QLinearConv", {10}, 8, 9, conv_attrs, InferQLinearConv));
+  // ONNX Runtime's contrib forms (domain com.microsoft, version 1). Their
+  // zero points are optional inputs between required ones: inference checks
+  // which inputs are present.
+  auto ms = [&r](OpDef d) {
+    d.domain = kMicrosoftDomain;
+    r.Register(std::move(d));
+  };
+  ms(Def("QuantizeLinear", {1}, 2, 3, {"axis"}, InferQuantize));
+  ms(Def("DequantizeLinear", {1}, 2, 3, {"axis"}, InferDequantize));
+  ms(Def("QLinearAdd", {1}, 1, 8, {}, InferQLinearBinary));
+  ms(Def("QLinearMul", {1}, 1, 8, {}, InferQLinearBinary));
+  ms(Def("QLinearSigmoid", {1}, 1, 5, {}, InferQLinearUnary));
+  ms(Def("QLinearLeakyRelu", {1}, 1, 5, {"alpha"}, InferQLinearUnary));
+  ms(Def("QLinearGlobalAveragePool", {1}, 1, 5, {"channels_last"}, InferQLinearGlobalAveragePool));
+  ms(Def("QLinearConcat", {1}, 1, 2 + 3 * (1 << 18), {"axis"}, InferQLinearConcat));
 }
 
 }  // namespace kiln::ops

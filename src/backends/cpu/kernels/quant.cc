@@ -1,6 +1,7 @@
 // Quantized ops on the CPU: QuantizeLinear, DequantizeLinear,
 // DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul,
-// QLinearConv.
+// QLinearConv, and ONNX Runtime's com.microsoft QLinearAdd, QLinearMul,
+// QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearConcat.
 //
 // Rounding is to nearest, ties to even (std::nearbyint in the default
 // rounding mode), then saturation to the output type, as ONNX specifies.
@@ -8,13 +9,16 @@
 // zero points (int16) times each other. Requantisation (QLinear*) scales
 // the int32 sum (plus QLinearConv's int32 bias) by a_scale * b_scale /
 // y_scale in float, as ONNX Runtime does.
+#include <array>
 #include <cfenv>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
 #include "ops/fused_attrs.h"
+#include "ops/op_registry.h"
 #include "ops/window.h"
 
 namespace kiln::cpu {
@@ -110,18 +114,26 @@ AxisView ViewOf(const KernelInit& init, std::int64_t count) {
 // Clamping before rounding gives the same result (the bounds are integers);
 // adding and subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22
 // in the default rounding mode, and vectorizes. NaN becomes the zero point.
+// RoundToQ(v, Bounds<Q>(zp), zp) = saturate(round_even(v) + zp), NaN -> zp.
+struct QBounds {
+  float lo, hi;  // the type's range minus the zero point
+};
+template <typename Q>
+QBounds Bounds(float zp) {
+  return {static_cast<float>(std::numeric_limits<Q>::min()) - zp, static_cast<float>(std::numeric_limits<Q>::max()) - zp};
+}
+template <typename Q>
+inline Q RoundToQ(float v, QBounds b, float zp) {
+  constexpr float kMagic = 12582912.f;
+  v = v >= b.lo ? v : (v != v ? 0.f : b.lo);
+  v = v <= b.hi ? v : b.hi;
+  v = (v + kMagic) - kMagic;
+  return static_cast<Q>(static_cast<int>(v + zp));
+}
 template <typename Q>
 void QuantizeRun(const float* x, Q* y, std::int64_t n, float s, float zp) {
-  const float lo = static_cast<float>(std::numeric_limits<Q>::min()) - zp;
-  const float hi = static_cast<float>(std::numeric_limits<Q>::max()) - zp;
-  constexpr float kMagic = 12582912.f;
-  for (std::int64_t i = 0; i < n; ++i) {
-    float v = x[i] / s;
-    v = v >= lo ? v : (v != v ? 0.f : lo);
-    v = v <= hi ? v : hi;
-    v = (v + kMagic) - kMagic;
-    y[i] = static_cast<Q>(static_cast<int>(v + zp));
-  }
+  const QBounds b = Bounds<Q>(zp);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = RoundToQ<Q>(x[i] / s, b, zp);
 }
 template <typename Q>
 void DequantizeRun(const Q* x, float* y, std::int64_t n, float s, float zp) {
@@ -800,6 +812,207 @@ KernelFactory Factory(bool qlinear) {
   };
 }
 
+// ---- com.microsoft QLinear* (ONNX Runtime's contrib ops), computed as
+// ONNX Runtime's MLAS does: scale ratios in float, round to nearest even,
+// saturate. Scales and zero points are per tensor; absent zero points are 0.
+
+// A value dequantized as (q - zp) * scale, then f, then quantized to the
+// output's (scale, zp): a 256-entry table, made per run (the parameters are
+// tensors), indexed by q - min(Q).
+template <typename Q, typename F>
+void BuildTable(std::uint8_t* table, float xs, float xz, float ys, float yz, F&& f) {
+  const QBounds b = Bounds<Q>(yz);
+  constexpr int lo = std::numeric_limits<Q>::min();
+  for (int q = lo; q <= std::numeric_limits<Q>::max(); ++q) {
+    const Q y = RoundToQ<Q>(f((static_cast<float>(q) - xz) * xs) / ys, b, yz);
+    std::memcpy(&table[q - lo], &y, 1);
+  }
+}
+template <typename Q>
+inline std::uint8_t TableIndex(Q q) {
+  return static_cast<std::uint8_t>(static_cast<int>(q) - std::numeric_limits<Q>::min());
+}
+
+// QLinearAdd / QLinearMul with NumPy broadcasting.
+template <typename Q>
+Result<std::unique_ptr<Kernel>> MakeQLinearBinaryT(const KernelInit& init, bool mul) {
+  const BroadcastPlan plan = MakeBroadcastPlan(init.inputs[0].shape, init.inputs[3].shape, init.outputs[0].shape);
+  const Param sa = ParamOf(init, 1), za = ParamOf(init, 2), sb = ParamOf(init, 4), zb = ParamOf(init, 5);
+  const Param sc = ParamOf(init, 6), zc = ParamOf(init, 7);
+  return MakeFn([=](const KernelArgs& a) {
+    const Q* x = a.in_as<Q>(0);
+    const Q* y = a.in_as<Q>(3);
+    Q* out = a.out_as<Q>(0);
+    const float zx = za.Get(a, 0), zy = zb.Get(a, 0), zo = zc.Get(a, 0);
+    const float rx = sa.Get(a, 0) / sc.Get(a, 0), ry = sb.Get(a, 0) / sc.Get(a, 0);
+    const float rm = sa.Get(a, 0) * sb.Get(a, 0) / sc.Get(a, 0);
+    const QBounds b = Bounds<Q>(zo);
+    ForEachRow(plan, [&](std::int64_t o, std::int64_t ox, std::int64_t oy, std::int64_t len, std::int64_t ix,
+                         std::int64_t iy) {
+      if (mul) {
+        for (std::int64_t i = 0; i < len; ++i) {
+          const float v = rm * ((static_cast<float>(x[ox + i * ix]) - zx) * (static_cast<float>(y[oy + i * iy]) - zy));
+          out[o + i] = RoundToQ<Q>(v, b, zo);
+        }
+      } else if (ix == 1 && iy == 1) {
+        for (std::int64_t i = 0; i < len; ++i) {
+          const float v = rx * (static_cast<float>(x[ox + i]) - zx) + ry * (static_cast<float>(y[oy + i]) - zy);
+          out[o + i] = RoundToQ<Q>(v, b, zo);
+        }
+      } else {
+        for (std::int64_t i = 0; i < len; ++i) {
+          const float v = rx * (static_cast<float>(x[ox + i * ix]) - zx) + ry * (static_cast<float>(y[oy + i * iy]) - zy);
+          out[o + i] = RoundToQ<Q>(v, b, zo);
+        }
+      }
+    });
+    return Status::Ok();
+  });
+}
+Result<std::unique_ptr<Kernel>> MakeQLinearAdd(const KernelInit& init) {
+  if (init.inputs[0].dtype == DType::kUInt8) return MakeQLinearBinaryT<std::uint8_t>(init, false);
+  return MakeQLinearBinaryT<std::int8_t>(init, false);
+}
+Result<std::unique_ptr<Kernel>> MakeQLinearMul(const KernelInit& init) {
+  if (init.inputs[0].dtype == DType::kUInt8) return MakeQLinearBinaryT<std::uint8_t>(init, true);
+  return MakeQLinearBinaryT<std::int8_t>(init, true);
+}
+
+// QLinearSigmoid / QLinearLeakyRelu: a table lookup per element.
+template <typename Q>
+Result<std::unique_ptr<Kernel>> MakeQLinearLookupT(const KernelInit& init, bool sigmoid) {
+  const Param sx = ParamOf(init, 1), zx = ParamOf(init, 2), sy = ParamOf(init, 3), zy = ParamOf(init, 4);
+  const float alpha = init.node->GetFloat("alpha", 0.01f);
+  const std::int64_t n = NumElements(init.inputs[0].shape);
+  return MakeFn([=](const KernelArgs& a) {
+    std::uint8_t table[256];
+    if (sigmoid) {
+      BuildTable<Q>(table, sx.Get(a, 0), zx.Get(a, 0), sy.Get(a, 0), zy.Get(a, 0),
+                    [](float v) { return 1.f / (1.f + std::exp(-v)); });
+    } else {
+      BuildTable<Q>(table, sx.Get(a, 0), zx.Get(a, 0), sy.Get(a, 0), zy.Get(a, 0),
+                    [alpha](float v) { return v >= 0.f ? v : v * alpha; });
+    }
+    const Q* x = a.in_as<Q>(0);
+    auto* y = static_cast<std::uint8_t*>(a.out(0));
+    ParallelFor(n, 65536, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) y[i] = table[TableIndex(x[i])];
+    });
+    return Status::Ok();
+  });
+}
+Result<std::unique_ptr<Kernel>> MakeQLinearSigmoid(const KernelInit& init) {
+  if (init.inputs[0].dtype == DType::kUInt8) return MakeQLinearLookupT<std::uint8_t>(init, true);
+  return MakeQLinearLookupT<std::int8_t>(init, true);
+}
+Result<std::unique_ptr<Kernel>> MakeQLinearLeakyRelu(const KernelInit& init) {
+  if (init.inputs[0].dtype == DType::kUInt8) return MakeQLinearLookupT<std::uint8_t>(init, false);
+  return MakeQLinearLookupT<std::int8_t>(init, false);
+}
+
+// QLinearGlobalAveragePool: exact integer sums over the spatial dims, then
+// y = round((sum - x_zp * K) * x_scale / (y_scale * K)) + y_zp.
+template <typename Q>
+Result<std::unique_ptr<Kernel>> MakeQLinearGapT(const KernelInit& init) {
+  const Param sx = ParamOf(init, 1), zx = ParamOf(init, 2), sy = ParamOf(init, 3), zy = ParamOf(init, 4);
+  const Shape& s = init.inputs[0].shape;
+  const bool last = init.node->GetInt("channels_last", 0) != 0;
+  const std::int64_t n = s[0], c = last ? s.back() : s[1];
+  std::int64_t k = 1;
+  for (std::size_t d = last ? 1 : 2; d < s.size() - (last ? 1 : 0); ++d) k *= s[d];
+  return MakeFn([=](const KernelArgs& a) {
+    const Q* x = a.in_as<Q>(0);
+    Q* y = a.out_as<Q>(0);
+    const float zi = zx.Get(a, 0), zo = zy.Get(a, 0);
+    const float scale = sx.Get(a, 0) / (sy.Get(a, 0) * static_cast<float>(k));
+    const QBounds b = Bounds<Q>(zo);
+    const auto bias = static_cast<std::int64_t>(zi) * k;
+    if (!last) {
+      ParallelFor(n * c, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(k, 1)), [&](std::int64_t rb, std::int64_t re) {
+        for (std::int64_t r = rb; r < re; ++r) {
+          std::int64_t sum = 0;
+          for (std::int64_t i = 0; i < k; ++i) sum += x[r * k + i];
+          y[r] = RoundToQ<Q>(static_cast<float>(sum - bias) * scale, b, zo);
+        }
+      });
+      return Status::Ok();
+    }
+    ParallelFor(n, 1, [&](std::int64_t nb, std::int64_t ne) {
+      std::vector<std::int64_t> sum(static_cast<std::size_t>(c));
+      for (std::int64_t i = nb; i < ne; ++i) {
+        std::fill(sum.begin(), sum.end(), 0);
+        for (std::int64_t p = 0; p < k; ++p) {
+          const Q* row = x + (i * k + p) * c;
+          for (std::int64_t j = 0; j < c; ++j) sum[j] += row[j];
+        }
+        for (std::int64_t j = 0; j < c; ++j) y[i * c + j] = RoundToQ<Q>(static_cast<float>(sum[j] - bias) * scale, b, zo);
+      }
+    });
+    return Status::Ok();
+  });
+}
+Result<std::unique_ptr<Kernel>> MakeQLinearGap(const KernelInit& init) {
+  if (init.inputs[0].dtype == DType::kUInt8) return MakeQLinearGapT<std::uint8_t>(init);
+  return MakeQLinearGapT<std::int8_t>(init);
+}
+
+// QLinearConcat: each input requantized to the output's parameters (a copy
+// where they are the same, else a table), written at its place on `axis`.
+template <typename Q>
+Result<std::unique_ptr<Kernel>> MakeQLinearConcatT(const KernelInit& init) {
+  const Shape& y = init.outputs[0].shape;
+  std::int64_t axis = init.node->GetInt("axis", 0);
+  if (axis < 0) axis += static_cast<std::int64_t>(y.size());
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(y.size()); ++d) {
+    if (d < axis) outer *= y[d];
+    if (d > axis) inner *= y[d];
+  }
+  struct Part {
+    int x;
+    Param scale, zp;
+    std::int64_t chunk;  // elements per outer index
+  };
+  std::vector<Part> parts;
+  for (int i = 2; i + 2 < static_cast<int>(init.inputs.size()); i += 3) {
+    parts.push_back({i, ParamOf(init, i + 1), ParamOf(init, i + 2), init.inputs[i].shape[axis] * inner});
+  }
+  const Param sy = ParamOf(init, 0), zy = ParamOf(init, 1);
+  const std::int64_t out_chunk = y[axis] * inner;
+  return MakeFn([=](const KernelArgs& a) {
+    const float ys = sy.Get(a, 0), yz = zy.Get(a, 0);
+    std::vector<std::array<std::uint8_t, 256>> tables(parts.size());
+    std::vector<char> copy(parts.size());
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      const float xs = parts[p].scale.Get(a, 0), xz = parts[p].zp.Get(a, 0);
+      copy[p] = xs == ys && xz == yz;
+      if (!copy[p]) BuildTable<Q>(tables[p].data(), xs, xz, ys, yz, [](float v) { return v; });
+    }
+    Q* out = a.out_as<Q>(0);
+    ParallelFor(outer, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(out_chunk, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t o = b; o < e; ++o) {
+        Q* dst = out + o * out_chunk;
+        for (std::size_t p = 0; p < parts.size(); ++p) {
+          const std::int64_t len = parts[p].chunk;
+          const Q* src = a.in_as<Q>(parts[p].x) + o * len;
+          if (copy[p]) {
+            if (len) std::memcpy(dst, src, static_cast<std::size_t>(len));
+          } else {
+            const auto& t = tables[p];
+            for (std::int64_t i = 0; i < len; ++i) std::memcpy(dst + i, &t[TableIndex(src[i])], 1);
+          }
+          dst += len;
+        }
+      }
+    });
+    return Status::Ok();
+  });
+}
+Result<std::unique_ptr<Kernel>> MakeQLinearConcat(const KernelInit& init) {
+  if (init.outputs[0].dtype == DType::kUInt8) return MakeQLinearConcatT<std::uint8_t>(init);
+  return MakeQLinearConcatT<std::int8_t>(init);
+}
+
 }  // namespace
 
 void RegisterQuantKernels(KernelRegistry& r) {
@@ -810,6 +1023,15 @@ void RegisterQuantKernels(KernelRegistry& r) {
   r.Register("QLinearMatMul", MakeQLinearMatMul);
   r.Register("ConvInteger", Factory<QConvKernel>(false));
   r.Register("QLinearConv", MakeQLinearConv);
+  const std::string ms = ops::kMicrosoftDomain;
+  r.Register("QuantizeLinear", MakeQuantize, ms);
+  r.Register("DequantizeLinear", MakeDequantize, ms);
+  r.Register("QLinearAdd", MakeQLinearAdd, ms);
+  r.Register("QLinearMul", MakeQLinearMul, ms);
+  r.Register("QLinearSigmoid", MakeQLinearSigmoid, ms);
+  r.Register("QLinearLeakyRelu", MakeQLinearLeakyRelu, ms);
+  r.Register("QLinearGlobalAveragePool", MakeQLinearGap, ms);
+  r.Register("QLinearConcat", MakeQLinearConcat, ms);
 }
 
 }  // namespace kiln::cpu
