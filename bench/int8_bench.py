@@ -3,7 +3,7 @@
 ONNX Runtime side by side (issue 15).
 
   /usr/bin/python3 bench/int8_bench.py --kiln build/kiln --work DIR [--threads 1,2]
-      [--models resnet18,mobilenet_v2,bert] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
+      [--models resnet18,mobilenet_v2,bert] [--formats qdq,qoperator,dynamic] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
 
 Models: the float32 torchvision export with BatchNorm folded, and its QDQ form from
 tools/quantize.py (which Kiln compiles to QLinearConv); Kiln's int8 output is compared with
@@ -93,9 +93,10 @@ def input_args(onnx_path):
     return ["--input", "0=" + onnx_path[:-5] + ".npy"]
 
 
-def model_pair(kiln, model, d):
-    """float32 (BatchNorm folded) and QDQ int8 files of a torchvision model (with input.npy),
-    or of `bert`, tests/models/test_bert.py's encoder (batch 2, seq 16, hidden 128)."""
+def model_pair(kiln, model, d, fmt="qdq"):
+    """float32 (BatchNorm folded) and int8 (tools/quantize.py --format `fmt`: qdq, qoperator or
+    dynamic) files of a torchvision model (with input.npy), or of `bert`,
+    tests/models/test_bert.py's encoder (batch 2, seq 16, hidden 128)."""
     md = os.path.join(d, model)
     feeds = []
     if model == "bert":
@@ -110,11 +111,12 @@ def model_pair(kiln, model, d):
         feeds = [a for f in ("input_ids", "attention_mask") for a in ("--feed", f"{f}={os.path.join(md, f + '.npy')}")]
     elif not os.path.exists(os.path.join(md, "model.onnx")):
         run([sys.executable, EXPORT, "--model", model, "--out", md, "--fuse-bn"], f"export {model}")
-    run([sys.executable, QUANTIZE, os.path.join(md, "model.onnx"), os.path.join(md, "qdq.onnx"), "--kiln", kiln]
-        + feeds, f"quantize {model}")
+    q = os.path.join(md, fmt + ".onnx")
+    run([sys.executable, QUANTIZE, os.path.join(md, "model.onnx"), q, "--kiln", kiln, "--format", fmt]
+        + feeds, f"quantize {model} {fmt}")
+    paths = {"float32": os.path.join(md, "model.onnx"), "int8": q}
     if model == "bert":
-        return {"float32": os.path.join(md, "model.onnx"), "int8": os.path.join(md, "qdq.onnx")}
-    paths = {"float32": os.path.join(md, "model.onnx"), "int8": os.path.join(md, "qdq.onnx")}
+        return paths
     for p in paths.values():
         if not os.path.exists(p[:-5] + ".npy"):
             os.symlink(os.path.join(md, "input.npy"), p[:-5] + ".npy")
@@ -138,6 +140,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--threads", type=int_list, default=[1, 2])
     ap.add_argument("--models", default="resnet18,mobilenet_v2,bert")
+    ap.add_argument("--formats", default="qdq,qoperator,dynamic",
+                    help="tools/quantize.py forms of each model: qdq, qoperator, dynamic")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
@@ -153,7 +157,9 @@ def main():
     t0 = time.time()
     variants = [("kiln", "float32"), ("kiln", "int8"), ("ort", "float32"), ("ort", "int8")]
     jobs = [(name, lambda name=name, spec=spec: models(name, spec, d, rng)) for name, spec in LAYERS.items()]
-    jobs += [(m, lambda m=m: model_pair(kiln, m, d)) for m in args.models.split(",") if m]
+    for fmt in args.formats.split(","):
+        jobs += [(m if fmt == "qdq" else f"{m} ({fmt})", lambda m=m, fmt=fmt: model_pair(kiln, m, d, fmt))
+                 for m in args.models.split(",") if m]
     accuracy = {}
     for name, make in jobs:
         try:
@@ -212,8 +218,10 @@ def main():
         k32, k8, o32, o8 = (m[v] for v in variants)
         out.append(f"| {name} | {threads} | {f(k32)} | {f(k8)} | {ratio(k8, k32)} | {f(o32)} | {f(o8)} | {ratio(k8, o8)} |")
     if accuracy:
-        out += ["", "Models (QDQ from tools/quantize.py; Kiln fuses it into QLinearConv): Kiln int8 vs ONNX Runtime "
-                "int8 on the same file:", "", "| model | max abs diff / max abs ORT output | same top-1 |", "|---|---:|---:|"]
+        out += ["", "Models from tools/quantize.py: QDQ (Kiln fuses it into QLinearConv / QLinearMatMul), "
+                "QOperator (QLinearConv, com.microsoft QLinearAdd, QLinearGlobalAveragePool...) and dynamic "
+                "(DynamicQuantizeLinear + ConvInteger / MatMulInteger). Kiln int8 vs ONNX Runtime int8 on the same "
+                "file:", "", "| model | max abs diff / max abs ORT output | same top-1 |", "|---|---:|---:|"]
         for m, (rel, top1) in accuracy.items():
             out.append(f"| {m} | {rel:.4f} | {'yes' if top1 else 'no'} |")
     if errors:

@@ -5,6 +5,7 @@ int8 weights per output channel (symmetric, zero point 0), int32 biases with sca
 x_scale * w_scale.
 
   /usr/bin/python3 tools/quantize.py IN.onnx OUT.onnx --kiln build/kiln [--calib 8] [--seed 0]
+      [--format qdq|qoperator|dynamic]
 
 Every Conv gets QuantizeLinear -> DequantizeLinear on its input and on its output (after
 a Relu/Clip that is its only reader, whose range the quantization then covers), and
@@ -14,6 +15,17 @@ tensors. --feed NAME=FILE.npy calibrates on given inputs (one sample). Calibrati
 run through the float32 model with `kiln run` (every calibrated tensor made a model
 output); ranges are the min/max over those runs, widened to include 0. Models with BatchNorm
 should have it folded into the Conv first (tools/export_torchvision.py --fuse-bn).
+
+--format qoperator quantizes further (the outputs of Add, Mul, Concat, GlobalAveragePool,
+Sigmoid and LeakyRelu whose inputs are all quantized) and then rewrites each
+DequantizeLinear -> op -> QuantizeLinear into QLinearConv, QLinearMatMul and ONNX Runtime's
+com.microsoft QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool,
+QLinearSigmoid, QLinearLeakyRelu (a Relu/Clip after a Conv or Add goes into the op when the
+output's quantization saturates exactly there), as ONNX Runtime's quantizer writes QOperator
+models; --qdq-output also writes the QDQ model it came from. --format dynamic writes ONNX
+Runtime's quantize_dynamic form: DynamicQuantizeLinear -> ConvInteger / MatMulInteger (int8
+weights per output channel) -> Cast -> Mul by x_scale * w_scale (-> Add of the bias); it needs
+no calibration.
 """
 import argparse
 import os
@@ -80,7 +92,10 @@ def uint8_params(lo, hi):
     return scale, zp
 
 
-def quantize(model, kiln, count=8, seed=0, feeds=None):
+EXTRA_OPS = ("Add", "Mul", "Concat", "GlobalAveragePool", "Sigmoid", "LeakyRelu")
+
+
+def quantize(model, kiln, count=8, seed=0, feeds=None, extra_ops=False):
     g = model.graph
     inits = {t.name: t for t in g.initializer}
     users = consumers(g)
@@ -105,6 +120,21 @@ def quantize(model, kiln, count=8, seed=0, feeds=None):
     for c in convs + matmuls:
         tensors.add(c.input[0])
         tensors.add(out_of[c.name])
+    if extra_ops:
+        # QOperator: element-wise ops, pooling and Concat whose every input is quantized get a
+        # quantized output too (after a Relu/Clip that is an Add's only reader), in graph order.
+        outputs = {o.name for o in g.output}
+        for n in g.node:
+            if n.op_type not in EXTRA_OPS or n.output[0] in outputs:
+                continue
+            data = [i for i in n.input if i and i not in inits]
+            if not data or not all(i in tensors for i in data) or len(data) != len(n.input):
+                continue
+            r = users.get(n.output[0], [])
+            if n.op_type == "Add" and len(r) == 1 and r[0].op_type in ("Relu", "Clip"):
+                tensors.add(r[0].output[0])
+            else:
+                tensors.add(n.output[0])
     ranges = calibrate(model, tensors, kiln, count, seed, feeds)
     params = {t: uint8_params(*ranges[t]) for t in tensors}
     new_nodes, new_inits = [], []
@@ -166,24 +196,201 @@ def quantize(model, kiln, count=8, seed=0, feeds=None):
     del g.initializer[:]
     g.initializer.extend(kept + new_inits)
     # Topological order: the Q/DQ pairs go right after their tensor's producer.
-    order = list(g.node) + new_nodes
+    g.node.extend(new_nodes)
+    topo_sort(g)
+    if not any(o.domain in ("", "ai.onnx") and o.version >= 13 for o in model.opset_import):
+        raise RuntimeError("quantize: per-channel DequantizeLinear needs opset >= 13")
+    return model
+
+
+def topo_sort(g):
     produced = {i.name for i in g.input} | {t.name for t in g.initializer}
-    done, sorted_nodes = set(), []
-    while len(sorted_nodes) < len(order):
+    order, done, out = list(g.node), set(), []
+    while len(out) < len(order):
         progress = False
         for n in order:
             if id(n) in done or not all(i == "" or i in produced for i in n.input):
                 continue
-            sorted_nodes.append(n)
+            out.append(n)
             done.add(id(n))
             produced.update(n.output)
             progress = True
         if not progress:
             raise RuntimeError("quantize: the rewritten graph has a cycle or an undefined input")
     del g.node[:]
-    g.node.extend(sorted_nodes)
-    if not any(o.domain in ("", "ai.onnx") and o.version >= 13 for o in model.opset_import):
-        raise RuntimeError("quantize: per-channel DequantizeLinear needs opset >= 13")
+    g.node.extend(out)
+
+
+def drop_dead(g):
+    """Removes nodes none of whose outputs is read or a graph output, to a fixpoint."""
+    outputs = {o.name for o in g.output}
+    while True:
+        read = {i for n in g.node for i in n.input} | outputs
+        keep = [n for n in g.node if any(o in read for o in n.output)]
+        if len(keep) == len(g.node):
+            break
+        del g.node[:]
+        g.node.extend(keep)
+    read = {i for n in g.node for i in n.input}
+    kept = [t for t in g.initializer if t.name in read or t.name in outputs]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+
+
+def to_qoperator(model):
+    """QDQ -> QOperator, as ONNX Runtime's quantizer writes it: each op whose float inputs all
+    come from DequantizeLinear and whose output (or the output of a Relu/Clip that is its only
+    reader, when the quantization's saturation is that clamp) goes only into QuantizeLinear
+    becomes QLinearConv, QLinearMatMul or com.microsoft QLinearAdd, QLinearMul, QLinearConcat,
+    QLinearGlobalAveragePool, QLinearSigmoid, QLinearLeakyRelu."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    prod = {o: n for n in g.node for o in n.output}
+    users = consumers(g)
+    outputs = {o.name for o in g.output}
+
+    def dq_of(name):  # (q, scale, zero point) of a DequantizeLinear output
+        n = prod.get(name)
+        if n is None or n.op_type != "DequantizeLinear" or len(n.input) < 3:
+            return None
+        return list(n.input[:3])
+
+    def per_tensor(p):
+        return p is not None and p[1] in inits and len(inits[p[1]].dims) == 0
+
+    def quantized_output(n):
+        """(node whose output is quantized, Q node) or None."""
+        o = n.output[0]
+        r = users.get(o, [])
+        if o in outputs or len(r) != 1:
+            return None
+        last = n
+        if r[0].op_type in ("Relu", "Clip") and n.op_type in ("Conv", "Add") and r[0].output[0] not in outputs:
+            act = r[0]
+            q = users.get(act.output[0], [])
+            if len(q) != 1 or q[0].op_type != "QuantizeLinear":
+                return None
+            s = float(numpy_helper.to_array(inits[q[0].input[1]]))
+            z = int(numpy_helper.to_array(inits[q[0].input[2]]))
+            lo, hi = (0 - z) * s, (255 - z) * s
+            if act.op_type == "Clip":
+                cl = [float(numpy_helper.to_array(inits[i])) if i in inits else None for i in list(act.input[1:3])]
+                cl += [None] * (2 - len(cl))
+                if (cl[0] is not None and lo < cl[0]) or (cl[1] is not None and hi > cl[1]):
+                    return None
+            elif lo < 0:
+                return None
+            return act, q[0]
+        if r[0].op_type != "QuantizeLinear":
+            return None
+        return last, r[0]
+
+    new_nodes, removed = [], set()
+    for n in list(g.node):
+        if n.op_type not in ("Conv", "MatMul") + EXTRA_OPS:
+            continue
+        ins = [dq_of(i) for i in n.input if i]
+        if n.op_type in ("Conv", "MatMul"):
+            if len(ins) < 2 or not per_tensor(ins[0]) or ins[1] is None:
+                continue
+            if n.op_type == "Conv" and len(ins) > 2 and ins[2] is None:
+                continue
+        elif not ins or not all(per_tensor(p) for p in ins):
+            continue
+        qo = quantized_output(n)
+        if qo is None:
+            continue
+        last, qnode = qo
+        y = [qnode.output[0], qnode.input[1], qnode.input[2]]
+        name = n.name or n.output[0]
+        if n.op_type == "Conv":
+            args = ins[0] + ins[1] + y[1:] + ([ins[2][0]] if len(ins) > 2 else [])
+            q = helper.make_node("QLinearConv", args, [y[0]], name=name + "_quant")
+            q.attribute.extend(n.attribute)
+        elif n.op_type == "MatMul":
+            q = helper.make_node("QLinearMatMul", ins[0] + ins[1] + y[1:], [y[0]], name=name + "_quant")
+        elif n.op_type in ("Add", "Mul"):
+            q = helper.make_node("QLinear" + n.op_type, ins[0] + ins[1] + y[1:], [y[0]], name=name + "_quant",
+                                 domain="com.microsoft")
+        elif n.op_type == "Concat":
+            args = y[1:] + [a for p in ins for a in p]
+            q = helper.make_node("QLinearConcat", args, [y[0]], name=name + "_quant", domain="com.microsoft")
+            q.attribute.extend(n.attribute)
+        else:
+            q = helper.make_node("QLinear" + n.op_type, ins[0] + y[1:], [y[0]], name=name + "_quant",
+                                 domain="com.microsoft")
+            q.attribute.extend(n.attribute)
+        new_nodes.append(q)
+        removed.update({id(n), id(last), id(qnode)})
+    kept = [n for n in g.node if id(n) not in removed]
+    del g.node[:]
+    g.node.extend(kept + new_nodes)
+    drop_dead(g)
+    topo_sort(g)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def dynamic(model):
+    """ONNX Runtime's quantize_dynamic form: each Conv / MatMul by constant weights reads its
+    input through DynamicQuantizeLinear (uint8, range from the data at run time) into
+    ConvInteger / MatMulInteger with int8 weights per output channel (symmetric), then
+    Cast to float, Mul by x_scale * w_scale, and Add of the float bias."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    new_nodes, new_inits, dq = [], [], {}
+    drop = set()
+    for k, n in enumerate(list(g.node)):
+        conv = n.op_type == "Conv"
+        if not ((conv or n.op_type == "MatMul") and n.input[1] in inits):
+            continue
+        w = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+        if not conv and w.ndim != 2:
+            continue
+        name = n.name or f"node_{k}"
+        x = n.input[0]
+        if x not in dq:
+            dq[x] = (x + "_dyn_q", x + "_dyn_scale", x + "_dyn_zp")
+            new_nodes.append(helper.make_node("DynamicQuantizeLinear", [x], list(dq[x]), name=x + "_DynQ"))
+        xq, xs, xz = dq[x]
+        if conv:
+            ws = np.abs(w).reshape(w.shape[0], -1).max(axis=1) / 127.0
+        else:
+            ws = np.abs(w).max(axis=0) / 127.0
+        ws = ws.astype(np.float32)
+        ws[ws == 0] = 1.0
+        shape = (-1,) + (1,) * (w.ndim - 1) if conv else (1, -1)
+        wq = np.clip(np.round(w / ws.reshape(shape)), -127, 127).astype(np.int8)
+        wn = name + "_w"
+        new_inits += [numpy_helper.from_array(wq, wn + "_q"),
+                      numpy_helper.from_array(np.array(0, np.int8), wn + "_zp"),  # symmetric: per tensor
+                      numpy_helper.from_array(ws.reshape((-1,) + (1,) * (w.ndim - 2)) if conv else ws, wn + "_scale")]
+        drop.add(n.input[1])
+        op = "ConvInteger" if conv else "MatMulInteger"
+        qi = helper.make_node(op, [xq, wn + "_q", xz, wn + "_zp"], [name + "_int32"], name=name + "_int")
+        if conv:
+            qi.attribute.extend(n.attribute)
+        out = n.output[0]
+        has_bias = conv and len(n.input) > 2 and n.input[2]
+        scaled = name + "_scaled" if has_bias else out
+        new_nodes += [helper.make_node("Cast", [name + "_int32"], [name + "_f32"], name=name + "_cast",
+                                       to=TensorProto.FLOAT),
+                      helper.make_node("Mul", [xs, wn + "_scale"], [name + "_scale"], name=name + "_scale_mul"),
+                      helper.make_node("Mul", [name + "_f32", name + "_scale"], [scaled], name=name + "_rescale")]
+        if has_bias:
+            b = numpy_helper.to_array(inits[n.input[2]]).astype(np.float32)
+            new_inits.append(numpy_helper.from_array(b.reshape((-1,) + (1,) * (w.ndim - 2)), name + "_bias"))
+            new_nodes.append(helper.make_node("Add", [scaled, name + "_bias"], [out], name=name + "_bias_add"))
+            drop.add(n.input[2])
+        new_nodes.append(qi)
+        n.op_type = "DROP"
+    kept = [n for n in g.node if n.op_type != "DROP"]
+    del g.node[:]
+    g.node.extend(kept + new_nodes)
+    g.initializer.extend(new_inits)
+    drop_dead(g)
+    topo_sort(g)
     return model
 
 
@@ -196,15 +403,30 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy",
                     help="calibrate on these input values instead of random ones (models with non-float inputs)")
+    ap.add_argument("--format", choices=("qdq", "qoperator", "dynamic"), default="qdq",
+                    help="qdq: QuantizeLinear/DequantizeLinear pairs (default); qoperator: QLinear* ops; "
+                         "dynamic: DynamicQuantizeLinear + ConvInteger/MatMulInteger (no calibration)")
+    ap.add_argument("--qdq-output", help="with --format qoperator: also write the QDQ model it was converted from")
     args = ap.parse_args()
     feeds = {}
     for f in args.feed:
         name, path = f.split("=", 1)
         feeds[name] = np.load(path)
-    m = quantize(onnx.load(args.input), os.path.abspath(args.kiln), args.calib, args.seed, feeds or None)
+    if args.format == "dynamic":
+        m = dynamic(onnx.load(args.input))
+    else:
+        m = quantize(onnx.load(args.input), os.path.abspath(args.kiln), args.calib, args.seed, feeds or None,
+                     extra_ops=args.format == "qoperator")
+        if args.format == "qoperator":
+            if args.qdq_output:
+                onnx.save(m, args.qdq_output)
+            m = to_qoperator(m)
     onnx.save(m, args.output)
-    n = sum(1 for x in m.graph.node if x.op_type == "QuantizeLinear")
-    print(f"{args.input} -> {args.output}: QDQ, {n} quantized activations")
+    counts = {}
+    for x in m.graph.node:
+        counts[x.op_type] = counts.get(x.op_type, 0) + 1
+    quant = {k: v for k, v in sorted(counts.items()) if "Quant" in k or "Integer" in k or k.startswith("QLinear")}
+    print(f"{args.input} -> {args.output}: {args.format}, {quant}")
 
 
 if __name__ == "__main__":

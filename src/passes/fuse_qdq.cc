@@ -15,7 +15,9 @@
 // same arithmetic, with the sum taken exactly in int32 instead of in float.
 // Likewise DequantizeLinear(a_q) -> MatMul(., DequantizeLinear(w_q)) ->
 // QuantizeLinear, with constant 2-D weights per tensor or per column (axis
-// 1), becomes QLinearMatMul.
+// 1), becomes QLinearMatMul, and DequantizeLinear(a_q) + DequantizeLinear(b_q)
+// -> [Relu/Clip] -> QuantizeLinear (per tensor, one int8 type) becomes ONNX
+// Runtime's com.microsoft QLinearAdd, where the target has its kernel.
 // Scales and zero points must be constants. Anything else (a float bias, a
 // Conv output read elsewhere, per-channel activations) stays as the graph
 // says; the DequantizeLinears of constant weights are then folded to float32
@@ -24,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 
 namespace kiln::passes {
@@ -114,7 +117,28 @@ bool FuseMatMul(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* mm) {
   return true;
 }
 
-bool FuseAt(ir::Graph& g, ir::Node* q) {
+// DequantizeLinear(a_q) + DequantizeLinear(b_q) -> [act] -> q, all per
+// tensor and of one int8 type: ONNX Runtime's com.microsoft QLinearAdd
+// (a residual connection kept in int8).
+bool FuseAdd(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* add, bool has_kernel) {
+  Dq a, b;
+  if (!has_kernel || add->num_inputs() != 2 || add->HasAttr("axis") || add->HasAttr("broadcast")) return false;
+  if (!MatchDq(add->input(0), 1, &a) || !MatchDq(add->input(1), 1, &b)) return false;
+  const DType t = q->input(2)->dtype();
+  if (!IsInt8(a.type) || a.type != t || b.type != t) return false;
+  const std::string base = add->name().empty() ? "qadd" : add->name();
+  ir::Value* azp = a.zp ? a.zp : ZeroPoint(g, base + "_a_zero_point", a.type, a.scale->shape());
+  ir::Value* bzp = b.zp ? b.zp : ZeroPoint(g, base + "_b_zero_point", b.type, b.scale->shape());
+  std::vector<ir::Value*> ins = {a.x, a.scale, azp, b.x, b.scale, bzp, q->input(1), q->input(2)};
+  ir::Value* out = q->output(0);
+  g.RemoveNode(q);
+  if (act) g.RemoveNode(act);
+  g.AddNode("QLinearAdd", g.UniqueName(base + "_int8"), ins, {out}, ops::kMicrosoftDomain)->set_since_version(1);
+  g.RemoveNode(add);
+  return true;
+}
+
+bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel) {
   if (q->num_inputs() < 3 || !q->input(0) || !IsConst(q->input(1)) || !IsConst(q->input(2))) return false;
   ir::Value* ys = q->input(1);
   ir::Value* yzp = q->input(2);
@@ -155,6 +179,9 @@ bool FuseAt(ir::Graph& g, ir::Node* q) {
     conv = yf->producer();
   }
   if (Default(conv, "MatMul") && !g.IsGraphOutput(yf) && yf->uses().size() == 1) return FuseMatMul(g, q, act, conv);
+  if (Default(conv, "Add") && !g.IsGraphOutput(yf) && yf->uses().size() == 1 && conv->num_outputs() == 1) {
+    return FuseAdd(g, q, act, conv, add_kernel);
+  }
   if (!Default(conv, "Conv") || g.IsGraphOutput(yf) || yf->uses().size() != 1 || conv->num_outputs() != 1) return false;
   Dq x, w, b;
   if (!MatchDq(conv->input(0), 1, &x) || !IsInt8(x.type)) return false;
@@ -202,19 +229,21 @@ bool FuseAt(ir::Graph& g, ir::Node* q) {
 }  // namespace
 
 Status FuseQdq(ir::Graph& g, const PassOptions& opts) {
+  bool add_kernel = true;
   if (opts.target_has_kernel) {  // the target's capability query: is there a QLinearConv kernel?
     ir::Graph probe;
     if (!opts.target_has_kernel(*probe.AddNode("QLinearConv", "probe", {}, {})) ||
         !opts.target_has_kernel(*probe.AddNode("QLinearMatMul", "probe2", {}, {}))) {
       return Status::Ok();
     }
+    add_kernel = opts.target_has_kernel(*probe.AddNode("QLinearAdd", "probe3", {}, {}, ops::kMicrosoftDomain));
   }
   std::vector<ir::Node*> qs;
   for (const auto& n : g.nodes()) {
     if (Default(n.get(), "QuantizeLinear")) qs.push_back(n.get());
   }
   bool any = false;
-  for (ir::Node* q : qs) any |= FuseAt(g, q);
+  for (ir::Node* q : qs) any |= FuseAt(g, q, add_kernel);
   if (!any) return Status::Ok();
   g.RemoveUnusedValues();
   return g.TopologicalSort();

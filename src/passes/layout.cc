@@ -89,12 +89,32 @@ HostTensorPtr PermuteConstant(const HostTensor& c) {
   return t;
 }
 
+// Whether input i of a com.microsoft QLinear* node is a data tensor (not a
+// scale or zero point).
+bool IsQData(const ir::Node& n, int i) {
+  if (n.op_type() == "QLinearConcat") return i >= 2 && (i - 2) % 3 == 0;
+  if (n.op_type() == "QLinearAdd" || n.op_type() == "QLinearMul") return i == 0 || i == 3;
+  return i == 0;
+}
+
 bool LayoutAgnostic(const ir::Node& n) {
   // Per-tensor QuantizeLinear / DequantizeLinear are elementwise too.
   if ((n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear") && n.domain().empty() &&
       n.num_outputs() == 1 && n.output(0)->shape().size() == 4) {
     for (int i = 1; i < n.num_inputs(); ++i) {
       if (n.input(i) && NumElements(n.input(i)->shape()) != 1) return false;
+    }
+    return true;
+  }
+  // ONNX Runtime's per-tensor QLinear* ops (QOperator models): element-wise,
+  // Concat on a remapped axis, pooling with channels_last.
+  if (n.domain() == ops::kMicrosoftDomain) {
+    static const std::set<std::string> kQOps = {"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+                                                "QLinearConcat", "QLinearGlobalAveragePool"};
+    if (!kQOps.count(n.op_type()) || n.num_outputs() != 1 || n.output(0)->shape().size() != 4) return false;
+    if (n.op_type() == "QLinearGlobalAveragePool" && n.GetInt("channels_last", 0) != 0) return false;
+    for (int i = 0; i < n.num_inputs(); ++i) {  // scales and zero points: single values
+      if (n.input(i) && !IsQData(n, i) && NumElements(n.input(i)->shape()) != 1) return false;
     }
     return true;
   }
@@ -129,7 +149,16 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     any = true;
   }
   if (!any) return false;
-  if (n->op_type() == "Concat") {
+  const bool qop = n->domain() == ops::kMicrosoftDomain;
+  if (qop) {
+    // Every data input must come through a transpose (no constants to permute).
+    for (int i = 0; i < n->num_inputs(); ++i) {
+      if (IsQData(*n, i) && (!n->input(i) || n->input(i)->is_constant())) return false;
+    }
+    if (n->op_type() == "QLinearConcat") n->SetAttr("axis", ir::Attribute::Int(NhwcAxis(n->GetInt("axis", 1))));
+    if (n->op_type() == "QLinearGlobalAveragePool") n->SetAttr("channels_last", ir::Attribute::Int(1));
+  }
+  if (n->op_type() == "Concat" && !qop) {
     // Every input must come through a transpose (no constants to permute).
     for (ir::Value* in : n->inputs()) {
       if (!in || in->is_constant()) return false;

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Int8 (QDQ) torchvision models: tools/quantize.py's output runs on Kiln's int8 kernels.
+"""Int8 torchvision models and encoder: tools/quantize.py's QDQ, QOperator and dynamically
+quantized forms run on Kiln's int8 kernels.
 
   /usr/bin/python3 tests/models/test_int8.py --kiln build/kiln --work DIR [--models resnet18,mobilenet_v2,bert]
 
@@ -48,7 +49,61 @@ def export_bert(d):
     test_bert.export(d, args)
 
 
-def check(kiln, work, model, timeout):
+def run_kiln(kiln, d, tag, onnx_path, inputs, timeout, extra=()):
+    k = os.path.join(d, tag + ".kiln")
+    run([kiln, "compile", "--model", onnx_path, "--output", k, *extra], f"compile {tag}", timeout)
+    od = os.path.join(d, "out_" + tag)
+    run([kiln, "run", k, *inputs, "--output-dir", od], f"run {tag}", timeout, echo=False)
+    return count_ops(kiln, k, timeout), np.load(os.path.join(od, "output_0.npy")).astype(np.float64)
+
+
+def check_qoperator(kiln, d, model, inputs, extra_q, ref, timeout):
+    """QOperator form (QLinearConv/QLinearMatMul and com.microsoft QLinearAdd,
+    QLinearGlobalAveragePool...): every quantized op must run as such, and agree with the QDQ
+    model it was converted from run op by op (float ops between QuantizeLinear/DequantizeLinear,
+    each checked against ONNX's reference outputs) within 1% of the output's magnitude."""
+    qop, qdq = os.path.join(d, "qoperator.onnx"), os.path.join(d, "qoperator_qdq.onnx")
+    run([sys.executable, QUANTIZE, os.path.join(d, "model.onnx"), qop, "--kiln", kiln, "--format", "qoperator",
+         "--qdq-output", qdq] + extra_q, "quantize qoperator", timeout)
+    ops, got = run_kiln(kiln, d, "qoperator", qop, inputs, timeout)
+    _, want = run_kiln(kiln, d, "qoperator_qdq", qdq, inputs, timeout, ["--disable-pass", "fuse-qdq"])
+    print(f"{model} qoperator: {ops}", flush=True)
+    fails = []
+    need = ["QLinearMatMul"] if model == "bert" else ["QLinearConv", "QLinearAdd"]
+    if model == "resnet18":
+        need.append("QLinearGlobalAveragePool")
+    if any(ops.get(op, 0) == 0 for op in need) or ops.get("Conv", 0) or (ops.get("Add", 0) and model != "bert"):
+        fails.append(f"{model} qoperator: expected {need} and no float Conv/Add: {ops}")
+    diff, bound = float(np.abs(got - want).max()), 0.01 * float(np.abs(want).max())
+    print(f"{model} qoperator vs its QDQ op by op: max|diff| {diff:.4g} (bound {bound:.4g})", flush=True)
+    if not diff <= bound:
+        fails.append(f"{model} qoperator vs QDQ op by op: max|diff| {diff:.4g} > {bound:.4g}")
+    if model != "bert" and int(got.argmax()) != int(ref.argmax()):
+        fails.append(f"{model} qoperator: top-1 {int(got.argmax())}, PyTorch's {int(ref.argmax())}")
+    return fails
+
+
+def check_dynamic(kiln, d, model, inputs, ref, timeout):
+    """Dynamic quantization (ONNX Runtime's quantize_dynamic form): DynamicQuantizeLinear ->
+    ConvInteger / MatMulInteger -> rescale; top-1 of PyTorch's float32 (vision) or within 5% of
+    its magnitude (the encoder)."""
+    dyn = os.path.join(d, "dynamic.onnx")
+    run([sys.executable, QUANTIZE, os.path.join(d, "model.onnx"), dyn, "--kiln", kiln, "--format", "dynamic"],
+        "quantize dynamic", timeout)
+    ops, got = run_kiln(kiln, d, "dynamic", dyn, inputs, timeout)
+    print(f"{model} dynamic: {ops}", flush=True)
+    op = "MatMulInteger" if model == "bert" else "ConvInteger"
+    far, mag = float(np.abs(got - ref).max()), float(np.abs(ref).max())
+    print(f"{model} dynamic vs float32 PyTorch: max|diff| {far:.4g} (max|ref| {mag:.4g}); top-1 "
+          f"{int(got.argmax())} / PyTorch {int(ref.argmax())}", flush=True)
+    if not ops.get(op) or ops.get("DynamicQuantizeLinear", 0) == 0:
+        return [f"{model} dynamic: expected {op} and DynamicQuantizeLinear: {ops}"]
+    if model == "bert":
+        return [] if far <= 0.05 * mag else [f"{model} dynamic vs float32 PyTorch: {far:.4g} > 5% of {mag:.4g}"]
+    return [] if int(got.argmax()) == int(ref.argmax()) else [f"{model} dynamic: top-1 {int(got.argmax())}"]
+
+
+def check(kiln, work, model, timeout, formats=("qdq", "qoperator", "dynamic")):
     d = os.path.join(work, model + "_int8")
     os.makedirs(d, exist_ok=True)
     bert = model == "bert"
@@ -80,12 +135,14 @@ def check(kiln, work, model, timeout):
         outs[tag] = np.load(os.path.join(od, "output_0.npy")).astype(np.float64)
         print(f"{model} {tag}: {ops}", flush=True)
     ref = np.load(os.path.join(d, "expected_0.npy" if bert else "expected.npy")).astype(np.float64)
+    fails = check_qoperator(kiln, d, model, inputs, extra_q, ref, timeout) if "qoperator" in formats else []
+    if "dynamic" in formats:
+        fails += check_dynamic(kiln, d, model, inputs, ref, timeout)
     diff = float(np.abs(outs["fused"] - outs["plain"]).max())
     bound = 0.01 * float(np.abs(outs["plain"]).max())
     print(f"{model}: int32 path vs op-by-op QDQ max|diff| {diff:.4g} (bound {bound:.4g}); vs float32 PyTorch "
           f"{float(np.abs(outs['fused'] - ref).max()):.4g} (max|ref| {float(np.abs(ref).max()):.4g}); top-1 "
           f"{int(outs['fused'].argmax())} / {int(outs['plain'].argmax())} / PyTorch {int(ref.argmax())}", flush=True)
-    fails = []
     if not diff <= bound:
         fails.append(f"{model}: fused vs op-by-op max|diff| {diff:.4g} > {bound:.4g}")
     if bert:
@@ -106,11 +163,16 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--models", default="resnet18")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--formats", default="qdq,qoperator,dynamic",
+                    help="besides QDQ (always): qoperator, dynamic, comma-separated, per model as model:fmt+fmt "
+                         "in --models overriding it")
     args = ap.parse_args()
     fails = []
     try:
         for m in args.models.split(","):
-            fails += check(os.path.abspath(args.kiln), os.path.abspath(args.work), m, args.timeout)
+            m, _, fm = m.partition(":")
+            formats = tuple((fm.replace("+", ",") if fm else args.formats).split(","))
+            fails += check(os.path.abspath(args.kiln), os.path.abspath(args.work), m, args.timeout, formats)
     except (TestError, subprocess.CalledProcessError) as e:
         fails.append(str(e))
     for f in fails:

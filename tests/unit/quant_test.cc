@@ -430,5 +430,63 @@ TEST(FuseQdq, MatMulBecomesQLinearMatMul) {
   for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_LE(std::abs(outs[0][i] - outs[1][i]), 1) << i;
 }
 
+// DQ(a) + DQ(b) -> Relu -> Q becomes com.microsoft QLinearAdd when the
+// quantization saturates at the Relu (zero point at uint8's minimum), with
+// the results of the graph as written; a zero point of 10 (the Relu clamps
+// above the saturation) stays as written.
+void CheckFuseAdd(std::uint8_t yzp, int want_fused) {
+  auto build = [yzp] {
+    auto g = std::make_unique<ir::Graph>();
+    auto dq = [&](const std::string& name, float s, std::uint8_t z) {
+      ir::Value* x = g->AddValue(name, DType::kUInt8, {2, 8});
+      g->inputs().push_back(x);
+      ir::Value* f = g->AddValue(name + "_f");
+      g->AddNode("DequantizeLinear", name + "_dq",
+                 {x, g->AddConstant(name + "_s", Tensor(DType::kFloat32, {}, std::vector<float>{s})),
+                  g->AddConstant(name + "_z", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{z}))},
+                 {f})->set_since_version(13);
+      return f;
+    };
+    ir::Value* a = dq("a", 0.05f, 128);
+    ir::Value* b = dq("b", 0.03f, 100);
+    ir::Value* sum = g->AddValue("sum");
+    g->AddNode("Add", "add", {a, b}, {sum})->set_since_version(14);
+    ir::Value* r = g->AddValue("r");
+    g->AddNode("Relu", "relu", {sum}, {r})->set_since_version(14);
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("QuantizeLinear", "q", {r, g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{0.04f})),
+               g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{yzp}))}, {y})->set_since_version(13);
+    g->outputs().push_back(y);
+    return g;
+  };
+  std::vector<std::uint8_t> a(16), b(16);
+  for (std::size_t i = 0; i < 16; ++i) {
+    a[i] = static_cast<std::uint8_t>(i * 37 % 256);
+    b[i] = static_cast<std::uint8_t>(i * 91 % 256);
+  }
+  std::vector<std::vector<std::uint8_t>> outs;
+  for (bool fuse : {true, false}) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions o;
+    if (!fuse) o.passes.disabled = {"fuse-qdq"};
+    auto model = CompileAndLoad(build(), dir, &cm, o);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOp(*cm.graph, "QLinearAdd"), fuse ? want_fused : 0);
+    std::vector<std::uint8_t> y(16);
+    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {2, 8}}, {b.data(), DType::kUInt8, {2, 8}}},
+                                  {{y.data(), DType::kUInt8, {2, 8}}}).ok());
+    outs.push_back(y);
+  }
+  for (std::size_t i = 0; i < 16; ++i) {
+    EXPECT_LE(std::abs(outs[0][i] - outs[1][i]), 1) << i;
+    // Hand check: round((0.05 (a - 128) + 0.03 (b - 100)) / 0.04), Relu, + zero point.
+    const double v = std::max(0.0, 0.05 * (a[i] - 128) + 0.03 * (b[i] - 100)) / 0.04;
+    EXPECT_LE(std::fabs(outs[1][i] - std::clamp(std::nearbyint(v) + yzp, 0.0, 255.0)), 1.0) << i;
+  }
+}
+TEST(FuseQdq, AddReluBecomesQLinearAdd) { CheckFuseAdd(0, 1); }
+TEST(FuseQdq, AddReluAboveTheSaturationStays) { CheckFuseAdd(10, 0); }
+
 }  // namespace
 }  // namespace kiln

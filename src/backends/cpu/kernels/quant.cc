@@ -833,6 +833,17 @@ inline std::uint8_t TableIndex(Q q) {
   return static_cast<std::uint8_t>(static_cast<int>(q) - std::numeric_limits<Q>::min());
 }
 
+// One contiguous row of QLinearAdd. Parameters by value and restrict
+// pointers: stores through a byte pointer could otherwise alias them, which
+// stops vectorization.
+template <typename Q>
+void QAddRow(const Q* __restrict x, const Q* __restrict y, Q* __restrict out, std::int64_t n, float rx, float zx,
+             float ry, float zy, QBounds b, float zo) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = RoundToQ<Q>(rx * (static_cast<float>(x[i]) - zx) + ry * (static_cast<float>(y[i]) - zy), b, zo);
+  }
+}
+
 // QLinearAdd / QLinearMul with NumPy broadcasting.
 template <typename Q>
 Result<std::unique_ptr<Kernel>> MakeQLinearBinaryT(const KernelInit& init, bool mul) {
@@ -855,10 +866,7 @@ Result<std::unique_ptr<Kernel>> MakeQLinearBinaryT(const KernelInit& init, bool 
           out[o + i] = RoundToQ<Q>(v, b, zo);
         }
       } else if (ix == 1 && iy == 1) {
-        for (std::int64_t i = 0; i < len; ++i) {
-          const float v = rx * (static_cast<float>(x[ox + i]) - zx) + ry * (static_cast<float>(y[oy + i]) - zy);
-          out[o + i] = RoundToQ<Q>(v, b, zo);
-        }
+        QAddRow(x + ox, y + oy, out + o, len, rx, zx, ry, zy, b, zo);
       } else {
         for (std::int64_t i = 0; i < len; ++i) {
           const float v = rx * (static_cast<float>(x[ox + i * ix]) - zx) + ry * (static_cast<float>(y[oy + i * iy]) - zy);
