@@ -233,8 +233,13 @@ def drop_dead(g):
         g.node.extend(keep)
     read = {i for n in g.node for i in n.input}
     kept = [t for t in g.initializer if t.name in read or t.name in outputs]
+    gone = {t.name for t in g.initializer} - {t.name for t in kept}
     del g.initializer[:]
     g.initializer.extend(kept)
+    # Old (IR < 4) models list initializers among the inputs too: dropped weights leave them.
+    inputs = [i for i in g.input if i.name not in gone]
+    del g.input[:]
+    g.input.extend(inputs)
 
 
 def to_qoperator(model):
@@ -274,7 +279,10 @@ def to_qoperator(model):
             z = int(numpy_helper.to_array(inits[q[0].input[2]]))
             lo, hi = (0 - z) * s, (255 - z) * s
             if act.op_type == "Clip":
-                cl = [float(numpy_helper.to_array(inits[i])) if i in inits else None for i in list(act.input[1:3])]
+                bounds = [i for i in list(act.input[1:3])]
+                if any(i and i not in inits for i in bounds):
+                    return None  # a computed bound: keep the Clip
+                cl = [float(numpy_helper.to_array(inits[i])) if i else None for i in bounds]
                 cl += [None] * (2 - len(cl))
                 if (cl[0] is not None and lo < cl[0]) or (cl[1] is not None and hi > cl[1]):
                     return None
@@ -338,6 +346,8 @@ def dynamic(model):
     ConvInteger / MatMulInteger with int8 weights per output channel (symmetric), then
     Cast to float, Mul by x_scale * w_scale, and Add of the float bias."""
     g = model.graph
+    if not any(o.domain in ("", "ai.onnx") and o.version >= 11 for o in model.opset_import):
+        raise RuntimeError("quantize: DynamicQuantizeLinear needs opset >= 11")
     inits = {t.name: t for t in g.initializer}
     new_nodes, new_inits, dq = [], [], {}
     drop = set()
@@ -346,8 +356,8 @@ def dynamic(model):
         if not ((conv or n.op_type == "MatMul") and n.input[1] in inits):
             continue
         w = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
-        if not conv and w.ndim != 2:
-            continue
+        if (not conv and w.ndim != 2) or (conv and len(n.input) > 2 and n.input[2] and n.input[2] not in inits):
+            continue  # a computed bias: the Conv stays float
         name = n.name or f"node_{k}"
         x = n.input[0]
         if x not in dq:

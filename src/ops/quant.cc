@@ -8,6 +8,14 @@
 namespace kiln::ops {
 namespace {
 
+// An attribute, when present, of kind `k`: ONNX's schema check covers only
+// the default domain, and a mistyped attribute would read as its default.
+Status CheckAttrKind(InferContext& c, const char* name, ir::Attribute::Kind k, const char* kind) {
+  const ir::Attribute* a = c.node().FindAttr(name);
+  if (a && a->kind != k) return c.Fail("attribute '", name, "' must be ", kind);
+  return Status::Ok();
+}
+
 // A scale or zero point: a scalar / one element (per tensor), or 1-D with
 // `per` elements (per channel or row) when `per` >= 0. Names the input.
 Status CheckQuantParam(InferContext& c, int i, const char* what, std::int64_t per) {
@@ -36,6 +44,7 @@ Result<std::int64_t> AxisExtent(InferContext& c) {
   // Per tensor (a one-element scale): `axis` is not used, whatever it says.
   // com.microsoft's version 1 has opset 13's per-axis form.
   const bool per_axis_form = c.node().since_version() >= 13 || c.node().domain() == kMicrosoftDomain;
+  KILN_RETURN_IF_ERROR(CheckAttrKind(c, "axis", ir::Attribute::Kind::kInt, "an int"));
   if (!per_axis_form || NumElements(c.in_shape(1)) == 1) return std::int64_t{-1};
   const Shape& x = c.in_shape(0);
   if (x.empty()) return std::int64_t{-1};
@@ -234,6 +243,7 @@ Status InferQLinearBinary(InferContext& c) {
 Status InferQLinearUnary(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
   KILN_RETURN_IF_ERROR(CheckOutputParams(c, 3, 0));
+  KILN_RETURN_IF_ERROR(CheckAttrKind(c, "alpha", ir::Attribute::Kind::kFloat, "a float"));
   if (c.node().op_type() == "QLinearLeakyRelu" && !std::isfinite(c.node().GetFloat("alpha", 0.01f))) {
     return c.Fail("attribute 'alpha' must be finite, found ", c.node().GetFloat("alpha", 0.01f));
   }
@@ -246,6 +256,7 @@ Status InferQLinearUnary(InferContext& c) {
 Status InferQLinearGlobalAveragePool(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
   KILN_RETURN_IF_ERROR(CheckOutputParams(c, 3, 0));
+  KILN_RETURN_IF_ERROR(CheckAttrKind(c, "channels_last", ir::Attribute::Kind::kInt, "an int"));
   const std::int64_t last = c.node().GetInt("channels_last", 0);
   if (last != 0 && last != 1) return c.Fail("attribute 'channels_last' must be 0 or 1, found ", last);
   Shape out = c.in_shape(0);
@@ -264,6 +275,7 @@ Status InferQLinearConcat(InferContext& c) {
   if (!c.has_input(2)) return c.Fail("input 2 is missing");
   KILN_RETURN_IF_ERROR(CheckOutputParams(c, 0, 2));
   if (!c.node().HasAttr("axis")) return c.Fail("attribute 'axis' is required");
+  KILN_RETURN_IF_ERROR(CheckAttrKind(c, "axis", ir::Attribute::Kind::kInt, "an int"));
   const Shape& x0 = c.in_shape(2);
   KILN_ASSIGN_OR_RETURN(int axis, c.Axis(c.node().GetInt("axis", 0), x0.size(), "axis"));
   Shape out = x0;

@@ -122,7 +122,8 @@ bool FuseMatMul(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* mm) {
 // (a residual connection kept in int8).
 bool FuseAdd(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* add, bool has_kernel) {
   Dq a, b;
-  if (!has_kernel || add->num_inputs() != 2 || add->HasAttr("axis") || add->HasAttr("broadcast")) return false;
+  // Before version 7 Add does not broadcast unless told (attributes): not QLinearAdd's NumPy rule.
+  if (!has_kernel || add->num_inputs() != 2 || add->since_version() < 7) return false;
   if (!MatchDq(add->input(0), 1, &a) || !MatchDq(add->input(1), 1, &b)) return false;
   const DType t = q->input(2)->dtype();
   if (!IsInt8(a.type) || a.type != t || b.type != t) return false;

@@ -155,7 +155,7 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     for (int i = 0; i < n->num_inputs(); ++i) {
       if (IsQData(*n, i) && (!n->input(i) || n->input(i)->is_constant())) return false;
     }
-    if (n->op_type() == "QLinearConcat") n->SetAttr("axis", ir::Attribute::Int(NhwcAxis(n->GetInt("axis", 1))));
+    if (n->op_type() == "QLinearConcat") n->SetAttr("axis", ir::Attribute::Int(NhwcAxis(n->GetInt("axis", 0))));
     if (n->op_type() == "QLinearGlobalAveragePool") n->SetAttr("channels_last", ir::Attribute::Int(1));
   }
   if (n->op_type() == "Concat" && !qop) {

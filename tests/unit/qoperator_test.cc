@@ -210,11 +210,12 @@ TEST(QLinearSigmoid, Int8EveryValue) { CheckLookup("QLinearSigmoid", DType::kInt
 TEST(QLinearLeakyRelu, Int8EveryValue) { CheckLookup("QLinearLeakyRelu", DType::kInt8, {0.1f, 0}, {0.07f, -20}, 0.2f); }
 TEST(QLinearLeakyRelu, Uint8EveryValue) { CheckLookup("QLinearLeakyRelu", DType::kUInt8, {0.1f, 100}, {0.1f, 50}, 0.01f); }
 
-void CheckGap(DType dt, bool channels_last) {
+void CheckGap(DType dt, bool channels_last, std::int64_t ch = 3) {
   std::mt19937 rng(3);
-  const Shape in = channels_last ? Shape{2, 5, 7, 3} : Shape{2, 3, 5, 7};
-  const Shape out = channels_last ? Shape{2, 1, 1, 3} : Shape{2, 3, 1, 1};
-  const auto x = RandomBytes(2 * 3 * 5 * 7, rng);
+  const Shape in = channels_last ? Shape{2, 5, 7, ch} : Shape{2, ch, 5, 7};
+  const Shape out = channels_last ? Shape{2, 1, 1, ch} : Shape{2, ch, 1, 1};
+  const auto x = RandomBytes(static_cast<std::size_t>(2 * ch * 5 * 7), rng);
+  const auto nc = static_cast<std::size_t>(ch);
   const QP px{0.03f, dt == DType::kUInt8 ? 110 : -7}, py{0.01f, dt == DType::kUInt8 ? 90 : 4};
   OneNode t;
   t.dt = dt;
@@ -225,19 +226,20 @@ void CheckGap(DType dt, bool channels_last) {
   t.node->SetAttr("channels_last", ir::Attribute::Int(channels_last ? 1 : 0));
   auto got = t.Run(out);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
-  std::vector<double> want(6);
+  std::vector<double> want(2 * nc);
   for (std::size_t n = 0; n < 2; ++n)
-    for (std::size_t c = 0; c < 3; ++c) {
+    for (std::size_t c = 0; c < nc; ++c) {
       double sum = 0;
       for (std::size_t p = 0; p < 35; ++p) {
-        sum += Value(x, channels_last ? (n * 35 + p) * 3 + c : (n * 3 + c) * 35 + p, dt) - Zp(px);
+        sum += Value(x, channels_last ? (n * 35 + p) * nc + c : (n * nc + c) * 35 + p, dt) - Zp(px);
       }
-      want[n * 3 + c] = Quantize(sum / 35 * px.scale / py.scale, py, dt);
+      want[n * nc + c] = Quantize(sum / 35 * px.scale / py.scale, py, dt);
     }
   ExpectClose(*got, want, dt);
 }
 TEST(QLinearGlobalAveragePool, Uint8Nchw) { CheckGap(DType::kUInt8, false); }
 TEST(QLinearGlobalAveragePool, Int8ChannelsLast) { CheckGap(DType::kInt8, true); }
+TEST(QLinearGlobalAveragePool, Uint8ChannelsLastManyChannels) { CheckGap(DType::kUInt8, true, 600); }
 
 // Three int8 inputs on axis 1; the second has the output's parameters (copied).
 TEST(QLinearConcat, Int8RequantizesEachInput) {
@@ -299,6 +301,18 @@ TEST(QOperator, BadParametersAreErrorsNamingTheInput) {
     auto r = t.Run({8});
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("input 2 (zero point) has type int8"), std::string::npos) << r.status().ToString();
+  }
+  {  // an axis of the wrong attribute kind (it would read as a default)
+    OneNode t;
+    const std::vector<std::uint8_t> x(8);
+    AddParams(*t.g, t.ins, "y", {1.f, 0}, t.dt);
+    t.Data("x", x, {2, 4});
+    AddParams(*t.g, t.ins, "x", {1.f, 0}, t.dt);
+    t.Make("QLinearConcat");
+    t.node->SetAttr("axis", ir::Attribute::Float(1.f));
+    auto r = t.Run({2, 4});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("attribute 'axis' must be an int"), std::string::npos) << r.status().ToString();
   }
   {  // QLinearConcat with an incomplete triple
     OneNode t;

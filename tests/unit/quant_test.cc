@@ -434,8 +434,8 @@ TEST(FuseQdq, MatMulBecomesQLinearMatMul) {
 // quantization saturates at the Relu (zero point at uint8's minimum), with
 // the results of the graph as written; a zero point of 10 (the Relu clamps
 // above the saturation) stays as written.
-void CheckFuseAdd(std::uint8_t yzp, int want_fused) {
-  auto build = [yzp] {
+void CheckFuseAdd(std::uint8_t yzp, int want_fused, int add_version = 14) {
+  auto build = [yzp, add_version] {
     auto g = std::make_unique<ir::Graph>();
     auto dq = [&](const std::string& name, float s, std::uint8_t z) {
       ir::Value* x = g->AddValue(name, DType::kUInt8, {2, 8});
@@ -450,7 +450,7 @@ void CheckFuseAdd(std::uint8_t yzp, int want_fused) {
     ir::Value* a = dq("a", 0.05f, 128);
     ir::Value* b = dq("b", 0.03f, 100);
     ir::Value* sum = g->AddValue("sum");
-    g->AddNode("Add", "add", {a, b}, {sum})->set_since_version(14);
+    g->AddNode("Add", "add", {a, b}, {sum})->set_since_version(add_version);
     ir::Value* r = g->AddValue("r");
     g->AddNode("Relu", "relu", {sum}, {r})->set_since_version(14);
     ir::Value* y = g->AddValue("y");
@@ -470,7 +470,8 @@ void CheckFuseAdd(std::uint8_t yzp, int want_fused) {
     format::CompiledModel cm;
     CompileOptions o;
     if (!fuse) o.passes.disabled = {"fuse-qdq"};
-    auto model = CompileAndLoad(build(), dir, &cm, o);
+    auto g = build();
+    auto model = add_version < 7 ? test::CompileAndLoadAsIs(std::move(g), dir, &cm, o) : CompileAndLoad(std::move(g), dir, &cm, o);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     EXPECT_EQ(CountOp(*cm.graph, "QLinearAdd"), fuse ? want_fused : 0);
     std::vector<std::uint8_t> y(16);
@@ -487,6 +488,7 @@ void CheckFuseAdd(std::uint8_t yzp, int want_fused) {
 }
 TEST(FuseQdq, AddReluBecomesQLinearAdd) { CheckFuseAdd(0, 1); }
 TEST(FuseQdq, AddReluAboveTheSaturationStays) { CheckFuseAdd(10, 0); }
+TEST(FuseQdq, AddBeforeVersion7Stays) { CheckFuseAdd(0, 0, 6); }
 
 }  // namespace
 }  // namespace kiln

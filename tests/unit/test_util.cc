@@ -26,6 +26,12 @@ Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, cons
                                               format::CompiledModel* keep, CompileOptions opts,
                                               const LoadOptions& load) {
   SetLatestVersions(*g);
+  return CompileAndLoadAsIs(std::move(g), dir, keep, std::move(opts), load);
+}
+
+Result<std::unique_ptr<Model>> CompileAndLoadAsIs(std::unique_ptr<ir::Graph> g, const TempDir& dir,
+                                                  format::CompiledModel* keep, CompileOptions opts,
+                                                  const LoadOptions& load) {
   auto m = CompileGraph(std::move(g), opts);
   if (!m.ok()) return m.status();
   KILN_RETURN_IF_ERROR(format::WriteModelFile(m.value(), dir.file("m.kiln")));

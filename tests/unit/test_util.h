@@ -58,5 +58,9 @@ bool DefaultDeviceMapsHostMemory();
 Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,
                                               format::CompiledModel* keep = nullptr, CompileOptions opts = {},
                                               const LoadOptions& load = {});
+// The same, with the op versions the graph's nodes already have.
+Result<std::unique_ptr<Model>> CompileAndLoadAsIs(std::unique_ptr<ir::Graph> g, const TempDir& dir,
+                                                  format::CompiledModel* keep = nullptr, CompileOptions opts = {},
+                                                  const LoadOptions& load = {});
 
 }  // namespace kiln::test

@@ -945,15 +945,22 @@ Result<std::unique_ptr<Kernel>> MakeQLinearGapT(const KernelInit& init) {
       });
       return Status::Ok();
     }
-    ParallelFor(n, 1, [&](std::int64_t nb, std::int64_t ne) {
-      std::vector<std::int64_t> sum(static_cast<std::size_t>(c));
-      for (std::int64_t i = nb; i < ne; ++i) {
-        std::fill(sum.begin(), sum.end(), 0);
+    // Tasks of (image, block of 256 channels): sums on the stack (no
+    // allocation inside the parallel region).
+    constexpr std::int64_t kBlock = 256;
+    const std::int64_t blocks = (c + kBlock - 1) / kBlock;
+    ParallelFor(n * blocks, 1, [&](std::int64_t tb, std::int64_t te) {
+      std::int64_t sum[kBlock];
+      for (std::int64_t t = tb; t < te; ++t) {
+        const std::int64_t i = t / blocks, c0 = t % blocks * kBlock, len = std::min(kBlock, c - c0);
+        std::fill(sum, sum + len, 0);
         for (std::int64_t p = 0; p < k; ++p) {
-          const Q* row = x + (i * k + p) * c;
-          for (std::int64_t j = 0; j < c; ++j) sum[j] += row[j];
+          const Q* row = x + (i * k + p) * c + c0;
+          for (std::int64_t j = 0; j < len; ++j) sum[j] += row[j];
         }
-        for (std::int64_t j = 0; j < c; ++j) y[i * c + j] = RoundToQ<Q>(static_cast<float>(sum[j] - bias) * scale, b, zo);
+        for (std::int64_t j = 0; j < len; ++j) {
+          y[i * c + c0 + j] = RoundToQ<Q>(static_cast<float>(sum[j] - bias) * scale, b, zo);
+        }
       }
     });
     return Status::Ok();
