@@ -490,5 +490,87 @@ TEST(FuseQdq, AddReluBecomesQLinearAdd) { CheckFuseAdd(0, 1); }
 TEST(FuseQdq, AddReluAboveTheSaturationStays) { CheckFuseAdd(10, 0); }
 TEST(FuseQdq, AddBeforeVersion7Stays) { CheckFuseAdd(0, 0, 6); }
 
+
+// ConvInteger and MatMulInteger as dynamic quantization writes them: uint8
+// activations whose zero point is a model input (DynamicQuantizeLinear
+// computes it), constant int8 weights (oneDNN's int8 primitive on VNNI
+// CPUs, the reference kernel elsewhere): int32 sums, exactly the integer
+// arithmetic done here.
+TEST(ConvInteger, RuntimeZeroPointExactSums) {
+  std::mt19937 rng(11);
+  const std::int64_t n = 2, c = 6, h = 9, w = 8, m = 10, k = 3, group = 2, pad = 1, stride = 2;
+  const std::int64_t cg = c / group, oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
+  std::vector<std::uint8_t> x(n * c * h * w);
+  for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
+  std::vector<std::int8_t> wt(m * cg * k * k);
+  for (auto& v : wt) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kUInt8, {n, c, h, w});
+  ir::Value* zv = g->AddValue("xzp", DType::kUInt8, {});
+  g->inputs() = {xv, zv};
+  ir::Value* y = g->AddValue("y");
+  ir::Node* node = g->AddNode("ConvInteger", "ci",
+                              {xv, g->AddConstant("w", Tensor(DType::kInt8, {m, cg, k, k}, wt)), zv,
+                               g->AddConstant("wzp", Tensor(DType::kInt8, {m}, std::vector<std::int8_t>(m, 0)))},
+                              {y});
+  node->SetAttr("pads", ir::Attribute::Ints({pad, pad, pad, pad}));
+  node->SetAttr("strides", ir::Attribute::Ints({stride, stride}));
+  node->SetAttr("group", ir::Attribute::Int(group));
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{131}, std::uint8_t{255}}) {  // each run its own zero point
+    std::vector<std::int32_t> out(n * m * oh * ow, -1);
+    ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {n, c, h, w}}, {&zp, DType::kUInt8, {}}},
+                                  {{out.data(), DType::kInt32, {n, m, oh, ow}}}).ok());
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t oc = 0; oc < m; ++oc)
+        for (std::int64_t i = 0; i < oh; ++i)
+          for (std::int64_t j = 0; j < ow; ++j) {
+            std::int64_t acc = 0;
+            const std::int64_t gi = oc / (m / group);
+            for (std::int64_t ci = 0; ci < cg; ++ci)
+              for (std::int64_t ki = 0; ki < k; ++ki)
+                for (std::int64_t kj = 0; kj < k; ++kj) {
+                  const std::int64_t r = i * stride - pad + ki, q = j * stride - pad + kj;
+                  if (r < 0 || r >= h || q < 0 || q >= w) continue;  // padding: x - zp = 0
+                  acc += (x[((b * c + gi * cg + ci) * h + r) * w + q] - zp) * wt[((oc * cg + ci) * k + ki) * k + kj];
+                }
+            ASSERT_EQ(out[((b * m + oc) * oh + i) * ow + j], acc) << "zp " << int(zp) << " at " << oc << "," << i << "," << j;
+          }
+  }
+}
+
+TEST(MatMulInteger, RuntimeZeroPointExactSums) {
+  std::mt19937 rng(12);
+  const std::int64_t rows = 2 * 7, k = 45, nn = 33;
+  std::vector<std::uint8_t> a(rows * k);
+  for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
+  std::vector<std::int8_t> b(k * nn);
+  for (auto& v : b) v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* av = g->AddValue("a", DType::kUInt8, {2, 7, k});
+  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
+  g->inputs() = {av, zv};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {k, nn}, b)), zv}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{77}, std::uint8_t{255}}) {
+    std::vector<std::int32_t> out(rows * nn, -1);
+    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {2, 7, k}}, {&zp, DType::kUInt8, {}}},
+                                  {{out.data(), DType::kInt32, {2, 7, nn}}}).ok());
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < nn; ++j) {
+        std::int64_t acc = 0;
+        for (std::int64_t p = 0; p < k; ++p) acc += (a[i * k + p] - zp) * b[p * nn + j];
+        ASSERT_EQ(out[i * nn + j], acc) << "zp " << int(zp) << " at " << i << "," << j;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

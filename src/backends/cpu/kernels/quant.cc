@@ -203,22 +203,38 @@ Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
   const std::int64_t n = NumElements(init.inputs[0].shape);
   return MakeFn([n](const KernelArgs& a) {
     const float* x = a.in_as<float>(0);
-    float lo = 0.f, hi = 0.f;
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (x[i] < lo) lo = x[i];
-      if (x[i] > hi) hi = x[i];
+    // Min and max in 16 lanes (vectorizes: `v < m ? v : m` is minps);
+    // NaNs are skipped, as the scalar comparisons skip them.
+    constexpr int kLanes = 16;
+    float lo[kLanes] = {}, hi[kLanes] = {};
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int j = 0; j < kLanes; ++j) {
+        const float v = x[i + j];
+        lo[j] = v < lo[j] ? v : lo[j];
+        hi[j] = v > hi[j] ? v : hi[j];
+      }
     }
-    const float scale = (hi - lo) / 255.f;
+    for (; i < n; ++i) {
+      lo[0] = x[i] < lo[0] ? x[i] : lo[0];
+      hi[0] = x[i] > hi[0] ? x[i] : hi[0];
+    }
+    float mn = 0.f, mx = 0.f;
+    for (int j = 0; j < kLanes; ++j) {
+      mn = lo[j] < mn ? lo[j] : mn;
+      mx = hi[j] > mx ? hi[j] : mx;
+    }
+    const float scale = (mx - mn) / 255.f;
     // All zeros: scale 0; every value (and the zero point) is 0.
-    const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - lo / scale))) : 0.f;
+    const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - mn / scale))) : 0.f;
     *a.out_as<float>(1) = scale;
     *a.out_as<std::uint8_t>(2) = static_cast<std::uint8_t>(zp);
     auto* y = a.out_as<std::uint8_t>(0);
-    ParallelFor(n, 16384, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) {
-        y[i] = scale > 0 ? Saturate<std::uint8_t>(std::nearbyint(x[i] / scale) + zp) : std::uint8_t{0};
-      }
-    });
+    if (!(scale > 0)) {
+      std::memset(y, 0, static_cast<std::size_t>(n));
+      return Status::Ok();
+    }
+    ParallelFor(n, 16384, [&](std::int64_t b, std::int64_t e) { QuantizeRun(x + b, y + b, e - b, scale, zp); });
     return Status::Ok();
   });
 }
@@ -470,6 +486,40 @@ bool ExactInt8Isa() {
   return ok;
 }
 
+// ConvInteger / MatMulInteger's activation zero point (input 2): absent (0)
+// or one value, a constant or computed (DynamicQuantizeLinear's), read at
+// run time into the int32 that oneDNN's runtime zero point points to.
+struct ZeroPointInput {
+  int index = -1;  // -1: absent
+  DType type = DType::kUndefined;
+};
+bool RuntimeSrcZeroPoint(const KernelInit& init, ZeroPointInput* z) {
+  if (init.inputs.size() <= 2 || !init.inputs[2].present()) return true;
+  if (NumElements(init.inputs[2].shape) != 1) return false;  // per row: the reference kernel
+  z->index = 2;
+  z->type = init.inputs[2].dtype;
+  return true;
+}
+inline void ReadSrcZeroPoint(const KernelArgs& a, const ZeroPointInput& z, std::int32_t* out) {
+  if (z.index < 0) return;
+  *out = z.type == DType::kUInt8 ? static_cast<std::int32_t>(*a.in_as<std::uint8_t>(z.index))
+                                 : static_cast<std::int32_t>(*a.in_as<std::int8_t>(z.index));
+}
+// Whether the weights' zero point (input `i`, constant or absent = 0) lets
+// oneDNN's int8 weights hold w - zp exactly: 0 for int8, 128 for uint8
+// (shifted to int8 once when packed).
+bool WeightZeroPointShiftable(const KernelInit& init, int i, bool u8w) {
+  const bool present = static_cast<int>(init.inputs.size()) > i && init.inputs[i].present();
+  if (!present) return !u8w;
+  const HostTensor* zp = init.const_input(i);
+  if (!zp) return false;
+  for (std::int64_t j = 0; j < NumElements(zp->shape()); ++j) {
+    const int z = u8w ? zp->data_as<std::uint8_t>()[j] : zp->data_as<std::int8_t>()[j];
+    if (z != (u8w ? 128 : 0)) return false;
+  }
+  return true;
+}
+
 // QLinearConv on oneDNN's int8 convolution (VNNI where the CPU has it):
 // dst = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - x_zp) *
 // w + B)) + y_zp), oneDNN's output scales, source and destination zero
@@ -481,19 +531,26 @@ bool ExactInt8Isa() {
 // element) when its chosen layout differs.
 class DnnlQConvKernel : public Kernel {
  public:
-  // False (and no error) when the node does not fit this kernel.
-  Result<bool> Init(const KernelInit& init) {
+  // False (and no error) when the node does not fit this kernel. `integer`:
+  // ConvInteger (x, w, x_zp?, w_zp?): the int32 sums themselves, with x's
+  // zero point read at run time (DynamicQuantizeLinear computes it).
+  Result<bool> Init(const KernelInit& init, bool integer = false) {
     using dt = dnnl::memory::data_type;
     if (!ExactInt8Isa()) return false;
-    const HostTensor* w = init.const_input(3);
-    for (int i : {1, 2, 4, 5, 6, 7}) {
-      if (!init.const_input(i)) return false;
+    const int wi = integer ? 1 : 3;
+    const HostTensor* w = init.const_input(wi);
+    if (integer) {
+      if (!RuntimeSrcZeroPoint(init, &src_zp_in_)) return false;
+    } else {
+      for (int i : {1, 2, 4, 5, 6, 7}) {
+        if (!init.const_input(i)) return false;
+      }
     }
-    const bool has_bias = init.inputs.size() > 8 && init.inputs[8].present();
+    const bool has_bias = !integer && init.inputs.size() > 8 && init.inputs[8].present();
     if (!w || (has_bias && !init.const_input(8))) return false;
     const bool nhwc = init.node->GetInt(ops::kNhwcAttr, 0) != 0;
     Shape x = init.inputs[0].shape;
-    const Shape& ws = init.inputs[3].shape;
+    const Shape& ws = init.inputs[wi].shape;
     Shape y = init.outputs[0].shape;
     if (nhwc) {  // physical NHWC -> logical NCHW dims
       x = {x[0], x[3], x[1], x[2]};
@@ -501,25 +558,21 @@ class DnnlQConvKernel : public Kernel {
     }
     if (x.size() < 3 || x.size() > 5) return false;
     const std::int64_t cout = ws[0], group = init.node->GetInt("group", 1);
-    const HostTensor* wzp = init.const_input(5);
-    const std::int64_t nzp = NumElements(wzp->shape());
     const bool u8w = w->dtype() == DType::kUInt8;
-    for (std::int64_t i = 0; i < nzp; ++i) {
-      const int z = u8w ? wzp->data_as<std::uint8_t>()[i] : wzp->data_as<std::int8_t>()[i];
-      if (z != (u8w ? 128 : 0)) return false;
+    if (!WeightZeroPointShiftable(init, integer ? 3 : 5, u8w)) return false;
+    std::vector<float> scales;
+    if (!integer) {
+      const float xs = init.const_input(1)->data_as<float>()[0], ys = init.const_input(6)->data_as<float>()[0];
+      const HostTensor* wsc = init.const_input(4);
+      for (std::int64_t i = 0; i < NumElements(wsc->shape()); ++i) scales.push_back(xs * wsc->data_as<float>()[i] / ys);
+      for (float v : scales) {
+        if (!std::isfinite(v)) return false;  // the reference kernel defines what this gives
+      }
+      const HostTensor* xzp = init.const_input(2);
+      const HostTensor* yzp = init.const_input(7);
+      src_zp_ = init.inputs[0].dtype == DType::kUInt8 ? xzp->data_as<std::uint8_t>()[0] : xzp->data_as<std::int8_t>()[0];
+      dst_zp_ = init.outputs[0].dtype == DType::kUInt8 ? yzp->data_as<std::uint8_t>()[0] : yzp->data_as<std::int8_t>()[0];
     }
-    const float xs = init.const_input(1)->data_as<float>()[0], ys = init.const_input(6)->data_as<float>()[0];
-    const HostTensor* wsc = init.const_input(4);
-    const std::int64_t nsc = NumElements(wsc->shape());
-    std::vector<float> scales(static_cast<std::size_t>(nsc));
-    for (std::int64_t i = 0; i < nsc; ++i) scales[i] = xs * wsc->data_as<float>()[i] / ys;
-    for (float v : scales) {
-      if (!std::isfinite(v)) return false;  // the reference kernel defines what this gives
-    }
-    const HostTensor* xzp = init.const_input(2);
-    const HostTensor* yzp = init.const_input(7);
-    src_zp_ = init.inputs[0].dtype == DType::kUInt8 ? xzp->data_as<std::uint8_t>()[0] : xzp->data_as<std::int8_t>()[0];
-    dst_zp_ = init.outputs[0].dtype == DType::kUInt8 ? yzp->data_as<std::uint8_t>()[0] : yzp->data_as<std::int8_t>()[0];
     KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(*init.node, Shape(x.begin() + 2, x.end()),
                                                               std::vector<std::int64_t>(ws.begin() + 2, ws.end()), false));
     const std::size_t sp = x.size() - 2;
@@ -532,7 +585,7 @@ class DnnlQConvKernel : public Kernel {
       wg.insert(wg.end(), ws.begin() + 1, ws.end());
     }
     const dt xt = init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt yt = init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt yt = integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
     using tag = dnnl::memory::format_tag;
     src_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(x.begin(), x.end()), xt, tag::nhwc) : PlainDesc(x, xt);
     dst_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(y.begin(), y.end()), yt, tag::nhwc) : PlainDesc(y, yt);
@@ -541,14 +594,14 @@ class DnnlQConvKernel : public Kernel {
       bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
     }
     bool ok = false;
-    Status st = DnnlCall("QLinearConv", [&] {
+    Status st = DnnlCall(integer ? "ConvInteger" : "QLinearConv", [&] {
       auto any = [](const Shape& s, dt t) {
         return dnnl::memory::desc(dnnl::memory::dims(s.begin(), s.end()), t, dnnl::memory::format_tag::any);
       };
       dnnl::primitive_attr attr;
-      attr.set_output_scales(nsc > 1 ? 1 << 1 : 0, scales);
+      if (!integer) attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
       attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
       attr = UserScratchpad(attr);
       const dnnl::memory::desc b_md = has_bias ? PlainDesc({cout}, dt::s32) : dnnl::memory::desc();
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
@@ -580,8 +633,8 @@ class DnnlQConvKernel : public Kernel {
       dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem},
-               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_},
-               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dst_zp_mem_}};
+               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_}};
+      if (!integer) args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
       if (has_bias) args_[DNNL_ARG_BIAS] = dnnl::memory(b_md, DnnlEngine(), bias_.data());
       if (src_md_ != src_plain_) to_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), src_plain_, DnnlEngine(), src_md_));
       if (dst_md_ != dst_plain_) from_dst_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), dst_md_, DnnlEngine(), dst_plain_));
@@ -592,6 +645,7 @@ class DnnlQConvKernel : public Kernel {
   }
 
   Status Run(const KernelArgs& a) override {
+    ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
     // Channels-last copies of the activations: per thread, reused.
     thread_local std::vector<std::uint8_t> src_buf, dst_buf;
     dnnl::stream& s = DnnlStream();
@@ -628,6 +682,7 @@ class DnnlQConvKernel : public Kernel {
   std::shared_ptr<dnnl::memory> packed_;
   std::vector<std::int32_t> bias_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
+  ZeroPointInput src_zp_in_;
   std::unordered_map<int, dnnl::memory> args_;
   Scratchpad scratch_;
 };
@@ -639,43 +694,49 @@ class DnnlQConvKernel : public Kernel {
 // sum (a - a_zp) * b) + y_zp), A's leading dims flattened into rows.
 class DnnlQMatMulKernel : public Kernel {
  public:
-  Result<bool> Init(const KernelInit& init) {
+  // `integer`: MatMulInteger (A, B, a_zp?, b_zp?): the int32 sums, with
+  // A's zero point (one value) read at run time.
+  Result<bool> Init(const KernelInit& init, bool integer = false) {
     using dt = dnnl::memory::data_type;
     if (!ExactInt8Isa()) return false;
-    for (int i : {1, 2, 3, 4, 5, 6, 7}) {
-      if (!init.const_input(i)) return false;
+    const int bi = integer ? 1 : 3;
+    if (integer) {
+      if (!RuntimeSrcZeroPoint(init, &src_zp_in_)) return false;
+    } else {
+      for (int i : {1, 2, 3, 4, 5, 6, 7}) {
+        if (!init.const_input(i)) return false;
+      }
+      if (NumElements(init.const_input(1)->shape()) != 1 || NumElements(init.const_input(2)->shape()) != 1) return false;
     }
-    const HostTensor* b = init.const_input(3);
+    const HostTensor* b = init.const_input(bi);
     const Shape& as = init.inputs[0].shape;
-    if (b->shape().size() != 2 || as.size() < 2) return false;
-    if (NumElements(init.const_input(1)->shape()) != 1 || NumElements(init.const_input(2)->shape()) != 1) return false;
+    if (!b || b->shape().size() != 2 || as.size() < 2) return false;
     const std::int64_t k = b->shape()[0], n = b->shape()[1];
     const std::int64_t rows = NumElements(as) / std::max<std::int64_t>(k, 1);
     if (as.back() != k || rows <= 0 || n <= 0 || k <= 0) return false;
     const bool u8w = b->dtype() == DType::kUInt8;
-    const HostTensor* bzp = init.const_input(5);
-    for (std::int64_t i = 0; i < NumElements(bzp->shape()); ++i) {
-      const int z = u8w ? bzp->data_as<std::uint8_t>()[i] : bzp->data_as<std::int8_t>()[i];
-      if (z != (u8w ? 128 : 0)) return false;
-    }
-    const float a_s = init.const_input(1)->data_as<float>()[0], y_s = init.const_input(6)->data_as<float>()[0];
-    const HostTensor* bs = init.const_input(4);
-    const std::int64_t nsc = NumElements(bs->shape());
-    std::vector<float> scales(static_cast<std::size_t>(nsc));
-    for (std::int64_t i = 0; i < nsc; ++i) {
-      scales[i] = a_s * bs->data_as<float>()[i] / y_s;
-      if (!std::isfinite(scales[i])) return false;
+    if (!WeightZeroPointShiftable(init, integer ? 3 : 5, u8w)) return false;
+    std::vector<float> scales;
+    if (!integer) {
+      const float a_s = init.const_input(1)->data_as<float>()[0], y_s = init.const_input(6)->data_as<float>()[0];
+      const HostTensor* bs = init.const_input(4);
+      for (std::int64_t i = 0; i < NumElements(bs->shape()); ++i) {
+        scales.push_back(a_s * bs->data_as<float>()[i] / y_s);
+        if (!std::isfinite(scales.back())) return false;
+      }
     }
     const dt at = init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt yt = init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    src_zp_ = at == dt::u8 ? init.const_input(2)->data_as<std::uint8_t>()[0] : init.const_input(2)->data_as<std::int8_t>()[0];
-    dst_zp_ = yt == dt::u8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
+    const dt yt = integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    if (!integer) {
+      src_zp_ = at == dt::u8 ? init.const_input(2)->data_as<std::uint8_t>()[0] : init.const_input(2)->data_as<std::int8_t>()[0];
+      dst_zp_ = yt == dt::u8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
+    }
     bool ok = false;
-    Status st = DnnlCall("QLinearMatMul", [&] {
+    Status st = DnnlCall(integer ? "MatMulInteger" : "QLinearMatMul", [&] {
       dnnl::primitive_attr attr;
-      attr.set_output_scales(nsc > 1 ? 1 << 1 : 0, scales);
+      if (!integer) attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
       attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-      attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
       attr = UserScratchpad(attr);
       const dnnl::memory::desc a_md = PlainDesc({rows, k}, at), y_md = PlainDesc({rows, n}, yt);
       dnnl::matmul::desc d(a_md, dnnl::memory::desc({k, n}, dt::s8, dnnl::memory::format_tag::any), y_md);
@@ -703,8 +764,8 @@ class DnnlQMatMulKernel : public Kernel {
       dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem},
-               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_},
-               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dst_zp_mem_}};
+               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_}};
+      if (!integer) args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
       ok = true;
     });
     if (!st.ok()) return false;
@@ -712,6 +773,7 @@ class DnnlQMatMulKernel : public Kernel {
   }
 
   Status Run(const KernelArgs& a) override {
+    ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
     scratch_.Bind(a.ctx);
@@ -726,9 +788,27 @@ class DnnlQMatMulKernel : public Kernel {
   dnnl::memory src_, dst_, src_zp_mem_, dst_zp_mem_;
   std::shared_ptr<dnnl::memory> packed_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
+  ZeroPointInput src_zp_in_;
   std::unordered_map<int, dnnl::memory> args_;
   Scratchpad scratch_;
 };
+
+// MatMulInteger / ConvInteger: oneDNN's int8 primitive where it is exact and
+// the weights are constant, else the reference kernel.
+template <typename Fast>
+Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool matmul) {
+  auto fast = std::make_unique<Fast>();
+  KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init, true));
+  if (ok) return std::unique_ptr<Kernel>(std::move(fast));
+  if (matmul) {
+    auto k = std::make_unique<QMatMulKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init, false));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  auto k = std::make_unique<QConvKernel>();
+  KILN_RETURN_IF_ERROR(k->Init(init, false));
+  return std::unique_ptr<Kernel>(std::move(k));
+}
 
 Result<std::unique_ptr<Kernel>> MakeQLinearMatMul(const KernelInit& init) {
   auto fast = std::make_unique<DnnlQMatMulKernel>();
@@ -1034,9 +1114,9 @@ void RegisterQuantKernels(KernelRegistry& r) {
   r.Register("QuantizeLinear", MakeQuantize);
   r.Register("DequantizeLinear", MakeDequantize);
   r.Register("DynamicQuantizeLinear", MakeDynamicQuantize);
-  r.Register("MatMulInteger", Factory<QMatMulKernel>(false));
+  r.Register("MatMulInteger", [](const KernelInit& init) { return MakeIntegerKernel<DnnlQMatMulKernel>(init, true); });
   r.Register("QLinearMatMul", MakeQLinearMatMul);
-  r.Register("ConvInteger", Factory<QConvKernel>(false));
+  r.Register("ConvInteger", [](const KernelInit& init) { return MakeIntegerKernel<DnnlQConvKernel>(init, false); });
   r.Register("QLinearConv", MakeQLinearConv);
   const std::string ms = ops::kMicrosoftDomain;
   r.Register("QuantizeLinear", MakeQuantize, ms);
