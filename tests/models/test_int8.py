@@ -57,6 +57,38 @@ def run_kiln(kiln, d, tag, onnx_path, inputs, timeout, extra=()):
     return count_ops(kiln, k, timeout), np.load(os.path.join(od, "output_0.npy")).astype(np.float64)
 
 
+def check_external(kiln, d, model, qdq, inputs, embedded, timeout):
+    """Int8 weights stay int8 in external weights (one file per weight, one combined file): the
+    bytes written are at most the QDQ file's initializers (int8 weights at one byte each; a
+    widened weight would take four), and the outputs equal the embedded model's."""
+    import json
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(qdq)
+    init_bytes = sum(numpy_helper.to_array(t).nbytes for t in m.graph.initializer)
+    fails = []
+    for mode in (1, 2):
+        wd = os.path.join(d, f"ext{mode}_weights")
+        if os.path.isdir(wd):
+            import shutil
+            shutil.rmtree(wd)
+        k = os.path.join(d, f"ext{mode}.kiln")
+        run([kiln, "compile", "--model", qdq, "--output", k, "--external-weight", str(mode),
+             "--external-weight-dir", wd], f"compile external {mode}", timeout)
+        meta = json.load(open(os.path.join(wd, "meta.json")))
+        written = sum(w["length"] for w in meta["weights"].values())
+        od = os.path.join(d, f"out_ext{mode}")
+        run([kiln, "run", k, *inputs, "--output-dir", od], f"run external {mode}", timeout, echo=False)
+        got = np.load(os.path.join(od, "output_0.npy")).astype(np.float64)
+        print(f"{model} external weights mode {mode}: {written} bytes written, QDQ initializers {init_bytes} bytes; "
+              f"max|diff| vs embedded {float(np.abs(got - embedded).max()):.3g}", flush=True)
+        if written > 1.02 * init_bytes + 4096:
+            fails.append(f"{model} external mode {mode}: {written} bytes > the QDQ file's {init_bytes} (int8 widened?)")
+        if not np.array_equal(got, embedded):
+            fails.append(f"{model} external mode {mode}: outputs differ from the embedded model's")
+    return fails
+
+
 def check_qoperator(kiln, d, model, inputs, extra_q, ref, timeout):
     """QOperator form (QLinearConv/QLinearMatMul and com.microsoft QLinearAdd,
     QLinearGlobalAveragePool...): every quantized op must run as such, and agree with the QDQ
@@ -135,7 +167,8 @@ def check(kiln, work, model, timeout, formats=("qdq", "qoperator", "dynamic")):
         outs[tag] = np.load(os.path.join(od, "output_0.npy")).astype(np.float64)
         print(f"{model} {tag}: {ops}", flush=True)
     ref = np.load(os.path.join(d, "expected_0.npy" if bert else "expected.npy")).astype(np.float64)
-    fails = check_qoperator(kiln, d, model, inputs, extra_q, ref, timeout) if "qoperator" in formats else []
+    fails = check_external(kiln, d, model, qdq, inputs, outs["fused"], timeout)
+    fails += check_qoperator(kiln, d, model, inputs, extra_q, ref, timeout) if "qoperator" in formats else []
     if "dynamic" in formats:
         fails += check_dynamic(kiln, d, model, inputs, ref, timeout)
     diff = float(np.abs(outs["fused"] - outs["plain"]).max())
