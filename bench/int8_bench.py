@@ -3,7 +3,7 @@
 ONNX Runtime side by side (issue 15).
 
   /usr/bin/python3 bench/int8_bench.py --kiln build/kiln --work DIR [--threads 1,2]
-      [--models resnet18,mobilenet_v2,bert] [--formats qdq,qoperator,dynamic] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
+      [--models resnet18,mobilenet_v2,bert,bert_base] [--formats qdq,qoperator,dynamic] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
 
 Models: the float32 torchvision export with BatchNorm folded, and its QDQ form from
 tools/quantize.py (which Kiln compiles to QLinearConv); Kiln's int8 output is compared with
@@ -93,21 +93,27 @@ def input_args(onnx_path):
     return ["--input", "0=" + onnx_path[:-5] + ".npy"]
 
 
+# Encoders of tests/models/test_bert.py: `bert` the small one of the model tests; `bert_base`
+# BERT-base's width (hidden 768, 12 heads, FFN 3072) at sequence 128, 4 layers (each layer is
+# the same work, so the ratios are those of 12).
+BERTS = {"bert": dict(vocab=1000, hidden=128, layers=2, heads=4, seq=16, batch=2),
+         "bert_base": dict(vocab=30522, hidden=768, layers=4, heads=12, seq=128, batch=1)}
+
+
 def model_pair(kiln, model, d, fmt="qdq"):
     """float32 (BatchNorm folded) and int8 (tools/quantize.py --format `fmt`: qdq, qoperator or
     dynamic) files of a torchvision model (with input.npy), or of `bert`,
     tests/models/test_bert.py's encoder (batch 2, seq 16, hidden 128)."""
     md = os.path.join(d, model)
     feeds = []
-    if model == "bert":
+    if model in BERTS:
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "models"))
         import types
         import test_bert
         if not os.path.exists(os.path.join(md, "model.onnx")):
             os.makedirs(md, exist_ok=True)
-            test_bert.export(md, types.SimpleNamespace(vocab=1000, hidden=128, layers=2, heads=4, seq=16, batch=2,
-                                                       seed=0, opset=13, dynamic=False, max_pos=0, shapes="",
-                                                       ranges=""))
+            test_bert.export(md, types.SimpleNamespace(**BERTS[model], seed=0, opset=13, dynamic=False, max_pos=0,
+                                                       shapes="", ranges=""))
         feeds = [a for f in ("input_ids", "attention_mask") for a in ("--feed", f"{f}={os.path.join(md, f + '.npy')}")]
     elif not os.path.exists(os.path.join(md, "model.onnx")):
         run([sys.executable, EXPORT, "--model", model, "--out", md, "--fuse-bn"], f"export {model}")
@@ -115,7 +121,7 @@ def model_pair(kiln, model, d, fmt="qdq"):
     run([sys.executable, QUANTIZE, os.path.join(md, "model.onnx"), q, "--kiln", kiln, "--format", fmt]
         + feeds, f"quantize {model} {fmt}")
     paths = {"float32": os.path.join(md, "model.onnx"), "int8": q}
-    if model == "bert":
+    if model in BERTS:
         return paths
     for p in paths.values():
         if not os.path.exists(p[:-5] + ".npy"):
@@ -139,7 +145,7 @@ def main():
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--threads", type=int_list, default=[1, 2])
-    ap.add_argument("--models", default="resnet18,mobilenet_v2,bert")
+    ap.add_argument("--models", default="resnet18,mobilenet_v2,bert,bert_base")
     ap.add_argument("--formats", default="qdq,qoperator,dynamic",
                     help="tools/quantize.py forms of each model: qdq, qoperator, dynamic")
     ap.add_argument("--runs", type=int, default=50)

@@ -59,6 +59,17 @@ Result<std::unique_ptr<Kernel>> MakeRelu(const KernelInit& init) {
   return k;
 }
 
+// Branch-free (compare and blend: vectorizes); NaN fails both comparisons
+// and passes through, as ONNX's reference does. Bounds by value: a store
+// through y could otherwise alias them. x may be y (in place).
+template <typename T>
+void ClipRun(const T* x, T* y, std::int64_t n, T lo, T hi) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    y[i] = v < lo ? lo : (v > hi ? hi : v);
+  }
+}
+
 Result<std::unique_ptr<Kernel>> MakeClip(const KernelInit& init) {
   const std::int64_t n = NumElements(init.inputs[0].shape);
   const bool has_min = init.inputs.size() > 1 && init.inputs[1].present();
@@ -71,15 +82,7 @@ Result<std::unique_ptr<Kernel>> MakeClip(const KernelInit& init) {
       T* y = a.out_as<T>(0);
       const T lo = has_min ? a.in_as<T>(1)[0] : std::numeric_limits<T>::lowest();
       const T hi = has_max ? a.in_as<T>(2)[0] : std::numeric_limits<T>::max();
-      ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          T v = x[i];
-          if constexpr (std::is_floating_point_v<T>) {
-            if (std::isnan(v)) { y[i] = v; continue; }
-          }
-          y[i] = v < lo ? lo : (v > hi ? hi : v);
-        }
-      });
+      ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) { ClipRun(x + b, y + b, e - b, lo, hi); });
       return Status::Ok();
     });
     return Status::Ok();

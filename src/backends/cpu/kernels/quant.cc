@@ -10,6 +10,9 @@
 // the int32 sum (plus QLinearConv's int32 bias) by a_scale * b_scale /
 // y_scale in float, as ONNX Runtime does.
 #include <array>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <cfenv>
 #include <cstring>
 #include <cmath>
@@ -198,32 +201,45 @@ Result<std::unique_ptr<Kernel>> MakeDequantize(const KernelInit& init) {
   });
 }
 
+// min(0, min x) and max(0, max x), NaNs skipped (as scalar comparisons skip
+// them). SSE: minps/maxps return their second operand when either is NaN,
+// so the running values keep theirs; compilers do not vectorize a float
+// min reduction themselves (NaN and signed-zero rules).
+void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
+  std::int64_t i = 0;
+  float lo = 0.f, hi = 0.f;
+#if defined(__SSE2__)
+  __m128 l0 = _mm_setzero_ps(), l1 = l0, h0 = l0, h1 = l0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
+    l0 = _mm_min_ps(a, l0);
+    l1 = _mm_min_ps(b, l1);
+    h0 = _mm_max_ps(a, h0);
+    h1 = _mm_max_ps(b, h1);
+  }
+  alignas(16) float ls[4], hs[4];
+  _mm_store_ps(ls, _mm_min_ps(l0, l1));
+  _mm_store_ps(hs, _mm_max_ps(h0, h1));
+  for (int j = 0; j < 4; ++j) {
+    lo = ls[j] < lo ? ls[j] : lo;
+    hi = hs[j] > hi ? hs[j] : hi;
+  }
+#endif
+  for (; i < n; ++i) {
+    lo = x[i] < lo ? x[i] : lo;
+    hi = x[i] > hi ? x[i] : hi;
+  }
+  *mn = lo;
+  *mx = hi;
+}
+
 // ONNX DynamicQuantizeLinear: uint8, range [min(0, min x), max(0, max x)].
 Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
   const std::int64_t n = NumElements(init.inputs[0].shape);
   return MakeFn([n](const KernelArgs& a) {
     const float* x = a.in_as<float>(0);
-    // Min and max in 16 lanes (vectorizes: `v < m ? v : m` is minps);
-    // NaNs are skipped, as the scalar comparisons skip them.
-    constexpr int kLanes = 16;
-    float lo[kLanes] = {}, hi[kLanes] = {};
-    std::int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      for (int j = 0; j < kLanes; ++j) {
-        const float v = x[i + j];
-        lo[j] = v < lo[j] ? v : lo[j];
-        hi[j] = v > hi[j] ? v : hi[j];
-      }
-    }
-    for (; i < n; ++i) {
-      lo[0] = x[i] < lo[0] ? x[i] : lo[0];
-      hi[0] = x[i] > hi[0] ? x[i] : hi[0];
-    }
     float mn = 0.f, mx = 0.f;
-    for (int j = 0; j < kLanes; ++j) {
-      mn = lo[j] < mn ? lo[j] : mn;
-      mx = hi[j] > mx ? hi[j] : mx;
-    }
+    MinMaxWithZero(x, n, &mn, &mx);
     const float scale = (mx - mn) / 255.f;
     // All zeros: scale 0; every value (and the zero point) is 0.
     const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - mn / scale))) : 0.f;
@@ -913,11 +929,11 @@ inline std::uint8_t TableIndex(Q q) {
   return static_cast<std::uint8_t>(static_cast<int>(q) - std::numeric_limits<Q>::min());
 }
 
-// One contiguous row of QLinearAdd. Parameters by value and restrict
-// pointers: stores through a byte pointer could otherwise alias them, which
-// stops vectorization.
+// One contiguous row of QLinearAdd. Parameters by value: stores through a
+// byte pointer could otherwise alias them, which stops vectorization. out
+// may be x or y (in place).
 template <typename Q>
-void QAddRow(const Q* __restrict x, const Q* __restrict y, Q* __restrict out, std::int64_t n, float rx, float zx,
+void QAddRow(const Q* x, const Q* y, Q* out, std::int64_t n, float rx, float zx,
              float ry, float zy, QBounds b, float zo) {
   for (std::int64_t i = 0; i < n; ++i) {
     out[i] = RoundToQ<Q>(rx * (static_cast<float>(x[i]) - zx) + ry * (static_cast<float>(y[i]) - zy), b, zo);
