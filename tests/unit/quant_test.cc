@@ -495,7 +495,7 @@ TEST(FuseQdq, AddBeforeVersion7Stays) { CheckFuseAdd(0, 0, 6); }
 // activations whose zero point is a model input (DynamicQuantizeLinear
 // computes it), constant int8 weights (oneDNN's int8 primitive on VNNI
 // CPUs, the reference kernel elsewhere): int32 sums, exactly the integer
-// arithmetic done here.
+// arithmetic done here (sums below 2^24; larger ones further down).
 TEST(ConvInteger, RuntimeZeroPointExactSums) {
   std::mt19937 rng(11);
   const std::int64_t n = 2, c = 6, h = 9, w = 8, m = 10, k = 3, group = 2, pad = 1, stride = 2;
@@ -569,6 +569,60 @@ TEST(MatMulInteger, RuntimeZeroPointExactSums) {
         for (std::int64_t p = 0; p < k; ++p) acc += (a[i * k + p] - zp) * b[p * nn + j];
         ASSERT_EQ(out[i * nn + j], acc) << "zp " << int(zp) << " at " << i << "," << j;
       }
+  }
+}
+
+
+// Sums beyond 2^24 (where float32 no longer holds every integer) stay exact:
+// MatMulInteger A = 255, B = 127, K = 1023 (255 * 127 * 1023 = 33,129,855),
+// zero points 0 and 3; ConvInteger x = 255, w = 127, 59 channels, 3x3 (sum
+// 17,196,435), which oneDNN's float-stored s32 would round.
+TEST(MatMulInteger, SumsBeyondFloatPrecisionAreExact) {
+  const std::int64_t k = 1023, n = 5;
+  std::vector<std::uint8_t> a(3 * k, 255);
+  std::vector<std::int8_t> b(k * n, 127);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* av = g->AddValue("a", DType::kUInt8, {3, k});
+  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
+  g->inputs() = {av, zv};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {k, n}, b)), zv}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{3}}) {
+    std::vector<std::int32_t> out(3 * n);
+    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {3, k}}, {&zp, DType::kUInt8, {}}},
+                                  {{out.data(), DType::kInt32, {3, n}}}).ok());
+    for (std::int32_t v : out) EXPECT_EQ(v, (255 - zp) * 127 * 1023) << "zp " << int(zp);
+  }
+}
+
+// 256 channels, 3x3, x = 255, w = 127 but one 126: 255 * (127 * 2304 - 1)
+// = 74,614,785 with zero point 0 and 254 * (...) = 74,322,178 with 1, both
+// odd above 2^24. oneDNN's convolution stores s32 through float (it gave
+// 74,614,784 and 74,322,176 for this model before the exactness check).
+TEST(ConvInteger, SumsBeyondFloatPrecisionAreExact) {
+  const std::int64_t c = 256;
+  std::vector<std::uint8_t> x(c * 3 * 3, 255);
+  std::vector<std::int8_t> w(4 * c * 9, 127);
+  for (std::int64_t o = 0; o < 4; ++o) w[o * c * 9] = 126;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kUInt8, {1, c, 3, 3});
+  ir::Value* zv = g->AddValue("xzp", DType::kUInt8, {});
+  g->inputs() = {xv, zv};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("ConvInteger", "ci", {xv, g->AddConstant("w", Tensor(DType::kInt8, {4, c, 3, 3}, w)), zv}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{1}}) {
+    std::vector<std::int32_t> out(4);
+    ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {1, c, 3, 3}}, {&zp, DType::kUInt8, {}}},
+                                  {{out.data(), DType::kInt32, {1, 4, 1, 1}}}).ok());
+    for (std::int32_t v : out) EXPECT_EQ(v, (255 - zp) * (127 * 2304 - 1)) << "zp " << int(zp);
   }
 }
 

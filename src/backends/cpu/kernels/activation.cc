@@ -65,8 +65,8 @@ Result<std::unique_ptr<Kernel>> MakeRelu(const KernelInit& init) {
 template <typename T>
 void ClipRun(const T* x, T* y, std::int64_t n, T lo, T hi) {
   for (std::int64_t i = 0; i < n; ++i) {
-    const T v = x[i];
-    y[i] = v < lo ? lo : (v > hi ? hi : v);
+    const T v = x[i] < lo ? lo : x[i];
+    y[i] = v > hi ? hi : v;  // lo > hi: hi everywhere, as NumPy's clip
   }
 }
 

@@ -521,6 +521,24 @@ inline void ReadSrcZeroPoint(const KernelArgs& a, const ZeroPointInput& z, std::
   *out = z.type == DType::kUInt8 ? static_cast<std::int32_t>(*a.in_as<std::uint8_t>(z.index))
                                  : static_cast<std::int32_t>(*a.in_as<std::int8_t>(z.index));
 }
+// Whether 255 * sum_k |w[o, k]| <= 2^24 for every output channel o of
+// `rows` (the leading dim): then each int32 sum of 8-bit activations (and a
+// zero point's compensation) is exact in float32.
+bool SumsFitFloat(const HostTensor& w, bool u8w, std::int64_t rows) {
+  const std::int64_t n = NumElements(w.shape());
+  if (rows <= 0 || n % rows != 0) return false;
+  const std::int64_t per = n / rows;
+  for (std::int64_t o = 0; o < rows; ++o) {
+    std::int64_t sum = 0;
+    for (std::int64_t i = o * per; i < (o + 1) * per; ++i) {
+      const int v = u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
+      sum += v < 0 ? -v : v;
+    }
+    if (255 * sum > (std::int64_t{1} << 24)) return false;
+  }
+  return true;
+}
+
 // Whether the weights' zero point (input `i`, constant or absent = 0) lets
 // oneDNN's int8 weights hold w - zp exactly: 0 for int8, 128 for uint8
 // (shifted to int8 once when packed).
@@ -564,7 +582,8 @@ class DnnlQConvKernel : public Kernel {
     }
     const bool has_bias = !integer && init.inputs.size() > 8 && init.inputs[8].present();
     if (!w || (has_bias && !init.const_input(8))) return false;
-    const bool nhwc = init.node->GetInt(ops::kNhwcAttr, 0) != 0;
+    // ConvInteger is never channels-last (its inference ignores kiln.nhwc).
+    const bool nhwc = !integer && init.node->GetInt(ops::kNhwcAttr, 0) != 0;
     Shape x = init.inputs[0].shape;
     const Shape& ws = init.inputs[wi].shape;
     Shape y = init.outputs[0].shape;
@@ -576,6 +595,9 @@ class DnnlQConvKernel : public Kernel {
     const std::int64_t cout = ws[0], group = init.node->GetInt("group", 1);
     const bool u8w = w->dtype() == DType::kUInt8;
     if (!WeightZeroPointShiftable(init, integer ? 3 : 5, u8w)) return false;
+    // oneDNN's convolution stores an s32 result through float: exact only
+    // while every sum it forms stays within 2^24 (|x|, |x_zp| <= 255).
+    if (integer && !SumsFitFloat(*w, u8w, cout)) return false;
     std::vector<float> scales;
     if (!integer) {
       const float xs = init.const_input(1)->data_as<float>()[0], ys = init.const_input(6)->data_as<float>()[0];
@@ -747,12 +769,27 @@ class DnnlQMatMulKernel : public Kernel {
       src_zp_ = at == dt::u8 ? init.const_input(2)->data_as<std::uint8_t>()[0] : init.const_input(2)->data_as<std::int8_t>()[0];
       dst_zp_ = yt == dt::u8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
     }
+    if (integer) {
+      // No zero point in the primitive (its s32 result then stays integer):
+      // sum (a - zp) b = sum a b - zp * colsum[n], corrected after it, in
+      // int32. Column sums of the int8 weights, exact.
+      colsum_.assign(static_cast<std::size_t>(n), 0);
+      for (std::int64_t p = 0; p < k; ++p) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::int64_t i = p * n + j;
+          colsum_[j] += u8w ? static_cast<int>(b->data_as<std::uint8_t>()[i]) - 128 : b->data_as<std::int8_t>()[i];
+        }
+      }
+      rows_ = rows;
+    }
     bool ok = false;
     Status st = DnnlCall(integer ? "MatMulInteger" : "QLinearMatMul", [&] {
       dnnl::primitive_attr attr;
-      if (!integer) attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
-      attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-      if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (!integer) {
+        attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+        attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+        attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      }
       attr = UserScratchpad(attr);
       const dnnl::memory::desc a_md = PlainDesc({rows, k}, at), y_md = PlainDesc({rows, n}, yt);
       dnnl::matmul::desc d(a_md, dnnl::memory::desc({k, n}, dt::s8, dnnl::memory::format_tag::any), y_md);
@@ -779,9 +816,11 @@ class DnnlQMatMulKernel : public Kernel {
       src_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &src_zp_);
       dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
-               {DNNL_ARG_SCRATCHPAD, scratch_.mem},
-               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_}};
-      if (!integer) args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
+               {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
+      if (!integer) {
+        args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = src_zp_mem_;
+        args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
+      }
       ok = true;
     });
     if (!st.ok()) return false;
@@ -795,6 +834,16 @@ class DnnlQMatMulKernel : public Kernel {
     scratch_.Bind(a.ctx);
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
+    if (!colsum_.empty() && src_zp_ != 0) {  // MatMulInteger: minus zp * colsum, wrapping as int32 does
+      auto* y = static_cast<std::uint32_t*>(a.out(0));
+      const auto n = static_cast<std::int64_t>(colsum_.size());
+      const std::int64_t zp = src_zp_;
+      ParallelFor(rows_, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+          for (std::int64_t j = 0; j < n; ++j) y[r * n + j] -= static_cast<std::uint32_t>(zp * colsum_[j]);
+        }
+      });
+    }
     return Status::Ok();
   }
   std::size_t workspace_bytes() const override { return scratch_.bytes; }
@@ -805,6 +854,8 @@ class DnnlQMatMulKernel : public Kernel {
   std::shared_ptr<dnnl::memory> packed_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
   ZeroPointInput src_zp_in_;
+  std::vector<std::int64_t> colsum_;  // MatMulInteger only
+  std::int64_t rows_ = 0;
   std::unordered_map<int, dnnl::memory> args_;
   Scratchpad scratch_;
 };
