@@ -44,6 +44,32 @@ inline Result<std::int64_t> DimFromDouble(const InferContext& c, double v, std::
   return static_cast<std::int64_t>(v);
 }
 
+// Concat's shape rule (Concat, QLinearConcat): merges input `i`'s shape
+// `xi` into `out`, which starts as input `first`'s shape `x0`: the same rank,
+// equal dims off `axis`, summed (checked) on it, -1 (unknown) where either
+// is. Errors name input i and input `first`.
+inline Status MergeConcatShape(const InferContext& c, int i, int first, const Shape& x0, const Shape& xi, int axis,
+                               Shape* out) {
+  if (xi.size() != x0.size()) {
+    return c.Fail("input ", i, " has rank ", xi.size(), ", input ", first, " has rank ", x0.size(), " (they must match)");
+  }
+  for (std::size_t d = 0; d < xi.size(); ++d) {
+    if (static_cast<int>(d) == axis) {
+      if ((*out)[d] < 0 || xi[d] < 0) {
+        (*out)[d] = -1;
+      } else {
+        KILN_ASSIGN_OR_RETURN((*out)[d], AddDims(c, (*out)[d], xi[d], StrCat("the concatenated axis ", axis)));
+      }
+    } else if (xi[d] >= 0 && x0[d] >= 0 && xi[d] != x0[d]) {
+      return c.Fail("input ", i, " has shape ", ShapeToString(xi), ", incompatible with input ", first, "'s ",
+                    ShapeToString(x0), " outside axis ", axis);
+    } else if ((*out)[d] < 0) {
+      (*out)[d] = xi[d];
+    }
+  }
+  return Status::Ok();
+}
+
 // Output 0 = input 0's type and shape.
 inline Status InferSameAsInput(InferContext& c) {
   c.SetOutput(0, c.in_dtype(0), c.in_shape(0));

@@ -285,23 +285,7 @@ Status InferQLinearConcat(InferContext& c) {
       return c.Fail("input ", i, " has type ", DTypeName(c.in_dtype(i)), " but input 2 has ", DTypeName(c.in_dtype(2)),
                     " (they must match)");
     }
-    if (i == 2) continue;
-    const Shape& xi = c.in_shape(i);
-    if (xi.size() != x0.size()) return c.Fail("input ", i, " has rank ", xi.size(), ", input 2 has rank ", x0.size());
-    for (std::size_t d = 0; d < xi.size(); ++d) {
-      if (static_cast<int>(d) == axis) {
-        if (out[d] < 0 || xi[d] < 0) {
-          out[d] = -1;
-        } else {
-          KILN_ASSIGN_OR_RETURN(out[d], AddDims(c, out[d], xi[d], StrCat("the concatenated axis ", axis)));
-        }
-      } else if (xi[d] >= 0 && x0[d] >= 0 && xi[d] != x0[d]) {
-        return c.Fail("input ", i, " has shape ", ShapeToString(xi), ", incompatible with input 2's ",
-                      ShapeToString(x0), " outside axis ", axis);
-      } else if (out[d] < 0) {
-        out[d] = xi[d];
-      }
-    }
+    if (i != 2) KILN_RETURN_IF_ERROR(MergeConcatShape(c, i, 2, x0, c.in_shape(i), axis, &out));
   }
   c.SetOutput(0, c.in_dtype(2), out);
   return Status::Ok();

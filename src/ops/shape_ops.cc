@@ -238,24 +238,7 @@ Status InferConcat(InferContext& c) {
   Shape out = x0;
   for (int i = 1; i < c.num_inputs(); ++i) {
     if (!c.has_input(i)) return c.Fail("input ", i, " is missing");
-    const Shape& xi = c.in_shape(i);
-    if (xi.size() != x0.size()) {
-      return c.Fail("input ", i, " has rank ", xi.size(), ", input 0 has rank ", x0.size(), " (they must match)");
-    }
-    for (std::size_t d = 0; d < xi.size(); ++d) {
-      if (static_cast<int>(d) == axis) {
-        if (out[d] < 0 || xi[d] < 0) {
-          out[d] = -1;
-        } else {
-          KILN_ASSIGN_OR_RETURN(out[d], AddDims(c, out[d], xi[d], StrCat("the concatenated axis ", axis)));
-        }
-      } else if (xi[d] >= 0 && x0[d] >= 0 && xi[d] != x0[d]) {
-        return c.Fail("input ", i, " has shape ", ShapeToString(xi), ", incompatible with input 0's ",
-                      ShapeToString(x0), " outside axis ", axis);
-      } else if (out[d] < 0) {
-        out[d] = xi[d];
-      }
-    }
+    KILN_RETURN_IF_ERROR(MergeConcatShape(c, i, 0, x0, c.in_shape(i), axis, &out));
   }
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();

@@ -95,6 +95,26 @@ ir::Value* ZeroPoint(ir::Graph& g, const std::string& name, DType t, const Shape
   return g.AddConstant(name, z);
 }
 
+// A matched DequantizeLinear's zero point, or a zero constant of its type
+// and its scale's shape when it has none (the QLinear ops name one).
+ir::Value* ZeroPointOf(ir::Graph& g, const Dq& d, const std::string& name) {
+  return d.zp ? d.zp : ZeroPoint(g, name, d.type, d.scale->shape());
+}
+
+// Replaces q (and act, and the float op) with one node `op` computing q's
+// output from two matched operands: a, a_scale, a_zp, b, b_scale, b_zp,
+// y_scale, y_zp (QLinearMatMul's and QLinearAdd's input order).
+void ReplaceWithQLinear(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* op, const Dq& a, const Dq& b,
+                        const std::string& base, const char* type, const std::string& domain, int version) {
+  std::vector<ir::Value*> ins = {a.x, a.scale, ZeroPointOf(g, a, base + "_a_zero_point"),
+                                 b.x, b.scale, ZeroPointOf(g, b, base + "_b_zero_point"), q->input(1), q->input(2)};
+  ir::Value* out = q->output(0);
+  g.RemoveNode(q);
+  if (act) g.RemoveNode(act);
+  g.AddNode(type, g.UniqueName(base + "_int8"), ins, {out}, domain)->set_since_version(version);
+  g.RemoveNode(op);
+}
+
 // DequantizeLinear(a_q) -> MatMul(., DequantizeLinear(w_q)) -> [act] -> q:
 // QLinearMatMul, for constant 2-D weights [K, N] quantized per tensor or per
 // column (axis 1).
@@ -104,16 +124,7 @@ bool FuseMatMul(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* mm) {
   if (!MatchDq(mm->input(1), INT64_MAX, &w, 1) || !IsConst(w.x) || !IsInt8(w.type)) return false;
   const Shape& ws = w.x->shape();
   if (ws.size() != 2 || (Count(w.scale) != 1 && Count(w.scale) != ws[1])) return false;
-  const std::string base = mm->name().empty() ? "qmatmul" : mm->name();
-  ir::Value* azp = a.zp ? a.zp : ZeroPoint(g, base + "_a_zero_point", a.type, a.scale->shape());
-  ir::Value* wzp = w.zp ? w.zp : ZeroPoint(g, base + "_b_zero_point", w.type, w.scale->shape());
-  std::vector<ir::Value*> ins = {a.x, a.scale, azp, w.x, w.scale, wzp, q->input(1), q->input(2)};
-  ir::Value* out = q->output(0);
-  g.RemoveNode(q);
-  if (act) g.RemoveNode(act);
-  ir::Node* qm = g.AddNode("QLinearMatMul", g.UniqueName(base + "_int8"), ins, {out});
-  qm->set_since_version(10);
-  g.RemoveNode(mm);
+  ReplaceWithQLinear(g, q, act, mm, a, w, mm->name().empty() ? "qmatmul" : mm->name(), "QLinearMatMul", "", 10);
   return true;
 }
 
@@ -127,15 +138,8 @@ bool FuseAdd(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* add, bool has_k
   if (!MatchDq(add->input(0), 1, &a) || !MatchDq(add->input(1), 1, &b)) return false;
   const DType t = q->input(2)->dtype();
   if (!IsInt8(a.type) || a.type != t || b.type != t) return false;
-  const std::string base = add->name().empty() ? "qadd" : add->name();
-  ir::Value* azp = a.zp ? a.zp : ZeroPoint(g, base + "_a_zero_point", a.type, a.scale->shape());
-  ir::Value* bzp = b.zp ? b.zp : ZeroPoint(g, base + "_b_zero_point", b.type, b.scale->shape());
-  std::vector<ir::Value*> ins = {a.x, a.scale, azp, b.x, b.scale, bzp, q->input(1), q->input(2)};
-  ir::Value* out = q->output(0);
-  g.RemoveNode(q);
-  if (act) g.RemoveNode(act);
-  g.AddNode("QLinearAdd", g.UniqueName(base + "_int8"), ins, {out}, ops::kMicrosoftDomain)->set_since_version(1);
-  g.RemoveNode(add);
+  ReplaceWithQLinear(g, q, act, add, a, b, add->name().empty() ? "qadd" : add->name(), "QLinearAdd",
+                     ops::kMicrosoftDomain, 1);
   return true;
 }
 
@@ -212,8 +216,8 @@ bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel) {
     bias = b.x;
   }
   const std::string base = conv->name().empty() ? "qconv" : conv->name();
-  ir::Value* xzp = x.zp ? x.zp : ZeroPoint(g, base + "_x_zero_point", x.type, x.scale->shape());
-  ir::Value* wzp = w.zp ? w.zp : ZeroPoint(g, base + "_w_zero_point", w.type, w.scale->shape());
+  ir::Value* xzp = ZeroPointOf(g, x, base + "_x_zero_point");
+  ir::Value* wzp = ZeroPointOf(g, w, base + "_w_zero_point");
   std::vector<ir::Value*> ins = {x.x, x.scale, xzp, w.x, w.scale, wzp, ys, yzp};
   if (bias) ins.push_back(bias);
   ir::Value* out = q->output(0);

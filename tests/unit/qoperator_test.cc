@@ -12,6 +12,7 @@
 
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
+#include "node_runner.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -19,12 +20,7 @@ namespace {
 
 using test::CompileAndLoad;
 
-template <typename T>
-HostTensorPtr Tensor(DType dt, Shape s, const std::vector<T>& v) {
-  auto t = std::make_shared<HostTensor>(dt, std::move(s));
-  std::memcpy(t->mutable_data(), v.data(), v.size() * sizeof(T));
-  return t;
-}
+using test::Tensor;
 
 // Quantization parameters of one tensor; zp < -1000: the zero point input is absent.
 struct QP {

@@ -8,6 +8,7 @@
 
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
+#include "node_runner.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -15,12 +16,7 @@ namespace {
 
 using test::CompileAndLoad;
 
-template <typename T>
-HostTensorPtr Tensor(DType dt, Shape s, const std::vector<T>& v) {
-  auto t = std::make_shared<HostTensor>(dt, std::move(s));
-  std::memcpy(t->mutable_data(), v.data(), v.size() * sizeof(T));
-  return t;
-}
+using test::Tensor;
 
 struct QConvCase {
   std::int64_t n = 1, cin = 8, h = 7, w = 7, cout = 16, k = 3, group = 1, pad = 1, stride = 1;
