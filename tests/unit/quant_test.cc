@@ -23,6 +23,8 @@ struct QConvCase {
   bool u8_weights = false;     // uint8 weights (zero point 128) instead of int8 (zero point 0)
   bool per_channel = true;
   bool weights_as_input = false;  // the reference kernel instead of oneDNN's
+  int wmax = 127;                 // weights in [-wmax, wmax]; 64: exact on oneDNN without VNNI too
+  bool int8_act = false;          // int8 activations and output (zero points -7 / 5) instead of uint8
 };
 
 // y = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - xzp)(w - wzp) + B)) + yzp), uint8.
@@ -36,7 +38,7 @@ void CheckQLinearConv(const QConvCase& q) {
   std::vector<std::int8_t> w8(wn);
   std::vector<std::uint8_t> wu(wn);
   for (std::size_t i = 0; i < wn; ++i) {
-    const int v = static_cast<int>(rng() % 255) - 127;
+    const int v = static_cast<int>(rng() % (2 * q.wmax + 1)) - q.wmax;
     w8[i] = static_cast<std::int8_t>(v);
     wu[i] = static_cast<std::uint8_t>(v + 128);
   }
@@ -45,11 +47,18 @@ void CheckQLinearConv(const QConvCase& q) {
   std::vector<std::int32_t> bias(q.cout);
   for (auto& b : bias) b = static_cast<std::int32_t>(rng() % 2001) - 1000;
   const float xs = 0.02f, ys = 0.05f;
-  const std::uint8_t xzp = 120, yzp = 100;
+  const int xzp = q.int8_act ? -7 : 120, yzp = q.int8_act ? 5 : 100;
   const int wzp = q.u8_weights ? 128 : 0;
+  const DType at = q.int8_act ? DType::kInt8 : DType::kUInt8;
+  // x's bytes as the activation type's values.
+  auto xval = [&](std::size_t i) { return q.int8_act ? static_cast<int>(static_cast<std::int8_t>(x[i])) : static_cast<int>(x[i]); };
+  auto zp_tensor = [&](int v) {
+    return q.int8_act ? Tensor(DType::kInt8, {}, std::vector<std::int8_t>{static_cast<std::int8_t>(v)})
+                      : Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{static_cast<std::uint8_t>(v)});
+  };
 
   auto g = std::make_unique<ir::Graph>();
-  ir::Value* xv = g->AddValue("x", DType::kUInt8, {q.n, q.cin, q.h, q.w});
+  ir::Value* xv = g->AddValue("x", at, {q.n, q.cin, q.h, q.w});
   g->inputs().push_back(xv);
   ir::Value* wv;
   const Shape wshape = {q.cout, cg, q.k, q.k};
@@ -66,10 +75,10 @@ void CheckQLinearConv(const QConvCase& q) {
   ir::Node* n = g->AddNode(
       "QLinearConv", "qconv",
       {xv, g->AddConstant("xs", Tensor(DType::kFloat32, {}, std::vector<float>{xs})),
-       g->AddConstant("xzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{xzp})), wv,
+       g->AddConstant("xzp", zp_tensor(xzp)), wv,
        g->AddConstant("ws", Tensor(DType::kFloat32, q.per_channel ? Shape{q.cout} : Shape{}, wscale)), wzpv,
        g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{ys})),
-       g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{yzp})),
+       g->AddConstant("yzp", zp_tensor(yzp)),
        g->AddConstant("b", Tensor(DType::kInt32, {q.cout}, bias))},
       {y});
   n->SetAttr("pads", ir::Attribute::Ints({q.pad, q.pad, q.pad, q.pad}));
@@ -81,11 +90,11 @@ void CheckQLinearConv(const QConvCase& q) {
   auto model = CompileAndLoad(std::move(g), dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   std::vector<std::uint8_t> out(q.n * q.cout * oh * ow);
-  std::vector<TensorRef> ins = {{x.data(), DType::kUInt8, {q.n, q.cin, q.h, q.w}}};
+  std::vector<TensorRef> ins = {{x.data(), at, {q.n, q.cin, q.h, q.w}}};
   if (q.weights_as_input) {
     ins.push_back(q.u8_weights ? TensorRef{wu.data(), DType::kUInt8, wshape} : TensorRef{w8.data(), DType::kInt8, wshape});
   }
-  ASSERT_TRUE((*model)->Execute(ins, {{out.data(), DType::kUInt8, {q.n, q.cout, oh, ow}}}).ok());
+  ASSERT_TRUE((*model)->Execute(ins, {{out.data(), at, {q.n, q.cout, oh, ow}}}).ok());
   int exact = 0, total = 0;
   for (std::int64_t b = 0; b < q.n; ++b)
     for (std::int64_t oc = 0; oc < q.cout; ++oc)
@@ -98,14 +107,15 @@ void CheckQLinearConv(const QConvCase& q) {
               for (std::int64_t kj = 0; kj < q.k; ++kj) {
                 const std::int64_t r = i * q.stride - q.pad + ki, s = j * q.stride - q.pad + kj;
                 if (r < 0 || r >= q.h || s < 0 || s >= q.w) continue;
-                const int xv8 = x[((b * q.cin + gi * cg + c) * q.h + r) * q.w + s];
+                const int xv8 = xval(((b * q.cin + gi * cg + c) * q.h + r) * q.w + s);
                 const std::size_t wi = ((oc * cg + c) * q.k + ki) * q.k + kj;
                 const int wv8 = q.u8_weights ? wu[wi] : w8[wi];
                 acc += static_cast<double>(xv8 - xzp) * (wv8 - wzp);
               }
           const double scale = static_cast<double>(xs) * wscale[q.per_channel ? oc : 0] / ys;
-          const double want = std::clamp(std::nearbyint(acc * scale) + yzp, 0.0, 255.0);
-          const int got = out[((b * q.cout + oc) * oh + i) * ow + j];
+          const double want = std::clamp(std::nearbyint(acc * scale) + yzp, q.int8_act ? -128.0 : 0.0, q.int8_act ? 127.0 : 255.0);
+          const std::uint8_t byte = out[((b * q.cout + oc) * oh + i) * ow + j];
+          const int got = q.int8_act ? static_cast<std::int8_t>(byte) : byte;
           ASSERT_LE(std::fabs(got - want), 1.0) << "at oc " << oc << " (" << i << "," << j << "): got " << got
                                                 << ", want " << want << " (acc " << acc << ")";
           exact += got == want;
@@ -120,6 +130,25 @@ TEST(QLinearConv, Uint8WeightsZeroPoint128PerTensorOnOneDnn) {
   QConvCase q;
   q.u8_weights = true;
   q.per_channel = false;
+  CheckQLinearConv(q);
+}
+// 7-bit weights (ONNX Runtime's reduce_range): oneDNN on every AVX2 CPU.
+TEST(QLinearConv, SevenBitWeightsOnOneDnnWithoutVnni) {
+  QConvCase q;
+  q.wmax = 64;
+  q.cin = 64;
+  CheckQLinearConv(q);
+  q.u8_weights = true;
+  q.per_channel = false;
+  CheckQLinearConv(q);
+}
+TEST(QLinearConv, Int8ActivationsAndOutput) {
+  QConvCase q;
+  q.int8_act = true;
+  CheckQLinearConv(q);
+  q.u8_weights = true;
+  q.per_channel = false;
+  q.wmax = 64;
   CheckQLinearConv(q);
 }
 TEST(QLinearConv, DepthwiseStride2OnOneDnn) {
@@ -320,7 +349,7 @@ TEST(MatMulInteger, EmptyBatchBroadcastWritesNothing) {
 // QLinearMatMul, A [2, 5, K] uint8 x B [K, N] constant int8 per-column
 // scales (oneDNN's int8 matmul) or B a model input (reference kernel), vs a
 // double reference: y = saturate(round(as * bs[n] / ys * sum (a - azp) b) + yzp).
-void CheckQLinearMatMul(bool b_as_input, bool u8_weights) {
+void CheckQLinearMatMul(bool b_as_input, bool u8_weights, int wmax = 127) {
   std::mt19937 rng(99);
   const std::int64_t k = 37, n = 19;
   std::vector<std::uint8_t> a(2 * 5 * k);
@@ -328,7 +357,7 @@ void CheckQLinearMatMul(bool b_as_input, bool u8_weights) {
   std::vector<std::int8_t> b8(k * n);
   std::vector<std::uint8_t> bu(k * n);
   for (std::size_t i = 0; i < b8.size(); ++i) {
-    const int v = static_cast<int>(rng() % 255) - 127;
+    const int v = static_cast<int>(rng() % (2 * wmax + 1)) - wmax;
     b8[i] = static_cast<std::int8_t>(v);
     bu[i] = static_cast<std::uint8_t>(v + 128);
   }
@@ -379,6 +408,10 @@ void CheckQLinearMatMul(bool b_as_input, bool u8_weights) {
 
 TEST(QLinearMatMul, ConstantInt8WeightsOnOneDnn) { CheckQLinearMatMul(false, false); }
 TEST(QLinearMatMul, ConstantUint8WeightsZeroPoint128OnOneDnn) { CheckQLinearMatMul(false, true); }
+TEST(QLinearMatMul, SevenBitWeightsOnOneDnnWithoutVnni) {
+  CheckQLinearMatMul(false, false, 64);
+  CheckQLinearMatMul(false, true, 64);
+}
 TEST(QLinearMatMul, ReferenceKernelWhenWeightsAreAnInput) { CheckQLinearMatMul(true, false); }
 
 // DequantizeLinear(a) -> MatMul(., DequantizeLinear(w, per column)) -> QuantizeLinear
@@ -597,8 +630,9 @@ TEST(MatMulInteger, SumsBeyondFloatPrecisionAreExact) {
 
 // 256 channels, 3x3, x = 255, w = 127 but one 126: 255 * (127 * 2304 - 1)
 // = 74,614,785 with zero point 0 and 254 * (...) = 74,322,178 with 1, both
-// odd above 2^24. oneDNN's convolution stores s32 through float (it gave
-// 74,614,784 and 74,322,176 for this model before the exactness check).
+// odd above 2^24. oneDNN's convolution with a zero point stores s32 through
+// float (it gave 74,614,784 and 74,322,176 for this model when the zero
+// point was the primitive's).
 TEST(ConvInteger, SumsBeyondFloatPrecisionAreExact) {
   const std::int64_t c = 256;
   std::vector<std::uint8_t> x(c * 3 * 3, 255);
@@ -619,6 +653,89 @@ TEST(ConvInteger, SumsBeyondFloatPrecisionAreExact) {
     ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {1, c, 3, 3}}, {&zp, DType::kUInt8, {}}},
                                   {{out.data(), DType::kInt32, {1, 4, 1, 1}}}).ok());
     for (std::int32_t v : out) EXPECT_EQ(v, (255 - zp) * (127 * 2304 - 1)) << "zp " << int(zp);
+  }
+}
+
+// 7-bit weights at the edge of int16 pairs (255 * 64 * 2 = 32640), where
+// oneDNN runs on CPUs without VNNI too: channel 0 all 64 but one 63, channel
+// 1 the negation (sums 255 * 147,455 = 37,601,025: odd, above 2^24),
+// channels 2 and 3 +-64/+-63 at random; x mostly 255; padding 1 (the
+// zero point frames the input) and runtime zero points 0, 1 and 200, each
+// against the integer sums computed here.
+TEST(ConvInteger, SevenBitWeightsEdgeOfPairsAndPaddingAreExact) {
+  const std::int64_t c = 256, h = 4, w = 5, m = 4, pad = 1, oh = h, ow = w;
+  std::mt19937 rng(5);
+  std::vector<std::uint8_t> x(c * h * w);
+  for (auto& v : x) v = rng() % 8 == 0 ? static_cast<std::uint8_t>(rng() % 256) : 255;
+  std::vector<std::int8_t> wt(m * c * 9);
+  for (std::int64_t o = 0; o < m; ++o)
+    for (std::int64_t i = 0; i < c * 9; ++i) {
+      const int mag = rng() % 4 == 0 ? 63 : 64;
+      const int v = o == 0 ? (i == 0 ? 63 : 64) : o == 1 ? (i == 0 ? -63 : -64) : (rng() % 2 ? mag : -mag);
+      wt[o * c * 9 + i] = static_cast<std::int8_t>(v);
+    }
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kUInt8, {1, c, h, w});
+  ir::Value* zv = g->AddValue("xzp", DType::kUInt8, {});
+  g->inputs() = {xv, zv};
+  ir::Value* y = g->AddValue("y");
+  ir::Node* node = g->AddNode("ConvInteger", "ci", {xv, g->AddConstant("w", Tensor(DType::kInt8, {m, c, 3, 3}, wt)), zv}, {y});
+  node->SetAttr("pads", ir::Attribute::Ints({pad, pad, pad, pad}));
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{200}}) {
+    std::vector<std::int32_t> out(m * oh * ow, -1);
+    ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {1, c, h, w}}, {&zp, DType::kUInt8, {}}},
+                                  {{out.data(), DType::kInt32, {1, m, oh, ow}}}).ok());
+    for (std::int64_t oc = 0; oc < m; ++oc)
+      for (std::int64_t i = 0; i < oh; ++i)
+        for (std::int64_t j = 0; j < ow; ++j) {
+          std::int64_t acc = 0;
+          for (std::int64_t ci = 0; ci < c; ++ci)
+            for (std::int64_t ki = 0; ki < 3; ++ki)
+              for (std::int64_t kj = 0; kj < 3; ++kj) {
+                const std::int64_t r = i - pad + ki, q = j - pad + kj;
+                if (r < 0 || r >= h || q < 0 || q >= w) continue;
+                acc += (x[(ci * h + r) * w + q] - zp) * wt[((oc * c + ci) * 3 + ki) * 3 + kj];
+              }
+          ASSERT_EQ(out[(oc * oh + i) * ow + j], acc) << "zp " << int(zp) << " at " << oc << "," << i << "," << j;
+        }
+  }
+}
+
+// MatMulInteger the same way: K = 2049, B columns all 64 (one 63), all -64,
+// and +-64 at random; A mostly 255; zero points 0 and 3.
+TEST(MatMulInteger, SevenBitWeightsEdgeOfPairsAreExact) {
+  const std::int64_t rows = 3, k = 2049, n = 4;
+  std::mt19937 rng(6);
+  std::vector<std::uint8_t> a(rows * k);
+  for (auto& v : a) v = rng() % 8 == 0 ? static_cast<std::uint8_t>(rng() % 256) : 255;
+  std::vector<std::int8_t> b(k * n);
+  for (std::int64_t p = 0; p < k; ++p)
+    for (std::int64_t j = 0; j < n; ++j)
+      b[p * n + j] = static_cast<std::int8_t>(j == 0 ? (p == 0 ? 63 : 64) : j == 1 ? -64 : (rng() % 2 ? 64 : -64));
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* av = g->AddValue("a", DType::kUInt8, {rows, k});
+  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
+  g->inputs() = {av, zv};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {k, n}, b)), zv}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{3}}) {
+    std::vector<std::int32_t> out(rows * n, -1);
+    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {rows, k}}, {&zp, DType::kUInt8, {}}},
+                                  {{out.data(), DType::kInt32, {rows, n}}}).ok());
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        std::int64_t acc = 0;
+        for (std::int64_t p = 0; p < k; ++p) acc += (a[i * k + p] - zp) * b[p * n + j];
+        ASSERT_EQ(out[i * n + j], acc) << "zp " << int(zp) << " at " << i << "," << j;
+      }
   }
 }
 

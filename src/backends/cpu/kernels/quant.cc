@@ -17,6 +17,7 @@
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
@@ -490,9 +491,13 @@ class QConvKernel : public Kernel {
   Param x_scale_, x_zp_, w_scale_, w_zp_, y_scale_, y_zp_, bias_;
 };
 
-// oneDNN's int8 kernels are exact only with VNNI (or AMX): without it they
-// multiply uint8 x int8 pairs through saturating int16 sums (vpmaddubsw).
-// Elsewhere the exact reference kernels run.
+// oneDNN's int8 kernels are exact for any weights only with VNNI (or AMX).
+// Without it (AVX2, AVX-512 without VNNI) they multiply uint8 x int8 in
+// adjacent pairs summed into saturating int16 (vpmaddubsw): exact when no
+// pair can leave int16, i.e. 255 * 64 * 2 = 32640 <= 32767 for weights
+// within [-64, 64] (7-bit weights, as ONNX Runtime's quantizer writes with
+// reduce_range) and uint8 activations (int8 ones make oneDNN halve the
+// weights there).
 bool ExactInt8Isa() {
   static const bool ok = [] {
     const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
@@ -500,6 +505,19 @@ bool ExactInt8Isa() {
            isa == dnnl::cpu_isa::avx512_core_amx || isa == dnnl::cpu_isa::avx2_vnni;
   }();
   return ok;
+}
+bool Int8PairsExact(const HostTensor& w, bool u8w, DType x_type) {
+  if (ExactInt8Isa()) return true;
+  // dnnl's ISA values are bit sets: every ISA from AVX2 up holds AVX2's bits.
+  static const bool has_int8 =
+      (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
+  if (!has_int8 || x_type != DType::kUInt8) return false;
+  const std::int64_t n = NumElements(w.shape());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const int v = u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
+    if (v < -64 || v > 64) return false;
+  }
+  return true;
 }
 
 // ConvInteger / MatMulInteger's activation zero point (input 2): absent (0)
@@ -554,6 +572,79 @@ bool WeightZeroPointShiftable(const KernelInit& init, int i, bool u8w) {
   return true;
 }
 
+// The float32 route of QLinearConv / QLinearMatMul (CPUs where oneDNN's
+// int8 is not exact for these weights): x - x_zp as float32 (exact), and
+// after the float32 primitive (weights w - w_zp, bias as float) each sum
+// requantised with its channel's scale. Products of 8-bit values are exact
+// in float32; sums past 2^24 round there, far below one output step.
+// Sixteen at a time in SSE2: int8 read as uint8 x ^ 0x80 = x + 128.
+template <typename Q>
+void CenterToFloat(const Q* x, float* y, std::int64_t n, float zp) {
+  constexpr bool kSigned = std::is_same_v<Q, std::int8_t>;
+  const __m128 z = _mm_set1_ps(kSigned ? zp + 128.f : zp);
+  const __m128i flip = _mm_set1_epi8(kSigned ? static_cast<char>(0x80) : 0), zero = _mm_setzero_si128();
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i b = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)), flip);
+    const __m128i lo = _mm_unpacklo_epi8(b, zero), hi = _mm_unpackhi_epi8(b, zero);
+    _mm_storeu_ps(y + i, _mm_sub_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, zero)), z));
+    _mm_storeu_ps(y + i + 4, _mm_sub_ps(_mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, zero)), z));
+    _mm_storeu_ps(y + i + 8, _mm_sub_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, zero)), z));
+    _mm_storeu_ps(y + i + 12, _mm_sub_ps(_mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, zero)), z));
+  }
+  for (; i < n; ++i) y[i] = static_cast<float>(x[i]) - zp;
+}
+void CenterToFloat(DType t, const void* x, float* y, std::int64_t n, float zp) {
+  ParallelFor(n, 16384, [&](std::int64_t b, std::int64_t e) {
+    if (t == DType::kUInt8) CenterToFloat(static_cast<const std::uint8_t*>(x) + b, y + b, e - b, zp);
+    else CenterToFloat(static_cast<const std::int8_t*>(x) + b, y + b, e - b, zp);
+  });
+}
+// acc [outer, channels, inner] (inner = 1 for channels-last) -> saturate(
+// round(acc * scales[c]) + zp); one scale for all when scales has one value.
+// o[i] = saturate(round_even(a[i] * scale) + zp), scale sc[i] (per element)
+// or s; eight at a time in SSE2 (its float->int conversion rounds to even,
+// as RoundToQ does; values are clamped first, so the packs never saturate).
+template <typename Q>
+void RequantRun(const float* a, const float* sc, float s, Q* o, std::int64_t n, QBounds b, float zp) {
+  const __m128 lo = _mm_set1_ps(b.lo), hi = _mm_set1_ps(b.hi), sv = _mm_set1_ps(s);
+  const __m128i z = _mm_set1_epi32(static_cast<int>(zp));
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128 v0 = _mm_mul_ps(_mm_loadu_ps(a + i), sc ? _mm_loadu_ps(sc + i) : sv);
+    __m128 v1 = _mm_mul_ps(_mm_loadu_ps(a + i + 4), sc ? _mm_loadu_ps(sc + i + 4) : sv);
+    v0 = _mm_min_ps(_mm_max_ps(v0, lo), hi);
+    v1 = _mm_min_ps(_mm_max_ps(v1, lo), hi);
+    const __m128i w = _mm_packs_epi32(_mm_add_epi32(_mm_cvtps_epi32(v0), z), _mm_add_epi32(_mm_cvtps_epi32(v1), z));
+    const __m128i q = std::is_same_v<Q, std::uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o + i), q);
+  }
+  for (; i < n; ++i) o[i] = RoundToQ<Q>(a[i] * (sc ? sc[i] : s), b, zp);
+}
+template <typename Q>
+void RequantizeRows(const float* acc, Q* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                    const std::vector<float>& scales, float zp) {
+  const QBounds b = Bounds<Q>(zp);
+  if (scales.size() == 1) {
+    ParallelFor(outer * channels * inner, 16384, [&](std::int64_t i0, std::int64_t i1) {
+      RequantRun(acc + i0, nullptr, scales[0], y + i0, i1 - i0, b, zp);
+    });
+  } else if (inner == 1) {  // channels-last: each row runs over the channels
+    ParallelFor(outer, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(channels, 1)), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) RequantRun(acc + r * channels, scales.data(), 0.f, y + r * channels, channels, b, zp);
+    });
+  } else {  // each row one channel's positions
+    ParallelFor(outer * channels, std::max<std::int64_t>(1, 16384 / inner), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) RequantRun(acc + r * inner, nullptr, scales[r % channels], y + r * inner, inner, b, zp);
+    });
+  }
+}
+void Requantize(DType t, const float* acc, void* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                const std::vector<float>& scales, float zp) {
+  if (t == DType::kUInt8) RequantizeRows(acc, static_cast<std::uint8_t*>(y), outer, channels, inner, scales, zp);
+  else RequantizeRows(acc, static_cast<std::int8_t*>(y), outer, channels, inner, scales, zp);
+}
+
 // QLinearConv on oneDNN's int8 convolution (VNNI where the CPU has it):
 // dst = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - x_zp) *
 // w + B)) + y_zp), oneDNN's output scales, source and destination zero
@@ -570,7 +661,6 @@ class DnnlQConvKernel : public Kernel {
   // zero point read at run time (DynamicQuantizeLinear computes it).
   Result<bool> Init(const KernelInit& init, bool integer = false) {
     using dt = dnnl::memory::data_type;
-    if (!ExactInt8Isa()) return false;
     const int wi = integer ? 1 : 3;
     const HostTensor* w = init.const_input(wi);
     if (integer) {
@@ -595,6 +685,10 @@ class DnnlQConvKernel : public Kernel {
     const std::int64_t cout = ws[0], group = init.node->GetInt("group", 1);
     const bool u8w = w->dtype() == DType::kUInt8;
     if (!WeightZeroPointShiftable(init, integer ? 3 : 5, u8w)) return false;
+    // oneDNN's int8 where its pairs are exact; else QLinearConv takes the
+    // float32 route (ConvInteger's int32 sums would not stay exact there).
+    f32_ = !Int8PairsExact(*w, u8w, init.inputs[0].dtype);
+    if (f32_ && integer) return false;
     // oneDNN's convolution stores an s32 result through float: exact only
     // while every sum it forms stays within 2^24 (|x|, |x_zp| <= 255).
     if (integer && !SumsFitFloat(*w, u8w, cout)) return false;
@@ -611,6 +705,16 @@ class DnnlQConvKernel : public Kernel {
       src_zp_ = init.inputs[0].dtype == DType::kUInt8 ? xzp->data_as<std::uint8_t>()[0] : xzp->data_as<std::int8_t>()[0];
       dst_zp_ = init.outputs[0].dtype == DType::kUInt8 ? yzp->data_as<std::uint8_t>()[0] : yzp->data_as<std::int8_t>()[0];
     }
+    if (f32_) {
+      x_type_ = init.inputs[0].dtype;
+      out_type_ = init.outputs[0].dtype;
+      scales_ = scales;
+      nhwc_ = nhwc;
+      cout_ = cout;
+      x_count_ = NumElements(x);
+      y_batch_ = y[0];
+      y_inner_ = NumElements(y) / std::max<std::int64_t>(1, y[0] * y[1]);
+    }
     KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(*init.node, Shape(x.begin() + 2, x.end()),
                                                               std::vector<std::int64_t>(ws.begin() + 2, ws.end()), false));
     const std::size_t sp = x.size() - 2;
@@ -622,14 +726,16 @@ class DnnlQConvKernel : public Kernel {
       wg = {group, cout / group};
       wg.insert(wg.end(), ws.begin() + 1, ws.end());
     }
-    const dt xt = init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt yt = integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt xt = f32_ ? dt::f32 : init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt yt = f32_ ? dt::f32 : integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt wt = f32_ ? dt::f32 : dt::s8;
     using tag = dnnl::memory::format_tag;
     src_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(x.begin(), x.end()), xt, tag::nhwc) : PlainDesc(x, xt);
     dst_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(y.begin(), y.end()), yt, tag::nhwc) : PlainDesc(y, yt);
     if (has_bias) {
       const HostTensor* b = init.const_input(8);
       bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
+      if (f32_) fbias_.assign(bias_.begin(), bias_.end());
     }
     bool ok = false;
     Status st = DnnlCall(integer ? "ConvInteger" : "QLinearConv", [&] {
@@ -637,13 +743,16 @@ class DnnlQConvKernel : public Kernel {
         return dnnl::memory::desc(dnnl::memory::dims(s.begin(), s.end()), t, dnnl::memory::format_tag::any);
       };
       dnnl::primitive_attr attr;
-      if (!integer) attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
-      attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-      if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      if (!f32_) {
+        if (!integer) attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+        attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+        if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      }
       attr = UserScratchpad(attr);
-      const dnnl::memory::desc b_md = has_bias ? PlainDesc({cout}, dt::s32) : dnnl::memory::desc();
+      const dnnl::memory::desc b_md = has_bias ? PlainDesc({cout}, f32_ ? dt::f32 : dt::s32) : dnnl::memory::desc();
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        any(x, xt), any(wg, dt::s8), b_md, any(y, yt), strides, dil, pl, pr);
+                                        f32_ && nhwc ? src_plain_ : any(x, xt), any(wg, wt), b_md,
+                                        f32_ && nhwc ? dst_plain_ : any(y, yt), strides, dil, pl, pr);
       dnnl::convolution_forward::primitive_desc pd(d, attr, DnnlEngine());
       prim_ = dnnl::convolution_forward(pd);
       src_md_ = pd.src_desc();
@@ -651,29 +760,34 @@ class DnnlQConvKernel : public Kernel {
       src_ = dnnl::memory(src_md_, DnnlEngine(), nullptr);
       dst_ = dnnl::memory(dst_md_, DnnlEngine(), nullptr);
       auto pack = [&] {
-        // int8 weights as they are; uint8 with zero point 128 shifted to int8.
+        // int8 weights as they are; uint8 with zero point 128 shifted to
+        // int8; on the float32 route the same values as float.
         std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
         for (std::size_t i = 0; i < s8.size(); ++i) {
           s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(w->data_as<std::uint8_t>()[i]) - 128)
                       : w->data_as<std::int8_t>()[i];
         }
+        std::vector<float> f(f32_ ? s8.size() : 0);
+        for (std::size_t i = 0; i < f.size(); ++i) f[i] = s8[i];
         auto packed = std::make_shared<dnnl::memory>(pd.weights_desc(), DnnlEngine());
-        dnnl::memory plain(PlainDesc(wg, dt::s8), DnnlEngine(), s8.data());
+        dnnl::memory plain(PlainDesc(wg, wt), DnnlEngine(), f32_ ? static_cast<void*>(f.data()) : s8.data());
         dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
         DnnlStream().wait();
         return packed;
       };
       std::string layout = PackedLayoutKey(pd.weights_desc());
-      if (!layout.empty()) layout = std::string("qconv:") + (u8w ? "u8:" : "s8:") + layout;
+      if (!layout.empty()) layout = std::string(f32_ ? "qconv-f32:" : "qconv:") + (u8w ? "u8:" : "s8:") + layout;
       packed_ = init.prepack_cache ? init.prepack_cache->Get<dnnl::memory>(w->data(), layout, pack) : pack();
       scratch_ = ScratchpadFor(pd);
       src_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &src_zp_);
       dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
-               {DNNL_ARG_SCRATCHPAD, scratch_.mem},
-               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, src_zp_mem_}};
-      if (!integer) args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
-      if (has_bias) args_[DNNL_ARG_BIAS] = dnnl::memory(b_md, DnnlEngine(), bias_.data());
+               {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
+      if (!f32_) args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = src_zp_mem_;
+      if (!f32_ && !integer) args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
+      if (has_bias) {
+        args_[DNNL_ARG_BIAS] = dnnl::memory(b_md, DnnlEngine(), f32_ ? static_cast<void*>(fbias_.data()) : bias_.data());
+      }
       if (src_md_ != src_plain_) to_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), src_plain_, DnnlEngine(), src_md_));
       if (dst_md_ != dst_plain_) from_dst_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), dst_md_, DnnlEngine(), dst_plain_));
       ok = true;
@@ -686,28 +800,44 @@ class DnnlQConvKernel : public Kernel {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
     // Channels-last copies of the activations: per thread, reused.
     thread_local std::vector<std::uint8_t> src_buf, dst_buf;
+    // The float32 route's centred input and float sums.
+    thread_local std::vector<float> xf, yf;
     dnnl::stream& s = DnnlStream();
+    const void* x = a.in(0);
+    void* y = a.out(0);
+    if (f32_) {
+      // Grown only: a resize down and up again would zero-fill each run.
+      if (xf.size() < static_cast<std::size_t>(x_count_)) xf.resize(static_cast<std::size_t>(x_count_));
+      CenterToFloat(x_type_, x, xf.data(), x_count_, static_cast<float>(src_zp_));
+      x = xf.data();
+      if (yf.size() < dst_plain_.get_size() / sizeof(float)) yf.resize(dst_plain_.get_size() / sizeof(float));
+      y = yf.data();
+    }
     if (to_src_) {
       if (src_buf.size() < src_md_.get_size()) src_buf.resize(src_md_.get_size());
-      dnnl::memory plain(src_plain_, DnnlEngine(), const_cast<void*>(a.in(0)));
+      dnnl::memory plain(src_plain_, DnnlEngine(), const_cast<void*>(x));
       src_.set_data_handle(src_buf.data());
       to_src_.execute(s, plain, src_);
     } else {
-      src_.set_data_handle(const_cast<void*>(a.in(0)));
+      src_.set_data_handle(const_cast<void*>(x));
     }
     if (from_dst_) {
       if (dst_buf.size() < dst_md_.get_size()) dst_buf.resize(dst_md_.get_size());
       dst_.set_data_handle(dst_buf.data());
     } else {
-      dst_.set_data_handle(a.out(0));
+      dst_.set_data_handle(y);
     }
     scratch_.Bind(a.ctx);
     prim_.execute(s, args_);
     if (from_dst_) {
-      dnnl::memory plain(dst_plain_, DnnlEngine(), a.out(0));
+      dnnl::memory plain(dst_plain_, DnnlEngine(), y);
       from_dst_.execute(s, dst_, plain);
     }
     s.wait();
+    if (f32_) {
+      if (nhwc_) Requantize(out_type_, yf.data(), a.out(0), y_batch_ * y_inner_, cout_, 1, scales_, static_cast<float>(dst_zp_));
+      else Requantize(out_type_, yf.data(), a.out(0), y_batch_, cout_, y_inner_, scales_, static_cast<float>(dst_zp_));
+    }
     return Status::Ok();
   }
   std::size_t workspace_bytes() const override { return scratch_.bytes; }
@@ -721,6 +851,12 @@ class DnnlQConvKernel : public Kernel {
   std::vector<std::int32_t> bias_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
   ZeroPointInput src_zp_in_;
+  // The float32 route (f32_): types, per-channel scales and the output's
+  // extents (batch, channels, positions per channel).
+  bool f32_ = false, nhwc_ = false;
+  DType x_type_ = DType::kUndefined, out_type_ = DType::kUndefined;
+  std::vector<float> scales_, fbias_;
+  std::int64_t cout_ = 0, x_count_ = 0, y_batch_ = 0, y_inner_ = 0;
   std::unordered_map<int, dnnl::memory> args_;
   Scratchpad scratch_;
 };
@@ -736,7 +872,6 @@ class DnnlQMatMulKernel : public Kernel {
   // A's zero point (one value) read at run time.
   Result<bool> Init(const KernelInit& init, bool integer = false) {
     using dt = dnnl::memory::data_type;
-    if (!ExactInt8Isa()) return false;
     const int bi = integer ? 1 : 3;
     if (integer) {
       if (!RuntimeSrcZeroPoint(init, &src_zp_in_)) return false;
@@ -754,6 +889,10 @@ class DnnlQMatMulKernel : public Kernel {
     if (as.back() != k || rows <= 0 || n <= 0 || k <= 0) return false;
     const bool u8w = b->dtype() == DType::kUInt8;
     if (!WeightZeroPointShiftable(init, integer ? 3 : 5, u8w)) return false;
+    // oneDNN's int8 where its pairs are exact, else QLinearMatMul's float32
+    // route (MatMulInteger's int32 sums would not stay exact there).
+    f32_ = !Int8PairsExact(*b, u8w, init.inputs[0].dtype);
+    if (f32_ && integer) return false;
     std::vector<float> scales;
     if (!integer) {
       const float a_s = init.const_input(1)->data_as<float>()[0], y_s = init.const_input(6)->data_as<float>()[0];
@@ -763,11 +902,21 @@ class DnnlQMatMulKernel : public Kernel {
         if (!std::isfinite(scales.back())) return false;
       }
     }
-    const dt at = init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt yt = integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const DType a_type = init.inputs[0].dtype, y_type = init.outputs[0].dtype;
+    const dt at = f32_ ? dt::f32 : a_type == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt yt = f32_ ? dt::f32 : integer ? dt::s32 : y_type == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt wt = f32_ ? dt::f32 : dt::s8;
     if (!integer) {
-      src_zp_ = at == dt::u8 ? init.const_input(2)->data_as<std::uint8_t>()[0] : init.const_input(2)->data_as<std::int8_t>()[0];
-      dst_zp_ = yt == dt::u8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
+      src_zp_ = a_type == DType::kUInt8 ? init.const_input(2)->data_as<std::uint8_t>()[0] : init.const_input(2)->data_as<std::int8_t>()[0];
+      dst_zp_ = y_type == DType::kUInt8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
+    }
+    if (f32_) {
+      a_type_ = a_type;
+      out_type_ = y_type;
+      scales_ = scales;
+      rows_ = rows;
+      k_ = k;
+      n_ = n;
     }
     if (integer) {
       // No zero point in the primitive (its s32 result then stays integer):
@@ -785,14 +934,14 @@ class DnnlQMatMulKernel : public Kernel {
     bool ok = false;
     Status st = DnnlCall(integer ? "MatMulInteger" : "QLinearMatMul", [&] {
       dnnl::primitive_attr attr;
-      if (!integer) {
+      if (!integer && !f32_) {
         attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
         attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
         attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
       }
       attr = UserScratchpad(attr);
       const dnnl::memory::desc a_md = PlainDesc({rows, k}, at), y_md = PlainDesc({rows, n}, yt);
-      dnnl::matmul::desc d(a_md, dnnl::memory::desc({k, n}, dt::s8, dnnl::memory::format_tag::any), y_md);
+      dnnl::matmul::desc d(a_md, dnnl::memory::desc({k, n}, wt, dnnl::memory::format_tag::any), y_md);
       dnnl::matmul::primitive_desc pd(d, attr, DnnlEngine());
       prim_ = dnnl::matmul(pd);
       src_ = dnnl::memory(a_md, DnnlEngine(), nullptr);
@@ -803,21 +952,23 @@ class DnnlQMatMulKernel : public Kernel {
           s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(b->data_as<std::uint8_t>()[i]) - 128)
                       : b->data_as<std::int8_t>()[i];
         }
+        std::vector<float> f(f32_ ? s8.size() : 0);
+        for (std::size_t i = 0; i < f.size(); ++i) f[i] = s8[i];
         auto packed = std::make_shared<dnnl::memory>(pd.weights_desc(), DnnlEngine());
-        dnnl::memory plain(PlainDesc({k, n}, dt::s8), DnnlEngine(), s8.data());
+        dnnl::memory plain(PlainDesc({k, n}, wt), DnnlEngine(), f32_ ? static_cast<void*>(f.data()) : s8.data());
         dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
         DnnlStream().wait();
         return packed;
       };
       std::string layout = PackedLayoutKey(pd.weights_desc());
-      if (!layout.empty()) layout = std::string("qmatmul:") + (u8w ? "u8:" : "s8:") + layout;
+      if (!layout.empty()) layout = std::string(f32_ ? "qmatmul-f32:" : "qmatmul:") + (u8w ? "u8:" : "s8:") + layout;
       packed_ = init.prepack_cache ? init.prepack_cache->Get<dnnl::memory>(b->data(), layout, pack) : pack();
       scratch_ = ScratchpadFor(pd);
       src_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &src_zp_);
       dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
-      if (!integer) {
+      if (!integer && !f32_) {
         args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = src_zp_mem_;
         args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
       }
@@ -829,6 +980,19 @@ class DnnlQMatMulKernel : public Kernel {
 
   Status Run(const KernelArgs& a) override {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
+    if (f32_) {  // A - zp as float32, the float matmul, each sum requantised
+      thread_local std::vector<float> af, yf;
+      if (af.size() < static_cast<std::size_t>(rows_ * k_)) af.resize(static_cast<std::size_t>(rows_ * k_));
+      if (yf.size() < static_cast<std::size_t>(rows_ * n_)) yf.resize(static_cast<std::size_t>(rows_ * n_));
+      CenterToFloat(a_type_, a.in(0), af.data(), rows_ * k_, static_cast<float>(src_zp_));
+      src_.set_data_handle(af.data());
+      dst_.set_data_handle(yf.data());
+      scratch_.Bind(a.ctx);
+      prim_.execute(DnnlStream(), args_);
+      DnnlStream().wait();
+      Requantize(out_type_, yf.data(), a.out(0), rows_, n_, 1, scales_, static_cast<float>(dst_zp_));
+      return Status::Ok();
+    }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
     scratch_.Bind(a.ctx);
@@ -855,7 +1019,11 @@ class DnnlQMatMulKernel : public Kernel {
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
   ZeroPointInput src_zp_in_;
   std::vector<std::int64_t> colsum_;  // MatMulInteger only
-  std::int64_t rows_ = 0;
+  std::int64_t rows_ = 0, k_ = 0, n_ = 0;
+  // The float32 route (f32_): types and per-column scales.
+  bool f32_ = false;
+  DType a_type_ = DType::kUndefined, out_type_ = DType::kUndefined;
+  std::vector<float> scales_;
   std::unordered_map<int, dnnl::memory> args_;
   Scratchpad scratch_;
 };
