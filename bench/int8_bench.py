@@ -3,7 +3,7 @@
 ONNX Runtime side by side (issue 15).
 
   /usr/bin/python3 bench/int8_bench.py --kiln build/kiln --work DIR [--threads 1,2]
-      [--models resnet18,mobilenet_v2,bert,bert_base] [--formats qdq,qoperator,dynamic] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
+      [--models resnet18,mobilenet_v2,bert,bert_base] [--formats qdq,qoperator,dynamic,qdq-7bit] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
 
 Models: the float32 torchvision export with BatchNorm folded, and its QDQ form from
 tools/quantize.py (which Kiln compiles to QLinearConv); Kiln's int8 output is compared with
@@ -118,8 +118,9 @@ def model_pair(kiln, model, d, fmt="qdq"):
     elif not os.path.exists(os.path.join(md, "model.onnx")):
         run([sys.executable, EXPORT, "--model", model, "--out", md, "--fuse-bn"], f"export {model}")
     q = os.path.join(md, fmt + ".onnx")
-    run([sys.executable, QUANTIZE, os.path.join(md, "model.onnx"), q, "--kiln", kiln, "--format", fmt]
-        + feeds, f"quantize {model} {fmt}")
+    base, _, variant = fmt.partition("-")  # qdq-7bit: tools/quantize.py --reduce-range
+    run([sys.executable, QUANTIZE, os.path.join(md, "model.onnx"), q, "--kiln", kiln, "--format", base]
+        + (["--reduce-range"] if variant == "7bit" else []) + feeds, f"quantize {model} {fmt}")
     paths = {"float32": os.path.join(md, "model.onnx"), "int8": q}
     if model in BERTS:
         return paths
@@ -147,7 +148,8 @@ def main():
     ap.add_argument("--threads", type=int_list, default=[1, 2])
     ap.add_argument("--models", default="resnet18,mobilenet_v2,bert,bert_base")
     ap.add_argument("--formats", default="qdq,qoperator,dynamic",
-                    help="tools/quantize.py forms of each model: qdq, qoperator, dynamic")
+                    help="tools/quantize.py forms of each model: qdq, qoperator, dynamic; a -7bit suffix "
+                         "(qdq-7bit) adds --reduce-range (weights in [-64, 64])")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)

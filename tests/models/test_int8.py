@@ -135,7 +135,36 @@ def check_dynamic(kiln, d, model, inputs, ref, timeout):
     return [] if int(got.argmax()) == int(ref.argmax()) else [f"{model} dynamic: top-1 {int(got.argmax())}"]
 
 
-def check(kiln, work, model, timeout, formats=("qdq", "qoperator", "dynamic")):
+def check_7bit(kiln, d, model, inputs, extra_q, ref, timeout):
+    """tools/quantize.py --reduce-range (weights in [-64, 64], ONNX Runtime's reduce_range):
+    on CPUs without VNNI the int8 primitives run exactly only for such weights, so this is
+    where they run there. Fused vs op by op within 1% of the magnitude, PyTorch's top-1 (vision)
+    or within 5% of its magnitude (the encoder)."""
+    q = os.path.join(d, "qdq7.onnx")
+    run([sys.executable, QUANTIZE, os.path.join(d, "model.onnx"), q, "--kiln", kiln, "--reduce-range"] + extra_q,
+        "quantize --reduce-range", timeout)
+    import onnx
+    from onnx import numpy_helper
+    wmax = max((int(np.abs(numpy_helper.to_array(t).astype(np.int32)).max()) for t in onnx.load(q).graph.initializer
+                if t.data_type == onnx.TensorProto.INT8 and t.dims), default=0)
+    _, fused = run_kiln(kiln, d, "qdq7_fused", q, inputs, timeout)
+    _, plain = run_kiln(kiln, d, "qdq7_plain", q, inputs, timeout, ["--disable-pass", "fuse-qdq"])
+    diff, mag = float(np.abs(fused - plain).max()), float(np.abs(plain).max())
+    far = float(np.abs(fused - ref).max())
+    print(f"{model} 7-bit weights (max |w| {wmax}): fused vs op by op max|diff| {diff:.4g} (bound {0.01 * mag:.4g}); "
+          f"vs float32 PyTorch {far:.4g}; top-1 {int(fused.argmax())} / PyTorch {int(ref.argmax())}", flush=True)
+    fails = [] if 0 < wmax <= 64 else [f"{model} --reduce-range: int8 weights up to {wmax}, want 1..64"]
+    if not diff <= 0.01 * mag:
+        fails.append(f"{model} 7-bit: fused vs op-by-op max|diff| {diff:.4g} > {0.01 * mag:.4g}")
+    if model == "bert":
+        if not far <= 0.05 * float(np.abs(ref).max()):
+            fails.append(f"{model} 7-bit vs float32 PyTorch max|diff| {far:.4g}")
+    elif int(fused.argmax()) != int(ref.argmax()):
+        fails.append(f"{model} 7-bit: top-1 {int(fused.argmax())}, PyTorch's {int(ref.argmax())}")
+    return fails
+
+
+def check(kiln, work, model, timeout, formats=("qdq", "qoperator", "dynamic", "qdq-7bit")):
     d = os.path.join(work, model + "_int8")
     os.makedirs(d, exist_ok=True)
     bert = model == "bert"
@@ -171,6 +200,8 @@ def check(kiln, work, model, timeout, formats=("qdq", "qoperator", "dynamic")):
     fails += check_qoperator(kiln, d, model, inputs, extra_q, ref, timeout) if "qoperator" in formats else []
     if "dynamic" in formats:
         fails += check_dynamic(kiln, d, model, inputs, ref, timeout)
+    if "qdq-7bit" in formats:
+        fails += check_7bit(kiln, d, model, inputs, extra_q, ref, timeout)
     diff = float(np.abs(outs["fused"] - outs["plain"]).max())
     bound = 0.01 * float(np.abs(outs["plain"]).max())
     print(f"{model}: int32 path vs op-by-op QDQ max|diff| {diff:.4g} (bound {bound:.4g}); vs float32 PyTorch "
@@ -196,8 +227,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--models", default="resnet18")
     ap.add_argument("--timeout", type=int, default=900)
-    ap.add_argument("--formats", default="qdq,qoperator,dynamic",
-                    help="besides QDQ (always): qoperator, dynamic, comma-separated, per model as model:fmt+fmt "
+    ap.add_argument("--formats", default="qdq,qoperator,dynamic,qdq-7bit",
+                    help="besides QDQ (always): qoperator, dynamic, qdq-7bit (--reduce-range), comma-separated, per model as model:fmt+fmt "
                          "in --models overriding it")
     args = ap.parse_args()
     fails = []
