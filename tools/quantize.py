@@ -143,6 +143,11 @@ def quantize(model, kiln, count=8, seed=0, feeds=None, extra_ops=False):
                 tensors.add(n.output[0])
     ranges = calibrate(model, tensors, kiln, count, seed, feeds)
     params = {t: uint8_params(*ranges[t]) for t in tensors}
+    # A MaxPool's output keeps its input's parameters (as ONNX Runtime's quantizer does): its
+    # values are some of its input's, and Kiln then pools the uint8 tensor itself.
+    for n in g.node:
+        if n.op_type == "MaxPool" and len(n.output) == 1 and n.output[0] in params and n.input[0] in params:
+            params[n.output[0]] = params[n.input[0]]
     new_nodes, new_inits = [], []
     # Q -> DQ after each calibrated tensor; its readers read the DQ output.
     renamed = {}

@@ -17,7 +17,9 @@
 // QuantizeLinear, with constant 2-D weights per tensor or per column (axis
 // 1), becomes QLinearMatMul, and DequantizeLinear(a_q) + DequantizeLinear(b_q)
 // -> [Relu/Clip] -> QuantizeLinear (per tensor, one int8 type) becomes ONNX
-// Runtime's com.microsoft QLinearAdd, where the target has its kernel.
+// Runtime's com.microsoft QLinearAdd, where the target has its kernel, and
+// DequantizeLinear -> MaxPool -> QuantizeLinear with one scale and zero
+// point becomes MaxPool on the int8 tensor.
 // Scales and zero points must be constants. Anything else (a float bias, a
 // Conv output read elsewhere, per-channel activations) stays as the graph
 // says; the DequantizeLinears of constant weights are then folded to float32
@@ -143,7 +145,37 @@ bool FuseAdd(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* add, bool has_k
   return true;
 }
 
-bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel) {
+// DequantizeLinear(x_q) -> MaxPool -> QuantizeLinear with the same scale,
+// zero point and type (ONNX Runtime's quantizer gives MaxPool's output its
+// input's parameters): MaxPool on x_q itself. Dequantizing is increasing
+// (scale > 0), so the window's largest float is the largest quantized
+// value's, and requantising it with the same parameters gives that value
+// back: round((q - zp) * s / s) + zp = q for |q - zp| <= 255 and a normal
+// scale. MaxPool-12 takes int8/uint8; no Indices output.
+bool FuseMaxPool(ir::Graph& g, ir::Node* q, ir::Node* pool, bool has_kernel) {
+  Dq x;
+  if (!has_kernel || pool->num_outputs() != 1 || !MatchDq(pool->input(0), 1, &x) || !IsInt8(x.type)) return false;
+  ir::Value* ys = q->input(1);
+  ir::Value* yzp = q->input(2);
+  if (x.type != yzp->dtype()) return false;
+  const float s = x.scale->constant()->data_as<float>()[0];
+  if (!(std::isnormal(s) && s > 0) || std::memcmp(&s, ys->constant()->data(), sizeof(float)) != 0) return false;
+  const std::size_t zb = DTypeSize(x.type);
+  std::uint8_t zero[1] = {0};
+  const void* xz = x.zp ? x.zp->constant()->data() : zero;
+  if (std::memcmp(xz, yzp->constant()->data(), zb) != 0) return false;
+  ir::Value* out = q->output(0);
+  std::vector<std::pair<std::string, ir::Attribute>> attrs(pool->attrs().begin(), pool->attrs().end());
+  const std::string base = pool->name().empty() ? "maxpool" : pool->name();
+  g.RemoveNode(q);
+  ir::Node* p = g.AddNode("MaxPool", g.UniqueName(base + "_int8"), {x.x}, {out});
+  for (auto& [k, a] : attrs) p->SetAttr(k, a);
+  p->set_since_version(12);
+  g.RemoveNode(pool);
+  return true;
+}
+
+bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel, bool pool_kernel) {
   if (q->num_inputs() < 3 || !q->input(0) || !IsConst(q->input(1)) || !IsConst(q->input(2))) return false;
   ir::Value* ys = q->input(1);
   ir::Value* yzp = q->input(2);
@@ -184,6 +216,9 @@ bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel) {
     conv = yf->producer();
   }
   if (Default(conv, "MatMul") && !g.IsGraphOutput(yf) && yf->uses().size() == 1) return FuseMatMul(g, q, act, conv);
+  if (Default(conv, "MaxPool") && !act && !g.IsGraphOutput(yf) && yf->uses().size() == 1) {
+    return FuseMaxPool(g, q, conv, pool_kernel);
+  }
   if (Default(conv, "Add") && !g.IsGraphOutput(yf) && yf->uses().size() == 1 && conv->num_outputs() == 1) {
     return FuseAdd(g, q, act, conv, add_kernel);
   }
@@ -234,7 +269,7 @@ bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel) {
 }  // namespace
 
 Status FuseQdq(ir::Graph& g, const PassOptions& opts) {
-  bool add_kernel = true;
+  bool add_kernel = true, pool_kernel = true;
   if (opts.target_has_kernel) {  // the target's capability query: is there a QLinearConv kernel?
     ir::Graph probe;
     if (!opts.target_has_kernel(*probe.AddNode("QLinearConv", "probe", {}, {})) ||
@@ -242,13 +277,14 @@ Status FuseQdq(ir::Graph& g, const PassOptions& opts) {
       return Status::Ok();
     }
     add_kernel = opts.target_has_kernel(*probe.AddNode("QLinearAdd", "probe3", {}, {}, ops::kMicrosoftDomain));
+    pool_kernel = opts.target_has_kernel(*probe.AddNode("MaxPool", "probe4", {}, {}));
   }
   std::vector<ir::Node*> qs;
   for (const auto& n : g.nodes()) {
     if (Default(n.get(), "QuantizeLinear")) qs.push_back(n.get());
   }
   bool any = false;
-  for (ir::Node* q : qs) any |= FuseAt(g, q, add_kernel);
+  for (ir::Node* q : qs) any |= FuseAt(g, q, add_kernel, pool_kernel);
   if (!any) return Status::Ok();
   g.RemoveUnusedValues();
   return g.TopologicalSort();

@@ -49,8 +49,11 @@ bool Eligible(const ir::Node& n) {
   if (!n.domain().empty() || n.HasAttr(ops::kNhwcAttr)) return false;
   if (n.op_type() == "QLinearConv") return QConvEligible(n);
   const ir::Value* x = n.input(0);
-  if (!x || x->dtype() != DType::kFloat32 || x->shape().size() != 4) return false;
   const std::string& t = n.op_type();
+  if (!x || x->shape().size() != 4) return false;
+  // MaxPool also on int8 tensors (an int8 model's, after fuse-qdq).
+  const bool int8_pool = t == "MaxPool" && (x->dtype() == DType::kUInt8 || x->dtype() == DType::kInt8);
+  if (x->dtype() != DType::kFloat32 && !int8_pool) return false;
   if (t == "Conv") return true;
   if (t == "MaxPool") return n.num_outputs() == 1 && n.GetInt("storage_order", 0) == 0;
   return t == "AveragePool" || t == "GlobalAveragePool" || t == "GlobalMaxPool";

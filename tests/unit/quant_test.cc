@@ -515,6 +515,70 @@ void CheckFuseAdd(std::uint8_t yzp, int want_fused, int add_version = 14) {
     EXPECT_LE(std::fabs(outs[1][i] - std::clamp(std::nearbyint(v) + yzp, 0.0, 255.0)), 1.0) << i;
   }
 }
+// DQ -> MaxPool (3x3, stride 2, pads 1, as in ResNet's stem) -> Q with the
+// same scale and zero point runs MaxPool on the uint8 tensor (no
+// DequantizeLinear/QuantizeLinear left); each result must equal the
+// definition computed here in double (dequantize, window max, quantize).
+// A different output scale or zero point stays as written (and gives the
+// same definition's results). Channels-last and NCHW (no layout pass).
+void CheckFuseMaxPool(float ys, std::uint8_t yzp, bool want_fused, bool layout = true) {
+  const std::int64_t c = 5, h = 9, w = 7, oh = 5, ow = 4;
+  const float xs = 0.07f;
+  const std::uint8_t xzp = 30;
+  auto build = [&] {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* x = g->AddValue("x", DType::kUInt8, {1, c, h, w});
+    g->inputs().push_back(x);
+    ir::Value* f = g->AddValue("f");
+    g->AddNode("DequantizeLinear", "dq", {x, g->AddConstant("xs", Tensor(DType::kFloat32, {}, std::vector<float>{xs})),
+               g->AddConstant("xzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{xzp}))}, {f})->set_since_version(13);
+    ir::Value* p = g->AddValue("p");
+    ir::Node* pool = g->AddNode("MaxPool", "pool", {f}, {p});
+    pool->SetAttr("kernel_shape", ir::Attribute::Ints({3, 3}));
+    pool->SetAttr("strides", ir::Attribute::Ints({2, 2}));
+    pool->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+    pool->set_since_version(12);
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("QuantizeLinear", "q", {p, g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{ys})),
+               g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{yzp}))}, {y})->set_since_version(13);
+    g->outputs().push_back(y);
+    return g;
+  };
+  std::vector<std::uint8_t> x(c * h * w);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::uint8_t>(i * 73 % 256);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  CompileOptions o;
+  if (!layout) o.passes.disabled = {"layout"};
+  auto model = CompileAndLoad(build(), dir, &cm, o);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(CountOp(*cm.graph, "QuantizeLinear") + CountOp(*cm.graph, "DequantizeLinear"), want_fused ? 0 : 2);
+  EXPECT_EQ(CountOp(*cm.graph, "MaxPool"), 1);
+  std::vector<std::uint8_t> y(c * oh * ow);
+  ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {1, c, h, w}}}, {{y.data(), DType::kUInt8, {1, c, oh, ow}}}).ok());
+  for (std::int64_t ch = 0; ch < c; ++ch)
+    for (std::int64_t i = 0; i < oh; ++i)
+      for (std::int64_t j = 0; j < ow; ++j) {
+        double m = -INFINITY;
+        for (std::int64_t ki = 0; ki < 3; ++ki)
+          for (std::int64_t kj = 0; kj < 3; ++kj) {
+            const std::int64_t r = i * 2 - 1 + ki, q = j * 2 - 1 + kj;
+            if (r < 0 || r >= h || q < 0 || q >= w) continue;
+            m = std::max(m, (static_cast<double>(x[(ch * h + r) * w + q]) - xzp) * xs);
+          }
+        const double want = std::clamp(std::nearbyint(m / ys) + yzp, 0.0, 255.0);
+        ASSERT_EQ(y[(ch * oh + i) * ow + j], want) << ch << "," << i << "," << j;
+      }
+}
+TEST(FuseQdq, MaxPoolWithOneScaleRunsOnUint8) {
+  CheckFuseMaxPool(0.07f, 30, true);
+  CheckFuseMaxPool(0.07f, 30, true, false);
+}
+TEST(FuseQdq, MaxPoolRequantisingStays) {
+  CheckFuseMaxPool(0.05f, 30, false);
+  CheckFuseMaxPool(0.07f, 31, false);
+}
+
 TEST(FuseQdq, AddReluBecomesQLinearAdd) { CheckFuseAdd(0, 1); }
 TEST(FuseQdq, AddReluAboveTheSaturationStays) { CheckFuseAdd(10, 0); }
 TEST(FuseQdq, AddBeforeVersion7Stays) { CheckFuseAdd(0, 0, 6); }

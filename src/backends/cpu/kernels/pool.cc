@@ -4,6 +4,7 @@
 // windows that oneDNN would average over a different count. Global pools are
 // plain reductions.
 #include <array>
+#include <string>
 #include <limits>
 
 #include "backends/cpu/dnnl_util.h"
@@ -132,7 +133,8 @@ class DnnlPoolKernel : public Kernel {
  public:
   // Builds the primitive; false (no error) when oneDNN cannot express the
   // node exactly.
-  bool Init(const Geom& g, const ops::Window& w, Mode mode) {
+  // `t`: f32, or u8/s8 for max pooling (int8 models' MaxPool).
+  bool Init(const Geom& g, const ops::Window& w, Mode mode, memory::data_type t = memory::data_type::f32) {
     const std::size_t sp = w.kernel.size();
     memory::dims strides(w.strides.begin(), w.strides.end()), kernel(w.kernel.begin(), w.kernel.end());
     memory::dims dil(sp), pl(w.pads_begin.begin(), w.pads_begin.end()), pr(sp);
@@ -154,21 +156,27 @@ class DnnlPoolKernel : public Kernel {
       ly.push_back(g.out[3 - sp + i]);
     }
     auto desc = [&](const Shape& s) {
-      return g.nhwc ? memory::desc(memory::dims(s.begin(), s.end()), memory::data_type::f32, memory::format_tag::nhwc)
-                    : PlainDesc(s);
+      return g.nhwc ? memory::desc(memory::dims(s.begin(), s.end()), t, memory::format_tag::nhwc) : PlainDesc(s, t);
     };
     const dnnl::algorithm alg = mode == Mode::kMax        ? dnnl::algorithm::pooling_max
                                 : mode == Mode::kAvgInclude ? dnnl::algorithm::pooling_avg_include_padding
                                                             : dnnl::algorithm::pooling_avg_exclude_padding;
+    bool ok = true;
     return DnnlCall("pooling", [&] {
              dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, desc(lx), desc(ly), strides,
                                               kernel, dil, pl, pr);
              dnnl::pooling_v2_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
+             // oneDNN's reference pooling (its int8 choice for NCHW) is far
+             // slower than Kiln's own loop.
+             if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+               ok = false;
+               return;
+             }
              prim_ = dnnl::pooling_v2_forward(pd);
              src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
              dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
              scratch_ = ScratchpadFor(pd);
-           }).ok();
+           }).ok() && ok;
   }
 
   Status Run(const KernelArgs& a) override {
@@ -195,9 +203,14 @@ Result<std::unique_ptr<Kernel>> MakePool(const KernelInit& init) {
   const bool is_max = node.op_type() == "MaxPool";
   const Mode mode = is_max ? Mode::kMax : node.GetInt("count_include_pad", 0) ? Mode::kAvgInclude : Mode::kAvgExclude;
   const bool with_indices = init.outputs.size() > 1 && init.outputs[1].present();
-  if (init.inputs[0].dtype == DType::kFloat32 && !with_indices && g.n * g.c * g.out_size() > 0) {
+  const DType t = init.inputs[0].dtype;
+  const bool dnnl_type = t == DType::kFloat32 || (is_max && (t == DType::kUInt8 || t == DType::kInt8));
+  if (dnnl_type && !with_indices && g.n * g.c * g.out_size() > 0) {
     auto k = std::make_unique<DnnlPoolKernel>();
-    if (k->Init(g, w, mode)) return std::unique_ptr<Kernel>(std::move(k));
+    const memory::data_type dt = t == DType::kFloat32 ? memory::data_type::f32
+                                 : t == DType::kUInt8 ? memory::data_type::u8
+                                                      : memory::data_type::s8;
+    if (k->Init(g, w, mode, dt)) return std::unique_ptr<Kernel>(std::move(k));
   }
   const auto taps = MakeTaps(g, w);
   const bool col_major = node.GetInt("storage_order", 0) == 1;
