@@ -151,6 +151,14 @@ TEST(QLinearConv, Int8ActivationsAndOutput) {
   q.wmax = 64;
   CheckQLinearConv(q);
 }
+TEST(QLinearConv, Batch2Groups2) {
+  QConvCase q;
+  q.n = 2;
+  q.group = 2;
+  CheckQLinearConv(q);
+  q.int8_act = true;
+  CheckQLinearConv(q);
+}
 TEST(QLinearConv, DepthwiseStride2OnOneDnn) {
   QConvCase q;
   q.cin = q.cout = q.group = 16;
@@ -589,14 +597,14 @@ TEST(FuseQdq, AddBeforeVersion7Stays) { CheckFuseAdd(0, 0, 6); }
 // computes it), constant int8 weights (oneDNN's int8 primitive on VNNI
 // CPUs, the reference kernel elsewhere): int32 sums, exactly the integer
 // arithmetic done here (sums below 2^24; larger ones further down).
-TEST(ConvInteger, RuntimeZeroPointExactSums) {
+void CheckConvInteger(std::int64_t c, std::int64_t m, std::int64_t group, bool extreme_weights) {
   std::mt19937 rng(11);
-  const std::int64_t n = 2, c = 6, h = 9, w = 8, m = 10, k = 3, group = 2, pad = 1, stride = 2;
+  const std::int64_t n = 2, h = 9, w = 8, k = 3, pad = 1, stride = 2;
   const std::int64_t cg = c / group, oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
   std::vector<std::uint8_t> x(n * c * h * w);
   for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
   std::vector<std::int8_t> wt(m * cg * k * k);
-  for (auto& v : wt) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  for (auto& v : wt) v = static_cast<std::int8_t>(extreme_weights ? (rng() % 2 ? 127 : -128) : static_cast<int>(rng() % 255) - 127);
   auto g = std::make_unique<ir::Graph>();
   ir::Value* xv = g->AddValue("x", DType::kUInt8, {n, c, h, w});
   ir::Value* zv = g->AddValue("xzp", DType::kUInt8, {});
@@ -634,6 +642,10 @@ TEST(ConvInteger, RuntimeZeroPointExactSums) {
           }
   }
 }
+TEST(ConvInteger, RuntimeZeroPointExactSums) { CheckConvInteger(6, 10, 2, false); }
+// 96 channels of +127/-128 weights: 255 * 864 * 128 > 2^24, so where oneDNN's
+// int8 is not exact the float32 primitives run in several runs of channels.
+TEST(ConvInteger, RuntimeZeroPointExactSumsInRuns) { CheckConvInteger(96, 7, 1, true); }
 
 TEST(MatMulInteger, RuntimeZeroPointExactSums) {
   std::mt19937 rng(12);
@@ -722,12 +734,13 @@ TEST(ConvInteger, SumsBeyondFloatPrecisionAreExact) {
 
 // 7-bit weights at the edge of int16 pairs (255 * 64 * 2 = 32640), where
 // oneDNN runs on CPUs without VNNI too: channel 0 all 64 but one 63, channel
-// 1 the negation (sums 255 * 147,455 = 37,601,025: odd, above 2^24),
+// 1 the negation (with 256 channels sums of 255 * 147,455 = 37,601,025: odd,
+// above 2^24),
 // channels 2 and 3 +-64/+-63 at random; x mostly 255; padding 1 (the
 // zero point frames the input) and runtime zero points 0, 1 and 200, each
 // against the integer sums computed here.
-TEST(ConvInteger, SevenBitWeightsEdgeOfPairsAndPaddingAreExact) {
-  const std::int64_t c = 256, h = 4, w = 5, m = 4, pad = 1, oh = h, ow = w;
+void CheckSevenBitConvInteger(std::int64_t c) {
+  const std::int64_t h = 4, w = 5, m = 4, pad = 1, oh = h, ow = w;
   std::mt19937 rng(5);
   std::vector<std::uint8_t> x(c * h * w);
   for (auto& v : x) v = rng() % 8 == 0 ? static_cast<std::uint8_t>(rng() % 256) : 255;
@@ -767,6 +780,12 @@ TEST(ConvInteger, SevenBitWeightsEdgeOfPairsAndPaddingAreExact) {
           ASSERT_EQ(out[(oc * oh + i) * ow + j], acc) << "zp " << int(zp) << " at " << oc << "," << i << "," << j;
         }
   }
+}
+// 16 channels: sums within 2^24, oneDNN's int8 convolution on AVX2 too; 256:
+// beyond, the float32 primitives in runs.
+TEST(ConvInteger, SevenBitWeightsEdgeOfPairsAndPaddingAreExact) {
+  CheckSevenBitConvInteger(16);
+  CheckSevenBitConvInteger(256);
 }
 
 // MatMulInteger the same way: K = 2049, B columns all 64 (one 63), all -64,

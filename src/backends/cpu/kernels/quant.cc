@@ -605,6 +605,8 @@ void CenterToFloat(DType t, const void* x, float* y, std::int64_t n, float zp) {
 // o[i] = saturate(round_even(a[i] * scale) + zp), scale sc[i] (per element)
 // or s; eight at a time in SSE2 (its float->int conversion rounds to even,
 // as RoundToQ does; values are clamped first, so the packs never saturate).
+// Unlike RoundToQ a NaN gives the type's minimum: the callers' sums and
+// scales are finite.
 template <typename Q>
 void RequantRun(const float* a, const float* sc, float s, Q* o, std::int64_t n, QBounds b, float zp) {
   const __m128 lo = _mm_set1_ps(b.lo), hi = _mm_set1_ps(b.hi), sv = _mm_set1_ps(s);
@@ -1028,13 +1030,294 @@ class DnnlQMatMulKernel : public Kernel {
   Scratchpad scratch_;
 };
 
+// ConvInteger / MatMulInteger where oneDNN's int8 is not exact: float32
+// primitives over runs of the reduction (input channels, or rows of B)
+// short enough that every partial sum is exact in float32 (255 * sum |w| <=
+// 2^24 per output), each run's float sums converted to int32 and added, so
+// the result is the exact int32 of the definition. A float32 primitive pads
+// with 0.0 = x - x_zp, as the definition does.
+// units x outs table of sum |w| per (unit, output) -> run boundaries
+// {0, ..., units}; empty when one unit alone exceeds the bound.
+std::vector<std::int64_t> ExactFloatRuns(const std::vector<std::int64_t>& absum, std::int64_t units, std::int64_t outs) {
+  constexpr std::int64_t kLimit = (std::int64_t{1} << 24) / 255;
+  std::vector<std::int64_t> cur(static_cast<std::size_t>(outs), 0), bounds = {0};
+  for (std::int64_t u = 0; u < units; ++u) {
+    const std::int64_t* row = absum.data() + u * outs;
+    bool fits = true;
+    for (std::int64_t o = 0; o < outs && fits; ++o) {
+      if (row[o] > kLimit) return {};
+      fits = cur[o] + row[o] <= kLimit;
+    }
+    if (!fits) {
+      bounds.push_back(u);
+      std::fill(cur.begin(), cur.end(), 0);
+    }
+    for (std::int64_t o = 0; o < outs; ++o) cur[o] += row[o];
+  }
+  bounds.push_back(units);
+  return bounds;
+}
+
+inline int ShiftedWeight(const HostTensor& w, bool u8w, std::int64_t i) {
+  return u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
+}
+
+// Adds (or, for the first run, stores) float sums into the int32 output.
+void AccumulateExact(const float* f, std::int32_t* y, std::int64_t n, bool first) {
+  ParallelFor(n, 16384, [&](std::int64_t b, std::int64_t e) {
+    if (first) {
+      for (std::int64_t i = b; i < e; ++i) y[i] = static_cast<std::int32_t>(f[i]);
+    } else {
+      for (std::int64_t i = b; i < e; ++i) {
+        y[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(y[i]) + static_cast<std::uint32_t>(static_cast<std::int32_t>(f[i])));
+      }
+    }
+  });
+}
+
+class F32ConvIntegerKernel : public Kernel {
+ public:
+  Result<bool> Init(const KernelInit& init) {
+    using dt = dnnl::memory::data_type;
+    const HostTensor* w = init.const_input(1);
+    if (!w || !RuntimeSrcZeroPoint(init, &zp_in_)) return false;
+    const bool u8w = w->dtype() == DType::kUInt8;
+    if (!WeightZeroPointShiftable(init, 3, u8w)) return false;
+    x_ = init.inputs[0].shape;
+    const Shape& ws = w->shape();
+    const Shape& y = init.outputs[0].shape;
+    if (x_.size() < 3 || x_.size() > 5 || ws.size() != x_.size()) return false;
+    const std::int64_t cout = ws[0], group = init.node->GetInt("group", 1), cg = ws[1];
+    std::int64_t taps = 1;
+    for (std::size_t i = 2; i < ws.size(); ++i) taps *= ws[i];
+    std::vector<std::int64_t> absum(static_cast<std::size_t>(cg * cout), 0);
+    for (std::int64_t o = 0; o < cout; ++o) {
+      for (std::int64_t c = 0; c < cg; ++c) {
+        std::int64_t sum = 0;
+        for (std::int64_t t = 0; t < taps; ++t) sum += std::abs(ShiftedWeight(*w, u8w, (o * cg + c) * taps + t));
+        absum[c * cout + o] = sum;
+      }
+    }
+    bounds_ = ExactFloatRuns(absum, cg, cout);
+    // Grouped convolutions only in one run (a run is a slice of every group's channels).
+    if (bounds_.empty() || (group > 1 && bounds_.size() != 2)) return false;
+    x_type_ = init.inputs[0].dtype;
+    y_count_ = NumElements(y);
+    KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(*init.node, Shape(x_.begin() + 2, x_.end()),
+                                                              std::vector<std::int64_t>(ws.begin() + 2, ws.end()), false));
+    const std::size_t sp = x_.size() - 2;
+    dnnl::memory::dims strides(win.strides.begin(), win.strides.end()), dil(sp),
+        pl(win.pads_begin.begin(), win.pads_begin.end()), pr(win.pads_end.begin(), win.pads_end.end());
+    for (std::size_t i = 0; i < sp; ++i) dil[i] = win.dilations[i] - 1;
+    bool ok = true;
+    Status st = DnnlCall("ConvInteger", [&] {
+      for (std::size_t r = 0; r + 1 < bounds_.size(); ++r) {
+        const std::int64_t c0 = bounds_[r], cc = bounds_[r + 1] - c0;
+        Shape xr = x_, wr = ws;
+        xr[1] = group > 1 ? x_[1] : cc;
+        wr[1] = cc;
+        Shape wg = wr;
+        if (group > 1) {
+          wg = {group, cout / group};
+          wg.insert(wg.end(), wr.begin() + 1, wr.end());
+        }
+        auto any = [](const Shape& s) {
+          return dnnl::memory::desc(dnnl::memory::dims(s.begin(), s.end()), dt::f32, dnnl::memory::format_tag::any);
+        };
+        Run1 run;
+        run.src_plain = PlainDesc(xr);
+        run.dst_plain = PlainDesc(y);
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                          any(xr), any(wg), dnnl::memory::desc(), any(y), strides, dil, pl, pr);
+        dnnl::convolution_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
+        run.prim = dnnl::convolution_forward(pd);
+        run.src_md = pd.src_desc();
+        run.dst_md = pd.dst_desc();
+        // This run's weights (w - w_zp) as float, packed once.
+        std::vector<float> f(static_cast<std::size_t>(NumElements(wr)));
+        for (std::int64_t o = 0; o < cout; ++o) {
+          for (std::int64_t c = 0; c < cc; ++c) {
+            for (std::int64_t t = 0; t < taps; ++t) f[(o * cc + c) * taps + t] = static_cast<float>(ShiftedWeight(*w, u8w, (o * cg + c0 + c) * taps + t));
+          }
+        }
+        run.weights = dnnl::memory(pd.weights_desc(), DnnlEngine());
+        dnnl::memory plain(PlainDesc(wg), DnnlEngine(), f.data());
+        dnnl::reorder(plain, run.weights).execute(DnnlStream(), plain, run.weights);
+        DnnlStream().wait();
+        run.scratch = ScratchpadFor(pd);
+        if (run.src_md != run.src_plain) run.to_src = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), run.src_plain, DnnlEngine(), run.src_md));
+        if (run.dst_md != run.dst_plain) run.from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), run.dst_md, DnnlEngine(), run.dst_plain));
+        scratch_bytes_ = std::max(scratch_bytes_, run.scratch.bytes);
+        runs_.push_back(std::move(run));
+      }
+    });
+    if (!st.ok()) return false;
+    return ok;
+  }
+
+  Status Run(const KernelArgs& a) override {
+    std::int32_t zp = 0;
+    ReadSrcZeroPoint(a, zp_in_, &zp);
+    thread_local std::vector<float> xf, yf, xb, yb;
+    const std::int64_t n = x_[0], c = x_[1], plane = NumElements(x_) / std::max<std::int64_t>(1, n * c);
+    if (yf.size() < static_cast<std::size_t>(y_count_)) yf.resize(static_cast<std::size_t>(y_count_));
+    dnnl::stream& s = DnnlStream();
+    for (std::size_t r = 0; r < runs_.size(); ++r) {
+      Run1& run = runs_[r];
+      const std::int64_t c0 = bounds_[r], cc = runs_.size() == 1 ? c : bounds_[r + 1] - c0;
+      const std::int64_t count = n * cc * plane;
+      if (xf.size() < static_cast<std::size_t>(count)) xf.resize(static_cast<std::size_t>(count));
+      for (std::int64_t b = 0; b < n; ++b) {  // channels c0 .. c0 + cc of each image, minus the zero point
+        const std::size_t off = static_cast<std::size_t>((b * c + c0) * plane);
+        const void* src = static_cast<const std::uint8_t*>(a.in(0)) + off;
+        CenterToFloat(x_type_, src, xf.data() + b * cc * plane, cc * plane, static_cast<float>(zp));
+      }
+      dnnl::memory src_plain(run.src_plain, DnnlEngine(), xf.data());
+      dnnl::memory src(run.src_md, DnnlEngine(), xf.data());
+      if (run.to_src) {
+        if (xb.size() * sizeof(float) < run.src_md.get_size()) xb.resize(run.src_md.get_size() / sizeof(float) + 1);
+        src.set_data_handle(xb.data());
+        run.to_src.execute(s, src_plain, src);
+      }
+      dnnl::memory dst_plain(run.dst_plain, DnnlEngine(), yf.data());
+      dnnl::memory dst(run.dst_md, DnnlEngine(), yf.data());
+      if (run.from_dst) {
+        if (yb.size() * sizeof(float) < run.dst_md.get_size()) yb.resize(run.dst_md.get_size() / sizeof(float) + 1);
+        dst.set_data_handle(yb.data());
+      }
+      run.prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, run.weights}, {DNNL_ARG_DST, dst},
+                           {DNNL_ARG_SCRATCHPAD, run.scratch.Bind(a.ctx)}});
+      if (run.from_dst) run.from_dst.execute(s, dst, dst_plain);
+      s.wait();
+      AccumulateExact(yf.data(), a.out_as<std::int32_t>(0), y_count_, r == 0);
+    }
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return scratch_bytes_; }
+
+ private:
+  struct Run1 {
+    dnnl::convolution_forward prim;
+    dnnl::reorder to_src, from_dst;
+    dnnl::memory::desc src_md, dst_md, src_plain, dst_plain;
+    dnnl::memory weights;
+    Scratchpad scratch;
+  };
+  ZeroPointInput zp_in_;
+  Shape x_;
+  DType x_type_ = DType::kUndefined;
+  std::int64_t y_count_ = 0;
+  std::vector<std::int64_t> bounds_;
+  std::vector<Run1> runs_;
+  std::size_t scratch_bytes_ = 0;
+};
+
+// MatMulInteger the same way: A [rows, K] (leading dims flattened) by a
+// constant B [K, N], in runs of B's rows.
+class F32MatMulIntegerKernel : public Kernel {
+ public:
+  Result<bool> Init(const KernelInit& init) {
+    using dt = dnnl::memory::data_type;
+    const HostTensor* b = init.const_input(1);
+    if (!b || !RuntimeSrcZeroPoint(init, &zp_in_)) return false;
+    const Shape& as = init.inputs[0].shape;
+    if (b->shape().size() != 2 || as.size() < 2) return false;
+    k_ = b->shape()[0];
+    n_ = b->shape()[1];
+    if (as.back() != k_ || k_ <= 0 || n_ <= 0) return false;
+    rows_ = NumElements(as) / k_;
+    if (rows_ <= 0) return false;
+    const bool u8w = b->dtype() == DType::kUInt8;
+    if (!WeightZeroPointShiftable(init, 3, u8w)) return false;
+    std::vector<std::int64_t> absum(static_cast<std::size_t>(k_ * n_));
+    for (std::int64_t i = 0; i < k_ * n_; ++i) absum[i] = std::abs(ShiftedWeight(*b, u8w, i));
+    bounds_ = ExactFloatRuns(absum, k_, n_);
+    if (bounds_.empty()) return false;
+    a_type_ = init.inputs[0].dtype;
+    Status st = DnnlCall("MatMulInteger", [&] {
+      for (std::size_t r = 0; r + 1 < bounds_.size(); ++r) {
+        const std::int64_t k0 = bounds_[r], kk = bounds_[r + 1] - k0;
+        Run1 run;
+        dnnl::matmul::desc d(PlainDesc({rows_, kk}), dnnl::memory::desc({kk, n_}, dt::f32, dnnl::memory::format_tag::any),
+                             PlainDesc({rows_, n_}));
+        dnnl::matmul::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
+        run.prim = dnnl::matmul(pd);
+        std::vector<float> f(static_cast<std::size_t>(kk * n_));
+        for (std::int64_t i = 0; i < kk * n_; ++i) f[i] = static_cast<float>(ShiftedWeight(*b, u8w, k0 * n_ + i));
+        run.weights = dnnl::memory(pd.weights_desc(), DnnlEngine());
+        dnnl::memory plain(PlainDesc({kk, n_}), DnnlEngine(), f.data());
+        dnnl::reorder(plain, run.weights).execute(DnnlStream(), plain, run.weights);
+        DnnlStream().wait();
+        run.scratch = ScratchpadFor(pd);
+        run.src = dnnl::memory(PlainDesc({rows_, kk}), DnnlEngine(), nullptr);
+        run.dst = dnnl::memory(PlainDesc({rows_, n_}), DnnlEngine(), nullptr);
+        scratch_bytes_ = std::max(scratch_bytes_, run.scratch.bytes);
+        runs_.push_back(std::move(run));
+      }
+    });
+    return st.ok();
+  }
+
+  Status Run(const KernelArgs& a) override {
+    std::int32_t zp = 0;
+    ReadSrcZeroPoint(a, zp_in_, &zp);
+    thread_local std::vector<float> af, yf;
+    if (yf.size() < static_cast<std::size_t>(rows_ * n_)) yf.resize(static_cast<std::size_t>(rows_ * n_));
+    const std::size_t es = a_type_ == DType::kUInt8 || a_type_ == DType::kInt8 ? 1 : 1;
+    for (std::size_t r = 0; r < runs_.size(); ++r) {
+      const std::int64_t k0 = bounds_[r], kk = bounds_[r + 1] - k0;
+      if (af.size() < static_cast<std::size_t>(rows_ * kk)) af.resize(static_cast<std::size_t>(rows_ * kk));
+      // Columns k0 .. k0 + kk of each row of A, minus the zero point.
+      ParallelFor(rows_, std::max<std::int64_t>(1, 16384 / kk), [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          const void* src = static_cast<const std::uint8_t*>(a.in(0)) + (i * k_ + k0) * es;
+          if (a_type_ == DType::kUInt8) CenterToFloat(static_cast<const std::uint8_t*>(src), af.data() + i * kk, kk, static_cast<float>(zp));
+          else CenterToFloat(static_cast<const std::int8_t*>(src), af.data() + i * kk, kk, static_cast<float>(zp));
+        }
+      });
+      Run1& run = runs_[r];
+      run.src.set_data_handle(af.data());
+      run.dst.set_data_handle(yf.data());
+      run.prim.execute(DnnlStream(), {{DNNL_ARG_SRC, run.src}, {DNNL_ARG_WEIGHTS, run.weights}, {DNNL_ARG_DST, run.dst},
+                                      {DNNL_ARG_SCRATCHPAD, run.scratch.Bind(a.ctx)}});
+      DnnlStream().wait();
+      AccumulateExact(yf.data(), a.out_as<std::int32_t>(0), rows_ * n_, r == 0);
+    }
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return scratch_bytes_; }
+
+ private:
+  struct Run1 {
+    dnnl::matmul prim;
+    dnnl::memory weights, src, dst;
+    Scratchpad scratch;
+  };
+  ZeroPointInput zp_in_;
+  DType a_type_ = DType::kUndefined;
+  std::int64_t rows_ = 0, k_ = 0, n_ = 0;
+  std::vector<std::int64_t> bounds_;
+  std::vector<Run1> runs_;
+  std::size_t scratch_bytes_ = 0;
+};
+
 // MatMulInteger / ConvInteger: oneDNN's int8 primitive where it is exact and
-// the weights are constant, else the reference kernel.
+// the weights are constant, else the float32 primitives in exact runs, else
+// the reference kernel.
 template <typename Fast>
 Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool matmul) {
   auto fast = std::make_unique<Fast>();
   KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init, true));
   if (ok) return std::unique_ptr<Kernel>(std::move(fast));
+  if (matmul) {
+    auto f32 = std::make_unique<F32MatMulIntegerKernel>();
+    KILN_ASSIGN_OR_RETURN(bool f32_ok, f32->Init(init));
+    if (f32_ok) return std::unique_ptr<Kernel>(std::move(f32));
+  } else {
+    auto f32 = std::make_unique<F32ConvIntegerKernel>();
+    KILN_ASSIGN_OR_RETURN(bool f32_ok, f32->Init(init));
+    if (f32_ok) return std::unique_ptr<Kernel>(std::move(f32));
+  }
   if (matmul) {
     auto k = std::make_unique<QMatMulKernel>();
     KILN_RETURN_IF_ERROR(k->Init(init, false));
