@@ -151,7 +151,7 @@ bool FuseAdd(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* add, bool has_k
 // (scale > 0), so the window's largest float is the largest quantized
 // value's, and requantising it with the same parameters gives that value
 // back: round((q - zp) * s / s) + zp = q for |q - zp| <= 255 and a normal
-// scale. MaxPool-12 takes int8/uint8; no Indices output.
+// scale small enough that (q - zp) * s is finite. MaxPool-12 takes int8/uint8; no Indices output.
 bool FuseMaxPool(ir::Graph& g, ir::Node* q, ir::Node* pool, bool has_kernel) {
   Dq x;
   if (!has_kernel || pool->num_outputs() != 1 || !MatchDq(pool->input(0), 1, &x) || !IsInt8(x.type)) return false;
@@ -159,7 +159,12 @@ bool FuseMaxPool(ir::Graph& g, ir::Node* q, ir::Node* pool, bool has_kernel) {
   ir::Value* yzp = q->input(2);
   if (x.type != yzp->dtype()) return false;
   const float s = x.scale->constant()->data_as<float>()[0];
-  if (!(std::isnormal(s) && s > 0) || std::memcmp(&s, ys->constant()->data(), sizeof(float)) != 0) return false;
+  // (q - zp) * s must stay finite: a scale past FLT_MAX / 256 makes the
+  // float MaxPool's input infinite and the QuantizeLinear saturate.
+  if (!(std::isnormal(s) && s > 0 && std::isfinite(s * 256.f)) ||
+      std::memcmp(&s, ys->constant()->data(), sizeof(float)) != 0) {
+    return false;
+  }
   const std::size_t zb = DTypeSize(x.type);
   std::uint8_t zero[1] = {0};
   const void* xz = x.zp ? x.zp->constant()->data() : zero;

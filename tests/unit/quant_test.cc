@@ -647,6 +647,38 @@ TEST(ConvInteger, RuntimeZeroPointExactSums) { CheckConvInteger(6, 10, 2, false)
 // int8 is not exact the float32 primitives run in several runs of channels.
 TEST(ConvInteger, RuntimeZeroPointExactSumsInRuns) { CheckConvInteger(96, 7, 1, true); }
 
+// A 1-D kernel of 600 taps (one channel's sum can pass 2^24 / 255 alone):
+// channel 0 gives output 0 a sum of 60,000 |w| and output 1 none, channel 1
+// gives 60,000 and 70,199 (past the bound alone: no float32 run may hold it).
+// x = 255: outputs 255 * 120,000 and 255 * 70,199 = 17,900,745 (odd, above
+// 2^24), exactly.
+TEST(ConvInteger, ChannelPastTheFloatBoundAloneStaysExact) {
+  const std::int64_t taps = 600;
+  std::vector<std::int8_t> w(2 * 2 * taps, 0);
+  for (std::int64_t t = 0; t < taps; ++t) {
+    w[(0 * 2 + 0) * taps + t] = 100;                     // o0, c0
+    w[(0 * 2 + 1) * taps + t] = 100;                     // o0, c1
+    w[(1 * 2 + 1) * taps + t] = t == 0 ? 116 : 117;      // o1, c1
+  }
+  std::vector<std::uint8_t> x(2 * taps, 255);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kUInt8, {1, 2, taps});
+  ir::Value* zv = g->AddValue("xzp", DType::kUInt8, {});
+  g->inputs() = {xv, zv};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("ConvInteger", "ci", {xv, g->AddConstant("w", Tensor(DType::kInt8, {2, 2, taps}, w)), zv}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::uint8_t zp = 0;
+  std::vector<std::int32_t> out(2, -1);
+  ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {1, 2, taps}}, {&zp, DType::kUInt8, {}}},
+                                {{out.data(), DType::kInt32, {1, 2, 1}}}).ok());
+  EXPECT_EQ(out[0], 255 * 120000);
+  EXPECT_EQ(out[1], 255 * 70199);
+}
+
 TEST(MatMulInteger, RuntimeZeroPointExactSums) {
   std::mt19937 rng(12);
   const std::int64_t rows = 2 * 7, k = 45, nn = 33;
@@ -684,10 +716,10 @@ TEST(MatMulInteger, RuntimeZeroPointExactSums) {
 // 17,196,435), which oneDNN's float-stored s32 would round.
 TEST(MatMulInteger, SumsBeyondFloatPrecisionAreExact) {
   const std::int64_t k = 1023, n = 5;
-  std::vector<std::uint8_t> a(3 * k, 255);
+  std::vector<std::uint8_t> a(64 * k, 255);  // 64 rows: the float32 runs split them across threads
   std::vector<std::int8_t> b(k * n, 127);
   auto g = std::make_unique<ir::Graph>();
-  ir::Value* av = g->AddValue("a", DType::kUInt8, {3, k});
+  ir::Value* av = g->AddValue("a", DType::kUInt8, {64, k});
   ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
   g->inputs() = {av, zv};
   ir::Value* y = g->AddValue("y");
@@ -696,10 +728,11 @@ TEST(MatMulInteger, SumsBeyondFloatPrecisionAreExact) {
   test::TempDir dir;
   auto model = CompileAndLoad(std::move(g), dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
+  (*model)->set_threads(2);
   for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{3}}) {
-    std::vector<std::int32_t> out(3 * n);
-    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {3, k}}, {&zp, DType::kUInt8, {}}},
-                                  {{out.data(), DType::kInt32, {3, n}}}).ok());
+    std::vector<std::int32_t> out(64 * n);
+    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {64, k}}, {&zp, DType::kUInt8, {}}},
+                                  {{out.data(), DType::kInt32, {64, n}}}).ok());
     for (std::int32_t v : out) EXPECT_EQ(v, (255 - zp) * 127 * 1023) << "zp " << int(zp);
   }
 }

@@ -1044,9 +1044,9 @@ std::vector<std::int64_t> ExactFloatRuns(const std::vector<std::int64_t>& absum,
   for (std::int64_t u = 0; u < units; ++u) {
     const std::int64_t* row = absum.data() + u * outs;
     bool fits = true;
-    for (std::int64_t o = 0; o < outs && fits; ++o) {
-      if (row[o] > kLimit) return {};
-      fits = cur[o] + row[o] <= kLimit;
+    for (std::int64_t o = 0; o < outs; ++o) {
+      if (row[o] > kLimit) return {};  // every output checked: one unit alone must fit
+      fits = fits && cur[o] + row[o] <= kLimit;
     }
     if (!fits) {
       bounds.push_back(u);
@@ -1263,16 +1263,19 @@ class F32MatMulIntegerKernel : public Kernel {
     ReadSrcZeroPoint(a, zp_in_, &zp);
     thread_local std::vector<float> af, yf;
     if (yf.size() < static_cast<std::size_t>(rows_ * n_)) yf.resize(static_cast<std::size_t>(rows_ * n_));
-    const std::size_t es = a_type_ == DType::kUInt8 || a_type_ == DType::kInt8 ? 1 : 1;
     for (std::size_t r = 0; r < runs_.size(); ++r) {
       const std::int64_t k0 = bounds_[r], kk = bounds_[r + 1] - k0;
       if (af.size() < static_cast<std::size_t>(rows_ * kk)) af.resize(static_cast<std::size_t>(rows_ * kk));
-      // Columns k0 .. k0 + kk of each row of A, minus the zero point.
+      // Columns k0 .. k0 + kk of each row of A, minus the zero point. The
+      // pointer, not the thread_local vector, goes to the workers (theirs
+      // are other, empty vectors).
+      float* dst = af.data();
+      const auto* a8 = static_cast<const std::uint8_t*>(a.in(0));  // 8-bit A
       ParallelFor(rows_, std::max<std::int64_t>(1, 16384 / kk), [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) {
-          const void* src = static_cast<const std::uint8_t*>(a.in(0)) + (i * k_ + k0) * es;
-          if (a_type_ == DType::kUInt8) CenterToFloat(static_cast<const std::uint8_t*>(src), af.data() + i * kk, kk, static_cast<float>(zp));
-          else CenterToFloat(static_cast<const std::int8_t*>(src), af.data() + i * kk, kk, static_cast<float>(zp));
+          const std::uint8_t* src = a8 + (i * k_ + k0);
+          if (a_type_ == DType::kUInt8) CenterToFloat(src, dst + i * kk, kk, static_cast<float>(zp));
+          else CenterToFloat(reinterpret_cast<const std::int8_t*>(src), dst + i * kk, kk, static_cast<float>(zp));
         }
       });
       Run1& run = runs_[r];
