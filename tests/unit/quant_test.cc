@@ -679,6 +679,20 @@ TEST(ConvInteger, ChannelPastTheFloatBoundAloneStaysExact) {
   EXPECT_EQ(out[1], 255 * 70199);
 }
 
+// One MatMulInteger: uint8 A of shape `a` (its zero point a scalar input)
+// by constant int8 B [a.back(), n].
+Result<std::unique_ptr<Model>> LoadMatMulInteger(const Shape& a, const std::vector<std::int8_t>& b, std::int64_t n,
+                                                 const test::TempDir& dir) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* av = g->AddValue("a", DType::kUInt8, a);
+  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
+  g->inputs() = {av, zv};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {a.back(), n}, b)), zv}, {y});
+  g->outputs().push_back(y);
+  return CompileAndLoad(std::move(g), dir);
+}
+
 TEST(MatMulInteger, RuntimeZeroPointExactSums) {
   std::mt19937 rng(12);
   const std::int64_t rows = 2 * 7, k = 45, nn = 33;
@@ -686,15 +700,8 @@ TEST(MatMulInteger, RuntimeZeroPointExactSums) {
   for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
   std::vector<std::int8_t> b(k * nn);
   for (auto& v : b) v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
-  auto g = std::make_unique<ir::Graph>();
-  ir::Value* av = g->AddValue("a", DType::kUInt8, {2, 7, k});
-  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
-  g->inputs() = {av, zv};
-  ir::Value* y = g->AddValue("y");
-  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {k, nn}, b)), zv}, {y});
-  g->outputs().push_back(y);
   test::TempDir dir;
-  auto model = CompileAndLoad(std::move(g), dir);
+  auto model = LoadMatMulInteger({2, 7, k}, b, nn, dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{77}, std::uint8_t{255}}) {
     std::vector<std::int32_t> out(rows * nn, -1);
@@ -718,15 +725,8 @@ TEST(MatMulInteger, SumsBeyondFloatPrecisionAreExact) {
   const std::int64_t k = 1023, n = 5;
   std::vector<std::uint8_t> a(64 * k, 255);  // 64 rows: the float32 runs split them across threads
   std::vector<std::int8_t> b(k * n, 127);
-  auto g = std::make_unique<ir::Graph>();
-  ir::Value* av = g->AddValue("a", DType::kUInt8, {64, k});
-  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
-  g->inputs() = {av, zv};
-  ir::Value* y = g->AddValue("y");
-  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {k, n}, b)), zv}, {y});
-  g->outputs().push_back(y);
   test::TempDir dir;
-  auto model = CompileAndLoad(std::move(g), dir);
+  auto model = LoadMatMulInteger({64, k}, b, n, dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   (*model)->set_threads(2);
   for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{3}}) {
@@ -832,15 +832,8 @@ TEST(MatMulInteger, SevenBitWeightsEdgeOfPairsAreExact) {
   for (std::int64_t p = 0; p < k; ++p)
     for (std::int64_t j = 0; j < n; ++j)
       b[p * n + j] = static_cast<std::int8_t>(j == 0 ? (p == 0 ? 63 : 64) : j == 1 ? -64 : (rng() % 2 ? 64 : -64));
-  auto g = std::make_unique<ir::Graph>();
-  ir::Value* av = g->AddValue("a", DType::kUInt8, {rows, k});
-  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
-  g->inputs() = {av, zv};
-  ir::Value* y = g->AddValue("y");
-  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {k, n}, b)), zv}, {y});
-  g->outputs().push_back(y);
   test::TempDir dir;
-  auto model = CompileAndLoad(std::move(g), dir);
+  auto model = LoadMatMulInteger({rows, k}, b, n, dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{3}}) {
     std::vector<std::int32_t> out(rows * n, -1);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ops/fused_attrs.h"
+#include "ops/window.h"
 
 namespace kiln::cpu {
 
@@ -93,6 +94,24 @@ std::string PackedLayoutKey(const dnnl::memory::desc& md) {
   k += "b";
   for (int i = 0; i < b.inner_nblks; ++i) k += StrCat(b.inner_blks[i], "@", b.inner_idxs[i], ";");
   return k;
+}
+
+Result<DnnlConvWindow> ConvWindow(const ir::Node& node, const Shape& x, const Shape& w) {
+  KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(node, Shape(x.begin() + 2, x.end()),
+                                                            std::vector<std::int64_t>(w.begin() + 2, w.end()), false));
+  DnnlConvWindow d;
+  d.strides.assign(win.strides.begin(), win.strides.end());
+  d.pads_begin.assign(win.pads_begin.begin(), win.pads_begin.end());
+  d.pads_end.assign(win.pads_end.begin(), win.pads_end.end());
+  for (std::int64_t v : win.dilations) d.dilations.push_back(v - 1);
+  return d;
+}
+
+Shape GroupedWeights(const Shape& w, std::int64_t group) {
+  if (group <= 1) return w;
+  Shape wg = {group, w[0] / group};
+  wg.insert(wg.end(), w.begin() + 1, w.end());
+  return wg;
 }
 
 }  // namespace kiln::cpu

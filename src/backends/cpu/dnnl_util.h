@@ -54,6 +54,15 @@ Scratchpad ScratchpadFor(const PD& pd) {
   return s;
 }
 
+// A convolution node's window (ops::ComputeWindow over x's spatial dims and
+// the weights' kernel dims) in oneDNN's terms: dilations counted from 0.
+struct DnnlConvWindow {
+  dnnl::memory::dims strides, dilations, pads_begin, pads_end;
+};
+Result<DnnlConvWindow> ConvWindow(const ir::Node& node, const Shape& x, const Shape& w);
+// Weights [O, I/G, k...] as oneDNN's grouped [G, O/G, I/G, k...] (as they are when G = 1).
+Shape GroupedWeights(const Shape& w, std::int64_t group);
+
 // Appends the node's fused activation (kiln.activation etc.) to `ops`.
 Status AppendFusedActivation(const ir::Node& node, dnnl::post_ops& ops);
 

@@ -24,18 +24,9 @@ class ConvKernel : public Kernel {
       y = {y[0], y[3], y[1], y[2]};
     }
     const std::int64_t group = node.GetInt("group", 1);
-    const std::size_t sp = x.size() - 2;
-    KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(node, Shape(x.begin() + 2, x.end()),
-                                                              std::vector<std::int64_t>(w.begin() + 2, w.end()), false));
-    memory::dims strides(win.strides.begin(), win.strides.end());
-    memory::dims dil(sp), pl(win.pads_begin.begin(), win.pads_begin.end()), pr(win.pads_end.begin(), win.pads_end.end());
-    for (std::size_t i = 0; i < sp; ++i) dil[i] = win.dilations[i] - 1;
-    // Weights as [G, O/G, I/G, k...] when grouped.
-    Shape wg = w;
-    if (group > 1) {
-      wg = {group, w[0] / group};
-      wg.insert(wg.end(), w.begin() + 1, w.end());
-    }
+    KILN_ASSIGN_OR_RETURN(const DnnlConvWindow win, ConvWindow(node, x, w));
+    const memory::dims &strides = win.strides, &dil = win.dilations, &pl = win.pads_begin, &pr = win.pads_end;
+    const Shape wg = GroupedWeights(w, group);
     const memory::desc src_md = nhwc ? memory::desc(memory::dims(x.begin(), x.end()), memory::data_type::f32, tag::nhwc) : PlainDesc(x);
     const memory::desc dst_md = nhwc ? memory::desc(memory::dims(y.begin(), y.end()), memory::data_type::f32, tag::nhwc) : PlainDesc(y);
     const memory::desc w_plain = PlainDesc(wg);

@@ -717,17 +717,9 @@ class DnnlQConvKernel : public Kernel {
       y_batch_ = y[0];
       y_inner_ = NumElements(y) / std::max<std::int64_t>(1, y[0] * y[1]);
     }
-    KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(*init.node, Shape(x.begin() + 2, x.end()),
-                                                              std::vector<std::int64_t>(ws.begin() + 2, ws.end()), false));
-    const std::size_t sp = x.size() - 2;
-    dnnl::memory::dims strides(win.strides.begin(), win.strides.end()), dil(sp),
-        pl(win.pads_begin.begin(), win.pads_begin.end()), pr(win.pads_end.begin(), win.pads_end.end());
-    for (std::size_t i = 0; i < sp; ++i) dil[i] = win.dilations[i] - 1;
-    Shape wg = ws;
-    if (group > 1) {
-      wg = {group, cout / group};
-      wg.insert(wg.end(), ws.begin() + 1, ws.end());
-    }
+    KILN_ASSIGN_OR_RETURN(const DnnlConvWindow win, ConvWindow(*init.node, x, ws));
+    const dnnl::memory::dims &strides = win.strides, &dil = win.dilations, &pl = win.pads_begin, &pr = win.pads_end;
+    const Shape wg = GroupedWeights(ws, group);
     const dt xt = f32_ ? dt::f32 : init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
     const dt yt = f32_ ? dt::f32 : integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
     const dt wt = f32_ ? dt::f32 : dt::s8;
@@ -1103,12 +1095,8 @@ class F32ConvIntegerKernel : public Kernel {
     if (bounds_.empty() || (group > 1 && bounds_.size() != 2)) return false;
     x_type_ = init.inputs[0].dtype;
     y_count_ = NumElements(y);
-    KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(*init.node, Shape(x_.begin() + 2, x_.end()),
-                                                              std::vector<std::int64_t>(ws.begin() + 2, ws.end()), false));
-    const std::size_t sp = x_.size() - 2;
-    dnnl::memory::dims strides(win.strides.begin(), win.strides.end()), dil(sp),
-        pl(win.pads_begin.begin(), win.pads_begin.end()), pr(win.pads_end.begin(), win.pads_end.end());
-    for (std::size_t i = 0; i < sp; ++i) dil[i] = win.dilations[i] - 1;
+    KILN_ASSIGN_OR_RETURN(const DnnlConvWindow win, ConvWindow(*init.node, x_, ws));
+    const dnnl::memory::dims &strides = win.strides, &dil = win.dilations, &pl = win.pads_begin, &pr = win.pads_end;
     bool ok = true;
     Status st = DnnlCall("ConvInteger", [&] {
       for (std::size_t r = 0; r + 1 < bounds_.size(); ++r) {
@@ -1116,11 +1104,7 @@ class F32ConvIntegerKernel : public Kernel {
         Shape xr = x_, wr = ws;
         xr[1] = group > 1 ? x_[1] : cc;
         wr[1] = cc;
-        Shape wg = wr;
-        if (group > 1) {
-          wg = {group, cout / group};
-          wg.insert(wg.end(), wr.begin() + 1, wr.end());
-        }
+        const Shape wg = GroupedWeights(wr, group);
         auto any = [](const Shape& s) {
           return dnnl::memory::desc(dnnl::memory::dims(s.begin(), s.end()), dt::f32, dnnl::memory::format_tag::any);
         };
