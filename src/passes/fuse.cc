@@ -137,14 +137,18 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
     auto* add = const_cast<ir::Node*>(add_c);
     ir::Value* bias = add->input(0) == conv->output(0) ? add->input(1) : add->input(0);
     const auto& ys = conv->output(0)->shape();
-    const std::int64_t c = ys[1];
+    // The channel axis: 1, or the last for a channels-last Conv (this pass
+    // runs again after the layout pass).
+    const std::size_t ca = conv->GetInt(ops::kNhwcAttr, 0) != 0 ? ys.size() - 1 : 1;
+    const std::int64_t c = ys[ca];
     if (!IsF32Const(bias) || NumElements(bias->shape()) != c || bias->shape().size() > ys.size()) continue;
-    // Must broadcast along the channel axis only: shape [..., C, 1, 1].
+    // Must broadcast along the channel axis only: shape [..., C, 1, 1]
+    // (channels-last: [..., C]).
     const auto& bs = bias->shape();
-    bool per_channel = bs.size() >= ys.size() - 1;
+    bool per_channel = bs.size() >= ys.size() - ca;
     for (std::size_t i = 0; per_channel && i < bs.size(); ++i) {
       std::size_t axis = ys.size() - bs.size() + i;
-      per_channel = axis == 1 ? bs[i] == c : bs[i] == 1;
+      per_channel = axis == ca ? bs[i] == c : bs[i] == 1;
     }
     if (!per_channel) continue;
     auto flat = std::make_shared<HostTensor>(DType::kFloat32, Shape{c},

@@ -16,6 +16,11 @@ PassManager PassManager::Default() {
   pm.Add({"fuse-gelu", "fuse", false, FuseGelu});
   pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
   pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
+  // Again, on what the layout pass brought together: a model that holds its
+  // activations channels-last (TensorFlow's exports) has a Transpose pair
+  // between each Conv and its bias/activation until that pass cancels them.
+  pm.Add({"fuse-after-layout", "layout", false, FuseBiasActivation});
+  pm.Add({"dce-after-layout", "layout", false, EliminateDeadCode});
   pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});
   pm.Add({"placement", "finalize", true, PlaceNodes});

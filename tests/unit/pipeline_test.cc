@@ -143,6 +143,70 @@ TEST(Pipeline, SiluFusesIntoTheConvAsSwish) {
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[i], want[i], 1e-6f * std::max(1.f, std::fabs(want[i]))) << i;
 }
 
+int CountOpsIn(const format::CompiledModel& m, const std::string& op) {
+  int c = 0;
+  for (auto& n : m.graph->nodes()) c += n->op_type() == op;
+  return c;
+}
+
+// A Conv as TensorFlow converters write it: NHWC activations, the Conv
+// between Transposes, then a constant bias Add and SiLU on the NHWC result.
+// The layout pass cancels the Transposes; the fusions that ran before it
+// could not see the Conv next to its bias and activation, so they run again
+// after it. `bias_shape` {2} is per channel (fuses); {2, 1} varies along W
+// (a near miss: the Add stays, and as it sits between the Conv and the SiLU,
+// neither fuses).
+std::unique_ptr<ir::Graph> NhwcConvBiasSilu(const Shape& bias_shape) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {1, 2, 2, 2});  // N, H, W, C
+  g->inputs().push_back(x);
+  ir::Value* w = g->AddConstant("w", test::F32({2, 2, 1, 1}, {1, 2, -3, 0.5f}));
+  ir::Value* b = g->AddConstant("b", test::F32(bias_shape, {0.25f, -1.5f}));
+  ir::Value *t = g->AddValue("t"), *c = g->AddValue("c"), *u = g->AddValue("u"), *a = g->AddValue("a"),
+            *sg = g->AddValue("sg"), *y = g->AddValue("y");
+  g->AddNode("Transpose", "to_nchw", {x}, {t})->SetAttr("perm", ir::Attribute::Ints({0, 3, 1, 2}));
+  g->AddNode("Conv", "conv", {t, w}, {c});
+  g->AddNode("Transpose", "to_nhwc", {c}, {u})->SetAttr("perm", ir::Attribute::Ints({0, 2, 3, 1}));
+  g->AddNode("Add", "bias", {u, b}, {a});
+  g->AddNode("Sigmoid", "sig", {a}, {sg});
+  g->AddNode("Mul", "mul", {a, sg}, {y});
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  return g;
+}
+
+TEST(Pipeline, NhwcModelsConvBiasAndSiluFuseAfterTheLayoutPass) {
+  // x[n,h,w,c] = {1,2, 3,4, -1,0, 1,2} (pixel-major, 2 channels).
+  const std::vector<float> x = {1, 2, 3, 4, -1, 0, 1, 2};
+  const float wt[2][2] = {{1, 2}, {-3, 0.5f}};
+  for (const Shape& bias_shape : {Shape{2}, Shape{2, 1}}) {
+    const bool per_channel = bias_shape.size() == 1;
+    std::vector<float> want(8);
+    for (int p = 0; p < 4; ++p) {
+      for (int o = 0; o < 2; ++o) {
+        // bias {2}: by channel o; {2, 1}: by W (p % 2), broadcast over C.
+        const double bias = per_channel ? (o == 0 ? 0.25 : -1.5) : (p % 2 == 0 ? 0.25 : -1.5);
+        const double v = wt[o][0] * x[2 * p] + wt[o][1] * x[2 * p + 1] + bias;
+        want[2 * p + o] = static_cast<float>(v / (1 + std::exp(-v)));
+      }
+    }
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(NhwcConvBiasSilu(bias_shape), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOpsIn(cm, "Transpose"), 0);
+    EXPECT_EQ(CountOpsIn(cm, "Conv"), 1);
+    EXPECT_EQ(CountOpsIn(cm, "Add"), per_channel ? 0 : 1);
+    EXPECT_EQ(CountOpsIn(cm, "Sigmoid"), per_channel ? 0 : 1);
+    for (auto& n : cm.graph->nodes()) {
+      if (n->op_type() == "Conv") EXPECT_EQ(n->GetString("kiln.activation", ""), per_channel ? "Swish" : "");
+    }
+    std::vector<float> y(8);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 2, 2, 2})}, {TensorRef::Of(y.data(), {1, 2, 2, 2})}).ok());
+    for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[i], want[i], 1e-6f * std::max(1.f, std::fabs(want[i]))) << i;
+  }
+}
+
 // GELU as exporters write it: d = x / sqrt(2) (or x * 1/sqrt(2)), e = Erf(d),
 // a = e + 1, then x * a * 0.5 with the Muls in one of three orders.
 // `form` 0: (x*a)*0.5, 1: (x*0.5)*a, 2: x*(a*0.5); `div_by` is the divisor
