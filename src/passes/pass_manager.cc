@@ -19,8 +19,9 @@ PassManager PassManager::Default() {
   // Again, on what the layout pass brought together: a model that holds its
   // activations channels-last (TensorFlow's exports) has a Transpose pair
   // between each Conv and its bias/activation until that pass cancels them.
-  pm.Add({"fuse-after-layout", "layout", false, FuseBiasActivation});
-  pm.Add({"dce-after-layout", "layout", false, EliminateDeadCode});
+  // (Phase "fuse": disabling fusion disables these too.)
+  pm.Add({"fuse-after-layout", "fuse", false, FuseBiasActivation});
+  pm.Add({"dce-after-layout", "fuse", false, EliminateDeadCode});
   pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});
   pm.Add({"placement", "finalize", true, PlaceNodes});

@@ -1174,14 +1174,20 @@ TEST_F(ExternalWeightsTest, UserMemoryIsUsedInPlaceWithoutReadingFiles) {
   EXPECT_EQ(st.bytes_mapped, 0u);
   EXPECT_EQ(st.files_opened, 0u);
   EXPECT_EQ(st.resident_bytes, 0u);
-  // Used in place: a change in the caller's buffer is what the model computes
-  // with. (MatMul reads W in place; it keeps its own copy of a bias.)
+  // The weights come from the caller's buffer: a model loaded after a change
+  // to it computes with the change. (Kernels pack what they read at load, so
+  // the model already loaded keeps the old values.)
   const weights::WeightRef w = FindWeight(ws, kWBytes);
   ASSERT_FALSE(w.node.empty());
   const float three = 3;
   std::memcpy(user.data() + w.offset, &three, 4);  // W[0][0]: 1 -> 3
+  Session s2;
+  auto m2 = s2.LoadModel(kiln_file(), lo);
+  ASSERT_TRUE(m2.ok()) << m2.status().ToString();
   // row 0, col 0: 1*3 + 3*1 - 1 = 5; row 1, col 0: -1*3 + 1 - 1 = -3 -> relu 0
-  EXPECT_EQ(RunModel(**m), (std::vector<float>{5, 5.5f, 3, 0, 1.5f, 1}));
+  EXPECT_EQ(RunModel(**m2), (std::vector<float>{5, 5.5f, 3, 0, 1.5f, 1}));
+  EXPECT_EQ(s2.weight_stats().bytes_read, 0u);
+  m2.value().reset();
   m.value().reset();
   EXPECT_EQ(user.size(), bytes.size());  // still ours, never freed by Kiln
 }
