@@ -189,34 +189,47 @@ Result<std::unique_ptr<Kernel>> MakeSoftmax(const KernelInit& init) {
   return k;
 }
 
-// kiln.Gelu: oneDNN's exact (erf) GELU, vectorised (tested against a double
-// reference over [-10, 10] in pipeline_test.cc).
-class GeluKernel : public DnnlSrcDstKernel {
+// float32 elementwise ops on oneDNN's eltwise primitive (vectorised):
+// kiln.Gelu (the exact, erf GELU), Tanh and Sigmoid. Each is tested against
+// a double reference (pipeline_test.cc for GELU over [-10, 10]; unary_test.cc
+// for Tanh and Sigmoid over [-30, 30] and their extremes).
+class DnnlEltwiseKernel : public DnnlSrcDstKernel {
  public:
-  Status Init(const KernelInit& init) {
+  Status Init(const KernelInit& init, dnnl::algorithm alg) {
     n_ = NumElements(init.outputs[0].shape);
     if (n_ <= 0) return Status::Ok();
-    return DnnlCall("Gelu", [&] {
+    return DnnlCall(init.node->op_type().c_str(), [&] {
       const dnnl::memory::desc md = PlainDesc({n_});
-      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_gelu_erf, md, 0.f, 0.f);
+      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg, md, 0.f, 0.f);
       Set<dnnl::eltwise_forward>(dnnl::eltwise_forward::primitive_desc(d, UserScratchpad(), DnnlEngine()), md);
     });
   }
 };
 
+// float32 on oneDNN's `alg`; other types through `fallback`.
+KernelFactory Eltwise(dnnl::algorithm alg, KernelFactory fallback) {
+  return [alg, fallback](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
+    if (init.inputs[0].dtype != DType::kFloat32) return fallback(init);
+    auto k = std::make_unique<DnnlEltwiseKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init, alg));
+    return std::unique_ptr<Kernel>(std::move(k));
+  };
+}
+
 }  // namespace
 
 void RegisterActivationKernels(KernelRegistry& r) {
   r.Register("Gelu", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
-    auto k = std::make_unique<GeluKernel>();
-    KILN_RETURN_IF_ERROR(k->Init(init));
+    auto k = std::make_unique<DnnlEltwiseKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init, dnnl::algorithm::eltwise_gelu_erf));
     return std::unique_ptr<Kernel>(std::move(k));
   }, "kiln");
   r.Register("Relu", MakeRelu);
   r.Register("Clip", MakeClip);
   r.Register("Softmax", MakeSoftmax);
-  r.Register("Sigmoid", FloatUnary(KILN_UNARY([](T x) { return T(1) / (T(1) + std::exp(-x)); })));
-  r.Register("Tanh", FloatUnary(KILN_UNARY([](T x) { return std::tanh(x); })));
+  r.Register("Sigmoid", Eltwise(dnnl::algorithm::eltwise_logistic,
+                                 FloatUnary(KILN_UNARY([](T x) { return T(1) / (T(1) + std::exp(-x)); }))));
+  r.Register("Tanh", Eltwise(dnnl::algorithm::eltwise_tanh, FloatUnary(KILN_UNARY([](T x) { return std::tanh(x); }))));
   r.Register("HardSwish", FloatUnary(KILN_UNARY([](T x) {
     return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5)));
   })));
