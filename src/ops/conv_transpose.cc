@@ -3,6 +3,7 @@
 
 #include "common/checked.h"
 #include "ops/common_infer.h"
+#include "ops/fused_attrs.h"
 
 namespace kiln::ops {
 
@@ -80,7 +81,13 @@ namespace {
 
 Status InferConvTranspose(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 2));
-  const Shape& x = c.in_shape(0);
+  // Channels-last (kiln.nhwc, the layout pass): x and y are NHWC.
+  const bool nhwc = c.node().GetInt(kNhwcAttr, 0) != 0;
+  Shape x = c.in_shape(0);
+  if (nhwc) {
+    if (x.size() != 4) return c.Fail("channels-last ConvTranspose needs a 4-D input");
+    x = {x[0], x[3], x[1], x[2]};
+  }
   const Shape& w = c.in_shape(1);
   if (x.size() < 3) return c.Fail("input X must have rank >= 3 (N, C, spatial...), has shape ", ShapeToString(x));
   if (w.size() != x.size()) return c.Fail("weight W has rank ", w.size(), ", expected ", x.size(), " like X");
@@ -103,6 +110,7 @@ Status InferConvTranspose(InferContext& c) {
   KILN_ASSIGN_OR_RETURN(DeconvGeometry g, ComputeDeconv(c.node(), Shape(x.begin() + 2, x.end()), kernel));
   Shape out = {x[0], oc};
   out.insert(out.end(), g.out.begin(), g.out.end());
+  if (nhwc) out = {out[0], out[2], out[3], out[1]};
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();
 }

@@ -1,4 +1,4 @@
-// Fusions: Conv+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
+// Fusions: Conv/ConvTranspose+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
 // activation fusion into one kernel (oneDNN post-ops), SiLU (x * Sigmoid(x))
 // included as the Swish activation.
 #include <cmath>
@@ -67,7 +67,11 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
   for (ir::Node* bn : bns) {
     ir::Value* x = bn->input(0);
     ir::Node* conv = x->producer();
-    if (!conv || conv->op_type() != "Conv" || !conv->domain().empty() || !OnlyUse(g, x, bn)) continue;
+    if (!conv || (conv->op_type() != "Conv" && conv->op_type() != "ConvTranspose") || !conv->domain().empty() ||
+        !OnlyUse(g, x, bn)) {
+      continue;
+    }
+    const bool deconv = conv->op_type() == "ConvTranspose";
     if (bn->num_outputs() != 1 || bn->GetInt("training_mode", 0) != 0) continue;
     if (bn->GetInt("spatial", 1) != 1) continue;  // BatchNormalization-7 spatial=0: per-element statistics
     if (!IsF32Const(conv->input(1)) || (conv->input(2) && !IsF32Const(conv->input(2)))) continue;
@@ -75,8 +79,12 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
     for (int i = 1; i < 5; ++i) consts &= IsF32Const(bn->input(i));
     if (!consts || x->dtype() != DType::kFloat32) continue;
     const HostTensor& w = *conv->input(1)->constant();
-    const std::int64_t oc = w.shape()[0];
-    const std::int64_t per = w.numel() / oc;
+    // Conv weights: [OC, IC/group, k...]; ConvTranspose: [IC, OC/group, k...].
+    const std::int64_t group = deconv ? conv->GetInt("group", 1) : 1;
+    if (group < 1 || w.shape().size() < 2 || w.numel() == 0 || w.shape()[0] % group != 0) continue;
+    const std::int64_t oc = deconv ? w.shape()[1] * group : w.shape()[0];
+    if (NumElements(bn->input(1)->shape()) != oc) continue;
+    const std::int64_t per = w.numel() / (deconv ? w.shape()[0] * w.shape()[1] : oc);
     const float eps = bn->GetFloat("epsilon", 1e-5f);
     const float* scale = bn->input(1)->constant()->data_as<float>();
     const float* shift = bn->input(2)->constant()->data_as<float>();
@@ -85,13 +93,29 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
     const float* b0 = conv->input(2) ? conv->input(2)->constant()->data_as<float>() : nullptr;
     auto nw = std::make_shared<HostTensor>(DType::kFloat32, w.shape());
     auto nb = std::make_shared<HostTensor>(DType::kFloat32, Shape{oc});
+    std::vector<double> f(static_cast<std::size_t>(oc));
     for (std::int64_t o = 0; o < oc; ++o) {
-      const double f = static_cast<double>(scale[o]) / std::sqrt(static_cast<double>(var[o]) + eps);
-      for (std::int64_t k = 0; k < per; ++k) {
-        nw->mutable_data_as<float>()[o * per + k] = static_cast<float>(w.data_as<float>()[o * per + k] * f);
-      }
+      f[o] = static_cast<double>(scale[o]) / std::sqrt(static_cast<double>(var[o]) + eps);
       const double b = b0 ? b0[o] : 0.0;
-      nb->mutable_data_as<float>()[o] = static_cast<float>((b - mean[o]) * f + shift[o]);
+      nb->mutable_data_as<float>()[o] = static_cast<float>((b - mean[o]) * f[o] + shift[o]);
+    }
+    if (!deconv) {
+      for (std::int64_t o = 0; o < oc; ++o) {
+        for (std::int64_t k = 0; k < per; ++k) {
+          nw->mutable_data_as<float>()[o * per + k] = static_cast<float>(w.data_as<float>()[o * per + k] * f[o]);
+        }
+      }
+    } else {  // W[i, j, k...] feeds output channel (i / (IC/group)) * (OC/group) + j
+      const std::int64_t ic = w.shape()[0], ocg = w.shape()[1], icg = ic / group;
+      for (std::int64_t i = 0; i < ic; ++i) {
+        for (std::int64_t j = 0; j < ocg; ++j) {
+          const double fo = f[(i / icg) * ocg + j];
+          for (std::int64_t k = 0; k < per; ++k) {
+            const std::int64_t at = (i * ocg + j) * per + k;
+            nw->mutable_data_as<float>()[at] = static_cast<float>(w.data_as<float>()[at] * fo);
+          }
+        }
+      }
     }
     conv->SetInput(1, g.AddConstant(conv->input(1)->name() + "_bnfold", nw));
     conv->SetInput(2, g.AddConstant(conv->name() + "_bias_bnfold", nb));

@@ -1,8 +1,8 @@
-// Channels-last layout: 2-D Conv, QLinearConv (and pooling) run fastest in oneDNN with
+// Channels-last layout: 2-D Conv, ConvTranspose, QLinearConv (and pooling) run fastest in oneDNN with
 // NHWC activations (its brgconv kernels: ~2x the NCHW gemm path here). This
 // pass runs each eligible op on NHWC tensors between a pair of Transposes,
 // pushes the NHWC->NCHW Transposes down through layout-agnostic elementwise
-// ops, cancels Transpose pairs that meet, and turns Transposes that only
+// ops, Concat and Resize (its per-axis vectors permuted), cancels Transpose pairs that meet, and turns Transposes that only
 // move size-1 dims into free Reshapes. What remains is a Transpose at each
 // edge of a channels-last region.
 #include <algorithm>
@@ -54,7 +54,7 @@ bool Eligible(const ir::Node& n) {
   // MaxPool also on int8 tensors (an int8 model's, after fuse-qdq).
   const bool int8_pool = t == "MaxPool" && (x->dtype() == DType::kUInt8 || x->dtype() == DType::kInt8);
   if (x->dtype() != DType::kFloat32 && !int8_pool) return false;
-  if (t == "Conv") return true;
+  if (t == "Conv" || t == "ConvTranspose") return true;
   if (t == "MaxPool") return n.num_outputs() == 1 && n.GetInt("storage_order", 0) == 0;
   return t == "AveragePool" || t == "GlobalAveragePool" || t == "GlobalMaxPool";
 }
@@ -100,7 +100,38 @@ bool IsQData(const ir::Node& n, int i) {
   return i == 0;
 }
 
+// A Resize/Upsample on a 4-D tensor whose scales, sizes and roi are
+// constants (or absent): its kernel treats every axis alike, so on NHWC data
+// it is the same op with those vectors permuted (PermuteAxesVector).
+bool MovableResize(const ir::Node& n) {
+  if ((n.op_type() != "Resize" && n.op_type() != "Upsample") || !n.domain().empty() || n.num_outputs() != 1 ||
+      n.output(0)->shape().size() != 4 || n.HasAttr("axes")) {
+    return false;
+  }
+  for (int i = 1; i < n.num_inputs(); ++i) {
+    const ir::Value* v = n.input(i);
+    if (!v) continue;
+    const std::int64_t len = NumElements(v->shape());
+    if (!v->is_constant() || v->shape().size() != 1 || (len != 0 && len != 4 && len != 8)) return false;
+  }
+  return true;
+}
+
+// A per-axis vector of a rank-4 NCHW op (4 entries, or 8: starts then ends,
+// as Resize's roi) in NHWC order.
+HostTensorPtr PermuteAxesVector(const HostTensor& c) {
+  auto t = std::make_shared<HostTensor>(c.dtype(), c.shape());
+  const std::size_t es = DTypeSize(c.dtype());
+  const auto* src = static_cast<const std::uint8_t*>(c.data());
+  auto* dst = static_cast<std::uint8_t*>(t->mutable_data());
+  for (std::int64_t half = 0; half < c.numel() / 4; ++half) {
+    for (std::int64_t i = 0; i < 4; ++i) std::memcpy(dst + (half * 4 + i) * es, src + (half * 4 + kToNhwc[i]) * es, es);
+  }
+  return t;
+}
+
 bool LayoutAgnostic(const ir::Node& n) {
+  if (MovableResize(n)) return true;
   // Per-tensor QuantizeLinear / DequantizeLinear are elementwise too.
   if ((n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear") && n.domain().empty() &&
       n.num_outputs() == 1 && n.output(0)->shape().size() == 4) {
@@ -168,9 +199,15 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     }
     n->SetAttr("axis", ir::Attribute::Int(NhwcAxis(n->GetInt("axis", 1))));
   }
+  const bool resize = MovableResize(*n);
+  if (resize && (!n->input(0) || n->input(0)->is_constant())) return false;
   for (int i = 0; i < n->num_inputs(); ++i) {
     ir::Value* in = n->input(i);
     if (!in) continue;
+    if (resize && i > 0) {  // scales, sizes, roi: per-axis vectors
+      if (NumElements(in->shape()) > 0) n->SetInput(i, g.AddConstant(in->name() + "_nhwc", PermuteAxesVector(*in->constant())));
+      continue;
+    }
     if (in->is_constant()) {
       // Single values (Clip bounds, scalars) broadcast the same either way.
       if (NumElements(in->shape()) > 1) {

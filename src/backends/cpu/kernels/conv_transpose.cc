@@ -2,23 +2,36 @@
 // dilated). ONNX weights [C_in, C_out/group, k...] are described to oneDNN by
 // strides and reordered into its preferred layout: once at load when
 // constant, else on every run. Output padding (extra output at the end) is a
-// negative right padding.
+// negative right padding. Channels-last (the layout pass's kiln.nhwc) for
+// 2-D.
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
 #include "ops/conv_transpose.h"
+#include "ops/fused_attrs.h"
 
 namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
 
+memory::desc ActDesc(const Shape& s, bool nhwc) {
+  return nhwc ? memory::desc(memory::dims(s.begin(), s.end()), memory::data_type::f32, memory::format_tag::nhwc)
+              : PlainDesc(s);
+}
+
 class ConvTransposeKernel : public Kernel {
  public:
   Status Init(const KernelInit& init) {
     const ir::Node& node = *init.node;
-    const Shape& x = init.inputs[0].shape;
+    // Channels-last (kiln.nhwc): x and y are NHWC; oneDNN gets their logical
+    // NCHW dims with the nhwc tag.
+    const bool nhwc = node.GetInt(ops::kNhwcAttr, 0) != 0;
+    Shape x = init.inputs[0].shape, y = init.outputs[0].shape;
+    if (nhwc) {
+      x = {x[0], x[3], x[1], x[2]};
+      y = {y[0], y[3], y[1], y[2]};
+    }
     const Shape& w = init.inputs[1].shape;
-    const Shape& y = init.outputs[0].shape;
     const std::int64_t group = node.GetInt("group", 1);
     const std::size_t sp = x.size() - 2;
     KILN_ASSIGN_OR_RETURN(ops::DeconvGeometry geo, ops::ComputeDeconv(node, Shape(x.begin() + 2, x.end()),
@@ -46,7 +59,7 @@ class ConvTransposeKernel : public Kernel {
       memory::desc w_any(memory::dims(wd.begin(), wd.end()), memory::data_type::f32, memory::format_tag::any);
       memory::desc b_md = has_bias ? PlainDesc({y[1]}) : memory::desc();
       dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-                                          PlainDesc(x), w_any, b_md, PlainDesc(y), strides, dil, pl, pr);
+                                          ActDesc(x, nhwc), w_any, b_md, ActDesc(y, nhwc), strides, dil, pl, pr);
       dnnl::deconvolution_forward::primitive_desc pd(d, UserScratchpad(), DnnlEngine());
       prim_ = dnnl::deconvolution_forward(pd);
       src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);

@@ -1,0 +1,201 @@
+// The channels-last layout pass on what CNN decoders hold (ConvTranspose,
+// Resize, Concat, BatchNormalization after a ConvTranspose) and the blocked
+// convolution route: compiled graphs checked for where Transposes remain,
+// results against convolutions written out here in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "format/kiln_file.h"
+#include "kiln/runtime.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompileAndLoad;
+
+// Deterministic values that are not all alike.
+std::vector<float> Wave(std::int64_t n, double phase, double scale) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(scale * std::sin(0.37 * i + phase));
+  return v;
+}
+
+struct T4 {  // an NCHW tensor in double
+  std::int64_t n, c, h, w;
+  std::vector<double> v;
+  double& at(std::int64_t a, std::int64_t b, std::int64_t y, std::int64_t x) { return v[((a * c + b) * h + y) * w + x]; }
+  double at(std::int64_t a, std::int64_t b, std::int64_t y, std::int64_t x) const {
+    return v[((a * c + b) * h + y) * w + x];
+  }
+};
+
+T4 Make(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  return T4{n, c, h, w, std::vector<double>(static_cast<std::size_t>(n * c * h * w), 0.0)};
+}
+
+// Conv, square kernel k, stride 1, pad k/2, weights [oc, ic, k, k].
+T4 Conv(const T4& x, const std::vector<float>& wt, const std::vector<float>& b, std::int64_t oc, std::int64_t k) {
+  T4 y = Make(x.n, oc, x.h, x.w);
+  const std::int64_t p = k / 2;
+  for (std::int64_t o = 0; o < oc; ++o)
+    for (std::int64_t i = 0; i < y.h; ++i)
+      for (std::int64_t j = 0; j < y.w; ++j) {
+        double s = b.empty() ? 0.0 : b[o];
+        for (std::int64_t c = 0; c < x.c; ++c)
+          for (std::int64_t u = 0; u < k; ++u)
+            for (std::int64_t t = 0; t < k; ++t) {
+              const std::int64_t yy = i + u - p, xx = j + t - p;
+              if (yy < 0 || xx < 0 || yy >= x.h || xx >= x.w) continue;
+              s += x.at(0, c, yy, xx) * wt[((o * x.c + c) * k + u) * k + t];
+            }
+        y.at(0, o, i, j) = s;
+      }
+  return y;
+}
+
+// ConvTranspose, kernel 2, stride 2, weights [ic, oc, 2, 2]:
+// y[o, 2i+u, 2j+t] = sum_c x[c, i, j] * w[c, o, u, t].
+T4 Deconv2x2(const T4& x, const std::vector<float>& wt, std::int64_t oc) {
+  T4 y = Make(x.n, oc, 2 * x.h, 2 * x.w);
+  for (std::int64_t o = 0; o < oc; ++o)
+    for (std::int64_t i = 0; i < x.h; ++i)
+      for (std::int64_t j = 0; j < x.w; ++j)
+        for (std::int64_t u = 0; u < 2; ++u)
+          for (std::int64_t t = 0; t < 2; ++t) {
+            double s = 0;
+            for (std::int64_t c = 0; c < x.c; ++c) s += x.at(0, c, i, j) * wt[((c * oc + o) * 2 + u) * 2 + t];
+            y.at(0, o, 2 * i + u, 2 * j + t) = s;
+          }
+  return y;
+}
+
+int Count(const format::CompiledModel& m, const std::string& op) {
+  int c = 0;
+  for (auto& n : m.graph->nodes()) c += n->op_type() == op;
+  return c;
+}
+
+// x[1,4,5,5] -> Conv 1x1 (4->4) -> a; a -> Conv 3x3 (4->8) -> Relu -> b;
+// b -> ConvTranspose 2x2 s2 (8->4) -> BatchNorm -> u [1,4,10,10];
+// a -> Resize x2 nearest -> r [1,4,10,10]; Concat(u, r) -> Conv 3x3 (8->3) -> y.
+TEST(ChannelsLast, DecoderOpsStayChannelsLastAndMatchADoubleReference) {
+  const std::vector<float> x = Wave(4 * 25, 0.1, 1.0);
+  const std::vector<float> w0 = Wave(16, 0.7, 0.5), w1 = Wave(8 * 4 * 9, 1.3, 0.3), wt = Wave(8 * 4 * 4, 2.1, 0.4),
+                           w2 = Wave(3 * 8 * 9, 0.5, 0.2), b2 = {0.1f, -0.2f, 0.3f};
+  const std::vector<float> bn_s = {1.5f, 0.5f, 2.f, 1.f}, bn_b = {0.1f, 0.f, -0.3f, 0.2f}, bn_m = {0.2f, -0.1f, 0.f, 0.3f},
+                           bn_v = {1.f, 0.25f, 4.f, 2.f};
+  auto build = [&] {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, 4, 5, 5});
+    g->inputs().push_back(xv);
+    ir::Value *a = g->AddValue("a"), *b0 = g->AddValue("b0"), *b = g->AddValue("b"), *u0 = g->AddValue("u0"),
+              *u = g->AddValue("u"), *r = g->AddValue("r"), *cat = g->AddValue("cat"), *y = g->AddValue("y");
+    g->AddNode("Conv", "c0", {xv, g->AddConstant("w0", test::F32({4, 4, 1, 1}, w0))}, {a});
+    g->AddNode("Conv", "c1", {a, g->AddConstant("w1", test::F32({8, 4, 3, 3}, w1))}, {b0})
+        ->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+    g->AddNode("Relu", "relu", {b0}, {b});
+    g->AddNode("ConvTranspose", "up", {b, g->AddConstant("wt", test::F32({8, 4, 2, 2}, wt))}, {u0})
+        ->SetAttr("strides", ir::Attribute::Ints({2, 2}));
+    g->AddNode("BatchNormalization", "bn",
+               {u0, g->AddConstant("s", test::F32({4}, bn_s)), g->AddConstant("sh", test::F32({4}, bn_b)),
+                g->AddConstant("m", test::F32({4}, bn_m)), g->AddConstant("v", test::F32({4}, bn_v))},
+               {u})
+        ->SetAttr("epsilon", ir::Attribute::Float(0.f));
+    g->AddNode("Resize", "resize",
+               {a, g->AddConstant("roi", test::F32({0}, {})), g->AddConstant("scales", test::F32({4}, {1, 1, 2, 2}))}, {r});
+    g->AddNode("Concat", "cat", {u, r}, {cat})->SetAttr("axis", ir::Attribute::Int(1));
+    g->AddNode("Conv", "c2", {cat, g->AddConstant("w2", test::F32({3, 8, 3, 3}, w2)), g->AddConstant("b2", test::F32({3}, b2))},
+               {y})
+        ->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+    g->outputs().push_back(y);
+    test::SetLatestVersions(*g);
+    return g;
+  };
+  // Reference in double.
+  T4 xd = Make(1, 4, 5, 5);
+  for (std::size_t i = 0; i < x.size(); ++i) xd.v[i] = x[i];
+  const T4 a = Conv(xd, w0, {}, 4, 1);
+  T4 b = Conv(a, w1, {}, 8, 3);
+  for (double& v : b.v) v = std::max(v, 0.0);
+  T4 u = Deconv2x2(b, wt, 4);
+  for (std::int64_t c = 0; c < 4; ++c)
+    for (std::int64_t i = 0; i < 100; ++i) {
+      double& v = u.v[c * 100 + i];
+      v = (v - bn_m[c]) / std::sqrt(double(bn_v[c])) * bn_s[c] + bn_b[c];
+    }
+  T4 cat = Make(1, 8, 10, 10);
+  for (std::int64_t c = 0; c < 8; ++c)
+    for (std::int64_t i = 0; i < 10; ++i)
+      for (std::int64_t j = 0; j < 10; ++j) {
+        // half_pixel + round_prefer_floor at scale 2: source index floor(i / 2).
+        cat.at(0, c, i, j) = c < 4 ? u.at(0, c, i, j) : a.at(0, c - 4, i / 2, j / 2);
+      }
+  const T4 want = Conv(cat, w2, b2, 3, 3);
+
+  for (bool layout : {true, false}) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions opts;
+    if (!layout) opts.passes.disabled = {"channels-last"};
+    auto model = CompileAndLoad(build(), dir, &cm, opts);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(Count(cm, "BatchNormalization"), 0) << "folded into the ConvTranspose";
+    if (layout) {
+      // One Transpose (or Reshape view) at each edge, none inside.
+      EXPECT_LE(Count(cm, "Transpose"), 2);
+      for (auto& n : cm.graph->nodes()) {
+        if (n->op_type() == "Conv" || n->op_type() == "ConvTranspose") EXPECT_EQ(n->GetInt("kiln.nhwc", 0), 1) << n->name();
+      }
+    }
+    std::vector<float> y(3 * 100);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 4, 5, 5})}, {TensorRef::Of(y.data(), {1, 3, 10, 10})}).ok());
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      ASSERT_NEAR(y[i], want.v[i], 2e-5 * (1 + std::fabs(want.v[i]))) << "layout " << layout << " at " << i;
+    }
+  }
+}
+
+// A channels-last 3x3 convolution large enough (32 -> 32 channels, 128x128:
+// a 2 MiB input) that on an AVX2-only machine (or with
+// ONEDNN_MAX_CPU_ISA=AVX2: tests/CMakeLists.txt reruns this) it runs on
+// blocked activations between reorders; elsewhere on NHWC directly. Either
+// way against double at a sample of outputs, with a fused Relu.
+TEST(ChannelsLast, LargeConvolutionMatchesADoubleReference) {
+  const std::int64_t c = 32, h = 128;
+  const std::vector<float> x = Wave(c * h * h, 0.3, 1.0), w = Wave(c * c * 9, 1.1, 0.1), b = Wave(c, 2.0, 0.5);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, c, h, h});
+  g->inputs().push_back(xv);
+  ir::Value *y0 = g->AddValue("y0"), *y = g->AddValue("y");
+  g->AddNode("Conv", "conv", {xv, g->AddConstant("w", test::F32({c, c, 3, 3}, w)), g->AddConstant("b", test::F32({c}, b))},
+             {y0})
+      ->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+  g->AddNode("Relu", "relu", {y0}, {y});
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<float> out(static_cast<std::size_t>(c * h * h));
+  for (int rep = 0; rep < 2; ++rep) {  // the second run reuses the workspace
+    std::fill(out.begin(), out.end(), -1.f);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, c, h, h})}, {TensorRef::Of(out.data(), {1, c, h, h})}).ok());
+    for (std::int64_t idx = 0; idx < c * h * h; idx += 97) {  // a sample of every channel, row and column
+      const std::int64_t o = idx / (h * h), i = idx / h % h, j = idx % h;
+      double s = b[o];
+      for (std::int64_t ci = 0; ci < c; ++ci)
+        for (std::int64_t u = 0; u < 3; ++u)
+          for (std::int64_t t = 0; t < 3; ++t) {
+            const std::int64_t yy = i + u - 1, xx = j + t - 1;
+            if (yy >= 0 && xx >= 0 && yy < h && xx < h) s += double(x[(ci * h + yy) * h + xx]) * w[((o * c + ci) * 3 + u) * 3 + t];
+          }
+      ASSERT_NEAR(out[idx], std::max(s, 0.0), 2e-5 * (1 + std::fabs(s))) << idx;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
