@@ -211,5 +211,64 @@ TEST(Pool, OneDnnAgreesWithLoop) {
   EXPECT_GT(compared, 150);
 }
 
+// Channels-last MaxPool (its own vectorised loop, float32 / uint8 / int8)
+// against the float64 NCHW loop on the same values, over random 2-D windows
+// (kernel, stride, dilation, pads, ceil_mode), 1 to 40 channels.
+TEST(Pool, ChannelsLastMaxPoolAgreesWithLoop) {
+  std::mt19937 rng(11);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int compared = 0;
+  for (int iter = 0; iter < 200; ++iter) {
+    const std::int64_t n = pick(1, 2), c = pick(1, 40), h = pick(3, 12), w = pick(3, 12);
+    std::vector<std::int64_t> kernel = {pick(1, 3), pick(1, 3)}, strides = {pick(1, 3), pick(1, 3)},
+                              dil = {pick(1, 2), pick(1, 2)}, pads(4);
+    for (int i = 0; i < 4; ++i) pads[i] = pick(0, kernel[i % 2] - 1);
+    const int ceil = pick(0, 1);
+    const DType t = iter % 3 == 0 ? DType::kFloat32 : iter % 3 == 1 ? DType::kUInt8 : DType::kInt8;
+    std::vector<double> logical(static_cast<std::size_t>(n * c * h * w));  // NCHW
+    for (double& v : logical) v = t == DType::kFloat32 ? std::uniform_real_distribution<float>(-1, 1)(rng) : pick(-128, 127);
+    if (t == DType::kUInt8) {
+      for (double& v : logical) v += 128;
+    }
+    auto configure = [&](NodeRunner& r) {
+      r.Attr("kernel_shape", Ints(kernel)).Attr("strides", Ints(strides)).Attr("dilations", Ints(dil));
+      r.Attr("pads", Ints(pads)).Attr("ceil_mode", Int(ceil));
+    };
+    NodeRunner ref("MaxPool", 12, {test::Tensor<double>(DType::kFloat64, {n, c, h, w}, logical)});
+    configure(ref);
+    if (!ref.Infer().ok()) continue;  // window does not fit
+    auto want = ref.Run();
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    // The same values stored NHWC in type t.
+    auto xm = std::make_shared<HostTensor>(t, Shape{n, h, w, c});
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t ch = 0; ch < c; ++ch)
+        for (std::int64_t i = 0; i < h * w; ++i) {
+          const double v = logical[(b * c + ch) * h * w + i];
+          const std::int64_t at = (b * h * w + i) * c + ch;
+          if (t == DType::kFloat32) xm->mutable_data_as<float>()[at] = static_cast<float>(v);
+          else if (t == DType::kUInt8) xm->mutable_data_as<std::uint8_t>()[at] = static_cast<std::uint8_t>(v);
+          else xm->mutable_data_as<std::int8_t>()[at] = static_cast<std::int8_t>(v);
+        }
+    NodeRunner r("MaxPool", 12, {HostTensorPtr(xm)});
+    configure(r);
+    r.Attr("kiln.nhwc", Int(1));
+    auto got = r.Run();
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const Shape& ws = want.value()[0]->shape();  // NCHW
+    ASSERT_EQ(r.out_shape(), (Shape{ws[0], ws[2], ws[3], ws[1]})) << iter;
+    const std::int64_t oh = ws[2], ow = ws[3];
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t ch = 0; ch < c; ++ch)
+        for (std::int64_t i = 0; i < oh * ow; ++i) {
+          ASSERT_EQ(got.value()[0]->GetAsDouble((b * oh * ow + i) * c + ch),
+                    want.value()[0]->GetAsDouble((b * c + ch) * oh * ow + i))
+              << "iteration " << iter;
+        }
+    ++compared;
+  }
+  EXPECT_GT(compared, 120);
+}
+
 }  // namespace
 }  // namespace kiln
