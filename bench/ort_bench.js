@@ -5,7 +5,8 @@
 //        [--runs N] [--warmup W] [--seed S] [--output-dir DIR]
 //
 // Prints one JSON line: {median_ms, p90_ms, min_ms, mean_ms, max_ms, runs, warmup,
-// threads, load_ms, ort_version}. Inputs not given are seeded random (fixed shapes only).
+// threads, load_ms, first_ms, peak_rss_bytes, ort_version}; first_ms is the first session.run
+// (warm-up or timed), peak_rss_bytes the process's VmHWM. Inputs not given are seeded random (fixed shapes only).
 // --input also accepts an input index (0=FILE.npy), like `kiln run`.
 // --output-dir writes output_<i>.npy (outputs of the last run) for cross-checking.
 // Install the runtime first with scripts/install_ort.sh. Keep command lines short:
@@ -156,6 +157,15 @@ function randomInput(meta, rnd) {
   return {type: t, dims: dims.slice(), data};
 }
 
+// This process's peak resident set (VmHWM), bytes; -1 where unreadable.
+// (process.resourceUsage().maxRSS would include the parent's size at fork.)
+function peakRssBytes() {
+  try {
+    const m = /VmHWM:\s*(\d+)\s*kB/.exec(fs.readFileSync('/proc/self/status', 'latin1'));
+    return m ? Number(m[1]) * 1024 : -1;
+  } catch (e) { return -1; }
+}
+
 function percentile(sorted, p) {  // nearest-rank
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))];
 }
@@ -213,13 +223,19 @@ async function main() {
     feeds[meta.name] = new ort.Tensor(v.type, v.data, v.dims);
   }
 
-  for (let i = 0; i < args.warmup; i++) await session.run(feeds);
+  let firstMs = null;  // the first run's time, whether warm-up or timed
+  for (let i = 0; i < args.warmup; i++) {
+    const s = process.hrtime.bigint();
+    await session.run(feeds);
+    if (i === 0) firstMs = Number(process.hrtime.bigint() - s) / 1e6;
+  }
   const times = [];
   let out = null;
   for (let i = 0; i < args.runs; i++) {
     const s = process.hrtime.bigint();
     out = await session.run(feeds);
     times.push(Number(process.hrtime.bigint() - s) / 1e6);
+    if (firstMs === null) firstMs = times[0];
   }
   if (args.outputDir) {
     fs.mkdirSync(args.outputDir, {recursive: true});
@@ -231,7 +247,8 @@ async function main() {
   console.log(JSON.stringify({
     median_ms: r(median(sorted)), p90_ms: r(percentile(sorted, 0.9)), min_ms: r(sorted[0]),
     mean_ms: r(times.reduce((p, x) => p + x, 0) / times.length), max_ms: r(sorted[sorted.length - 1]),
-    runs: args.runs, warmup: args.warmup, threads: args.threads, load_ms: r(loadMs),
+    runs: args.runs, warmup: args.warmup, threads: args.threads, load_ms: r(loadMs), first_ms: r(firstMs),
+    peak_rss_bytes: peakRssBytes(),
     ort_version: version,
   }));
   await session.release();

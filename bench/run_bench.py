@@ -1,21 +1,43 @@
 #!/usr/bin/python3
-"""Latency benchmark: Kiln vs ONNX Runtime (onnxruntime-node) on torchvision models.
+"""The benchmark suite: Kiln vs ONNX Runtime (onnxruntime-node) on every kind of model, CPU.
 
   /usr/bin/python3 bench/run_bench.py --kiln build/kiln --work DIR
-      [--models resnet18,mobilenet_v2,squeezenet1_0,detector,detector_batched_nms] [--threads 1,2] [--runs 50]
-      [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
+      [--models LIST] [--threads 1,2] [--runs 50] [--warmup 5] [--rounds 3]
+      [--round-ms 1500] [--out bench/RESULTS.md]
 
-For each model: export with tools/export_torchvision.py (cached in DIR/<model>/), compile
-with `kiln compile`, then for each thread count run `kiln bench --json` and
-bench/ort_bench.js on the same input.npy, interleaved (kiln, ort, kiln, ort, ...) for
---rounds rounds so machine noise hits both. Reported median/p90 are the median over rounds
-of each round's median/p90; min is the min over rounds. Writes (replaces) the section
-between <!-- bench:latency:begin --> and <!-- bench:latency:end --> in --out.
-Needs node + onnxruntime-node: run scripts/install_ort.sh first.
+Models (default: all of them):
+  torchvision, 1x3x224x224 (tools/export_torchvision.py): resnet18, resnet50, mobilenet_v2,
+    mobilenet_v3_small, mobilenet_v3_large, efficientnet_b0, squeezenet1_1, shufflenet_v2_x1_0,
+    regnet_y_400mf
+  bench/suite_export.py: bert_base (seq 128), bert_small (batch 2, seq 32), gpt2 (decoder stack,
+    seq 128), db_fpn (640x640), unet (1024x1024), nhwc_resnet18 / nhwc_mobilenet_v3_large /
+    nhwc_efficientnet_b0 (NHWC input, Transposes around layout-sensitive ops, as TensorFlow
+    converters write them), matmul1024, mlp_b1, mlp_b64
+  detector, detector_batched_nms: the SSD-style detector of tests/models/test_detection.py
+    (1x3x128x128, TopK/NonZero/NonMaxSuppression post-processing)
+
+For each model: export (cached in DIR/<model>/), `kiln compile`, then
+  * accuracy: one `kiln run` and one ONNX Runtime run on the same inputs; every output compared
+    with ONNX Runtime's and with PyTorch's: worst = max |kiln - ref| / (atol + rtol |ref|),
+    rtol 1e-3, atol 1e-4 x max|ref| (integer outputs: equal); ok when worst <= 1;
+  * Transposes: in the source graph and in the compiled one (`kiln inspect --json`);
+  * latency: for each thread count, `kiln bench --json` and bench/ort_bench.js interleaved
+    (kiln, ort, kiln, ort, ...) for --rounds rounds so machine noise hits both. Timed runs per
+    round: --runs, fewer for slow models (about --round-ms per round, at least 5). median/p90 =
+    median over rounds of each round's value;
+  * peak RSS of each bench process (its VmHWM, reported by kiln bench and ort_bench.js; ONNX
+    Runtime's includes node's own baseline, measured once and reported), and load + first run (Kiln: Model::Load + first
+    Execute; ONNX Runtime: InferenceSession.create + first run), medians over rounds.
+Writes (replaces) the section between <!-- bench:latency:begin --> and <!-- bench:latency:end -->
+in --out: per model and thread count the two medians and p90s, the ratio, peak RSS and
+load + first run of both; the geometric mean of the ratios per thread count.
+Needs node + onnxruntime-node: run scripts/install_ort.sh first. Exits 1 when a model fails to
+export, compile or run, or an output is outside the tolerance.
 """
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import statistics
@@ -34,6 +56,13 @@ DETECTION_SCRIPT = os.path.join(REPO, "tests", "models", "test_detection.py")
 # Pseudo-models: the SSD-style detector of tests/models/test_detection.py (128x128 input, TopK +
 # NonZero + NonMaxSuppression post-processing), with its two NMS exports.
 DETECTORS = {"detector": "offset", "detector_batched_nms": "batched"}
+SUITE_SCRIPT = os.path.join(REPO, "bench", "suite_export.py")
+TORCHVISION = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
+               "efficientnet_b0", "squeezenet1_1", "shufflenet_v2_x1_0", "regnet_y_400mf")
+SUITE = ("bert_base", "bert_small", "gpt2", "db_fpn", "unet", "nhwc_resnet18", "nhwc_mobilenet_v3_large",
+         "nhwc_efficientnet_b0", "matmul1024", "mlp_b1", "mlp_b64")  # bench/suite_export.py's
+DEFAULT_MODELS = TORCHVISION + SUITE[:5] + ("detector",) + SUITE[5:]
+RTOL, ATOL_REL = 1e-3, 1e-4
 BEGIN, END = "<!-- bench:latency:begin -->", "<!-- bench:latency:end -->"
 MEM_KEYS = ("arena_bytes", "lower_bound_bytes", "no_reuse_bytes")
 
@@ -77,22 +106,97 @@ def parse_json(text, what):
     raise BenchError(f"{what}: no JSON object in output: {text.strip()[-500:]!r}")
 
 
-def export_detector(model, work):
-    """Exports a detector pseudo-model; returns (model dir, input file)."""
-    nms = DETECTORS[model]
-    run([sys.executable, DETECTION_SCRIPT, "--work", work, "--nms", nms,
-         "--export-only"], f"export {model}")
-    mdir = os.path.join(work, "detection_" + nms)
-    return mdir, os.path.join(mdir, "x.npy")
+def fresh(paths, script):
+    t = os.path.getmtime(script)
+    return all(os.path.exists(p) and os.path.getmtime(p) >= t for p in paths)
 
 
-def ensure_export(model, mdir):
-    paths = [os.path.join(mdir, f) for f in EXPORT_FILES]
-    script_mtime = os.path.getmtime(EXPORT_SCRIPT)
-    if all(os.path.exists(p) and os.path.getmtime(p) >= script_mtime for p in paths):
+def prepare(model, work):
+    """Exports `model` (cached); returns (model dir, [input files], [PyTorch output files])."""
+    if model in DETECTORS:
+        nms = DETECTORS[model]
+        run([sys.executable, DETECTION_SCRIPT, "--work", work, "--nms", nms,
+             "--export-only"], f"export {model}")
+        mdir = os.path.join(work, "detection_" + nms)
+        refs = sorted((f for f in os.listdir(mdir) if f.startswith("expected_") and f.endswith(".npy")),
+                      key=lambda f: int(f[9:-4]))
+        return mdir, [os.path.join(mdir, "x.npy")], [os.path.join(mdir, f) for f in refs]
+    mdir = os.path.join(work, model)
+    os.makedirs(mdir, exist_ok=True)
+    if model in SUITE:
+        meta_file = os.path.join(mdir, "meta.json")
+        if not fresh([meta_file, os.path.join(mdir, "model.onnx")], SUITE_SCRIPT):
+            run([sys.executable, SUITE_SCRIPT, "--model", model, "--out", mdir], f"export {model}")
+        else:
+            log(f"reusing cached export in {mdir}")
+        with open(meta_file) as f:
+            meta = json.load(f)
+        return (mdir, [os.path.join(mdir, x) for x in meta["inputs"]],
+                [os.path.join(mdir, x) for x in meta["outputs"]])
+    if not fresh([os.path.join(mdir, f) for f in EXPORT_FILES], EXPORT_SCRIPT):
+        run([sys.executable, EXPORT_SCRIPT, "--model", model, "--out", mdir], f"export {model}")
+    else:
         log(f"reusing cached export in {mdir}")
-        return
-    run([sys.executable, EXPORT_SCRIPT, "--model", model, "--out", mdir], f"export {model}")
+    return mdir, [os.path.join(mdir, "input.npy")], [os.path.join(mdir, "expected.npy")]
+
+
+
+
+def worst_error(got, ref):
+    """max |got - ref| / (atol + rtol |ref|), atol = ATOL_REL * max|ref|; integers: 0 or inf."""
+    import numpy as np
+    if got.shape != ref.shape:
+        return float("inf"), f"shape {list(got.shape)} vs {list(ref.shape)}"
+    if got.size == 0:
+        return 0.0, ""
+    if not np.issubdtype(ref.dtype, np.floating):
+        return (0.0 if np.array_equal(got, ref) else float("inf")), ""
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    if not np.all(np.isfinite(g) == np.isfinite(r)) or np.any(g[~np.isfinite(g)] != r[~np.isfinite(r)]):
+        return float("inf"), "non-finite values differ"
+    fin = np.isfinite(r)
+    if not fin.any():
+        return 0.0, ""
+    atol = ATOL_REL * float(np.max(np.abs(r[fin])))
+    err = np.abs(g[fin] - r[fin]) / (atol + RTOL * np.abs(r[fin]) + 1e-300)
+    return float(err.max()), ""
+
+
+def check_accuracy(kiln, node, model, mdir, kfile, onnx_file, inputs, refs):
+    """Kiln's outputs against ONNX Runtime's and PyTorch's; returns {'ort': w, 'torch': w}, notes."""
+    import numpy as np
+    kdir, odir = os.path.join(mdir, "kiln_out"), os.path.join(mdir, "ort_out")
+    for d in (kdir, odir):
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(d):
+            os.remove(os.path.join(d, f))
+    given = [x for i, f in enumerate(inputs) for x in ("--input", f"{i}={f}")]
+    run([kiln, "run", kfile, "--threads", "1", "--output-dir", kdir] + given, f"kiln run {model}")
+    run([node, ORT_BENCH, onnx_file, "--runs", "1", "--warmup", "0", "--output-dir", odir] + given,
+        f"ort run {model}")
+    outs = sorted((f for f in os.listdir(kdir) if f.endswith(".npy")), key=lambda f: int(f[7:-4]))
+    res, notes = {}, []
+    for key, files in (("ort", [os.path.join(odir, f) for f in outs]), ("torch", refs)):
+        if len(files) != len(outs):
+            res[key] = float("inf")
+            notes.append(f"{key}: {len(files)} outputs, kiln {len(outs)}")
+            continue
+        w = 0.0
+        for f, ref in zip(outs, files):
+            e, why = worst_error(np.load(os.path.join(kdir, f)), np.load(ref))
+            if why:
+                notes.append(f"{key} {f}: {why}")
+            w = max(w, e)
+        res[key] = w
+    return res, notes
+
+
+def count_transposes(kiln, onnx_file, kfile):
+    import onnx
+    g = onnx.load(onnx_file, load_external_data=False).graph
+    src = sum(n.op_type == "Transpose" for n in g.node)
+    j = parse_json(run([kiln, "inspect", kfile, "--json"], "kiln inspect"), "kiln inspect")
+    return src, int(j.get("op_counts", {}).get("Transpose", 0))
 
 
 def find_keys(obj, keys):
@@ -167,46 +271,62 @@ def fmt_bytes(n):
     return f"{n / 2**20:.1f} MiB" if n is not None else "n/a"
 
 
-def render(args, rows, mem, ort_version, errors):
+def render(args, rows, info, ort_version, node_rss, errors):
     cpu, nproc, rev, date = machine_info()
     cmd = " ".join(shlex.quote(c) for c in ["/usr/bin/python3", os.path.relpath(sys.argv[0], os.getcwd())]
                    + sys.argv[1:])
-    out = [BEGIN, "## Latency: Kiln vs ONNX Runtime (CPU, batch 1)", "",
+    out = [BEGIN, "## The benchmark suite: Kiln vs ONNX Runtime (CPU)", "",
            f"- Machine: {cpu}, nproc {nproc}; {date}",
            f"- Kiln commit {rev}; ONNX Runtime {ort_version} (onnxruntime-node, "
            "graphOptimizationLevel all, sequential, interOpNumThreads 1)",
-           f"- Each model: 1x3x224x224 float32 input, random weights with randomised BatchNorm "
-           f"(tools/export_torchvision.py); `detector*`: the SSD-style detector of "
-           f"tests/models/test_detection.py (1x3x128x128, TopK/NonZero/NonMaxSuppression "
-           f"post-processing, data-dependent output extents; `_batched_nms`: torchvision's "
-           f"batched_nms export, an If around the NMS). {args.rounds} interleaved rounds (kiln, ort, kiln, ort, ...), "
-           f"each {args.runs} timed runs after {args.warmup} warm-up runs; median/p90 = median over "
-           "rounds of each round's value, min = min over rounds. Ratio < 1 means Kiln is faster.",
+           "- Models and method: `bench/run_bench.py`'s docstring (random weights, randomised norms; "
+           f"{args.rounds} interleaved rounds, about {args.round_ms} ms of timed runs per round, at most "
+           f"{args.runs}; median/p90 = median over rounds). Ratio < 1: Kiln is faster. Peak RSS: the "
+           f"bench process's (ONNX Runtime's includes node itself: {fmt_bytes(node_rss)} for node with "
+           "onnxruntime-node loaded and no session). Load + first: Kiln's Model::Load and first run; "
+           "ONNX Runtime's session creation and first run.",
            "",
-           "| model | threads | Kiln median ms | Kiln p90 ms | Kiln min ms "
-           "| ORT median ms | ORT p90 ms | ORT min ms | Kiln/ORT median |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| model | threads | Kiln median ms | Kiln p90 | ORT median ms | ORT p90 | Kiln/ORT "
+           "| Kiln peak RSS | ORT peak RSS | Kiln load+first ms | ORT load+first ms |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ratios = {}
     for model, threads, k, o in rows:
         k = k or {}
         o = o or {}
         ratio = (k["median"] / o["median"]) if k.get("median") and o.get("median") else None
+        if ratio:
+            ratios.setdefault(threads, []).append((model, ratio))
         out.append(f"| {model} | {threads} | {fmt(k.get('median'))} | {fmt(k.get('p90'))} "
-                   f"| {fmt(k.get('min'))} | {fmt(o.get('median'))} | {fmt(o.get('p90'))} "
-                   f"| {fmt(o.get('min'))} | {fmt(ratio, 3)} |")
-    if any(mem.values()):
-        out += ["", "Kiln activation memory (`kiln inspect --json`):", "",
-                "| model | arena | lower bound | no reuse | arena / no reuse |",
-                "|---|---:|---:|---:|---:|"]
-        for model, m in mem.items():
-            if not m:
-                continue
-            a, lb, nr = (m.get(k) for k in MEM_KEYS)
-            share = f"{a / nr:.2f}" if a is not None and nr else "n/a"
-            out.append(f"| {model} | {fmt_bytes(a)} | {fmt_bytes(lb)} | {fmt_bytes(nr)} | {share} |")
+                   f"| {fmt(o.get('median'))} | {fmt(o.get('p90'))} | {fmt(ratio, 3)} "
+                   f"| {fmt_bytes(k.get('rss'))} | {fmt_bytes(o.get('rss'))} "
+                   f"| {fmt(k.get('start'), 1)} | {fmt(o.get('start'), 1)} |")
+    out += ["", "| threads | models | geometric mean Kiln/ORT | above 1.1 |", "|---:|---:|---:|---|"]
+    for threads, rs in sorted(ratios.items()):
+        gm = math.exp(sum(math.log(r) for _, r in rs) / len(rs))
+        above = ", ".join(f"{m} {r:.2f}" for m, r in rs if r > 1.1) or "none"
+        out.append(f"| {threads} | {len(rs)} | {gm:.3f} | {above} |")
+    out += ["", "Accuracy (worst = max |Kiln - reference| / (1e-4 max|reference| + 1e-3 |reference|), "
+            "ok when <= 1; integer outputs must be equal), Transposes in the source and compiled graphs, "
+            "Kiln's activation arena (`kiln inspect --json`):", "",
+            "| model | vs ONNX Runtime | vs PyTorch | Transposes source / compiled | arena | lower bound |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for model, i in info.items():
+        acc = i.get("acc", {})
+        tr = i.get("transposes")
+        mem = i.get("mem", {})
+        out.append(f"| {model} | {fmt_worst(acc.get('ort'))} | {fmt_worst(acc.get('torch'))} "
+                   f"| {f'{tr[0]} / {tr[1]}' if tr else 'n/a'} | {fmt_bytes(mem.get('arena_bytes'))} "
+                   f"| {fmt_bytes(mem.get('lower_bound_bytes'))} |")
     if errors:
         out += ["", "Errors:", ""] + [f"- {e if len(e) < 300 else e[:297] + '...'}" for e in errors]
     out += ["", f"Command: `{cmd}`", END]
     return "\n".join(out) + "\n"
+
+
+def fmt_worst(w):
+    if w is None:
+        return "n/a"
+    return f"{w:.3f}" + ("" if w <= 1 else " **FAIL**") if math.isfinite(w) else "**FAIL**"
 
 
 def int_list(s):
@@ -219,15 +339,64 @@ def int_list(s):
     return v
 
 
+def node_baseline_rss(node):
+    """Peak RSS (VmHWM) of node with onnxruntime-node loaded and no session."""
+    mod = os.path.join(REPO, "bench", "ort", "node_modules", "onnxruntime-node")
+    script = (f"require({json.dumps(mod)}); const m = /VmHWM:\\s*(\\d+)/.exec(require('fs')"
+              ".readFileSync('/proc/self/status', 'latin1')); console.log(m ? Number(m[1]) * 1024 : -1);")
+    try:
+        v = int(run([node, "-e", script], "node baseline").strip().splitlines()[-1])
+        return v if v > 0 else None
+    except (BenchError, ValueError, IndexError):
+        return None
+
+
+def bench_rounds(cmds, model, threads, rounds, errors):
+    """Interleaved rounds; returns {'kiln': stats or None, 'ort': ...}."""
+    res = {"kiln": [], "ort": []}  # a runner that fails once is dropped (None)
+    for r in range(rounds):
+        for name, cmd in cmds.items():
+            if res[name] is None:
+                continue
+            what = f"{name} bench {model} threads={threads} round {r + 1}"
+            try:
+                j = parse_json(run(cmd, what), what)
+                log(f"  {what}: median {j.get('median_ms')} ms, peak RSS {j.get('peak_rss_bytes', -1) / 2**20:.1f} MiB")
+                res[name].append(j)
+            except BenchError as e:
+                errors.append(str(e))
+                log(f"error: {e}")
+                res[name] = None
+    out = {}
+    for name, rs in res.items():
+        out[name] = None
+        if not rs:
+            continue
+        try:
+            st = stats_from(rs)
+        except BenchError as e:
+            errors.append(f"{model} threads={threads}: {e}")
+            continue
+        rss = [r["peak_rss_bytes"] for r in rs if isinstance(r.get("peak_rss_bytes"), int) and r["peak_rss_bytes"] > 0]
+        st["rss"] = statistics.median(rss) if rss else None
+        if all(isinstance(r.get("load_ms"), (int, float)) and isinstance(r.get("first_ms"), (int, float))
+               for r in rs):
+            st["start"] = statistics.median(r["load_ms"] + r["first_ms"] for r in rs)
+        st["version"] = rs[0].get("ort_version")
+        out[name] = st
+    return out
+
+
 def main():
-    ap = argparse.ArgumentParser(description="Kiln vs ONNX Runtime latency benchmark",
+    ap = argparse.ArgumentParser(description="Kiln vs ONNX Runtime: the benchmark suite",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--kiln", required=True, help="path to the kiln binary")
     ap.add_argument("--work", required=True, help="work/cache directory (exports, .kiln files)")
-    ap.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet1_0,detector,detector_batched_nms")
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
     ap.add_argument("--threads", type=int_list, default=[1, 2], help="comma-separated, e.g. 1,2")
-    ap.add_argument("--runs", type=int, default=50, help="timed runs per round")
-    ap.add_argument("--warmup", type=int, default=5, help="warm-up runs per round")
+    ap.add_argument("--runs", type=int, default=50, help="timed runs per round, at most")
+    ap.add_argument("--round-ms", type=int, default=1500, help="timed milliseconds per round, about")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up runs per round, at most")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved kiln/ort rounds")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "RESULTS.md"))
     ap.add_argument("--node", default="node", help="node executable for bench/ort_bench.js")
@@ -239,59 +408,50 @@ def main():
     if not os.path.isdir(os.path.join(REPO, "bench", "ort", "node_modules", "onnxruntime-node")):
         sys.exit("error: onnxruntime-node is not installed; run scripts/install_ort.sh")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    rows, mem, errors = [], {}, []
+    unknown = [m for m in models if m not in TORCHVISION + SUITE + tuple(DETECTORS)]
+    if unknown:
+        sys.exit(f"error: unknown models {unknown}; known: {', '.join(TORCHVISION + SUITE + tuple(DETECTORS))}")
+    rows, info, errors = [], {}, []
     ort_version = "unknown"
+    work = os.path.abspath(args.work)
+    node_rss = node_baseline_rss(args.node)
     t_start = time.time()
     for model in models:
-        mdir = os.path.abspath(os.path.join(args.work, model))
-        inp = os.path.join(mdir, "input.npy")
+        info[model] = {}
         try:
-            if model in DETECTORS:
-                mdir, inp = export_detector(model, os.path.abspath(args.work))
-            else:
-                os.makedirs(mdir, exist_ok=True)
-                ensure_export(model, mdir)
+            mdir, inputs, refs = prepare(model, work)
             onnx_file, kfile = os.path.join(mdir, "model.onnx"), os.path.join(mdir, "model.kiln")
             run([kiln, "compile", "--model", onnx_file, "--output", kfile], f"kiln compile {model}")
+            acc, notes = check_accuracy(kiln, args.node, model, mdir, kfile, onnx_file, inputs, refs)
+            info[model]["acc"] = acc
+            for key, w in acc.items():
+                if not w <= 1:
+                    errors.append(f"{model}: outputs differ from {key} (worst {w:.3g}) {'; '.join(notes)}")
+            info[model]["transposes"] = count_transposes(kiln, onnx_file, kfile)
+            given = [x for i, f in enumerate(inputs) for x in ("--input", f"{i}={f}")]
+            probe = parse_json(run([kiln, "bench", kfile, "--runs", "3", "--warmup", "1", "--json"] + given,
+                                   f"kiln probe {model}"), "kiln probe")
         except BenchError as e:
             errors.append(f"{model}: {e}")
             log(f"error: {e}")
             rows += [(model, t, None, None) for t in args.threads]
             continue
-        mem[model] = kiln_memory(kiln, kfile)
+        info[model]["mem"] = kiln_memory(kiln, kfile)
+        runs = max(5, min(args.runs, int(args.round_ms / max(probe["median_ms"], 1e-3))))
+        warmup = min(args.warmup, max(1, runs // 5))
         for threads in args.threads:
-            common = ["--input", "0=" + inp, "--runs", str(args.runs),
-                      "--warmup", str(args.warmup), "--threads", str(threads)]
+            common = given + ["--runs", str(runs), "--warmup", str(warmup), "--threads", str(threads)]
             cmds = {"kiln": [kiln, "bench", kfile] + common + ["--json"],
                     "ort": [args.node, ORT_BENCH, onnx_file] + common}
-            res = {"kiln": [], "ort": []}  # a runner that fails once is dropped (None)
-            for r in range(args.rounds):
-                for name, cmd in cmds.items():
-                    if res[name] is None:
-                        continue
-                    what = f"{name} bench {model} threads={threads} round {r + 1}"
-                    try:
-                        j = parse_json(run(cmd, what), what)
-                        log(f"  {what}: median {j.get('median_ms')} ms")
-                        res[name].append(j)
-                        if name == "ort":
-                            ort_version = j.get("ort_version", ort_version)
-                    except BenchError as e:
-                        errors.append(str(e))
-                        log(f"error: {e}")
-                        res[name] = None
-            k = o = None
-            try:
-                k = stats_from(res["kiln"]) if res["kiln"] else None
-                o = stats_from(res["ort"]) if res["ort"] else None
-            except BenchError as e:
-                errors.append(f"{model} threads={threads}: {e}")
-            rows.append((model, threads, k, o))
+            st = bench_rounds(cmds, model, threads, args.rounds, errors)
+            if st["ort"] and st["ort"].get("version"):
+                ort_version = st["ort"]["version"]
+            rows.append((model, threads, st["kiln"], st["ort"]))
 
-    section = render(args, rows, mem, ort_version, errors)
+    section = render(args, rows, info, ort_version, node_rss, errors)
     write_section(args.out, section, BEGIN, END)
     print(section)
-    log(f"wrote latency section to {args.out} in {time.time() - t_start:.0f}s")
+    log(f"wrote the suite section to {args.out} in {time.time() - t_start:.0f}s")
     return 1 if errors else 0
 
 

@@ -613,6 +613,21 @@ Status WriteProfile(const kiln::Model& model, const std::string& file, int warmu
   return Status::Ok();
 }
 
+// This process's peak resident set (VmHWM of /proc/self/status), in bytes;
+// -1 where it cannot be read. Unlike getrusage's ru_maxrss it starts afresh
+// at exec, so a parent's size does not count.
+std::int64_t PeakRssBytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::int64_t kb = -1;
+      if (std::sscanf(line.c_str() + 6, "%lld", reinterpret_cast<long long*>(&kb)) == 1) return kb * 1024;
+    }
+  }
+  return -1;
+}
+
 int Bench(const std::string& path, const std::vector<std::string>& input_specs, int runs, int warmup,
           kiln::LoadOptions lo, bool as_json, const std::string& profile_file) {
   const int threads = lo.threads;
@@ -627,8 +642,11 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   auto bound = Bind(*model.value(), inputs.value());
   if (!bound.ok()) return Fail(bound.status());
   Bound& b = bound.value();
+  double first_ms = -1;  // the first run's time (plans, first touches), whether warm-up or timed
   for (int i = 0; i < warmup; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
     Status st = model.value()->Execute(b.in_refs, b.out_refs);
+    if (i == 0) first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!st.ok()) return Fail(st);
   }
   const bool bar = isatty(STDERR_FILENO) && !as_json;
@@ -638,6 +656,7 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
     Status st = model.value()->Execute(b.in_refs, b.out_refs);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (!st.ok()) return Fail(st);
+    if (first_ms < 0) first_ms = ms.back();
     if (bar) {
       int w = 30, done = (i + 1) * w / runs;
       std::fprintf(stderr, "\r[%s%s] %d/%d", std::string(done, '#').c_str(), std::string(w - done, '.').c_str(), i + 1, runs);
@@ -664,7 +683,7 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   if (as_json) {
     json j{{"model", path}, {"runs", runs}, {"warmup", warmup}, {"threads", threads},
            {"median_ms", median}, {"p90_ms", pct(0.9)}, {"min_ms", s.front()}, {"max_ms", s.back()},
-           {"load_ms", load_ms}};
+           {"load_ms", load_ms}, {"first_ms", first_ms}, {"peak_rss_bytes", PeakRssBytes()}};
     if (symbolic) {
       // The plan cache: plans held and the arena bytes they use
       // (--max-plans, --max-plan-bytes bound them).
