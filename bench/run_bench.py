@@ -106,8 +106,8 @@ def parse_json(text, what):
     raise BenchError(f"{what}: no JSON object in output: {text.strip()[-500:]!r}")
 
 
-def fresh(paths, script):
-    t = os.path.getmtime(script)
+def fresh(paths, *scripts):
+    t = max(os.path.getmtime(x) for x in scripts)
     return all(os.path.exists(p) and os.path.getmtime(p) >= t for p in paths)
 
 
@@ -125,7 +125,8 @@ def prepare(model, work):
     os.makedirs(mdir, exist_ok=True)
     if model in SUITE:
         meta_file = os.path.join(mdir, "meta.json")
-        if not fresh([meta_file, os.path.join(mdir, "model.onnx")], SUITE_SCRIPT):
+        if not fresh([meta_file, os.path.join(mdir, "model.onnx")], SUITE_SCRIPT,
+                     os.path.join(REPO, "tests", "models", "test_bert.py")):
             run([sys.executable, SUITE_SCRIPT, "--model", model, "--out", mdir], f"export {model}")
         else:
             log(f"reusing cached export in {mdir}")
@@ -152,7 +153,9 @@ def worst_error(got, ref):
     if not np.issubdtype(ref.dtype, np.floating):
         return (0.0 if np.array_equal(got, ref) else float("inf")), ""
     g, r = got.astype(np.float64), ref.astype(np.float64)
-    if not np.all(np.isfinite(g) == np.isfinite(r)) or np.any(g[~np.isfinite(g)] != r[~np.isfinite(r)]):
+    gn, rn = np.isnan(g), np.isnan(r)
+    gi, ri = np.isinf(g), np.isinf(r)
+    if np.any(gn != rn) or np.any(gi != ri) or np.any(g[gi] != r[ri]):
         return float("inf"), "non-finite values differ"
     fin = np.isfinite(r)
     if not fin.any():
@@ -174,9 +177,12 @@ def check_accuracy(kiln, node, model, mdir, kfile, onnx_file, inputs, refs):
     run([kiln, "run", kfile, "--threads", "1", "--output-dir", kdir] + given, f"kiln run {model}")
     run([node, ORT_BENCH, onnx_file, "--runs", "1", "--warmup", "0", "--output-dir", odir] + given,
         f"ort run {model}")
-    outs = sorted((f for f in os.listdir(kdir) if f.endswith(".npy")), key=lambda f: int(f[7:-4]))
+    def listed(d):
+        return sorted((f for f in os.listdir(d) if f.startswith("output_") and f.endswith(".npy")),
+                      key=lambda f: int(f[7:-4]))
+    outs = listed(kdir)
     res, notes = {}, []
-    for key, files in (("ort", [os.path.join(odir, f) for f in outs]), ("torch", refs)):
+    for key, files in (("ort", [os.path.join(odir, f) for f in listed(odir)]), ("torch", refs)):
         if len(files) != len(outs):
             res[key] = float("inf")
             notes.append(f"{key}: {len(files)} outputs, kiln {len(outs)}")
@@ -431,6 +437,8 @@ def main():
             given = [x for i, f in enumerate(inputs) for x in ("--input", f"{i}={f}")]
             probe = parse_json(run([kiln, "bench", kfile, "--runs", "3", "--warmup", "1", "--json"] + given,
                                    f"kiln probe {model}"), "kiln probe")
+            if not isinstance(probe.get("median_ms"), (int, float)):
+                raise BenchError(f"kiln probe {model}: no median_ms in {probe}")
         except BenchError as e:
             errors.append(f"{model}: {e}")
             log(f"error: {e}")

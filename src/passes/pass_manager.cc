@@ -20,7 +20,10 @@ PassManager PassManager::Default() {
   // activations channels-last (TensorFlow's exports) has a Transpose pair
   // between each Conv and its bias/activation until that pass cancels them.
   // (Phase "fuse": disabling fusion disables these too.)
-  pm.Add({"fuse-after-layout", "fuse", false, FuseBiasActivation});
+  pm.Add({"fuse-after-layout", "fuse", false, [](ir::Graph& g, const PassOptions& o) {
+            // Disabling fuse-bias-activation disables its rerun too.
+            return o.disabled.count("fuse-bias-activation") ? Status::Ok() : FuseBiasActivation(g, o);
+          }});
   pm.Add({"dce-after-layout", "fuse", false, EliminateDeadCode});
   pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});

@@ -621,8 +621,8 @@ std::int64_t PeakRssBytes() {
   std::string line;
   while (std::getline(f, line)) {
     if (line.rfind("VmHWM:", 0) == 0) {
-      std::int64_t kb = -1;
-      if (std::sscanf(line.c_str() + 6, "%lld", reinterpret_cast<long long*>(&kb)) == 1) return kb * 1024;
+      long long kb = -1;
+      if (std::sscanf(line.c_str() + 6, "%lld", &kb) == 1) return static_cast<std::int64_t>(kb) * 1024;
     }
   }
   return -1;

@@ -106,6 +106,41 @@ TEST(ConvTranspose, ThreeDimensional) {
   EXPECT_EQ(r.out_shape(), (Shape{1, 1, 2, 2, 2}));
 }
 
+// Channels-last (kiln.nhwc) with kernel == stride: the per-kernel-row matmul
+// route. Batch 2, a 2x1 kernel at strides 2x1, bias, 5 -> 3 channels, against
+// y[n, kh*i+u, kw*j+t, o] = b[o] + sum_c x[n, i, j, c] * w[c, o, u, t]; and
+// with output_padding (no longer a pure patch: oneDNN's deconvolution) the
+// same values plus the bias-only last row.
+TEST(ConvTranspose, ChannelsLastKernelEqualsStride) {
+  const std::int64_t n = 2, h = 3, wd = 4, cin = 5, cout = 3, kh = 2, kw = 1;
+  std::vector<float> x(static_cast<std::size_t>(n * h * wd * cin)), w(static_cast<std::size_t>(cin * cout * kh * kw));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((static_cast<int>(i) * 7 % 11) - 5) * 0.5f;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((static_cast<int>(i) * 5 % 13) - 6) * 0.25f;
+  const std::vector<float> b = {0.5f, -1.f, 2.f};
+  for (int extra : {0, 1}) {
+    const std::int64_t oh = h * kh + extra, ow = wd * kw;
+    std::vector<float> want(static_cast<std::size_t>(n * oh * ow * cout));
+    for (std::int64_t a = 0; a < n; ++a)
+      for (std::int64_t r = 0; r < oh; ++r)
+        for (std::int64_t q = 0; q < ow; ++q)
+          for (std::int64_t o = 0; o < cout; ++o) {
+            double s = b[o];
+            const std::int64_t i = r / kh, u = r % kh, j = q / kw, t = q % kw;
+            if (i < h) {
+              for (std::int64_t c = 0; c < cin; ++c)
+                s += double(x[((a * h + i) * wd + j) * cin + c]) * w[((c * cout + o) * kh + u) * kw + t];
+            }
+            want[((a * oh + r) * ow + q) * cout + o] = static_cast<float>(s);
+          }
+    NodeRunner r("ConvTranspose", 11, {F32T({n, h, wd, cin}, x), F32T({cin, cout, kh, kw}, w), F32T({cout}, b)});
+    r.Attr("strides", Ints({kh, kw})).Attr("kiln.nhwc", Int(1));
+    if (extra) r.Attr("output_padding", Ints({1, 0}));
+    auto out = r.Run();
+    EXPECT_EQ(r.out_shape(), (Shape{n, oh, ow, cout}));
+    ExpectFloats(out, want);
+  }
+}
+
 TEST(ConvTranspose, Errors) {
   NodeRunner group("ConvTranspose", 11, {F32T({1, 3, 1}, {1, 2, 3}), F32T({3, 1, 1}, {1, 1, 1})});
   group.Attr("group", Int(2));

@@ -75,3 +75,26 @@ TEST(Gemm, ConstantTransposedBWithAlphaAndBeta) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// K = 0: the product is empty, Y = beta * C (and MatMul gives zeros).
+TEST(Gemm, EmptyReductionGivesBetaTimesC) {
+  const std::int64_t m = 2, n = 80;
+  const std::vector<float> c = Quarters(n, 6);
+  NodeRunner r("Gemm", 13, {In(DType::kFloat32, {m, 0}), F32T({0, n}, {}), F32T({n}, c)});
+  r.Attr("beta", ir::Attribute::Float(2.f));
+  auto out = r.Run({F32T({m, 0}, {})});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<double> want(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m * n; ++i) want[i] = 2.0 * c[i % n];
+  ExpectEqual(Values<float>(out.value()[0]), want);
+  NodeRunner mm("MatMul", 13, {In(DType::kFloat32, {m, 0}), F32T({0, n}, {})});
+  auto z = mm.Run({F32T({m, 0}, {})});
+  ASSERT_TRUE(z.ok()) << z.status().ToString();
+  ExpectEqual(Values<float>(z.value()[0]), std::vector<double>(static_cast<std::size_t>(m * n), 0.0));
+}
+
+}  // namespace
+}  // namespace kiln

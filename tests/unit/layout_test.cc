@@ -79,14 +79,16 @@ int Count(const format::CompiledModel& m, const std::string& op) {
 
 // x[1,4,5,5] -> Conv 1x1 (4->4) -> a; a -> Conv 3x3 (4->8) -> Relu -> b;
 // b -> ConvTranspose 2x2 s2 (8->4) -> BatchNorm -> u [1,4,10,10];
-// a -> Resize x2 nearest -> r [1,4,10,10]; Concat(u, r) -> Conv 3x3 (8->3) -> y.
+// a -> Resize x2 nearest (by scales, or by sizes) -> r [1,4,10,10];
+// Concat(u, r) -> Conv 3x3 (8->3) -> y. Channels-last with scales, with
+// sizes, and with the layout pass off.
 TEST(ChannelsLast, DecoderOpsStayChannelsLastAndMatchADoubleReference) {
   const std::vector<float> x = Wave(4 * 25, 0.1, 1.0);
   const std::vector<float> w0 = Wave(16, 0.7, 0.5), w1 = Wave(8 * 4 * 9, 1.3, 0.3), wt = Wave(8 * 4 * 4, 2.1, 0.4),
                            w2 = Wave(3 * 8 * 9, 0.5, 0.2), b2 = {0.1f, -0.2f, 0.3f};
   const std::vector<float> bn_s = {1.5f, 0.5f, 2.f, 1.f}, bn_b = {0.1f, 0.f, -0.3f, 0.2f}, bn_m = {0.2f, -0.1f, 0.f, 0.3f},
                            bn_v = {1.f, 0.25f, 4.f, 2.f};
-  auto build = [&] {
+  auto build = [&](bool by_sizes) {
     auto g = std::make_unique<ir::Graph>();
     ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, 4, 5, 5});
     g->inputs().push_back(xv);
@@ -103,8 +105,18 @@ TEST(ChannelsLast, DecoderOpsStayChannelsLastAndMatchADoubleReference) {
                 g->AddConstant("m", test::F32({4}, bn_m)), g->AddConstant("v", test::F32({4}, bn_v))},
                {u})
         ->SetAttr("epsilon", ir::Attribute::Float(0.f));
-    g->AddNode("Resize", "resize",
-               {a, g->AddConstant("roi", test::F32({0}, {})), g->AddConstant("scales", test::F32({4}, {1, 1, 2, 2}))}, {r});
+    if (by_sizes) {  // Resize-13 with sizes (int64) instead of scales
+      auto sizes = std::make_shared<HostTensor>(DType::kInt64, Shape{4});
+      const std::int64_t sz[4] = {1, 4, 10, 10};
+      std::copy(sz, sz + 4, sizes->mutable_data_as<std::int64_t>());
+      g->AddNode("Resize", "resize",
+                 {a, g->AddConstant("roi", test::F32({0}, {})), g->AddConstant("scales", test::F32({0}, {})),
+                  g->AddConstant("sizes", sizes)},
+                 {r});
+    } else {
+      g->AddNode("Resize", "resize",
+                 {a, g->AddConstant("roi", test::F32({0}, {})), g->AddConstant("scales", test::F32({4}, {1, 1, 2, 2}))}, {r});
+    }
     g->AddNode("Concat", "cat", {u, r}, {cat})->SetAttr("axis", ir::Attribute::Int(1));
     g->AddNode("Conv", "c2", {cat, g->AddConstant("w2", test::F32({3, 8, 3, 3}, w2)), g->AddConstant("b2", test::F32({3}, b2))},
                {y})
@@ -134,12 +146,13 @@ TEST(ChannelsLast, DecoderOpsStayChannelsLastAndMatchADoubleReference) {
       }
   const T4 want = Conv(cat, w2, b2, 3, 3);
 
-  for (bool layout : {true, false}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool layout = variant != 2, by_sizes = variant == 1;
     test::TempDir dir;
     format::CompiledModel cm;
     CompileOptions opts;
     if (!layout) opts.passes.disabled = {"channels-last"};
-    auto model = CompileAndLoad(build(), dir, &cm, opts);
+    auto model = CompileAndLoad(build(by_sizes), dir, &cm, opts);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     EXPECT_EQ(Count(cm, "BatchNormalization"), 0) << "folded into the ConvTranspose";
     if (layout) {
@@ -152,7 +165,7 @@ TEST(ChannelsLast, DecoderOpsStayChannelsLastAndMatchADoubleReference) {
     std::vector<float> y(3 * 100);
     ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 4, 5, 5})}, {TensorRef::Of(y.data(), {1, 3, 10, 10})}).ok());
     for (std::size_t i = 0; i < y.size(); ++i) {
-      ASSERT_NEAR(y[i], want.v[i], 2e-5 * (1 + std::fabs(want.v[i]))) << "layout " << layout << " at " << i;
+      ASSERT_NEAR(y[i], want.v[i], 2e-5 * (1 + std::fabs(want.v[i]))) << "variant " << variant << " at " << i;
     }
   }
 }

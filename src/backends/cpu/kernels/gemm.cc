@@ -7,6 +7,8 @@
 // (BERT's 768x3072 FFN: 46 GFLOP/s -> 96). The packed copy is shared through
 // the model's PrepackCache; Gemm's alpha is folded into it. Constant C
 // becomes the primitive's bias.
+#include <bit>
+#include <cstdint>
 #include <cstring>
 
 #include "backends/cpu/dnnl_util.h"
@@ -83,7 +85,8 @@ class MatMulKernel : public Kernel {
           return packed;
         };
         std::string layout = PackedLayoutKey(pd.weights_desc());
-        if (!layout.empty()) layout = StrCat("matmul:a", alpha, ":", PackedLayoutKey(b_md), ">", layout);
+        // alpha by its bits: two nearby alphas must not share a scaled copy.
+        if (!layout.empty()) layout = StrCat("matmul:a", std::bit_cast<std::uint32_t>(alpha), ":", PackedLayoutKey(b_md), ">", layout);
         if (PackedLayoutKey(b_md).empty()) layout.clear();
         packed_ = cache ? cache->Get<memory>(b_const->data(), layout, pack) : pack();
         b_ = *packed_;
