@@ -23,7 +23,7 @@ using tag = dnnl::memory::format_tag;
 // 12.5 vs 10.1; 128->64 at 256x256 206 vs 109; 16->16 at 1024x1024 62 vs 75;
 // 32->16 at 1024x1024 153 vs 152. Hence: that kernel, at least 32 input and
 // output channels, and an input of at least 2 MiB (and, in Init, blocked
-// copies of input and output of at most 64 MiB together: they take the
+// copies of input and output of at most 128 MiB together: they take the
 // kernel's workspace).
 bool BlockedIsFaster(const dnnl::convolution_forward::primitive_desc& pd, const Shape& x, const Shape& y) {
   if (std::string(pd.impl_info_str()) != "jit:avx2" || x.size() != 4) return false;
@@ -71,10 +71,10 @@ class ConvKernel : public Kernel {
         dnnl::convolution_forward::desc db(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                            src_any, w_md, b_md, dst_any, strides, dil, pl, pr);
         dnnl::convolution_forward::primitive_desc pdb(db, attr, DnnlEngine());
-        // The blocked copies live in the kernel's workspace: at most 64 MiB
+        // The blocked copies live in the kernel's workspace: at most 128 MiB
         // of them (the largest, few-channel layers gain least).
         const std::size_t copies = pdb.src_desc().get_size() + pdb.dst_desc().get_size();
-        if (pdb.src_desc() != src_md && pdb.dst_desc() != dst_md && copies <= (std::size_t{64} << 20)) {
+        if (pdb.src_desc() != src_md && pdb.dst_desc() != dst_md && copies <= (std::size_t{128} << 20)) {
           pd = pdb;
           const dnnl::primitive_attr rattr = UserScratchpad();
           dnnl::reorder::primitive_desc to(DnnlEngine(), src_md, DnnlEngine(), pd.src_desc(), rattr);
