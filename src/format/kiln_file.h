@@ -64,7 +64,12 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // "nearest_even" (the compiler's Cast where a half graph computed in float32
 // returns its results; a model's own Cast truncates). Checked by
 // plan::VerifyPlan. Older files have none and read as before.
-inline constexpr std::uint32_t kFormatVersion = 9;
+// 10: a ConvTranspose may carry "kiln.nhwc" = 1 (the layout pass runs it
+// channels-last, as Conv and pooling before: its input and output are NHWC).
+// Checked by the loader's inference (a 4-D input, channels last); a runtime
+// before version 10 would read those tensors as NCHW, so it must refuse the
+// file. Older files have none and read as before.
+inline constexpr std::uint32_t kFormatVersion = 10;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -119,6 +119,20 @@ def models():
          helper.make_node("Mul", ["r", "w"], ["y"], name="mul")],
         [vi("x", BF16, [2, 3])], [vi("y", BF16, [2, 3])],
         [onnx.helper.make_tensor("w", BF16, [3], [1.0, 2.0, -0.5])])
+    # A decoder (format version 10): the layout pass runs the ConvTranspose
+    # channels-last (kiln.nhwc) and the Resize and Concat on NHWC tensors
+    # (permuted scales), BatchNorm folded into the ConvTranspose.
+    out["decoder"] = model(
+        [helper.make_node("Conv", ["x", "w0"], ["a"], name="conv0", pads=[1, 1, 1, 1]),
+         helper.make_node("ConvTranspose", ["a", "wt"], ["u0"], name="up", strides=[2, 2]),
+         helper.make_node("BatchNormalization", ["u0", "s", "bb", "m", "v"], ["u"], name="bn"),
+         helper.make_node("Resize", ["a", "roi", "sc"], ["r"], name="resize", mode="nearest"),
+         helper.make_node("Concat", ["u", "r"], ["c"], name="cat", axis=1),
+         helper.make_node("Conv", ["c", "w1"], ["y"], name="conv1", kernel_shape=[1, 1])],
+        [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 2, 8, 8])],
+        [init("w0", r(3, 2, 3, 3)), init("wt", r(3, 3, 2, 2)), init("s", r(3)), init("bb", r(3)),
+         init("m", r(3)), init("v", np.abs(r(3)) + 1), init("roi", np.zeros(0, np.float32)),
+         init("sc", np.array([1, 1, 2, 2], np.float32)), init("w1", r(2, 6, 1, 1))])
     # A QDQ convolution (fuse-qdq makes it a QLinearConv, channels-last on
     # oneDNN's int8 kernel).
     U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32

@@ -37,8 +37,9 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 9  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
-                    # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round")
+FORMAT_VERSION = 10  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+                    # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
+                    # 10: "kiln.nhwc" on ConvTranspose)
 
 
 def align(v, a):
@@ -563,6 +564,28 @@ def generate(ctx):
     crafted("round", "on_another_op",
             lambda j: node(j, "relu").setdefault("attrs", {}).update({"kiln.round": {"kind": "string", "v": "nearest_even"}}),
             ["attribute 'kiln.round' belongs only on a Cast from float32 to bfloat16"], base=j9, weights=w9)
+
+    # Channels-last ConvTranspose (format version 10): the layout pass sets
+    # "kiln.nhwc" on it; the loader's inference must agree with what the file
+    # records, with or without the attribute.
+    ct_onnx = os.path.join(d, "convt.onnx")
+    rng = np.random.default_rng(3)
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("ConvTranspose", ["c", "wt"], ["out"], name="up", strides=[2, 2])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 6, 8, 10])],
+        [numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal((3, 6, 2, 2)).astype(np.float32), "wt")]),
+        opset_imports=[helper.make_opsetid("", 13)]), ct_onnx)
+    ct_kiln = os.path.join(d, "convt.kiln")
+    rc, out = ctx.run(["compile", "--model", ct_onnx, "--output", ct_kiln])
+    assert rc == 0, out
+    j10, w10 = read_kiln(ct_kiln)
+    assert node(j10, "up").get("attrs", {}).get("kiln.nhwc", {}).get("v") == 1, node(j10, "up")
+    # Without it the NHWC input [1,4,5,3] reads as 4 channels.
+    crafted("convt_nhwc", "dropped", lambda j: node(j, "up")["attrs"].pop("kiln.nhwc"),
+            ["ConvTranspose node 'up'", "input channels 4 != W dim 0 (3)"], inspect=False, base=j10, weights=w10)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh
