@@ -94,6 +94,9 @@ void ForEachRow(const BroadcastPlan& p, Fn&& fn) {
   const std::size_t r = p.dims.size();
   const std::int64_t inner = p.dims[r - 1];
   const std::int64_t rows = inner ? p.total / inner : 0;
+  // An empty output (some dim 0): nothing to walk; an outer dim of 0 would
+  // divide by zero below (found by fuzzing).
+  if (rows == 0) return;
   ParallelFor(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(inner, 1)),
               [&](std::int64_t rb, std::int64_t re) {
     std::vector<std::int64_t> idx(r, 0);
