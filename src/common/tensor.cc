@@ -2,6 +2,10 @@
 
 #include <cassert>
 #include <cmath>
+#include <cstdint>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace kiln {
 
@@ -15,6 +19,16 @@ HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::mo
 HostTensor::HostTensor(DType dtype, Shape shape, const void* data,
                        std::shared_ptr<const void> owner)
     : dtype_(dtype), shape_(std::move(shape)), owner_(std::move(owner)), data_(data) {}
+
+void HostTensor::ReleasePages() const {
+  if (!file_pages_ || owned_ || device_ || !data_) return;
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  const auto p = static_cast<std::uintptr_t>(reinterpret_cast<std::uintptr_t>(data_));
+  const auto up = static_cast<std::uintptr_t>(page);
+  const std::uintptr_t begin = (p + up - 1) / up * up, end = (p + nbytes()) / up * up;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
 
 void* HostTensor::mutable_data() {
   assert(owned_ != nullptr);

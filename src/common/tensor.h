@@ -38,6 +38,17 @@ class HostTensor {
   // host-addressable; null: host memory.
   ::kiln::device::Device* device() const { return device_; }
   void set_device(::kiln::device::Device* d) { device_ = d; }
+  // True: the bytes are clean pages of a read-only file mapping (a mapped
+  // .kiln's weights partition, a mapped weight file), which the kernel may
+  // drop from memory and read again from the file (ReleasePages).
+  bool file_pages() const { return file_pages_; }
+  void set_file_pages(bool v) { file_pages_ = v; }
+  // For a kernel that packed this constant into its own copy and no longer
+  // reads it: drops the resident pages lying wholly inside the bytes where
+  // file_pages() (madvise MADV_DONTNEED; a later read faults them in from
+  // the file again, so other readers still see the same bytes), so the
+  // packed copy does not double the weights' memory. A no-op otherwise.
+  void ReleasePages() const;
 
   // Reads element i converted to double / int64 (for shape arithmetic, folding).
   double GetAsDouble(std::int64_t i) const;
@@ -51,6 +62,7 @@ class HostTensor {
   std::shared_ptr<const void> owner_;
   const void* data_ = nullptr;
   ::kiln::device::Device* device_ = nullptr;
+  bool file_pages_ = false;
 };
 
 using HostTensorPtr = std::shared_ptr<const HostTensor>;

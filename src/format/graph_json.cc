@@ -342,6 +342,7 @@ struct ParseCtx {
   const std::uint8_t* weights;
   std::uint64_t weights_size;
   std::shared_ptr<const void> owner;
+  bool file_pages = false;
 };
 
 Result<std::unique_ptr<ir::Graph>> GraphFromJson(const json& j, ir::Graph* parent, const ParseCtx& ctx,
@@ -485,7 +486,9 @@ Status ValueFromJson(const json& jv, ir::Graph& g, const ParseCtx& ctx, const st
     return Corrupt("constant '", name, "' at offset ", offset.value(),
                    " in the weights partition is not 64-byte aligned");
   }
-  v->set_constant(std::make_shared<HostTensor>(dtype, shape.value(), ctx.weights + offset.value(), ctx.owner));
+  auto t = std::make_shared<HostTensor>(dtype, shape.value(), ctx.weights + offset.value(), ctx.owner);
+  t->set_file_pages(ctx.file_pages);
+  v->set_constant(std::move(t));
   return Status::Ok();
 }
 
@@ -684,7 +687,8 @@ Result<std::string> SerializeModelJson(const CompiledModel& model) {
 }
 
 Result<CompiledModel> ParseModelJson(const char* text, std::size_t size, const std::uint8_t* weights,
-                                     std::uint64_t weights_size, std::shared_ptr<const void> owner) {
+                                     std::uint64_t weights_size, std::shared_ptr<const void> owner,
+                                     bool file_pages) {
   try {
     json j = json::parse(text, text + size, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
@@ -699,7 +703,7 @@ Result<CompiledModel> ParseModelJson(const char* text, std::size_t size, const s
     KILN_ASSIGN_OR_RETURN(std::string tag, StrField(j, "", "format"));
     if (tag != "kiln-graph") return Corrupt("graph partition has an unknown format tag '", tag, "'");
     CompiledModel m;
-    ParseCtx ctx{weights, weights_size, std::move(owner)};
+    ParseCtx ctx{weights, weights_size, std::move(owner), file_pages};
     KILN_ASSIGN_OR_RETURN(const json* jg, Field(j, "", "graph"));
     KILN_ASSIGN_OR_RETURN(m.graph, GraphFromJson(*jg, nullptr, ctx, "graph", 0));
     if (j.contains("target")) {  // format version 2; absent (version 1): compiled for "cpu"

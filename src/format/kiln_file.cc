@@ -160,7 +160,7 @@ struct Mapping {
 
 Result<CompiledModel> ParseModelImage(const std::uint8_t* base, std::uint64_t size,
                                       std::shared_ptr<const void> owner, const std::string& path,
-                                      const ReadOptions& opts) {
+                                      const ReadOptions& opts, bool file_pages) {
   auto corrupt = [&](const auto&... args) {
     return Error(StatusCode::kCorrupt, "model file '", path, "': ", args...);
   };
@@ -235,7 +235,7 @@ Result<CompiledModel> ParseModelImage(const std::uint8_t* base, std::uint64_t si
     return corrupt("weights partition checksum mismatch");
   }
   auto model = ParseModelJson(reinterpret_cast<const char*>(base + graph_part->offset), graph_part->size,
-                              base + weights_part->offset, weights_part->size, std::move(owner));
+                              base + weights_part->offset, weights_part->size, std::move(owner), file_pages);
   if (!model.ok()) return model.status().WithContext(StrCat("model file '", path, "'"));
   // The plan is untrusted too: verify it before any allocation or kernel.
   Status st = plan::VerifyPlan(*model.value().graph, model.value().plan, base + weights_part->offset,
@@ -262,7 +262,8 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
     }
     map->size = size;
     KILN_ASSIGN_OR_RETURN(CompiledModel model,
-                          ParseModelImage(static_cast<const std::uint8_t*>(map->addr), size, map, path, opts));
+                          ParseModelImage(static_cast<const std::uint8_t*>(map->addr), size, map, path, opts,
+                                                          /*file_pages=*/true));
     LoadedFile lf;
     lf.model = std::move(model);
     lf.mapping = map;

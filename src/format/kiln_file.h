@@ -134,12 +134,13 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
 // Verifies and parses a .kiln image held in memory at [data, data+size)
 // (64-byte aligned): header, table, padding and checksums, the JSON graph
 // partition (ParseModelJson), then the plan (plan::VerifyPlan). Constants
-// borrow from `data`, kept alive by `owner`; `what` names the file in
+// borrow from `data`, kept alive by `owner` (`file_pages`: `data` is a
+// read-only file mapping, HostTensor::file_pages); `what` names the file in
 // errors. Everything here treats the bytes as untrusted; it never throws.
 // (The entry point for fuzzing the loader without a file.)
 Result<CompiledModel> ParseModelImage(const std::uint8_t* data, std::uint64_t size,
                                       std::shared_ptr<const void> owner, const std::string& what,
-                                      const ReadOptions& opts = {});
+                                      const ReadOptions& opts = {}, bool file_pages = false);
 
 std::uint32_t Crc32(const void* data, std::size_t size, std::uint32_t seed = 0);
 

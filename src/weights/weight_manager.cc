@@ -317,6 +317,7 @@ Result<std::vector<HostTensorPtr>> WeightManager::Acquire(const std::vector<Weig
     const auto* p = static_cast<const std::uint8_t*>(block->data) + r.offset;
     auto t = std::make_shared<HostTensor>(r.dtype, r.shape, p, block);
     if (!block->mapped) t->set_device(im.device);
+    t->set_file_pages(block->mapped);
     if (cfg.verify && !r.sha256.empty()) {
       KILN_ASSIGN_OR_RETURN(std::string h, hash(*t, r.length));
       if (h != r.sha256) {

@@ -3,10 +3,15 @@
 // against loops in double, for shapes where the padding applies (N a multiple
 // of 1024), where it does not (N < 64), with Gemm's transB, alpha and beta.
 // Inputs are multiples of 1/4 below 4 in magnitude, so every sum is exact in
-// float32 whatever order the kernel adds in.
+// float32 whatever order the kernel adds in. A packed weight read from a
+// mapped .kiln leaves no resident copy of its source pages behind.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "node_runner.h"
+#include "test_util.h"
 
 namespace kiln {
 namespace {
@@ -94,6 +99,62 @@ TEST(Gemm, EmptyReductionGivesBetaTimesC) {
   auto z = mm.Run({F32T({m, 0}, {})});
   ASSERT_TRUE(z.ok()) << z.status().ToString();
   ExpectEqual(Values<float>(z.value()[0]), std::vector<double>(static_cast<std::size_t>(m * n), 0.0));
+}
+
+// Resident bytes (smaps "Rss") of this process's mappings of files whose
+// path contains `part`.
+std::int64_t MappedRssBytes(const std::string& part) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool ours = false;
+  std::int64_t kib = 0;
+  while (std::getline(in, line)) {
+    const std::string first = line.substr(0, line.find(' '));
+    if (first.find('-') != std::string::npos && first.find(':') == std::string::npos) {  // "start-end perms ..."
+      ours = line.find(part) != std::string::npos;
+    } else if (ours && line.rfind("Rss:", 0) == 0) {
+      std::istringstream f(line.substr(4));
+      std::int64_t v = 0;
+      f >> v;
+      kib += v;
+    }
+  }
+  return kib * 1024;
+}
+
+TEST(Gemm, PackedWeightReleasesItsMappedSourcePages) {
+  if (!test::DefaultDeviceMapsHostMemory()) GTEST_SKIP() << "the device copies weights; nothing is mapped in place";
+  // y = x[2, 256] * W[256, 1024]: W (1 MiB) lies in the mapped .kiln, whose
+  // weights the loader reads in full (CRC-32), or in its own mapped weight
+  // file (external_weight 1, read in full for its SHA-256); then the MatMul
+  // packs it.
+  const std::int64_t m = 2, k = 256, n = 1024;
+  const std::vector<float> w = Quarters(k * n, 3), x = Quarters(m * k, 4);
+  for (int external : {0, 1}) {
+    SCOPED_TRACE(external ? "external weight file" : "weights in the .kiln");
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* xv = g->AddValue("x", DType::kFloat32, {m, k});
+    g->inputs().push_back(xv);
+    ir::Value* wv = g->AddConstant("w", test::F32({k, n}, w));
+    ir::Value* yv = g->AddValue("y", DType::kFloat32, {m, n});
+    g->AddNode("MatMul", "mm", {xv, wv}, {yv});
+    g->outputs().push_back(yv);
+    test::TempDir dir;
+    CompileOptions copts;
+    copts.external_weight = external;
+    if (external) copts.external_weight_dir = dir.file("weight");
+    LoadOptions lopts;
+    lopts.weight_load_mode = WeightLoadMode::kMap;
+    lopts.verify_weights = true;
+    auto model = test::CompileAndLoad(std::move(g), dir, nullptr, copts, lopts);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    // Under a quarter of W stays resident (the graph partition and the edge
+    // pages that W shares with its neighbours may).
+    EXPECT_LT(MappedRssBytes(dir.file(external ? "weight/" : "m.kiln")), k * n * 4 / 4);
+    std::vector<float> y(static_cast<std::size_t>(m * n));
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {m, k})}, {TensorRef::Of(y.data(), {m, n})}).ok());
+    ExpectEqual(y, MatMulRef(x, w, 1, m, k, n));
+  }
 }
 
 }  // namespace

@@ -105,6 +105,7 @@ class ConvKernel : public Kernel {
           memory plain(w_plain, DnnlEngine(), const_cast<void*>(wconst->data()));
           dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
           DnnlStream().wait();
+          wconst->ReleasePages();  // the packed copy replaces the mapped pages
           return packed;
         };
         std::string layout = PackedLayoutKey(pd.weights_desc());

@@ -82,6 +82,7 @@ class MatMulKernel : public Kernel {
           memory plain(b_md, DnnlEngine(), const_cast<void*>(src));
           dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
           DnnlStream().wait();
+          b_const->ReleasePages();  // the packed copy replaces the mapped pages
           return packed;
         };
         std::string layout = PackedLayoutKey(pd.weights_desc());

@@ -767,6 +767,7 @@ class DnnlQConvKernel : public Kernel {
         dnnl::memory plain(PlainDesc(wg, wt), DnnlEngine(), f32_ ? static_cast<void*>(f.data()) : s8.data());
         dnnl::reorder(plain, *packed).execute(DnnlStream(), plain, *packed);
         DnnlStream().wait();
+        w->ReleasePages();  // the packed copy replaces the mapped pages
         return packed;
       };
       std::string layout = PackedLayoutKey(pd.weights_desc());
