@@ -69,7 +69,11 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // Checked by the loader's inference (a 4-D input, channels last); a runtime
 // before version 10 would read those tensors as NCHW, so it must refuse the
 // file. Older files have none and read as before.
-inline constexpr std::uint32_t kFormatVersion = 10;
+// 11: a kiln.Gelu may carry "approximate" = "tanh" (GELU's tanh
+// approximation, fused by fuse-gelu from GPT-2-style graphs), checked by the
+// loader's inference ("none" or "tanh", a string); a runtime before 11
+// would compute the erf GELU, so it must refuse the file.
+inline constexpr std::uint32_t kFormatVersion = 11;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -12,8 +12,9 @@
 // the device's (FromHost). They run on the target device.
 //
 // Gelu: the exact (erf) GELU, x * 0.5 * (1 + erf(x / sqrt(2))), one float32
-// input and output; created by the fuse-gelu pass from the five nodes
-// exporters write for it.
+// input and output; with approximate="tanh" (format version 11) its tanh
+// approximation, x * 0.5 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// Created by the fuse-gelu pass from the nodes exporters write for them.
 #include "ops/common_infer.h"
 #include "ops/file_constant.h"
 
@@ -25,6 +26,18 @@ Status InferFileConstant(InferContext& c) {
   KILN_ASSIGN_OR_RETURN(weights::WeightRef r, DecodeFileConstant(c.node()));
   c.SetOutput(0, r.dtype, r.shape);
   return Status::Ok();
+}
+
+// kiln.Gelu: `approximate` is absent, "none" or "tanh" (a string).
+Status InferGelu(InferContext& c) {
+  if (const ir::Attribute* a = c.node().FindAttr("approximate")) {
+    if (a->kind != ir::Attribute::Kind::kString || (a->s != "none" && a->s != "tanh")) {
+      return Error(StatusCode::kInvalidArgument, c.node().Describe(),
+                   ": attribute 'approximate' must be the string \"none\" or \"tanh\", found ",
+                   a->kind == ir::Attribute::Kind::kString ? StrCat("\"", a->s, "\"") : std::string("another kind"));
+    }
+  }
+  return InferSameAsInput(c);
 }
 
 }  // namespace
@@ -39,12 +52,13 @@ void RegisterInternalOps(OpRegistry& r) {
   d.infer = InferFileConstant;
   r.Register(d);
   {
-    OpDef g;  // kiln.Gelu: x * 0.5 * (1 + erf(x / sqrt(2))), fused by the fuse-gelu pass
+    OpDef g;  // kiln.Gelu: erf or tanh GELU, fused by the fuse-gelu pass
     g.type = "Gelu";
     g.domain = "kiln";
     g.versions = {1};
     g.input_types = {DType::kFloat32};
-    g.infer = InferSameAsInput;
+    g.attributes = {"approximate"};
+    g.infer = InferGelu;
     r.Register(g);
   }
   for (const char* copy : {ir::kMemcpyToHost, ir::kMemcpyFromHost}) {

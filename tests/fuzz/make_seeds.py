@@ -133,6 +133,21 @@ def models():
         [init("w0", r(3, 2, 3, 3)), init("wt", r(3, 3, 2, 2)), init("s", r(3)), init("bb", r(3)),
          init("m", r(3)), init("v", np.abs(r(3)) + 1), init("roi", np.zeros(0, np.float32)),
          init("sc", np.array([1, 1, 2, 2], np.float32)), init("w1", r(2, 6, 1, 1))])
+    # GPT-2's tanh GELU (format version 11): fuse-gelu makes it a kiln.Gelu
+    # with approximate="tanh".
+    k = lambda name, v: init(name, np.array(v, np.float32))
+    out["gelu_tanh"] = model(
+        [helper.make_node("Mul", ["x", "x"], ["xx"], name="sq"),
+         helper.make_node("Mul", ["x", "xx"], ["cube"], name="cube"),
+         helper.make_node("Mul", ["kappa", "cube"], ["q"], name="q"),
+         helper.make_node("Add", ["x", "q"], ["s"], name="s"),
+         helper.make_node("Mul", ["beta", "s"], ["z"], name="z"),
+         helper.make_node("Tanh", ["z"], ["t"], name="tanh"),
+         helper.make_node("Add", ["one", "t"], ["a"], name="a"),
+         helper.make_node("Mul", ["x", "a"], ["m"], name="m"),
+         helper.make_node("Mul", ["half", "m"], ["y"], name="half")],
+        [vi("x", F, [2, 3])], [vi("y", F, [2, 3])],
+        [k("kappa", 0.044715), k("beta", (2 / np.pi) ** 0.5), k("one", 1.0), k("half", 0.5)])
     # A QDQ convolution (fuse-qdq makes it a QLinearConv, channels-last on
     # oneDNN's int8 kernel).
     U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32

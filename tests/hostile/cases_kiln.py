@@ -37,9 +37,9 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 10  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+FORMAT_VERSION = 11  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
-                    # 10: "kiln.nhwc" on ConvTranspose)
+                    # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu)
 
 
 def align(v, a):
@@ -586,6 +586,39 @@ def generate(ctx):
     # Without it the NHWC input [1,4,5,3] reads as 4 channels.
     crafted("convt_nhwc", "dropped", lambda j: node(j, "up")["attrs"].pop("kiln.nhwc"),
             ["ConvTranspose node 'up'", "input channels 4 != W dim 0 (3)"], inspect=False, base=j10, weights=w10)
+
+    # tanh-GELU (format version 11): fuse-gelu writes kiln.Gelu with
+    # approximate="tanh"; the loader's inference accepts only "none"/"tanh".
+    gt_onnx = os.path.join(d, "gelu_tanh.onnx")
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Pow", ["x", "three"], ["p"], name="pow"),
+         helper.make_node("Mul", ["p", "kappa"], ["q"], name="q"),
+         helper.make_node("Add", ["x", "q"], ["s"], name="s"),
+         helper.make_node("Mul", ["s", "beta"], ["z"], name="z"),
+         helper.make_node("Tanh", ["z"], ["t"], name="gt"),
+         helper.make_node("Add", ["t", "one"], ["a"], name="a"),
+         helper.make_node("Mul", ["x", "a"], ["m"], name="m"),
+         helper.make_node("Mul", ["m", "half"], ["out"], name="half")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])],
+        [c("three", 3.0), c("kappa", 0.044715), c("beta", (2 / np.pi) ** 0.5), c("one", 1.0), c("half", 0.5)]),
+        opset_imports=[helper.make_opsetid("", 13)]), gt_onnx)
+    gt_kiln = os.path.join(d, "gelu_tanh.kiln")
+    rc, out = ctx.run(["compile", "--model", gt_onnx, "--output", gt_kiln])
+    assert rc == 0, out
+    j11, w11 = read_kiln(gt_kiln)
+    gelus = [n for n in j11["graph"]["nodes"] if n["op"] == "Gelu"]
+    assert len(gelus) == 1 and gelus[0]["attrs"]["approximate"]["v"] == "tanh", j11["graph"]["nodes"]
+    gname = gelus[0]["name"]
+    crafted("gelu", "approximate_unknown",
+            lambda j: node(j, gname)["attrs"].update({"approximate": {"kind": "string", "v": "sigmoid"}}),
+            [f"Gelu node '{gname}'", "attribute 'approximate' must be the string \"none\" or \"tanh\", found \"sigmoid\""],
+            inspect=False, base=j11, weights=w11)
+    crafted("gelu", "approximate_int",
+            lambda j: node(j, gname)["attrs"].update({"approximate": {"kind": "int", "v": 1}}),
+            [f"Gelu node '{gname}'", "attribute 'approximate' must be the string", "found another kind"],
+            inspect=False, base=j11, weights=w11)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

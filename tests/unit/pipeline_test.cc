@@ -2,7 +2,9 @@
 // checked against hand-derived values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/checked.h"
 #include "format/kiln_file.h"
@@ -302,6 +304,115 @@ TEST(Pipeline, GeluNearMissesDoNotFuse) {
     CompileOptions co;
     co.passes.disabled = {"fuse-gelu"};
     auto model = CompileAndLoad(GeluGraph(1, std::sqrt(2.f), false, n), dir, &cm, co);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 0);
+  }
+}
+
+// GELU's tanh approximation as torch.onnx and GPT-2's code write it:
+//   c = Pow(x, 3) (cube 0) or x * (x * x) (cube 1) or (x * x) * x (cube 2)
+//   s = x + kappa * c;  z = beta * s;  t = Tanh(z);  a = t + 1;  y = (x * a) * 0.5
+// (operand orders vary with `cube`); kappa = 0.044715, beta = sqrt(2/pi)
+// unless a near miss passes others; `t_also_output`: Tanh's output is also a
+// model output.
+std::unique_ptr<ir::Graph> GeluTanhGraph(int cube, float kappa, float beta, bool t_also_output, std::int64_t n) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {n});
+  g->inputs().push_back(x);
+  auto k = [&](const char* name, float v) { return g->AddConstant(name, test::F32({}, {v})); };
+  ir::Value *c = g->AddValue("c"), *q = g->AddValue("q"), *s = g->AddValue("s"), *z = g->AddValue("z"),
+            *t = g->AddValue("t"), *a = g->AddValue("a"), *m = g->AddValue("m"), *y = g->AddValue("y");
+  if (cube == 0) {
+    g->AddNode("Pow", "pow", {x, k("three", 3.f)}, {c});
+  } else {
+    ir::Value* sq = g->AddValue("sq");
+    g->AddNode("Mul", "sq", {x, x}, {sq});
+    g->AddNode("Mul", "cube", cube == 1 ? std::vector<ir::Value*>{x, sq} : std::vector<ir::Value*>{sq, x}, {c});
+  }
+  g->AddNode("Mul", "q", cube == 1 ? std::vector<ir::Value*>{k("kappa", kappa), c} : std::vector<ir::Value*>{c, k("kappa", kappa)}, {q});
+  g->AddNode("Add", "s", cube == 2 ? std::vector<ir::Value*>{q, x} : std::vector<ir::Value*>{x, q}, {s});
+  g->AddNode("Mul", "z", cube == 1 ? std::vector<ir::Value*>{k("beta", beta), s} : std::vector<ir::Value*>{s, k("beta", beta)}, {z});
+  g->AddNode("Tanh", "tanh", {z}, {t});
+  g->AddNode("Add", "a", {t, k("one", 1.f)}, {a});
+  g->AddNode("Mul", "m", {x, a}, {m});
+  g->AddNode("Mul", "half", {k("half", 0.5f), m}, {y});
+  g->outputs().push_back(y);
+  if (t_also_output) g->outputs().push_back(t);
+  test::SetLatestVersions(*g);
+  return g;
+}
+
+// The fused tanh-GELU kernel against 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+// in double over [-12, 12] in steps of 1/400, and at extremes, in every form.
+TEST(Pipeline, GeluTanhFusesIntoOneAccurateKernel) {
+  std::vector<float> x;
+  for (int i = -4800; i <= 4800; ++i) x.push_back(static_cast<float>(i) / 400.f);
+  for (float v : {1e-30f, -1e-30f, 1e-20f, 30.f, -30.f, 1e4f, -1e4f, 3e38f, -3e38f}) x.push_back(v);
+  const std::int64_t n = static_cast<std::int64_t>(x.size());
+  std::vector<float> y(x.size());
+  const double beta = std::sqrt(2.0 / 3.14159265358979323846);
+  for (int cube = 0; cube < 3; ++cube) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluTanhGraph(cube, 0.044715f, static_cast<float>(beta), false, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    ASSERT_EQ(cm.graph->nodes().size(), 1u) << "cube " << cube;
+    const ir::Node& gelu = *cm.graph->nodes()[0];
+    EXPECT_EQ(gelu.op_type(), "Gelu");
+    EXPECT_EQ(gelu.GetString("approximate", ""), "tanh");
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {n})}, {TensorRef::Of(y.data(), {n})}).ok());
+    double worst = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double xd = x[i];
+      const double want = 0.5 * xd * (1.0 + std::tanh(beta * (xd + 0.044715 * xd * xd * xd)));
+      // relative to max(1, |want|): a few float32 ulps; tiny x: relative to x
+      const double err = std::fabs(y[i] - want) /
+                         std::max({std::fabs(xd) < 1e-3 ? std::fabs(xd) : 1.0, std::fabs(want), 1e-300});
+      worst = std::max(worst, err);
+      EXPECT_LE(err, 1e-6) << "cube " << cube << ": gelu_tanh(" << x[i] << ") = " << y[i] << ", want " << want;
+    }
+    RecordProperty("gelu_tanh_worst_relative_error_x1e9_cube" + std::to_string(cube), static_cast<int>(worst * 1e9));
+  }
+  // NaN propagates.
+  test::TempDir dir;
+  auto model = CompileAndLoad(GeluTanhGraph(0, 0.044715f, static_cast<float>(beta), false, 1), dir);
+  ASSERT_TRUE(model.ok());
+  float nan = std::numeric_limits<float>::quiet_NaN(), out = 0;
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(&nan, {1})}, {TensorRef::Of(&out, {1})}).ok());
+  EXPECT_TRUE(std::isnan(out));
+}
+
+TEST(Pipeline, GeluTanhNearMissesDoNotFuse) {
+  const std::int64_t n = 5;
+  const float beta = static_cast<float>(std::sqrt(2.0 / 3.14159265358979323846));
+  std::vector<float> x = {-2, -0.5f, 0, 0.5f, 2}, y(n), t(n);
+  auto ref = [](double x, double kappa, double beta) { return 0.5 * x * (1.0 + std::tanh(beta * (x + kappa * x * x * x))); };
+  for (auto [kappa, b] : {std::pair<float, float>{0.05f, beta}, {0.044715f, 0.8f}}) {  // other constants: as written
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluTanhGraph(1, kappa, b, false, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 0);
+    EXPECT_EQ(CountOps(cm, "Tanh"), 1);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {n})}, {TensorRef::Of(y.data(), {n})}).ok());
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], ref(x[i], kappa, b), 1e-6) << i;
+  }
+  {  // Tanh's output is also a model output: it must stay
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluTanhGraph(2, 0.044715f, beta, true, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 0);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {n})},
+                                  {TensorRef::Of(y.data(), {n}), TensorRef::Of(t.data(), {n})}).ok());
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], ref(x[i], 0.044715, beta), 1e-6) << i;
+  }
+  {  // the pass switched off
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions co;
+    co.passes.disabled = {"fuse-gelu"};
+    auto model = CompileAndLoad(GeluTanhGraph(0, 0.044715f, beta, false, n), dir, &cm, co);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     EXPECT_EQ(CountOps(cm, "Gelu"), 0);
   }

@@ -181,13 +181,15 @@ TEST(Unary, SoftmaxMatchesADoubleReference) {
 namespace kiln {
 namespace {
 
-// Tanh and Sigmoid in float32 run on oneDNN's vectorised eltwise kernels:
-// against double over [-30, 30] in steps of 1/64 (3841 values, every vector
-// lane and the scalar tail), then the extremes. Bound: 4 float32 ulps of the
-// reference's magnitude (relative 4.8e-7), absolute 1e-30 below that.
+// Tanh (vec_math.cc's loop: an odd polynomial below |x| 0.625, exp above)
+// and Sigmoid (oneDNN's eltwise) in float32: against double over [-30, 30]
+// in steps of 1/64 and [-1, 1] in steps of 1/8192 (3841 + 16385 values,
+// every vector lane and the tail), then the extremes. Bound: 4 float32 ulps
+// of the reference's magnitude (relative 4.8e-7), absolute 1e-30 below that.
 TEST(Unary, TanhAndSigmoidMatchADoubleReference) {
   std::vector<float> x;
   for (int i = -30 * 64; i <= 30 * 64; ++i) x.push_back(static_cast<float>(i) / 64.f);
+  for (int i = -8192; i <= 8192; ++i) x.push_back(static_cast<float>(i) / 8192.f);
   const float inf = std::numeric_limits<float>::infinity();
   for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 1e-40f, 3e38f, -3e38f, inf, -inf, 88.f, -88.f, -104.f}) x.push_back(v);
   for (const char* op : {"Tanh", "Sigmoid"}) {

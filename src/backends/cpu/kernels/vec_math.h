@@ -1,0 +1,19 @@
+// Vectorised float32 transcendental functions for the CPU kernels, where
+// oneDNN's eltwise is slow (tanh, tanh-GELU on AVX2). In place is allowed
+// (x == y).
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu {
+
+// y[i] = tanh(x[i]).
+void TanhF32(const float* x, float* y, std::int64_t n);
+// y[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU's tanh
+// approximation (GPT-2's "gelu_new", ONNX Gelu approximate="tanh"),
+// computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)).
+void GeluTanhF32(const float* x, float* y, std::int64_t n);
+// Whether the functions above take the AVX2+FMA path on this CPU.
+bool VecMathUsesAvx2();
+
+}  // namespace kiln::cpu
