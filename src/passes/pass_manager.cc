@@ -14,6 +14,7 @@ PassManager PassManager::Default() {
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});
   pm.Add({"fuse-gelu", "fuse", false, FuseGelu});
+  pm.Add({"fuse-layernorm", "fuse", false, FuseLayerNorm});
   pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
   pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
   // Again, on what the layout pass brought together: a model that holds its

@@ -65,6 +65,7 @@ Status EliminateDeadCode(ir::Graph& g, const PassOptions& opts);
 Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status FuseGelu(ir::Graph& g, const PassOptions& opts);
+Status FuseLayerNorm(ir::Graph& g, const PassOptions& opts);
 Status ComputeHalfInFloat32(ir::Graph& g, const PassOptions& opts);
 Status FuseQdq(ir::Graph& g, const PassOptions& opts);
 Status SimplifyCasts(ir::Graph& g, const PassOptions& opts);

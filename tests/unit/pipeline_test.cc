@@ -418,6 +418,131 @@ TEST(Pipeline, GeluTanhNearMissesDoNotFuse) {
   }
 }
 
+// Layer normalisation as PyTorch exports nn.LayerNorm before opset 17, over
+// the last axis of x [rows, n]: mean = ReduceMean(x), d = x - mean,
+// v = ReduceMean(Pow(d, 2) or d * d), y = d / Sqrt(v + eps) * gamma + beta.
+// `square_by_mul`: d * d; `affine`: with gamma and beta; `axes`: the
+// ReduceMeans' axes (a near miss passes others); `d_also_output`: d is a
+// model output too (a near miss).
+std::unique_ptr<ir::Graph> LayerNormGraph(std::int64_t rows, std::int64_t n, bool square_by_mul, bool affine,
+                                          std::vector<std::int64_t> axes, bool d_also_output,
+                                          const std::vector<float>& gamma, const std::vector<float>& beta) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {rows, n});
+  g->inputs().push_back(x);
+  ir::Value *mean = g->AddValue("mean"), *d = g->AddValue("d"), *sq = g->AddValue("sq"), *var = g->AddValue("var"),
+            *ve = g->AddValue("ve"), *sd = g->AddValue("sd"), *nrm = g->AddValue("nrm");
+  g->AddNode("ReduceMean", "mean", {x}, {mean})->SetAttr("axes", ir::Attribute::Ints(axes));
+  g->AddNode("Sub", "sub", {x, mean}, {d});
+  if (square_by_mul) g->AddNode("Mul", "sq", {d, d}, {sq});
+  else g->AddNode("Pow", "sq", {d, g->AddConstant("two", test::F32({}, {2.f}))}, {sq});
+  g->AddNode("ReduceMean", "var", {sq}, {var})->SetAttr("axes", ir::Attribute::Ints(axes));
+  g->AddNode("Add", "eps", {var, g->AddConstant("epsv", test::F32({}, {1e-5f}))}, {ve});
+  g->AddNode("Sqrt", "sqrt", {ve}, {sd});
+  g->AddNode("Div", "div", {d, sd}, {nrm});
+  ir::Value* y = nrm;
+  if (affine) {
+    ir::Value *m = g->AddValue("m"), *b = g->AddValue("y");
+    g->AddNode("Mul", "gamma", {g->AddConstant("g", test::F32({n}, gamma)), nrm}, {m});
+    g->AddNode("Add", "beta", {m, g->AddConstant("b", test::F32({1, n}, beta))}, {b});
+    y = b;
+  }
+  g->outputs().push_back(y);
+  if (d_also_output) g->outputs().push_back(d);
+  test::SetLatestVersions(*g);
+  return g;
+}
+
+// LayerNorm of each row of x [rows, n] in double.
+std::vector<double> LayerNormRef(const std::vector<float>& x, std::int64_t rows, std::int64_t n,
+                                 const std::vector<float>& gamma, const std::vector<float>& beta, bool affine) {
+  std::vector<double> y(x.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (std::int64_t i = 0; i < n; ++i) mean += x[r * n + i];
+    mean /= n;
+    for (std::int64_t i = 0; i < n; ++i) var += (x[r * n + i] - mean) * (x[r * n + i] - mean);
+    const double rstd = 1.0 / std::sqrt(var / n + 1e-5);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = (x[r * n + i] - mean) * rstd;
+      y[r * n + i] = affine ? v * gamma[i] + beta[i] : v;
+    }
+  }
+  return y;
+}
+
+// Rows of 771 values (a vector body and a tail) offset by 1000 (so a
+// one-pass variance would cancel): against double, in each form.
+TEST(Pipeline, LayerNormFusesIntoOneAccurateKernel) {
+  const std::int64_t rows = 5, n = 771;
+  std::vector<float> x(rows * n), gamma(n), beta(n), y(rows * n);
+  for (std::int64_t i = 0; i < rows * n; ++i) x[i] = 1000.f + static_cast<float>((i * 37) % 101 - 50) / 16.f;
+  for (std::int64_t i = 0; i < n; ++i) {
+    gamma[i] = 0.5f + static_cast<float>(i % 7) / 4.f;
+    beta[i] = static_cast<float>(i % 5) - 2.f;
+  }
+  for (bool by_mul : {false, true}) {
+    for (bool affine : {true, false}) {
+      for (std::vector<std::int64_t> axes : {std::vector<std::int64_t>{-1}, std::vector<std::int64_t>{1}}) {
+        SCOPED_TRACE(testing::Message() << "d*d " << by_mul << " affine " << affine << " axis " << axes[0]);
+        test::TempDir dir;
+        format::CompiledModel cm;
+        auto model = CompileAndLoad(LayerNormGraph(rows, n, by_mul, affine, axes, false, gamma, beta), dir, &cm);
+        ASSERT_TRUE(model.ok()) << model.status().ToString();
+        ASSERT_EQ(cm.graph->nodes().size(), 1u);
+        const ir::Node& ln = *cm.graph->nodes()[0];
+        EXPECT_EQ(ln.op_type(), "LayerNormalization");
+        EXPECT_EQ(ln.GetInt("axis", 0), 1);
+        EXPECT_EQ(ln.num_inputs(), affine ? 3 : 2);
+        ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {rows, n})}, {TensorRef::Of(y.data(), {rows, n})}).ok());
+        const std::vector<double> want = LayerNormRef(x, rows, n, gamma, beta, affine);
+        double worst = 0;
+        for (std::size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]));
+        // |want| is below 8 here; float32 leaves a few 1e-7.
+        EXPECT_LT(worst, 2e-5);
+      }
+    }
+  }
+}
+
+TEST(Pipeline, LayerNormNearMissesDoNotFuse) {
+  const std::int64_t rows = 2, n = 4;
+  std::vector<float> x = {1, 2, 3, 5, -1, 0, 4, 4}, gamma = {1, 2, 3, 4}, beta = {0, 1, 0, 1}, y(8), d(8);
+  const std::vector<double> want = LayerNormRef(x, rows, n, gamma, beta, true);
+  {  // d is also a model output: it must stay
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(LayerNormGraph(rows, n, false, true, {-1}, true, gamma, beta), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "LayerNormalization"), 0);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {rows, n})},
+                                  {TensorRef::Of(y.data(), {rows, n}), TensorRef::Of(d.data(), {rows, n})}).ok());
+    for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[i], want[i], 1e-5) << i;
+  }
+  {  // normalised over axis 0, which is not trailing: as written
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(LayerNormGraph(rows, n, false, false, {0}, false, gamma, beta), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "LayerNormalization"), 0);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {rows, n})}, {TensorRef::Of(y.data(), {rows, n})}).ok());
+    for (int j = 0; j < n; ++j) {  // column j: x[j], x[n + j]
+      const double a = x[j], b = x[n + j], m = (a + b) / 2, s = std::sqrt(((a - m) * (a - m) + (b - m) * (b - m)) / 2 + 1e-5);
+      EXPECT_NEAR(y[j], (a - m) / s, 1e-5) << j;
+      EXPECT_NEAR(y[n + j], (b - m) / s, 1e-5) << j;
+    }
+  }
+  {  // the pass switched off
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions co;
+    co.passes.disabled = {"fuse-layernorm"};
+    auto model = CompileAndLoad(LayerNormGraph(rows, n, false, true, {-1}, false, gamma, beta), dir, &cm, co);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "LayerNormalization"), 0);
+  }
+}
+
 TEST(Pipeline, UnknownPassNameIsRejected) {
   auto g = ConvBnRelu();
   test::SetLatestVersions(*g);

@@ -1,4 +1,5 @@
-// Vectorised float32 tanh and tanh-GELU (see vec_math.h). oneDNN 2.6's
+// Vectorised float32 tanh, tanh-GELU and LayerNormalization rows (see
+// vec_math.h). oneDNN 2.6's
 // AVX2 eltwise computes tanh and gelu_tanh at about 3.3 ns per element here
 // (table lookups with gathers), its logistic at 0.6: these use one exp
 // (range reduction to [-ln2/2, ln2/2], a degree-6 polynomial, the exponent
@@ -94,6 +95,44 @@ KILN_AVX2 void Apply8(const float* x, float* y, std::int64_t n) {
   }
 }
 
+KILN_AVX2 inline double Sum8(__m256 v) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, v);
+  double s = 0;
+  for (float f : l) s += f;
+  return s;
+}
+
+KILN_AVX2 void LayerNormRowAvx2(const float* x, float* y, std::int64_t n, const float* scale, const float* bias,
+                                double eps, double* mean_out, double* rstd_out) {
+  const std::int64_t n8 = n / 8 * 8;
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < n8; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+  double sum = Sum8(acc);
+  for (std::int64_t i = n8; i < n; ++i) sum += x[i];
+  const double mean = n ? sum / static_cast<double>(n) : 0.0;
+  const __m256 m = _mm256_set1_ps(static_cast<float>(mean));
+  acc = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < n8; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
+    acc = _mm256_fmadd_ps(d, d, acc);
+  }
+  double sq = Sum8(acc);
+  for (std::int64_t i = n8; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
+  const double rstd = 1.0 / std::sqrt((n ? sq / static_cast<double>(n) : 0.0) + eps);
+  const __m256 r = _mm256_set1_ps(static_cast<float>(rstd));
+  for (std::int64_t i = 0; i < n8; i += 8) {
+    const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m), r);
+    const __m256 b = bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps();
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(d, _mm256_loadu_ps(scale + i), b));
+  }
+  for (std::int64_t i = n8; i < n; ++i) {
+    y[i] = static_cast<float>((x[i] - mean) * rstd * scale[i] + (bias ? bias[i] : 0.f));
+  }
+  *mean_out = mean;
+  *rstd_out = rstd;
+}
+
 bool HaveAvx2Fma() {
   static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return have;
@@ -115,6 +154,21 @@ void TanhF32(const float* x, float* y, std::int64_t n) {
   if (HaveAvx2Fma()) return Apply8<Tanh8>(x, y, n);
 #endif
   for (std::int64_t i = 0; i < n; ++i) y[i] = TanhScalar(x[i]);
+}
+
+void LayerNormRowF32(const float* x, float* y, std::int64_t n, const float* scale, const float* bias, double eps,
+                     double* mean, double* rstd) {
+#ifdef KILN_VEC_X86
+  if (HaveAvx2Fma()) return LayerNormRowAvx2(x, y, n, scale, bias, eps, mean, rstd);
+#endif
+  double sum = 0, sq = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += x[i];
+  const double m = n ? sum / static_cast<double>(n) : 0.0;
+  for (std::int64_t i = 0; i < n; ++i) sq += (x[i] - m) * (x[i] - m);
+  const double r = 1.0 / std::sqrt((n ? sq / static_cast<double>(n) : 0.0) + eps);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - m) * r * scale[i] + (bias ? bias[i] : 0.f));
+  *mean = m;
+  *rstd = r;
 }
 
 void GeluTanhF32(const float* x, float* y, std::int64_t n) {
