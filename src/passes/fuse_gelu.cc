@@ -132,7 +132,8 @@ bool MatchTanhAt(const ir::Graph& g, ir::Node* tanh, Match* m) {
     if (!Near(ScalarConst(Other(qn, c)), 0.044715)) continue;
     std::vector<ir::Node*> nodes = {zn, sn, qn};
     if (ir::Node* pow = SingleUseProducer(g, c, "Pow")) {  // Pow(x, 3)
-      if (pow->input(0) != x || !Near(ScalarConst(pow->input(1)), 3.0)) continue;
+      // exactly 3: Pow(x, 3.0000002) is NaN for negative x
+      if (pow->input(0) != x || ScalarConst(pow->input(1)) != 3.f) continue;
       nodes.push_back(pow);
     } else if (ir::Node* cube = SingleUseProducer(g, c, "Mul")) {  // x * (x * x), either order
       ir::Value* sq = Other(cube, x);

@@ -8,7 +8,8 @@
 // must be read only inside the pattern (d twice) and none may be a graph
 // output; eps, gamma and beta must be float32 constants, eps one element,
 // gamma and beta exactly the normalised extent (leading 1-dims aside); x
-// float32 of known rank (its dims may be symbolic). Runs only where the
+// float32 of known rank whose normalised dims are fixed (the others may be
+// symbolic). Runs only where the
 // target has a LayerNormalization kernel (the device's capability query).
 #include <cmath>
 #include <set>
@@ -87,8 +88,10 @@ bool MatchAt(const ir::Graph& g, ir::Node* mean_node, Match* m) {
   const std::int64_t axis = TrailingAxis(mean_node, x->shape().size());
   if (axis < 0) return false;
   const Shape inner(x->shape().begin() + axis, x->shape().end());
-  for (std::int64_t d : inner) {
-    if (d <= 0) return false;  // the normalised extent must be known
+  // The normalised extent must be fixed: Scale and Bias get its shape (a
+  // symbolic or data-dependent dim's extent here is only a probe or bound).
+  for (std::size_t d = static_cast<std::size_t>(axis); d < x->shape().size(); ++d) {
+    if (x->shape()[d] <= 0 || (d < 64 && ((x->varying_mask() >> d) & 1))) return false;
   }
   ir::Node* sub = OnlyReader(g, mean_node->output(0), "Sub");
   if (!sub || sub->input(0) != x || sub->input(1) != mean_node->output(0)) return false;

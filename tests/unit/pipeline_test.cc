@@ -426,9 +426,12 @@ TEST(Pipeline, GeluTanhNearMissesDoNotFuse) {
 // model output too (a near miss).
 std::unique_ptr<ir::Graph> LayerNormGraph(std::int64_t rows, std::int64_t n, bool square_by_mul, bool affine,
                                           std::vector<std::int64_t> axes, bool d_also_output,
-                                          const std::vector<float>& gamma, const std::vector<float>& beta) {
+                                          const std::vector<float>& gamma, const std::vector<float>& beta,
+                                          std::vector<std::string> dim_params = {}) {
   auto g = std::make_unique<ir::Graph>();
-  ir::Value* x = g->AddValue("x", DType::kFloat32, {rows, n});
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {dim_params.size() > 0 && !dim_params[0].empty() ? -1 : rows,
+                                                     dim_params.size() > 1 && !dim_params[1].empty() ? -1 : n});
+  if (!dim_params.empty()) x->dim_params() = dim_params;
   g->inputs().push_back(x);
   ir::Value *mean = g->AddValue("mean"), *d = g->AddValue("d"), *sq = g->AddValue("sq"), *var = g->AddValue("var"),
             *ve = g->AddValue("ve"), *sd = g->AddValue("sd"), *nrm = g->AddValue("nrm");
@@ -501,6 +504,54 @@ TEST(Pipeline, LayerNormFusesIntoOneAccurateKernel) {
         // |want| is below 8 here; float32 leaves a few 1e-7.
         EXPECT_LT(worst, 2e-5);
       }
+    }
+  }
+}
+
+// Rows of 4096 values around 1e4 with spread 1: float lane sums, or a mean
+// rounded to float, would leave errors near 1e-3.
+TEST(Pipeline, LayerNormIsAccurateOnLongOffsetRows) {
+  const std::int64_t rows = 3, n = 4096;
+  std::vector<float> x(rows * n), gamma(n, 1.f), beta(n, 0.f), y(rows * n);
+  for (std::int64_t i = 0; i < rows * n; ++i) x[i] = 10000.f + static_cast<float>((i * 37) % 17 - 8) / 8.f;
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(LayerNormGraph(rows, n, false, false, {-1}, false, gamma, beta), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ(CountOps(cm, "LayerNormalization"), 1);
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {rows, n})}, {TensorRef::Of(y.data(), {rows, n})}).ok());
+  const std::vector<double> want = LayerNormRef(x, rows, n, gamma, beta, false);
+  double worst = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]));
+  EXPECT_LT(worst, 2e-5);
+}
+
+// A symbolic batch keeps the fusion; a symbolic normalised dim does not (its
+// Scale would be built at the compiler's probe extent). Both run at several
+// extents against double.
+TEST(Pipeline, LayerNormWithSymbolicDims) {
+  std::vector<float> gamma(6), beta(6);
+  for (int i = 0; i < 6; ++i) {
+    gamma[i] = 1.f + static_cast<float>(i) / 4.f;
+    beta[i] = static_cast<float>(i) / 2.f - 1.f;
+  }
+  for (int which : {0, 1}) {
+    SCOPED_TRACE(which ? "symbolic normalised dim" : "symbolic rows");
+    test::TempDir dir;
+    format::CompiledModel cm;
+    const bool affine = which == 0;
+    auto model = CompileAndLoad(LayerNormGraph(4, 6, false, affine, {-1}, false, gamma, beta,
+                                               which ? std::vector<std::string>{"", "t"} : std::vector<std::string>{"rows", ""}),
+                                dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "LayerNormalization"), which ? 0 : 1);
+    for (std::int64_t ext : {2, 5, 13}) {
+      const std::int64_t rows = which ? 4 : ext, n = which ? ext : 6;
+      std::vector<float> x(rows * n), y(rows * n);
+      for (std::int64_t i = 0; i < rows * n; ++i) x[i] = static_cast<float>((i * 5) % 11) / 4.f - 1.f;
+      ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {rows, n})}, {TensorRef::Of(y.data(), {rows, n})}).ok()) << ext;
+      const std::vector<double> want = LayerNormRef(x, rows, n, gamma, beta, affine);
+      for (std::size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-5) << "extent " << ext << " at " << i;
     }
   }
 }

@@ -95,34 +95,44 @@ KILN_AVX2 void Apply8(const float* x, float* y, std::int64_t n) {
   }
 }
 
-KILN_AVX2 inline double Sum8(__m256 v) {
-  alignas(32) float l[8];
-  _mm256_store_ps(l, v);
-  double s = 0;
-  for (float f : l) s += f;
-  return s;
+KILN_AVX2 inline double Sum4d(__m256d v) {
+  alignas(32) double l[4];
+  _mm256_store_pd(l, v);
+  return (l[0] + l[1]) + (l[2] + l[3]);
 }
 
+// Sums in double lanes (a float lane's running sum would round at every add
+// once it is large: rows of thousands of values around 1e4); the mean is
+// subtracted as a float pair hi + lo, so x - mean is exact to float's
+// precision of the difference.
 KILN_AVX2 void LayerNormRowAvx2(const float* x, float* y, std::int64_t n, const float* scale, const float* bias,
                                 double eps, double* mean_out, double* rstd_out) {
   const std::int64_t n8 = n / 8 * 8;
-  __m256 acc = _mm256_setzero_ps();
-  for (std::int64_t i = 0; i < n8; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
-  double sum = Sum8(acc);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  for (std::int64_t i = 0; i < n8; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  double sum = Sum4d(_mm256_add_pd(a0, a1));
   for (std::int64_t i = n8; i < n; ++i) sum += x[i];
   const double mean = n ? sum / static_cast<double>(n) : 0.0;
-  const __m256 m = _mm256_set1_ps(static_cast<float>(mean));
-  acc = _mm256_setzero_ps();
+  const float mhi = static_cast<float>(mean), mlo = static_cast<float>(mean - static_cast<double>(mhi));
+  const __m256 hi = _mm256_set1_ps(mhi), lo = _mm256_set1_ps(mlo);
+  a0 = _mm256_setzero_pd();
+  a1 = _mm256_setzero_pd();
   for (std::int64_t i = 0; i < n8; i += 8) {
-    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-    acc = _mm256_fmadd_ps(d, d, acc);
+    const __m256 d = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), hi), lo);
+    const __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(d)), d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
+    a0 = _mm256_fmadd_pd(d0, d0, a0);
+    a1 = _mm256_fmadd_pd(d1, d1, a1);
   }
-  double sq = Sum8(acc);
+  double sq = Sum4d(_mm256_add_pd(a0, a1));
   for (std::int64_t i = n8; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
   const double rstd = 1.0 / std::sqrt((n ? sq / static_cast<double>(n) : 0.0) + eps);
   const __m256 r = _mm256_set1_ps(static_cast<float>(rstd));
   for (std::int64_t i = 0; i < n8; i += 8) {
-    const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m), r);
+    const __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), hi), lo), r);
     const __m256 b = bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps();
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(d, _mm256_loadu_ps(scale + i), b));
   }

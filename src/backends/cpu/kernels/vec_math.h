@@ -14,7 +14,7 @@ void TanhF32(const float* x, float* y, std::int64_t n);
 // computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)).
 void GeluTanhF32(const float* x, float* y, std::int64_t n);
 // One row of LayerNormalization: mean and rstd = 1 / sqrt(var + eps) of
-// x[0, n) (two passes: sums in eight float lanes, combined in double), then
+// x[0, n) (two passes, sums in double lanes), then
 // y[i] = (x[i] - mean) * rstd * scale[i] + bias[i] (bias may be null).
 void LayerNormRowF32(const float* x, float* y, std::int64_t n, const float* scale, const float* bias, double eps,
                      double* mean, double* rstd);
