@@ -24,9 +24,9 @@ constexpr float kGeluK1 = 1.5957691216057308f * 0.044715f;  // ... * 0.044715
 constexpr float kTanhSmall = 0.625f;                      // below: the odd polynomial
 
 float TanhScalar(float x) { return std::tanh(x); }
-float GeluTanhScalar(float x) {
-  const float u = x * (kGeluK0 + kGeluK1 * x * x);  // 2z: 0.5 (1 + tanh z) = sigmoid(2z)
-  return x / (1.f + std::exp(-u));
+float GeluTanhScalar(float x) {  // in double: the fallback's accuracy is the vector loop's
+  const double xd = x, u = xd * (1.5957691216057308 + 1.5957691216057308 * 0.044715 * xd * xd);  // 2z
+  return static_cast<float>(xd / (1.0 + std::exp(-u)));  // 0.5 (1 + tanh z) = sigmoid(2z)
 }
 
 #ifdef KILN_VEC_X86
@@ -159,11 +159,15 @@ bool VecMathUsesAvx2() {
 #endif
 }
 
+void TanhF32Portable(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = TanhScalar(x[i]);
+}
+
 void TanhF32(const float* x, float* y, std::int64_t n) {
 #ifdef KILN_VEC_X86
   if (HaveAvx2Fma()) return Apply8<Tanh8>(x, y, n);
 #endif
-  for (std::int64_t i = 0; i < n; ++i) y[i] = TanhScalar(x[i]);
+  TanhF32Portable(x, y, n);
 }
 
 void LayerNormRowF32(const float* x, float* y, std::int64_t n, const float* scale, const float* bias, double eps,
@@ -171,6 +175,11 @@ void LayerNormRowF32(const float* x, float* y, std::int64_t n, const float* scal
 #ifdef KILN_VEC_X86
   if (HaveAvx2Fma()) return LayerNormRowAvx2(x, y, n, scale, bias, eps, mean, rstd);
 #endif
+  LayerNormRowF32Portable(x, y, n, scale, bias, eps, mean, rstd);
+}
+
+void LayerNormRowF32Portable(const float* x, float* y, std::int64_t n, const float* scale, const float* bias,
+                             double eps, double* mean, double* rstd) {
   double sum = 0, sq = 0;
   for (std::int64_t i = 0; i < n; ++i) sum += x[i];
   const double m = n ? sum / static_cast<double>(n) : 0.0;
@@ -181,11 +190,15 @@ void LayerNormRowF32(const float* x, float* y, std::int64_t n, const float* scal
   *rstd = r;
 }
 
+void GeluTanhF32Portable(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = GeluTanhScalar(x[i]);
+}
+
 void GeluTanhF32(const float* x, float* y, std::int64_t n) {
 #ifdef KILN_VEC_X86
   if (HaveAvx2Fma()) return Apply8<GeluTanh8>(x, y, n);
 #endif
-  for (std::int64_t i = 0; i < n; ++i) y[i] = GeluTanhScalar(x[i]);
+  GeluTanhF32Portable(x, y, n);
 }
 
 }  // namespace kiln::cpu

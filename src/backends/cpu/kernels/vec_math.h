@@ -20,5 +20,11 @@ void LayerNormRowF32(const float* x, float* y, std::int64_t n, const float* scal
                      double* mean, double* rstd);
 // Whether the functions above take the AVX2+FMA path on this CPU.
 bool VecMathUsesAvx2();
+// The scalar loops the functions above use on CPUs without AVX2+FMA (so
+// tests can check them on any machine).
+void TanhF32Portable(const float* x, float* y, std::int64_t n);
+void GeluTanhF32Portable(const float* x, float* y, std::int64_t n);
+void LayerNormRowF32Portable(const float* x, float* y, std::int64_t n, const float* scale, const float* bias,
+                             double eps, double* mean, double* rstd);
 
 }  // namespace kiln::cpu
