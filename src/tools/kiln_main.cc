@@ -793,7 +793,7 @@ static int RealMain(int argc, char** argv) {
   compile->add_option("--weight-writer-threads", ew.writer_threads, "threads hashing/writing weights")->check(CLI::Range(1, 256));
   compile->add_option("--model-name", ew.model_name, "mode 2 file prefix (default: output file stem)");
   std::string target = "cpu";
-  compile->add_option("--target", target, "device kind to compile for: cpu | sim[:options] (passes ask it what it supports)");
+  compile->add_option("--target", target, "device kind to compile for: cpu | sim[:options] | cuda[:N] (passes ask it what it supports)");
 
   auto* run = app.add_subcommand("run", "run a .kiln model once");
   run->add_option("model", path, ".kiln file")->required();
@@ -830,7 +830,8 @@ static int RealMain(int argc, char** argv) {
         ->check(CLI::Range(1, 1000000));
     sub->add_option("--max-plan-bytes", max_plan_bytes, "and the arena bytes they may hold in all (0: no bound)");
     sub->add_option("--device", device,
-                    "cpu | sim (a simulated discrete device; options: sim:lack=Op1+Op2,seed=N,delay_us=N); "
+                    "cpu | sim (a simulated discrete device; options: sim:lack=Op1+Op2,seed=N,delay_us=N) | "
+                    "cuda[:N] (an NVIDIA GPU; the CUDA backend module); "
                     "default: $KILN_DEVICE, else cpu");
     sub->add_option("--weight-dir", weight_dir,
                     "external weight directory (default: the one the model records, else <model dir>/weight)");

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU check, one command, on a machine with an NVIDIA GPU and its driver
+# but no Debian packages (docs/design.md "The CUDA backend"):
+#   bash scripts/gpu-check.sh [BUNDLE.tar.xz]
+# The bundle comes from scripts/make-gpu-bundle.sh on the build machine.
+# It uses the CUDA libraries of the machine it runs on (the toolkit's, else
+# the ones PyTorch's Python environment carries). It runs the CUDA tests
+# (none may be skipped: there is a GPU), then under compute-sanitizer's
+# memcheck, then the CLI check, and writes logs under $OUT (or ./gpu-out).
+set -uo pipefail
+BUNDLE=${1:-build-gpu/kiln-gpu-bundle.tar.xz}
+OUTDIR=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUTDIR"
+WORK=$(mktemp -d)
+tar -C "$WORK" -xJf "$BUNDLE" || { echo "cannot unpack $BUNDLE"; exit 1; }
+K=$WORK/kiln-gpu
+echo "bundle commit: $(cat "$K/COMMIT")"
+nvidia-smi -L || true
+# CUDA libraries: the toolkit's, then PyTorch's pip packages (cuDNN, NVRTC).
+CUDA_LIBS=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && CUDA_LIBS="$CUDA_LIBS:$d"; done
+PY=$(command -v python3 || echo /usr/bin/python3)
+SITE=$("$PY" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)
+if [ -n "$SITE" ] && [ -d "$SITE/nvidia" ]; then
+  for d in "$SITE"/nvidia/*/lib "$SITE"/nvidia/cu13/lib; do [ -d "$d" ] && CUDA_LIBS="$CUDA_LIBS:$d"; done
+fi
+export LD_LIBRARY_PATH="$K/lib$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KILN_CUDA_MODULE="$K/lib/libkiln_cuda.so"
+export KILN_RTC_CACHE_DIR="$WORK/rtc"
+status=0
+summary=""
+
+step() {  # step NAME COMMAND...: runs it, logs to $OUTDIR/NAME.log
+  local name=$1; shift
+  local t0=$(date +%s)
+  "$@" > "$OUTDIR/$name.log" 2>&1
+  local rc=$?
+  summary="$summary$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")\n"
+  tail -n 15 "$OUTDIR/$name.log"
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+
+step cuda_tests "$K/bin/kiln_cuda_tests"
+if grep -q "SKIPPED \]" "$OUTDIR/cuda_tests.log"; then
+  echo "FAIL: tests were skipped on a machine with a GPU"; status=1
+  summary="${summary}cuda_tests: tests skipped (no GPU seen?)\n"
+fi
+if command -v compute-sanitizer >/dev/null; then
+  step cuda_tests_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$K/bin/kiln_cuda_tests" \
+    --gtest_filter='CudaDevice.*'
+fi
+step cli_cuda_device sh "$K/tests/cli_cuda_device.sh" "$K/bin/kiln" "$WORK/cli" "$PY"
+echo
+echo "== gpu-check summary =="
+printf "$summary"
+echo "overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+exit $status

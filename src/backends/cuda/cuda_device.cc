@@ -1,0 +1,478 @@
+#include "backends/cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "backends/cuda/block_cache.h"
+#include "backends/cuda/cuda_util.h"
+#include "device/host_stream.h"  // kiln::Event::State
+#include "device/kernel.h"
+
+#ifndef KILN_BUILD_ID
+#error "KILN_BUILD_ID must be defined by the build"
+#endif
+
+namespace kiln::cuda {
+namespace {
+
+class CudaDevice;
+
+// A host call queued with cudaLaunchHostFunc: one-shot (owned by the
+// callback, which retires it) or recorded (owned by the recording, run at
+// every replay with the context the last Replay gave).
+struct HostCall {
+  class CudaStream* stream = nullptr;
+  device::LaunchFn fn = nullptr;
+  void* obj = nullptr;
+  const void* args = nullptr;
+  device::ExecContext ctx;
+  const device::ExecContext* replay_ctx = nullptr;  // recorded: the recording's slot
+  std::function<Status()> func;                     // HostFunc's function (one-shot)
+};
+
+class CudaRecording final : public device::Recording {
+ public:
+  ~CudaRecording() override {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  std::size_t size() const override { return launches; }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::size_t launches = 0;
+  std::vector<std::unique_ptr<HostCall>> host_calls;
+  // The context host nodes run with: set by each Replay before the launch.
+  mutable device::ExecContext ctx;
+};
+
+class CudaStream final : public device::Stream {
+ public:
+  CudaStream(CudaDevice& dev, cudaStream_t s) : dev_(dev), s_(s) {}
+  ~CudaStream() override;
+
+  device::Device& device() override;
+  Status Copy(void* dst, const void* src, std::size_t bytes, device::CopyKind kind) override;
+  Status Launch(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) override;
+  Status LaunchHost(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) override;
+  Status HostFunc(std::function<Status()> fn) override;
+  Status BeginCapture() override;
+  Result<std::unique_ptr<device::Recording>> EndCapture() override;
+  bool capturing() const override { return capture_ != nullptr; }
+  Status Replay(const device::Recording& rec, const device::ExecContext& ctx) override;
+  Status RecordEvent(Event& e) override;
+  Status WaitEvent(const Event& e) override;
+  Status Synchronize() override;
+  std::uint64_t tasks_completed() const override { return completed_.load(); }
+
+  cudaStream_t handle() const { return s_; }
+
+ private:
+  static void CUDART_CB RunHostCall(void* p);
+  void Fail(Status st) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (error_.ok()) error_ = std::move(st);
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> l(mu_);
+    return !error_.ok();
+  }
+  Status QueueHostCall(std::unique_ptr<HostCall> call);
+  void ClearRetired();
+
+  CudaDevice& dev_;
+  cudaStream_t s_;
+  std::unique_ptr<CudaRecording> capture_;
+  std::mutex mu_;
+  Status error_;                                  // the first host call's error since the last Synchronize
+  std::vector<std::unique_ptr<HostCall>> retired_;  // one-shot calls done: destroyed on a user thread
+  std::atomic<std::uint64_t> queued_{0}, completed_{0};
+};
+
+class CudaDevice final : public device::Device {
+ public:
+  CudaDevice(std::string spec, int ordinal, const cudaDeviceProp& prop)
+      : spec_(std::move(spec)), ordinal_(ordinal), name_(prop.name),
+        device_mem_({[this](std::size_t n) -> void* {
+                       void* p = nullptr;
+                       cudaSetDevice(ordinal_);
+                       if (cudaMalloc(&p, n) != cudaSuccess) {
+                         (void)cudaGetLastError();  // not sticky: clear it
+                         return nullptr;
+                       }
+                       return p;
+                     },
+                     [](void* p) { cudaFree(p); }, [this] { Sync(); }}),
+        pinned_({[this](std::size_t n) -> void* {
+                   void* p = nullptr;
+                   cudaSetDevice(ordinal_);
+                   if (cudaHostAlloc(&p, n, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+                     (void)cudaGetLastError();
+                     return nullptr;
+                   }
+                   return p;
+                 },
+                 [](void* p) { cudaFreeHost(p); }, [this] { Sync(); }}) {
+    caps_.kind = "cuda";
+    caps_.host_addressable = false;
+    caps_.maps_host_memory = false;
+    caps_.pinned_host_memory = true;
+    caps_.launches_run_on_host = false;
+    caps_.alignment = 256;  // cudaMalloc gives 256; the block cache keeps it (sizes are multiples of 512)
+    caps_.channels_last_conv = false;
+    caps_.fused_epilogues = false;
+    caps_.half_arithmetic = false;  // no float16 kernels yet: half graphs compute in float32
+    caps_.kernel_library = "cuda";
+    cc_major_ = prop.major;
+    cc_minor_ = prop.minor;
+  }
+
+  const std::string& spec() const override { return spec_; }
+  const device::Capabilities& caps() const override { return caps_; }
+  int ordinal() const { return ordinal_; }
+  int arch() const { return cc_major_ * 10 + cc_minor_; }
+
+  Result<void*> Allocate(std::size_t bytes, device::MemoryKind kind) override {
+    const bool dev = kind == device::MemoryKind::kDevice;
+    void* p = bytes > (std::size_t{1} << 62) ? nullptr : (dev ? device_mem_ : pinned_).Allocate(bytes);
+    if (!p) {
+      std::size_t free_b = 0, total_b = 0;
+      std::string avail;
+      if (dev && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        avail = StrCat(" (", free_b, " of ", total_b, " bytes free)");
+      }
+      return Error(StatusCode::kOutOfRange, "cannot allocate ", bytes, " bytes of ",
+                   dev ? "device" : "pinned host", " memory on '", spec_, "' (", name_, ")", avail);
+    }
+    return p;
+  }
+  void Free(void* p) override {
+    if (!p) return;
+    if (!device_mem_.Free(p)) (void)pinned_.Free(p);
+  }
+  Result<std::unique_ptr<device::Stream>> CreateStream() override {
+    KILN_RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    cudaStream_t s = nullptr;
+    KILN_RETURN_IF_ERROR(Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    return std::unique_ptr<device::Stream>(new CudaStream(*this, s));
+  }
+  Result<std::unique_ptr<device::Stream>> CreateSyncStream() override { return CreateStream(); }
+  // No kernel of the CUDA library exists yet: placement runs every node on
+  // the CPU (host nodes of the CUDA graph, on pinned memory).
+  bool SupportsOp(const std::string&, const std::string&, const std::vector<DType>&) const override { return false; }
+  Result<std::unique_ptr<device::Kernel>> CreateKernel(const device::KernelInit& init) override {
+    return Error(StatusCode::kUnimplemented, init.node ? init.node->Describe() : std::string("a node"),
+                 ": no CUDA kernel for this op (it should have been placed on the CPU)");
+  }
+  Status RunPrepare(const std::function<Status()>& fn) override { return fn(); }
+
+  void Sync() { cudaDeviceSynchronize(); }
+  Status Check(cudaError_t e, const char* what) const { return CudaStatus(e, what, spec_); }
+
+ private:
+  std::string spec_;
+  int ordinal_;
+  std::string name_;
+  int cc_major_ = 0, cc_minor_ = 0;
+  device::Capabilities caps_;
+  BlockCache device_mem_, pinned_;
+};
+
+// ---- CudaStream ----
+
+CudaStream::~CudaStream() {
+  (void)Synchronize();
+  if (capture_) {
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(s_, &g);
+    if (g) cudaGraphDestroy(g);
+  }
+  cudaStreamDestroy(s_);
+}
+
+device::Device& CudaStream::device() { return dev_; }
+
+void CUDART_CB CudaStream::RunHostCall(void* p) {
+  auto* call = static_cast<HostCall*>(p);
+  // A recorded call reports to the stream that replays it.
+  CudaStream& s = call->replay_ctx ? *static_cast<CudaStream*>(call->replay_ctx->stream) : *call->stream;
+  if (!s.failed()) {
+    Status st;
+    try {
+      if (call->func) {
+        st = call->func();
+      } else {
+        st = call->fn(call->obj, call->args, call->replay_ctx ? *call->replay_ctx : call->ctx);
+      }
+    } catch (const std::exception& e) {
+      st = Error(StatusCode::kInternal, "host work on '", s.dev_.spec(), "' threw: ", e.what());
+    } catch (...) {
+      st = Error(StatusCode::kInternal, "host work on '", s.dev_.spec(), "' threw");
+    }
+    if (!st.ok()) s.Fail(std::move(st));
+  }
+  ++s.completed_;
+  if (!call->replay_ctx) {
+    // One-shot: destroyed later on a user thread (its function may hold
+    // what frees device memory, and CUDA may not be called from here).
+    std::lock_guard<std::mutex> l(s.mu_);
+    s.retired_.emplace_back(call);
+  }
+}
+
+void CudaStream::ClearRetired() {
+  std::vector<std::unique_ptr<HostCall>> done;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    done.swap(retired_);
+  }
+}
+
+Status CudaStream::QueueHostCall(std::unique_ptr<HostCall> call) {
+  call->stream = this;
+  ++queued_;
+  HostCall* raw = call.get();
+  cudaError_t e = cudaLaunchHostFunc(s_, &CudaStream::RunHostCall, raw);
+  if (e != cudaSuccess) {
+    ++completed_;
+    return dev_.Check(e, "cudaLaunchHostFunc");
+  }
+  if (capture_) {
+    capture_->host_calls.push_back(std::move(call));
+  } else {
+    (void)call.release();  // the callback retires it
+  }
+  return Status::Ok();
+}
+
+Status CudaStream::Copy(void* dst, const void* src, std::size_t bytes, device::CopyKind kind) {
+  if (capture_) return Error(StatusCode::kInvalidArgument, "Copy: the stream on '", dev_.spec(), "' is capturing");
+  ClearRetired();
+  if (bytes == 0) return Status::Ok();
+  if (kind == device::CopyKind::kHostToDevice || kind == device::CopyKind::kHostToHost) {
+    // The contract: `src` may be reused when Copy returns. CUDA takes the
+    // bytes of pageable memory before returning, but reads pinned memory
+    // later, and a host-to-host copy must stay in stream order: stage those
+    // through pinned memory freed behind the copy (the block cache reuses
+    // it only after a device synchronisation).
+    cudaPointerAttributes attr{};
+    const bool pinned_src = cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    (void)cudaGetLastError();
+    if (kind == device::CopyKind::kHostToDevice && !pinned_src) {
+      return dev_.Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync host->device");
+    }
+    KILN_ASSIGN_OR_RETURN(void* staging, dev_.Allocate(bytes, device::MemoryKind::kPinnedHost));
+    std::memcpy(staging, src, bytes);
+    Status st = dev_.Check(cudaMemcpyAsync(dst, staging, bytes,
+                                           kind == device::CopyKind::kHostToDevice ? cudaMemcpyHostToDevice
+                                                                                   : cudaMemcpyHostToHost,
+                                           s_),
+                           "cudaMemcpyAsync");
+    dev_.Free(staging);  // pending until the device has synchronised
+    return st;
+  }
+  const cudaMemcpyKind k = kind == device::CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+  return dev_.Check(cudaMemcpyAsync(dst, src, bytes, k, s_), "cudaMemcpyAsync");
+}
+
+Status CudaStream::Launch(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) {
+  // The launch function queues device work on this stream now (recorded
+  // into the graph while capturing).
+  if (!capture_) ClearRetired();
+  device::ExecContext c = ctx;
+  c.stream = this;
+  Status st = fn(obj, args, c);
+  if (capture_) ++capture_->launches;
+  return st;
+}
+
+Status CudaStream::LaunchHost(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) {
+  auto call = std::make_unique<HostCall>();
+  call->fn = fn;
+  call->obj = obj;
+  call->args = args;
+  call->ctx = ctx;
+  call->ctx.stream = this;
+  if (capture_) {
+    call->replay_ctx = &capture_->ctx;
+    capture_->ctx = call->ctx;
+    ++capture_->launches;
+  }
+  return QueueHostCall(std::move(call));
+}
+
+Status CudaStream::HostFunc(std::function<Status()> fn) {
+  if (capture_) return Error(StatusCode::kInvalidArgument, "HostFunc: the stream on '", dev_.spec(), "' is capturing");
+  ClearRetired();
+  auto call = std::make_unique<HostCall>();
+  call->func = std::move(fn);
+  return QueueHostCall(std::move(call));
+}
+
+Status CudaStream::BeginCapture() {
+  if (capture_) return Error(StatusCode::kInvalidArgument, "BeginCapture: the stream on '", dev_.spec(), "' is already capturing");
+  KILN_RETURN_IF_ERROR(dev_.Check(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture"));
+  capture_ = std::make_unique<CudaRecording>();
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<device::Recording>> CudaStream::EndCapture() {
+  if (!capture_) return Error(StatusCode::kInvalidArgument, "EndCapture: the stream on '", dev_.spec(), "' is not capturing");
+  std::unique_ptr<CudaRecording> rec = std::move(capture_);
+  KILN_RETURN_IF_ERROR(dev_.Check(cudaStreamEndCapture(s_, &rec->graph), "cudaStreamEndCapture"));
+  if (!rec->graph) return Error(StatusCode::kInternal, "cudaStreamEndCapture on '", dev_.spec(), "' gave no graph");
+  KILN_RETURN_IF_ERROR(dev_.Check(cudaGraphInstantiate(&rec->exec, rec->graph, 0), "cudaGraphInstantiate"));
+  return std::unique_ptr<device::Recording>(std::move(rec));
+}
+
+Status CudaStream::Replay(const device::Recording& r, const device::ExecContext& ctx) {
+  const auto* rec = dynamic_cast<const CudaRecording*>(&r);
+  if (!rec) return Error(StatusCode::kInvalidArgument, "Replay: the recording is not from a CUDA stream");
+  rec->ctx = ctx;
+  rec->ctx.stream = this;
+  if (!capture_) {
+    ClearRetired();
+    return dev_.Check(cudaGraphLaunch(rec->exec, s_), "cudaGraphLaunch");
+  }
+  // Nested replay while capturing: the recording's graph becomes a child
+  // node after what has been captured so far.
+  cudaStreamCaptureStatus status;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  std::size_t n_deps = 0;
+  KILN_RETURN_IF_ERROR(dev_.Check(cudaStreamGetCaptureInfo(s_, &status, nullptr, &graph, &deps, nullptr, &n_deps),
+                                  "cudaStreamGetCaptureInfo"));
+  cudaGraphNode_t node = nullptr;
+  KILN_RETURN_IF_ERROR(dev_.Check(cudaGraphAddChildGraphNode(&node, graph, deps, n_deps, rec->graph),
+                                  "cudaGraphAddChildGraphNode"));
+  KILN_RETURN_IF_ERROR(dev_.Check(cudaStreamUpdateCaptureDependencies(s_, &node, nullptr, 1, cudaStreamSetCaptureDependencies),
+                                  "cudaStreamUpdateCaptureDependencies"));
+  capture_->launches += rec->launches;
+  return Status::Ok();
+}
+
+Status CudaStream::RecordEvent(Event& e) {
+  if (capture_) return Error(StatusCode::kInvalidArgument, "RecordEvent: the stream on '", dev_.spec(), "' is capturing");
+  auto st = e.state();
+  std::uint64_t gen;
+  {
+    std::lock_guard<std::mutex> l(st->mu);
+    gen = ++st->recorded;
+  }
+  // Marks the event even after a failure (a waiter must not wait forever).
+  auto call = std::make_unique<HostCall>();
+  call->func = [st, gen]() {
+    {
+      std::lock_guard<std::mutex> l(st->mu);
+      st->completed = std::max(st->completed, gen);
+    }
+    st->cv.notify_all();
+    return Status::Ok();
+  };
+  call->stream = this;
+  ++queued_;
+  struct Marker {
+    static void CUDART_CB Run(void* p) {
+      auto* c = static_cast<HostCall*>(p);
+      (void)c->func();
+      ++c->stream->completed_;
+      std::lock_guard<std::mutex> l(c->stream->mu_);
+      c->stream->retired_.emplace_back(c);
+    }
+  };
+  HostCall* raw = call.release();
+  cudaError_t err = cudaLaunchHostFunc(s_, &Marker::Run, raw);
+  if (err != cudaSuccess) {
+    (void)raw->func();  // mark it, so no one waits on a record that never happens
+    delete raw;
+    ++completed_;
+    return dev_.Check(err, "cudaLaunchHostFunc");
+  }
+  return Status::Ok();
+}
+
+Status CudaStream::WaitEvent(const Event& e) {
+  if (capture_) return Error(StatusCode::kInvalidArgument, "WaitEvent: the stream on '", dev_.spec(), "' is capturing");
+  // The event may be recorded by any device's stream; waiting on the host
+  // here (rather than in a CUDA host node, which would hold CUDA's callback
+  // thread) orders everything queued after this call behind it.
+  auto st = e.state();
+  std::unique_lock<std::mutex> l(st->mu);
+  const std::uint64_t want = st->recorded;
+  st->cv.wait(l, [&] { return st->completed >= want; });
+  return Status::Ok();
+}
+
+Status CudaStream::Synchronize() {
+  Status cuda = dev_.Check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
+  ClearRetired();
+  std::lock_guard<std::mutex> l(mu_);
+  Status st = error_.ok() ? cuda : error_;
+  error_ = Status::Ok();
+  return st;
+}
+
+}  // namespace
+
+void* CudaStreamHandle(device::Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  return s ? static_cast<void*>(s->handle()) : nullptr;
+}
+
+int CudaArch(const device::Device& device) {
+  const auto* d = dynamic_cast<const CudaDevice*>(&device);
+  return d ? d->arch() : 0;
+}
+
+Result<std::unique_ptr<device::Device>> CreateCudaDevice(const std::string& spec, const std::string& options) {
+  int ordinal = 0;
+  if (!options.empty()) {
+    if (options.size() > 3 || options.find_first_not_of("0123456789") != std::string::npos) {
+      return Error(StatusCode::kInvalidArgument, "device '", spec, "': '", options,
+                   "' is not a device ordinal (cuda takes cuda or cuda:N)");
+    }
+    ordinal = std::stoi(options);
+  }
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    int driver = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaGetLastError();
+    return Error(StatusCode::kUnimplemented, "device '", spec, "' is unavailable: ", cudaGetErrorName(e), ": ",
+                 cudaGetErrorString(e), " (",
+                 driver == 0 ? std::string("no CUDA driver is installed") : "CUDA driver " + DescribeCudaVersion(driver),
+                 "; this build's CUDA runtime is ", DescribeCudaVersion(CUDART_VERSION), ")");
+  }
+  if (ordinal >= count) {
+    return Error(StatusCode::kInvalidArgument, "device '", spec, "': there is no CUDA device ", ordinal, " (", count,
+                 " present)");
+  }
+  cudaDeviceProp prop{};
+  KILN_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties", spec));
+  KILN_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice", spec));
+  return std::unique_ptr<device::Device>(new CudaDevice(spec, ordinal, prop));
+}
+
+}  // namespace kiln::cuda
+
+extern "C" __attribute__((visibility("default"))) const char* kiln_cuda_module_version() { return KILN_BUILD_ID; }
+
+extern "C" __attribute__((visibility("default"))) kiln::device::Device* kiln_cuda_create_device(
+    const char* spec, const char* options, kiln::Status** error) {
+  try {
+    auto d = kiln::cuda::CreateCudaDevice(spec ? spec : "cuda", options ? options : "");
+    if (!d.ok()) {
+      *error = new kiln::Status(d.status());
+      return nullptr;
+    }
+    return std::move(d).value().release();
+  } catch (const std::exception& ex) {
+    *error = new kiln::Status(kiln::StatusCode::kInternal, std::string("opening the CUDA device threw: ") + ex.what());
+    return nullptr;
+  }
+}
