@@ -644,7 +644,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   // Record the task list once; runs replay it.
   KILN_RETURN_IF_ERROR(stream.BeginCapture());
   device::ExecContext ctx0{&dev, &stream, 1};
-  Status rec_st = stream.Launch(LaunchSetThreads, nullptr, nullptr, ctx0);
+  // Where launches only queue device work (cuda), the thread count must be
+  // set where the CPU-placed tasks run: a host task in stream order.
+  Status rec_st = caps.launches_run_on_host ? stream.Launch(LaunchSetThreads, nullptr, nullptr, ctx0)
+                                            : stream.LaunchHost(LaunchSetThreads, nullptr, nullptr, ctx0);
   for (Task& t : ex->tasks_) {
     if (!rec_st.ok()) break;
     if (t.custom) {

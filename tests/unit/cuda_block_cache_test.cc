@@ -17,6 +17,7 @@ struct FakeBackend {
   std::size_t held = 0;
   std::map<void*, std::size_t> live;
   int allocs = 0, frees = 0, syncs = 0;
+  bool sync_ok = true;  // false: the sync fails (e.g. a capture is active)
   std::vector<std::string> log;  // "alloc N", "free N", "sync", in order
 
   BlockCache::Backend Make() {
@@ -44,6 +45,7 @@ struct FakeBackend {
             [this] {
               ++syncs;
               log.push_back("sync");
+              return sync_ok;
             }};
   }
 };
@@ -83,6 +85,26 @@ TEST(CudaBlockCache, FreedBlockIsReusedOnlyAfterASync) {
   EXPECT_FALSE(cache.Free(b));  // twice
   int x = 0;
   EXPECT_FALSE(cache.Free(&x));  // not ours
+}
+
+TEST(CudaBlockCache, ReadyBlocksNeedNoSyncAndAFailedSyncKeepsBlocksPending) {
+  FakeBackend fb;
+  BlockCache cache(fb.Make());
+  void* staging = cache.Allocate(4096);
+  ASSERT_TRUE(cache.FreeReady(staging));  // e.g. released by the copy's callback
+  EXPECT_EQ(cache.Allocate(4000), staging);
+  EXPECT_EQ(fb.syncs, 0);
+  EXPECT_FALSE(cache.FreeReady(&fb));  // not ours
+  // A sync that fails must not make pending blocks reusable.
+  ASSERT_TRUE(cache.Free(staging));
+  fb.sync_ok = false;
+  void* other = cache.Allocate(4000);
+  EXPECT_NE(other, staging);
+  EXPECT_EQ(fb.syncs, 1);
+  EXPECT_EQ(fb.allocs, 2);
+  fb.sync_ok = true;
+  ASSERT_TRUE(cache.Free(other));
+  EXPECT_EQ(cache.Allocate(4000), staging);  // the sync now succeeds: the first pending block
 }
 
 TEST(CudaBlockCache, CachedBlocksServeRequestsAtLeastHalfTheirSize) {
@@ -176,7 +198,7 @@ TEST(CudaBlockCache, ConcurrentAllocateAndFree) {
                     },
                     [&] {
                       std::lock_guard<std::mutex> l(backend_mu);
-                      inner.sync();
+                      return inner.sync();
                     }});
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

@@ -50,17 +50,17 @@ void* BlockCache::Allocate(std::size_t bytes) {
   std::lock_guard<std::mutex> l(mu_);
   if (void* p = TakeCachedLocked(size)) return p;
   if (!pending_.empty()) {
-    backend_.sync();
     ++stats_.syncs;
-    for (auto& [p, s] : pending_) cached_.emplace(s, p);
-    pending_.clear();
-    if (void* p = TakeCachedLocked(size)) return p;
+    if (backend_.sync()) {
+      for (auto& [p, s] : pending_) cached_.emplace(s, p);
+      pending_.clear();
+      if (void* p = TakeCachedLocked(size)) return p;
+    }
   }
   void* p = backend_.alloc(size);
   if (!p && !cached_.empty()) {
-    // Out of memory: give the cache back and try once more.
-    backend_.sync();
-    ++stats_.syncs;
+    // Out of memory: give the cache back (cached blocks are idle) and try
+    // once more.
     ReleaseCachedLocked();
     p = backend_.alloc(size);
   }
@@ -73,12 +73,19 @@ void* BlockCache::Allocate(std::size_t bytes) {
   return p;
 }
 
-bool BlockCache::Free(void* p) {
+bool BlockCache::Free(void* p) { return Release(p, false); }
+bool BlockCache::FreeReady(void* p) { return Release(p, true); }
+
+bool BlockCache::Release(void* p, bool ready) {
   if (!p) return false;
   std::lock_guard<std::mutex> l(mu_);
   auto it = in_use_.find(p);
   if (it == in_use_.end()) return false;
-  pending_.emplace_back(p, it->second);
+  if (ready) {
+    cached_.emplace(it->second, p);
+  } else {
+    pending_.emplace_back(p, it->second);
+  }
   stats_.in_use_bytes -= it->second;
   in_use_.erase(it);
   return true;
@@ -86,10 +93,11 @@ bool BlockCache::Free(void* p) {
 
 void BlockCache::ReleaseCached() {
   std::lock_guard<std::mutex> l(mu_);
-  backend_.sync();
   ++stats_.syncs;
-  for (auto& [p, s] : pending_) cached_.emplace(s, p);
-  pending_.clear();
+  if (backend_.sync()) {
+    for (auto& [p, s] : pending_) cached_.emplace(s, p);
+    pending_.clear();
+  }
   ReleaseCachedLocked();
 }
 

@@ -8,7 +8,9 @@
 // reusable only after the backend's sync (all device work done), which the
 // cache calls when it would otherwise have to allocate. When the backend is
 // out of memory, the cache syncs, returns every cached block to it and
-// tries once more before reporting failure.
+// tries once more before reporting failure. (A block the caller knows is
+// idle, e.g. a staging buffer released by the callback after its copy, is
+// freed with FreeReady: reusable at once, no sync.)
 //
 // Sizes are rounded (to 512 bytes up to 1 MiB, to 2 MiB above), and a cached
 // block is reused for a request of at least half its size (blocks are never
@@ -42,7 +44,9 @@ class BlockCache {
   struct Backend {
     std::function<void*(std::size_t)> alloc;  // null: out of memory
     std::function<void(void*)> free;
-    std::function<void()> sync;  // returns when no queued work can still use a freed block
+    // Returns when no queued work can still use a freed block; false: it
+    // could not (pending blocks then stay pending).
+    std::function<bool()> sync;
   };
   explicit BlockCache(Backend backend);
   // Returns every block it holds to the backend (after a sync), in use or
@@ -56,6 +60,10 @@ class BlockCache {
   void* Allocate(std::size_t bytes);
   // false: p did not come from this cache (or was freed already).
   bool Free(void* p);
+  // Like Free, for a block no queued work uses any more (the caller knows:
+  // e.g. a stream callback after the copy that read it): reusable at once,
+  // no sync needed. Makes no backend call, so it may run on a CUDA callback.
+  bool FreeReady(void* p);
   // Syncs and returns every cached (not in use) block to the backend.
   void ReleaseCached();
   BlockCacheStats stats() const;
@@ -64,6 +72,7 @@ class BlockCache {
 
  private:
   void* TakeCachedLocked(std::size_t size);
+  bool Release(void* p, bool ready);
   void ReleaseCachedLocked();
 
   Backend backend_;

@@ -33,6 +33,7 @@ struct HostCall {
   device::ExecContext ctx;
   const device::ExecContext* replay_ctx = nullptr;  // recorded: the recording's slot
   std::function<Status()> func;                     // HostFunc's function (one-shot)
+  bool always = false;                              // runs even after a failure (bookkeeping)
 };
 
 class CudaRecording final : public device::Recording {
@@ -106,7 +107,7 @@ class CudaDevice final : public device::Device {
                        }
                        return p;
                      },
-                     [](void* p) { cudaFree(p); }, [this] { Sync(); }}),
+                     [](void* p) { cudaFree(p); }, [this] { return Sync(); }}),
         pinned_({[this](std::size_t n) -> void* {
                    void* p = nullptr;
                    cudaSetDevice(ordinal_);
@@ -116,7 +117,7 @@ class CudaDevice final : public device::Device {
                    }
                    return p;
                  },
-                 [](void* p) { cudaFreeHost(p); }, [this] { Sync(); }}) {
+                 [](void* p) { cudaFreeHost(p); }, [this] { return Sync(); }}) {
     caps_.kind = "cuda";
     caps_.host_addressable = false;
     caps_.maps_host_memory = false;
@@ -170,7 +171,18 @@ class CudaDevice final : public device::Device {
   }
   Status RunPrepare(const std::function<Status()>& fn) override { return fn(); }
 
-  void Sync() { cudaDeviceSynchronize(); }
+  // All work on this device done (false: CUDA refused, e.g. during a
+  // capture; the allocator then keeps freed blocks pending).
+  bool Sync() {
+    if (cudaSetDevice(ordinal_) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return true;
+  }
+  // A pinned staging block whose copy has run: reusable at once. Called from
+  // a stream callback (no CUDA call in it).
+  void FreeStagingReady(void* p) { (void)pinned_.FreeReady(p); }
   Status Check(cudaError_t e, const char* what) const { return CudaStatus(e, what, spec_); }
 
  private:
@@ -200,7 +212,7 @@ void CUDART_CB CudaStream::RunHostCall(void* p) {
   auto* call = static_cast<HostCall*>(p);
   // A recorded call reports to the stream that replays it.
   CudaStream& s = call->replay_ctx ? *static_cast<CudaStream*>(call->replay_ctx->stream) : *call->stream;
-  if (!s.failed()) {
+  if (call->always || !s.failed()) {
     Status st;
     try {
       if (call->func) {
@@ -253,27 +265,43 @@ Status CudaStream::Copy(void* dst, const void* src, std::size_t bytes, device::C
   if (capture_) return Error(StatusCode::kInvalidArgument, "Copy: the stream on '", dev_.spec(), "' is capturing");
   ClearRetired();
   if (bytes == 0) return Status::Ok();
-  if (kind == device::CopyKind::kHostToDevice || kind == device::CopyKind::kHostToHost) {
-    // The contract: `src` may be reused when Copy returns. CUDA takes the
-    // bytes of pageable memory before returning, but reads pinned memory
-    // later, and a host-to-host copy must stay in stream order: stage those
-    // through pinned memory freed behind the copy (the block cache reuses
-    // it only after a device synchronisation).
+  if (kind == device::CopyKind::kHostToHost) {
+    // CUDA runs a host->host cudaMemcpyAsync at once, outside stream order:
+    // take the bytes now (the contract) and copy them in a host callback.
+    auto call = std::make_unique<HostCall>();
+    auto bytes_now = std::make_shared<std::vector<std::uint8_t>>(static_cast<const std::uint8_t*>(src),
+                                                                 static_cast<const std::uint8_t*>(src) + bytes);
+    call->func = [dst, bytes_now]() {
+      std::memcpy(dst, bytes_now->data(), bytes_now->size());
+      return Status::Ok();
+    };
+    return QueueHostCall(std::move(call));
+  }
+  if (kind == device::CopyKind::kHostToDevice) {
+    // CUDA takes the bytes of a pageable source before returning, but reads
+    // a pinned one later: stage that through a pinned block, released by a
+    // callback behind the copy (no device-wide synchronisation).
     cudaPointerAttributes attr{};
     const bool pinned_src = cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeHost;
     (void)cudaGetLastError();
-    if (kind == device::CopyKind::kHostToDevice && !pinned_src) {
+    if (!pinned_src) {
       return dev_.Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync host->device");
     }
     KILN_ASSIGN_OR_RETURN(void* staging, dev_.Allocate(bytes, device::MemoryKind::kPinnedHost));
     std::memcpy(staging, src, bytes);
-    Status st = dev_.Check(cudaMemcpyAsync(dst, staging, bytes,
-                                           kind == device::CopyKind::kHostToDevice ? cudaMemcpyHostToDevice
-                                                                                   : cudaMemcpyHostToHost,
-                                           s_),
-                           "cudaMemcpyAsync");
-    dev_.Free(staging);  // pending until the device has synchronised
-    return st;
+    Status st = dev_.Check(cudaMemcpyAsync(dst, staging, bytes, cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync host->device");
+    if (!st.ok()) {
+      dev_.Free(staging);
+      return st;
+    }
+    auto call = std::make_unique<HostCall>();
+    CudaDevice* dev = &dev_;
+    call->func = [dev, staging]() {
+      dev->FreeStagingReady(staging);
+      return Status::Ok();
+    };
+    call->always = true;  // released even after a failure
+    return QueueHostCall(std::move(call));
   }
   const cudaMemcpyKind k = kind == device::CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
   return dev_.Check(cudaMemcpyAsync(dst, src, bytes, k, s_), "cudaMemcpyAsync");
@@ -282,7 +310,10 @@ Status CudaStream::Copy(void* dst, const void* src, std::size_t bytes, device::C
 Status CudaStream::Launch(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) {
   // The launch function queues device work on this stream now (recorded
   // into the graph while capturing).
-  if (!capture_) ClearRetired();
+  if (!capture_) {
+    ClearRetired();
+    if (failed()) return Status::Ok();  // work after a failure is skipped (reported at Synchronize)
+  }
   device::ExecContext c = ctx;
   c.stream = this;
   Status st = fn(obj, args, c);
@@ -375,8 +406,10 @@ Status CudaStream::RecordEvent(Event& e) {
   };
   call->stream = this;
   ++queued_;
+  // cudaStreamAddCallback, unlike cudaLaunchHostFunc, still calls back
+  // after a CUDA error, so a waiter is released on a failed stream too.
   struct Marker {
-    static void CUDART_CB Run(void* p) {
+    static void CUDART_CB Run(cudaStream_t, cudaError_t, void* p) {
       auto* c = static_cast<HostCall*>(p);
       (void)c->func();
       ++c->stream->completed_;
@@ -385,12 +418,12 @@ Status CudaStream::RecordEvent(Event& e) {
     }
   };
   HostCall* raw = call.release();
-  cudaError_t err = cudaLaunchHostFunc(s_, &Marker::Run, raw);
+  cudaError_t err = cudaStreamAddCallback(s_, &Marker::Run, raw, 0);
   if (err != cudaSuccess) {
     (void)raw->func();  // mark it, so no one waits on a record that never happens
     delete raw;
     ++completed_;
-    return dev_.Check(err, "cudaLaunchHostFunc");
+    return dev_.Check(err, "cudaStreamAddCallback");
   }
   return Status::Ok();
 }
