@@ -5,8 +5,9 @@
 # The bundle comes from scripts/make-gpu-bundle.sh on the build machine.
 # It uses the CUDA libraries of the machine it runs on (the toolkit's, else
 # the ones PyTorch's Python environment carries). It runs the CUDA tests
-# (none may be skipped: there is a GPU), then under compute-sanitizer's
-# memcheck, then the CLI check, and writes logs under $OUT (or ./gpu-out).
+# (none may be skipped: there is a GPU), the op harness on the GPU, the
+# device tests under compute-sanitizer's memcheck, then the CLI check, and
+# writes logs under $OUT (or ./gpu-out).
 set -uo pipefail
 BUNDLE=${1:-build-gpu/kiln-gpu-bundle.tar.xz}
 OUTDIR=${OUT:-$PWD/gpu-out}
@@ -46,6 +47,10 @@ if grep -q "SKIPPED \]" "$OUTDIR/cuda_tests.log"; then
   echo "FAIL: tests were skipped on a machine with a GPU"; status=1
   summary="${summary}cuda_tests: tests skipped (no GPU seen?)\n"
 fi
+# Every op case of the harness on the GPU against a float64 reference and
+# the CPU (ops without a CUDA kernel run as CPU nodes inside the graph).
+step op_harness_cuda "$K/bin/kiln_op_harness" --device cuda
+step op_harness_cuda_perf "$K/bin/kiln_op_harness" --device all --perf --runs 50
 # memcheck (the tests provoke API errors on purpose: those are not reported).
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$SAN" ]; then

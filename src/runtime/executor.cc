@@ -453,10 +453,19 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     return it;
   };
 
+  // A dynamic task decides its extents on the host at every run. Where a
+  // launch only queues device work once, at capture (cuda), that cannot
+  // happen yet except for tasks placed on the CPU (host nodes run per run).
+  auto refuse_recorded_dynamic = [&](const ir::Node& n, bool on_host) -> Status {
+    if (caps.launches_run_on_host || on_host) return Status::Ok();
+    return Error(StatusCode::kUnimplemented, n.Describe(), ": data-dependent extents are not supported on device '",
+                 dev.spec(), "' yet (its work is recorded once; compile with fixed shapes)");
+  };
   for (auto& node_ptr : graph.nodes()) {
     const ir::Node& node = *node_ptr;
     if (node.GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
       if (auto d = make_dynamic(node)) {  // its extents still follow its input's
+        KILN_RETURN_IF_ERROR(refuse_recorded_dynamic(node, false));
         d->alias = true;
         Task t;
         t.exec = ex.get();
@@ -595,6 +604,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       }
     }
     task.dyn = make_dynamic(node);
+    if (task.dyn) KILN_RETURN_IF_ERROR(refuse_recorded_dynamic(node, task.on_host));
     if (task.dyn) task.dyn->const_inputs = init.const_inputs;
     if (is_if) {
       KILN_ASSIGN_OR_RETURN(task.if_task, make_if(node));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/nvrtc.h"
 #include "kiln/stream.h"
 
@@ -183,6 +184,24 @@ TEST(Nvrtc, DamagedOrForeignCacheEntryIsCompiledAgain) {
   ASSERT_TRUE(third.ok());
   EXPECT_FALSE(third->from_cache);
   EXPECT_EQ(GetNvrtcStats().corrupt_entries - before.corrupt_entries, 1u);
+}
+
+// The device programs compile for sm_90 here (a syntax or type error in a
+// kernel fails CI, not only a GPU run), with and without the disk cache.
+TEST(CudaKernels, ProgramsCompileForSm90WithoutAGpu) {
+  CacheDir cache;
+  NvrtcOptions o;
+  o.headers = KernelProgramHeaders();
+  o.use_cache = false;
+  auto p = CompileCuda("kiln_elementwise", ElementwiseProgramSource(), 90, o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_GT(p->cubin.size(), 1000u);
+  EXPECT_EQ(p->log.find("warning"), std::string::npos) << p->log;
+  // The entry points the kernels look up are in it.
+  const std::string bin(p->cubin.begin(), p->cubin.end());
+  for (const char* sym : {"kiln_unary", "kiln_binary", "kiln_copy"}) {
+    EXPECT_NE(bin.find(sym), std::string::npos) << sym;
+  }
 }
 
 // ---- the device (needs a GPU) ----

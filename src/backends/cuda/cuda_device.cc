@@ -5,10 +5,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
 #include "backends/cuda/block_cache.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/nvrtc.h"
 #include "backends/cuda/cuda_util.h"
 #include "device/host_stream.h"  // kiln::Event::State
 #include "device/kernel.h"
@@ -162,12 +165,30 @@ class CudaDevice final : public device::Device {
     return std::unique_ptr<device::Stream>(new CudaStream(*this, s));
   }
   Result<std::unique_ptr<device::Stream>> CreateSyncStream() override { return CreateStream(); }
-  // No kernel of the CUDA library exists yet: placement runs every node on
+  // The CUDA kernel library (cuda_kernels.h); placement runs the rest on
   // the CPU (host nodes of the CUDA graph, on pinned memory).
-  bool SupportsOp(const std::string&, const std::string&, const std::vector<DType>&) const override { return false; }
+  bool SupportsOp(const std::string& op, const std::string& domain, const std::vector<DType>& dtypes) const override {
+    return CudaKernelExists(op, domain, dtypes);
+  }
   Result<std::unique_ptr<device::Kernel>> CreateKernel(const device::KernelInit& init) override {
-    return Error(StatusCode::kUnimplemented, init.node ? init.node->Describe() : std::string("a node"),
-                 ": no CUDA kernel for this op (it should have been placed on the CPU)");
+    auto k = CreateCudaKernel(init, [this](const std::string& name, const std::string& source) {
+      return Program(name, source);
+    });
+    if (!k.ok()) return k.status().WithContext(StrCat("device '", spec_, "'"));
+    return k;
+  }
+  // A device program, compiled by NVRTC for this GPU (disk-cached) and
+  // loaded once.
+  Result<const CudaModule*> Program(const std::string& name, const std::string& source) {
+    std::lock_guard<std::mutex> l(programs_mu_);
+    auto it = programs_.find(name);
+    if (it != programs_.end()) return it->second.get();
+    NvrtcOptions o;
+    o.headers = KernelProgramHeaders();
+    KILN_ASSIGN_OR_RETURN(NvrtcProgram prog, CompileCuda(name, source, arch(), o));
+    KILN_RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    KILN_ASSIGN_OR_RETURN(auto mod, CudaModule::Load(prog.cubin, name));
+    return programs_.emplace(name, std::move(mod)).first->second.get();
   }
   Status RunPrepare(const std::function<Status()>& fn) override { return fn(); }
 
@@ -192,6 +213,8 @@ class CudaDevice final : public device::Device {
   int cc_major_ = 0, cc_minor_ = 0;
   device::Capabilities caps_;
   BlockCache device_mem_, pinned_;
+  std::mutex programs_mu_;
+  std::map<std::string, std::unique_ptr<CudaModule>> programs_;
 };
 
 // ---- CudaStream ----

@@ -1,0 +1,222 @@
+// The CUDA elementwise kernels' per-element arithmetic and broadcast
+// indexing (src/backends/cuda/ew_common.h: the same text NVRTC compiles
+// into the device program), and the parameters nodes give them
+// (ew_params.cc), checked on the host against double references and
+// hand-derived strides. Needs no GPU; runs in every build.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backends/cuda/ew_common.h"
+#include "backends/cuda/ew_params.h"
+#include "ir/graph.h"
+
+namespace kiln::cuda {
+namespace {
+
+double RefUnary(int op, double x, double alpha, double beta, double gamma) {
+  switch (op) {
+    case kKilnRelu: return x < 0 ? 0 : x;
+    case kKilnSigmoid: return 1 / (1 + std::exp(-x));
+    case kKilnTanh: return std::tanh(x);
+    case kKilnAbs: return std::fabs(x);
+    case kKilnNeg: return -x;
+    case kKilnExp: return std::exp(x);
+    case kKilnLog: return std::log(x);
+    case kKilnSqrt: return std::sqrt(x);
+    case kKilnReciprocal: return 1 / x;
+    case kKilnErf: return std::erf(x);
+    case kKilnFloor: return std::floor(x);
+    case kKilnCeil: return std::ceil(x);
+    case kKilnSoftplus: return std::log(std::exp(x) + 1);
+    case kKilnSoftsign: return x / (1 + std::fabs(x));
+    case kKilnLeakyRelu: return x >= 0 ? x : alpha * x;
+    case kKilnElu: return x < 0 ? alpha * (std::exp(x) - 1) : x;
+    case kKilnSelu: return x > 0 ? gamma * x : gamma * (alpha * std::exp(x) - alpha);
+    case kKilnHardSigmoid: return std::max(0.0, std::min(1.0, alpha * x + beta));
+    case kKilnHardSwish: return x * std::max(0.0, std::min(1.0, x / 6 + 0.5));
+    case kKilnGeluErf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case kKilnGeluTanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case kKilnSin: return std::sin(x);
+    case kKilnCos: return std::cos(x);
+  }
+  return std::nan("");
+}
+
+TEST(CudaElementwise, EveryUnaryOpAgainstDouble) {
+  for (int op = 0; op < kKilnUnaryOpCount; ++op) {
+    KilnEwParams p{};
+    p.op = op;
+    p.alpha = 0.3f;
+    p.beta = 0.4f;
+    p.gamma = 1.5f;
+    double worst = 0;
+    for (int i = -2400; i <= 2400; ++i) {
+      float x = static_cast<float>(i) / 200.f;  // [-12, 12]
+      if ((op == kKilnLog || op == kKilnSqrt) && x <= 0) continue;
+      if (op == kKilnReciprocal && x == 0) continue;
+      const double want = RefUnary(op, x, p.alpha, p.beta, p.gamma);
+      const double got = kiln_unary_op(p, x);
+      const double err = std::fabs(got - want) / std::max(1.0, std::fabs(want));
+      worst = std::max(worst, err);
+    }
+    EXPECT_LT(worst, 2e-6) << "op " << op;
+  }
+  KilnEwParams p{};
+  p.op = kKilnRelu;
+  EXPECT_TRUE(std::isnan(kiln_unary_op(p, std::nanf(""))));  // NaN propagates through Relu
+  p.op = kKilnSoftplus;
+  EXPECT_EQ(kiln_unary_op(p, 100.f), 100.f);  // no overflow of exp(100)
+  EXPECT_NEAR(kiln_unary_op(p, -100.f), std::exp(-100.0), 1e-45);
+  p.op = kKilnUnaryOpCount;  // unknown: NaN, never the input back
+  EXPECT_TRUE(std::isnan(kiln_unary_op(p, 1.f)));
+}
+
+TEST(CudaElementwise, EveryBinaryOpAgainstDouble) {
+  const float xs[] = {-3.5f, -1.f, -0.25f, 0.f, 0.5f, 2.f, 7.25f};
+  for (float a : xs) {
+    for (float b : xs) {
+      KilnEwParams p{};
+      auto run = [&](int op) {
+        p.op = op;
+        return kiln_binary_op(p, a, b);
+      };
+      EXPECT_EQ(run(kKilnAdd), a + b);
+      EXPECT_EQ(run(kKilnSub), a - b);
+      EXPECT_EQ(run(kKilnMul), a * b);
+      if (b != 0) EXPECT_EQ(run(kKilnDiv), a / b);
+      EXPECT_EQ(run(kKilnMax), std::max(a, b));
+      EXPECT_EQ(run(kKilnMin), std::min(a, b));
+      EXPECT_EQ(run(kKilnPRelu), a < 0 ? b * a : a);
+      if (a > 0) EXPECT_NEAR(run(kKilnPow), std::pow(static_cast<double>(a), b), 1e-5 * std::pow(a, b));
+    }
+  }
+  KilnEwParams p{};
+  const float nan = std::nanf("");
+  p.op = kKilnMax;
+  EXPECT_TRUE(std::isnan(kiln_binary_op(p, nan, 1.f)));
+  EXPECT_TRUE(std::isnan(kiln_binary_op(p, 1.f, nan)));
+  p.op = kKilnMin;
+  EXPECT_TRUE(std::isnan(kiln_binary_op(p, nan, 1.f)));
+  EXPECT_TRUE(std::isnan(kiln_binary_op(p, 1.f, nan)));
+}
+
+// A node of `op` in a throwaway graph.
+struct OneNode {
+  ir::Graph g;
+  ir::Node* n;
+  explicit OneNode(const std::string& op, const std::string& domain = "") {
+    n = g.AddNode(op, "n", {}, {}, domain);
+  }
+};
+
+// The device loop's indexing, run on the host: c[i] = a[oa] + b[ob].
+std::vector<float> BroadcastAdd(const KilnEwParams& p, const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> c(static_cast<std::size_t>(p.n));
+  for (long long i = 0; i < p.n; ++i) {
+    long long oa, ob;
+    kiln_ew_offsets(p, i, &oa, &ob);
+    EXPECT_GE(oa, 0);
+    EXPECT_LT(oa, static_cast<long long>(a.size()));
+    EXPECT_GE(ob, 0);
+    EXPECT_LT(ob, static_cast<long long>(b.size()));
+    c[static_cast<std::size_t>(i)] = kiln_binary_op(p, a[static_cast<std::size_t>(oa)], b[static_cast<std::size_t>(ob)]);
+  }
+  return c;
+}
+
+TEST(CudaElementwise, BroadcastStridesAndIndexing) {
+  OneNode add("Add");
+  // [2,3,4] + [3,1]: b varies along dim 1 only.
+  auto p = BinaryParams(*add.n, {2, 3, 4}, {2, 3, 4}, {3, 1});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->rank, 3);
+  EXPECT_EQ(p->contiguous, 0);
+  EXPECT_EQ(p->n, 24);
+  EXPECT_EQ(p->sa[0], 12);
+  EXPECT_EQ(p->sa[1], 4);
+  EXPECT_EQ(p->sa[2], 1);
+  EXPECT_EQ(p->sb[0], 0);
+  EXPECT_EQ(p->sb[1], 1);
+  EXPECT_EQ(p->sb[2], 0);
+  std::vector<float> a(24), b = {100, 200, 300};
+  for (int i = 0; i < 24; ++i) a[i] = static_cast<float>(i);
+  const std::vector<float> c = BroadcastAdd(*p, a, b);
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(c[i], static_cast<float>(i) + 100.f * static_cast<float>((i / 4) % 3 + 1)) << i;
+
+  // Both sides broadcast: [2,1,4] x [1,3,1] -> [2,3,4].
+  auto q = BinaryParams(*add.n, {2, 3, 4}, {2, 1, 4}, {1, 3, 1});
+  ASSERT_TRUE(q.ok());
+  std::vector<float> a2(8), b2 = {1000, 2000, 3000};
+  for (int i = 0; i < 8; ++i) a2[i] = static_cast<float>(i);
+  const std::vector<float> c2 = BroadcastAdd(*q, a2, b2);
+  for (int i0 = 0; i0 < 2; ++i0)
+    for (int i1 = 0; i1 < 3; ++i1)
+      for (int i2 = 0; i2 < 4; ++i2)
+        EXPECT_EQ(c2[(i0 * 3 + i1) * 4 + i2], static_cast<float>(i0 * 4 + i2) + 1000.f * static_cast<float>(i1 + 1));
+
+  // A scalar, and equal shapes (contiguous).
+  auto s = BinaryParams(*add.n, {5}, {5}, {});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->sb[0], 0);
+  auto e = BinaryParams(*add.n, {2, 2}, {2, 2}, {2, 2});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->contiguous, 1);
+  auto scalars = BinaryParams(*add.n, {}, {}, {});
+  ASSERT_TRUE(scalars.ok());
+  EXPECT_EQ(scalars->n, 1);
+  EXPECT_EQ(BroadcastAdd(*scalars, {2.f}, {3.f})[0], 5.f);
+  // Empty output: nothing to do.
+  auto empty = BinaryParams(*add.n, {0, 3}, {0, 3}, {3});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->n, 0);
+}
+
+TEST(CudaElementwise, RefusesWhatItCannotIndex) {
+  OneNode add("Add");
+  auto bad = BinaryParams(*add.n, {2, 3}, {2, 3}, {2});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("does not broadcast"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("'n'"), std::string::npos) << bad.status().message();  // names the node
+  auto deep = BinaryParams(*add.n, Shape(9, 1), Shape(9, 1), Shape(9, 1));
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().code(), StatusCode::kUnimplemented);
+  OneNode conv("Conv");
+  EXPECT_FALSE(BinaryParams(*conv.n, {1}, {1}, {1}).ok());
+  EXPECT_FALSE(UnaryParams(*conv.n, {1}).ok());
+}
+
+TEST(CudaElementwise, WhichOpsAndAttributes) {
+  const std::vector<DType> f1 = {DType::kFloat32}, f2 = {DType::kFloat32, DType::kFloat32};
+  EXPECT_EQ(ElementwiseKind("Relu", "", f1), EwKind::kUnary);
+  EXPECT_EQ(ElementwiseKind("Add", "", f2), EwKind::kBinary);
+  EXPECT_EQ(ElementwiseKind("Add", "", {DType::kInt64, DType::kInt64}), EwKind::kNone);  // float32 only
+  EXPECT_EQ(ElementwiseKind("Add", "", {DType::kFloat16, DType::kFloat16}), EwKind::kNone);
+  EXPECT_EQ(ElementwiseKind("Max", "", {DType::kFloat32, DType::kFloat32, DType::kFloat32}), EwKind::kNone);
+  EXPECT_EQ(ElementwiseKind("Add", "com.microsoft", f2), EwKind::kNone);
+  EXPECT_EQ(ElementwiseKind("Gelu", "kiln", f1), EwKind::kUnary);
+  EXPECT_EQ(ElementwiseKind(ir::kMemcpyToHost, "kiln", {DType::kInt64}), EwKind::kCopy);
+  EXPECT_EQ(ElementwiseKind("Identity", "", {DType::kUInt8}), EwKind::kCopy);
+  EXPECT_EQ(ElementwiseKind("Conv", "", f2), EwKind::kNone);
+
+  OneNode leaky("LeakyRelu");
+  auto p = UnaryParams(*leaky.n, {3});
+  ASSERT_TRUE(p.ok());
+  EXPECT_FLOAT_EQ(p->alpha, 0.01f);  // ONNX's default
+  leaky.n->SetAttr("alpha", ir::Attribute::Float(0.2f));
+  EXPECT_FLOAT_EQ(UnaryParams(*leaky.n, {3})->alpha, 0.2f);
+  OneNode hs("HardSigmoid");
+  auto h = UnaryParams(*hs.n, {3});
+  EXPECT_FLOAT_EQ(h->alpha, 0.2f);
+  EXPECT_FLOAT_EQ(h->beta, 0.5f);
+  OneNode gelu("Gelu", "kiln");
+  EXPECT_EQ(UnaryParams(*gelu.n, {3})->op, kKilnGeluErf);
+  gelu.n->SetAttr("approximate", ir::Attribute::String("tanh"));
+  EXPECT_EQ(UnaryParams(*gelu.n, {3})->op, kKilnGeluTanh);
+  gelu.n->SetAttr("approximate", ir::Attribute::String("fast"));
+  EXPECT_FALSE(UnaryParams(*gelu.n, {3}).ok());
+}
+
+}  // namespace
+}  // namespace kiln::cuda
