@@ -654,6 +654,12 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   // Record the task list once; runs replay it.
   KILN_RETURN_IF_ERROR(stream.BeginCapture());
   device::ExecContext ctx0{&dev, &stream, 1};
+  if (!caps.launches_run_on_host) {
+    // Device work is recorded with the addresses it is given now (cuda):
+    // the executor's workspace, the one every replay passes.
+    ctx0.workspace = ex->workspace_;
+    ctx0.workspace_bytes = ex->workspace_bytes_;
+  }
   // Where launches only queue device work (cuda), the thread count must be
   // set where the CPU-placed tasks run: a host task in stream order.
   Status rec_st = caps.launches_run_on_host ? stream.Launch(LaunchSetThreads, nullptr, nullptr, ctx0)

@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_device.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -171,11 +172,32 @@ class CudaDevice final : public device::Device {
     return CudaKernelExists(op, domain, dtypes);
   }
   Result<std::unique_ptr<device::Kernel>> CreateKernel(const device::KernelInit& init) override {
-    auto k = CreateCudaKernel(init, [this](const std::string& name, const std::string& source) {
-      return Program(name, source);
-    });
+    CudaLibraries libs;
+    libs.load = [this](const std::string& name, const std::string& source) { return Program(name, source); };
+    libs.blas = [this]() { return Blas(); };
+    libs.blas_mu = &blas_mu_;
+    auto k = CreateCudaKernel(init, libs);
     if (!k.ok()) return k.status().WithContext(StrCat("device '", spec_, "'"));
     return k;
+  }
+  // The device's cuBLAS handle, made on first use with a workspace of its
+  // own (cuBLAS must not allocate while a graph is being captured).
+  Result<void*> Blas() {
+    std::lock_guard<std::mutex> l(blas_mu_);
+    if (blas_) return static_cast<void*>(blas_);
+    KILN_RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    cublasHandle_t h = nullptr;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+      return Error(StatusCode::kInternal, "cublasCreate on '", spec_, "' failed");
+    }
+    KILN_ASSIGN_OR_RETURN(void* ws, Allocate(kBlasWorkspace, device::MemoryKind::kDevice));
+    if (cublasSetWorkspace(h, ws, kBlasWorkspace) != CUBLAS_STATUS_SUCCESS) {
+      cublasDestroy(h);
+      Free(ws);
+      return Error(StatusCode::kInternal, "cublasSetWorkspace on '", spec_, "' failed");
+    }
+    blas_ = h;
+    return static_cast<void*>(blas_);
   }
   // A device program, compiled by NVRTC for this GPU (disk-cached) and
   // loaded once.
@@ -213,6 +235,9 @@ class CudaDevice final : public device::Device {
   int cc_major_ = 0, cc_minor_ = 0;
   device::Capabilities caps_;
   BlockCache device_mem_, pinned_;
+  static constexpr std::size_t kBlasWorkspace = std::size_t{32} << 20;
+  std::mutex blas_mu_;
+  cublasHandle_t blas_ = nullptr;  // lives with the device (the process)
   std::mutex programs_mu_;
   std::map<std::string, std::unique_ptr<CudaModule>> programs_;
 };

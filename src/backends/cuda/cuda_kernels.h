@@ -1,11 +1,12 @@
-// The CUDA device's kernel library: elementwise ops and copies so far
-// (kernels/elementwise.cu through NVRTC). Every kernel reads its tensor
+// The CUDA device's kernel library: elementwise ops and copies
+// (kernels/elementwise.cu through NVRTC) and MatMul/Gemm (cuBLAS). Every kernel reads its tensor
 // addresses from the argument block in device memory, so a recorded CUDA
 // graph follows rewritten blocks.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,14 @@ bool CudaKernelExists(const std::string& op_type, const std::string& domain, con
 // Compiles (NVRTC, disk-cached) and loads a named program on the device,
 // once per device.
 using ProgramLoader = std::function<Result<const CudaModule*>(const std::string& name, const std::string& source)>;
-Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelInit& init, const ProgramLoader& load);
+// What kernels of one device share: its programs and its cuBLAS handle
+// (created with its own workspace, so capture never allocates; calls on it
+// are serialised by `blas_mu`).
+struct CudaLibraries {
+  ProgramLoader load;
+  std::function<Result<void*>()> blas;  // a cublasHandle_t
+  std::mutex* blas_mu = nullptr;
+};
+Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelInit& init, const CudaLibraries& libs);
 
 }  // namespace kiln::cuda

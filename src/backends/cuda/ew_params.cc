@@ -90,16 +90,10 @@ Result<KilnEwParams> UnaryParams(const ir::Node& node, const Shape& out) {
   return p;
 }
 
-Result<KilnEwParams> BinaryParams(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b) {
-  KilnEwParams p = Blank();
-  auto it = BinaryOps().find(node.op_type());
-  if (it == BinaryOps().end() || !node.domain().empty()) {
-    return Error(StatusCode::kUnimplemented, node.Describe(), ": no CUDA elementwise kernel for ", node.op_type());
-  }
-  p.op = it->second;
-  KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(out, node.Describe() + " output"));
+Status FillBroadcast(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b, KilnEwParams* pp) {
+  KilnEwParams& p = *pp;
   if (out.size() > KILN_EW_MAX_RANK || a.size() > out.size() || b.size() > out.size()) {
-    return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA elementwise kernels take up to ",
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels broadcast up to ",
                  KILN_EW_MAX_RANK, " dims with inputs of no higher rank than the output (output ",
                  ShapeToString(out), ", inputs ", ShapeToString(a), " and ", ShapeToString(b), ")");
   }
@@ -139,6 +133,18 @@ Result<KilnEwParams> BinaryParams(const ir::Node& node, const Shape& out, const 
     p.dims[0] = 1;
     p.sa[0] = p.sb[0] = 0;
   }
+  return Status::Ok();
+}
+
+Result<KilnEwParams> BinaryParams(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b) {
+  KilnEwParams p = Blank();
+  auto it = BinaryOps().find(node.op_type());
+  if (it == BinaryOps().end() || !node.domain().empty()) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": no CUDA elementwise kernel for ", node.op_type());
+  }
+  p.op = it->second;
+  KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(out, node.Describe() + " output"));
+  KILN_RETURN_IF_ERROR(FillBroadcast(node, out, a, b, &p));
   return p;
 }
 

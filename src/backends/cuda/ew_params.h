@@ -20,6 +20,10 @@ EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, co
 // The parameters for `node` with static `out` and input shapes: the op
 // code and its attributes, and for binary ops the broadcast strides
 // (numpy rules; at most KILN_EW_MAX_RANK output dims). Errors name the node.
+// The broadcast part alone: dims, rank, contiguous and a's and b's strides
+// of `out` (numpy rules); p's other fields are left alone.
+Status FillBroadcast(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b, KilnEwParams* p);
+
 Result<KilnEwParams> UnaryParams(const ir::Node& node, const Shape& out);
 Result<KilnEwParams> BinaryParams(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b);
 

@@ -44,3 +44,36 @@ extern "C" __global__ void kiln_copy(void* const* ptrs, long long bytes) {
     for (long long i = first; i < bytes; i += step) dst[i] = src[i];
   }
 }
+
+// MatMul / Gemm (backends/cuda/gemm_params.h): the per-batch matrix
+// addresses for cublasGemmBatchedEx, from the bases in the argument block
+// (A = ptrs[0], B = ptrs[1], Y = ptrs[y_index]): arrays[0, batch) = B's
+// (cuBLAS's first operand), [batch, 2 batch) = A's, [2 batch, 3 batch) = Y's.
+// p.sa / p.sb: A's and B's strides over the batch dims, in matrices.
+extern "C" __global__ void kiln_gemm_pointers(void* const* ptrs, KilnEwParams p, long long a_mat, long long b_mat,
+                                              long long y_mat, int y_index, void** arrays) {
+  const float* a = static_cast<const float*>(ptrs[0]);
+  const float* b = static_cast<const float*>(ptrs[1]);
+  float* y = static_cast<float*>(ptrs[y_index]);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    long long oa, ob;
+    kiln_ew_offsets(p, i, &oa, &ob);
+    arrays[i] = const_cast<float*>(b + ob * b_mat);
+    arrays[p.n + i] = const_cast<float*>(a + oa * a_mat);
+    arrays[2 * p.n + i] = y + i * y_mat;
+  }
+}
+
+// Gemm's bias: Y = C broadcast to [M, N] (p.sb: C's strides), before the
+// GEMM accumulates beta * Y.
+extern "C" __global__ void kiln_gemm_bias(void* const* ptrs, KilnEwParams p, int c_index, int y_index) {
+  const float* c = static_cast<const float*>(ptrs[c_index]);
+  float* y = static_cast<float*>(ptrs[y_index]);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    long long oa, ob;
+    kiln_ew_offsets(p, i, &oa, &ob);
+    y[i] = c[ob];
+  }
+}

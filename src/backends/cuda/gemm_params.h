@@ -1,0 +1,44 @@
+// Host side of the CUDA MatMul/Gemm kernel, without CUDA: how a row-major
+// ONNX product maps onto cuBLAS's column-major batched GEMM with pointer
+// arrays (tested in every build by running the plan through a host
+// emulation of the GEMM).
+//
+// Row-major Y (M x N) = op(A) (M x K) * op(B) (K x N) is, read
+// column-major, Y^T = op(B)^T op(A)^T: cuBLAS's first operand is B, its
+// second A, with m = N, n = M. The matrices' addresses are not baked into
+// the recorded graph: a small kernel reads the bases from the argument
+// block and writes per-batch pointer arrays into the workspace, which
+// cublasGemmBatchedEx reads at run time, so refreshed buffers need no
+// re-recording.
+#pragma once
+
+#include "backends/cuda/ew_common.h"
+#include "common/status.h"
+#include "ir/graph.h"
+
+namespace kiln::cuda {
+
+struct GemmPlan {
+  bool first_t = false, second_t = false;  // cuBLAS's op on its first (B) / second (A) operand
+  long long m = 0, n = 0, k = 0;           // cuBLAS's: m = N, n = M, k = K
+  long long ld_first = 0, ld_second = 0, ld_out = 0;
+  float alpha = 1.f, beta = 0.f;           // beta applies only with a bias (Gemm's C)
+  long long batch = 1;                     // output matrices
+  KilnEwParams batch_bcast{};              // over the batch dims: sa = A's stride, sb = B's (in matrices)
+  long long a_mat = 0, b_mat = 0, y_mat = 0;  // elements per matrix
+  bool has_bias = false;                   // Gemm with C and beta != 0: Y starts as C broadcast
+  KilnEwParams bias{};                     // n = M * N; sb = C's strides over [M, N]
+  int c_index = 2, y_index = 2;            // argument-block slots of C and Y (Y: after the inputs; set by the kernel)
+  std::size_t workspace_bytes() const { return static_cast<std::size_t>(3 * batch) * sizeof(void*); }
+};
+
+// ONNX MatMul (numpy semantics: 1-D operands promoted and their dim dropped,
+// batch dims broadcast) and Gemm (transA, transB, alpha, beta, optional C
+// broadcast to [M, N]). Shapes are the kernel's static ones; `c` empty and
+// `has_c` false when Gemm has no C. Errors name the node; dims beyond
+// cuBLAS's int range or an empty reduction (K = 0) are refused.
+Result<GemmPlan> MatMulPlan(const ir::Node& node, const Shape& a, const Shape& b, const Shape& out);
+Result<GemmPlan> GemmOpPlan(const ir::Node& node, const Shape& a, const Shape& b, bool has_c, const Shape& c,
+                            const Shape& out);
+
+}  // namespace kiln::cuda
