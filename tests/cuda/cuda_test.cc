@@ -199,7 +199,9 @@ TEST(CudaKernels, ProgramsCompileForSm90WithoutAGpu) {
   EXPECT_EQ(p->log.find("warning"), std::string::npos) << p->log;
   // The entry points the kernels look up are in it.
   const std::string bin(p->cubin.begin(), p->cubin.end());
-  for (const char* sym : {"kiln_unary", "kiln_binary", "kiln_copy"}) {
+  for (const char* sym : {"kiln_unary", "kiln_binary", "kiln_copy", "kiln_gemm_pointers", "kiln_gemm_bias",
+                          "kiln_softmax", "kiln_layernorm", "kiln_transpose", "kiln_where", "kiln_compare_kernel",
+                          "kiln_gather"}) {
     EXPECT_NE(bin.find(sym), std::string::npos) << sym;
   }
 }

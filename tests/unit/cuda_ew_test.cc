@@ -220,3 +220,186 @@ TEST(CudaElementwise, WhichOpsAndAttributes) {
 
 }  // namespace
 }  // namespace kiln::cuda
+
+namespace kiln::cuda {
+namespace {
+
+// Softmax as the device runs it (row bases from ew_common.h), on the host.
+std::vector<double> EmulateSoftmax(const KilnRowParams& p, const std::vector<float>& x) {
+  std::vector<double> y(x.size(), -1);
+  for (long long r = 0; r < p.outer * p.inner; ++r) {
+    const long long base = kiln_row_base(p, r);
+    double m = -INFINITY, s = 0;
+    for (long long j = 0; j < p.len; ++j) m = std::max(m, static_cast<double>(x[base + j * p.inner]));
+    for (long long j = 0; j < p.len; ++j) s += std::exp(x[base + j * p.inner] - m);
+    for (long long j = 0; j < p.len; ++j) {
+      const double v = x[base + j * p.inner] - m;
+      y[base + j * p.inner] = p.log ? v - std::log(s) : std::exp(v) / s;
+    }
+  }
+  return y;
+}
+
+TEST(CudaRowKernels, SoftmaxAxesByOpsetAndTheirRows) {
+  ir::Graph g;
+  ir::Node* n = g.AddNode("Softmax", "sm", {}, {});
+  const Shape x = {2, 3, 4};
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = static_cast<float>((i * 7) % 11) * 0.3f;
+  // Opset 13, axis 1: each (i, k) normalised over j.
+  n->set_since_version(13);
+  n->SetAttr("axis", ir::Attribute::Int(1));
+  auto p = SoftmaxParams(*n, x);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->outer, 2);
+  EXPECT_EQ(p->len, 3);
+  EXPECT_EQ(p->inner, 4);
+  auto y = EmulateSoftmax(*p, v);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k) {
+      double s = 0;
+      for (int j = 0; j < 3; ++j) s += std::exp(static_cast<double>(v[i * 12 + j * 4 + k]));
+      for (int j = 0; j < 3; ++j) EXPECT_NEAR(y[i * 12 + j * 4 + k], std::exp(static_cast<double>(v[i * 12 + j * 4 + k])) / s, 1e-12);
+    }
+  // Opset 11, axis 1: the 2-D coercion, rows of 12.
+  n->set_since_version(11);
+  p = SoftmaxParams(*n, x);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->outer, 2);
+  EXPECT_EQ(p->len, 12);
+  EXPECT_EQ(p->inner, 1);
+  y = EmulateSoftmax(*p, v);
+  for (int i = 0; i < 2; ++i) {
+    double s = 0;
+    for (int j = 0; j < 12; ++j) s += std::exp(static_cast<double>(v[i * 12 + j]));
+    for (int j = 0; j < 12; ++j) EXPECT_NEAR(y[i * 12 + j], std::exp(static_cast<double>(v[i * 12 + j])) / s, 1e-12);
+  }
+  // Default axis: -1 from 13, 1 before.
+  n->SetAttr("axis", ir::Attribute::Int(-1));
+  n->set_since_version(13);
+  EXPECT_EQ(SoftmaxParams(*n, x)->inner, 1);
+  EXPECT_EQ(SoftmaxParams(*n, x)->len, 4);
+  n->SetAttr("axis", ir::Attribute::Int(3));
+  EXPECT_FALSE(SoftmaxParams(*n, x).ok());
+  ir::Node* ls = g.AddNode("LogSoftmax", "ls", {}, {});
+  ls->set_since_version(13);
+  EXPECT_EQ(SoftmaxParams(*ls, x)->log, 1);
+}
+
+TEST(CudaRowKernels, LayerNormRowsAndParameterStrides) {
+  ir::Graph g;
+  ir::Node* n = g.AddNode("LayerNormalization", "ln", {}, {});
+  n->SetAttr("axis", ir::Attribute::Int(1));
+  n->SetAttr("epsilon", ir::Attribute::Float(1e-3f));
+  auto p = LayerNormParams(*n, {2, 3, 4}, {3, 4}, true, {1}, 1);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->outer, 2);
+  EXPECT_EQ(p->len, 12);
+  EXPECT_EQ(p->scale_stride, 1);
+  EXPECT_EQ(p->bias_stride, 0);
+  EXPECT_FLOAT_EQ(p->epsilon, 1e-3f);
+  EXPECT_FALSE(LayerNormParams(*n, {2, 3, 4}, {4}, false, {}, 1).ok());   // scale neither 12 nor 1
+  EXPECT_FALSE(LayerNormParams(*n, {2, 3, 4}, {3, 4}, false, {}, 3).ok());  // Mean / InvStdDev wanted
+}
+
+TEST(CudaRowKernels, TransposeOffsetsAgainstTheDefinition) {
+  ir::Graph g;
+  ir::Node* n = g.AddNode("Transpose", "t", {}, {});
+  n->SetAttr("perm", ir::Attribute::Ints({2, 0, 1}));
+  const Shape in = {2, 3, 4};
+  auto p = TransposeParams(*n, in, DType::kFloat32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->elem_bytes, 4);
+  // out[k][i][j] = in[i][j][k], out shape [4, 2, 3].
+  for (long long k = 0; k < 4; ++k)
+    for (long long i = 0; i < 2; ++i)
+      for (long long j = 0; j < 3; ++j)
+        EXPECT_EQ(kiln_transpose_offset(*p, (k * 2 + i) * 3 + j), i * 12 + j * 4 + k);
+  n->SetAttr("perm", ir::Attribute::Ints({0, 0, 1}));
+  EXPECT_FALSE(TransposeParams(*n, in, DType::kFloat32).ok());
+  ir::Node* rev = g.AddNode("Transpose", "r", {}, {});  // no perm: reversed dims
+  auto q = TransposeParams(*rev, {2, 5}, DType::kInt64);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->elem_bytes, 8);
+  for (long long a = 0; a < 5; ++a)
+    for (long long b = 0; b < 2; ++b) EXPECT_EQ(kiln_transpose_offset(*q, a * 2 + b), b * 5 + a);
+  EXPECT_EQ(ElementwiseKind("Transpose", "", {DType::kUInt8}), EwKind::kTranspose);
+  EXPECT_EQ(ElementwiseKind("Softmax", "", {DType::kFloat32}), EwKind::kSoftmax);
+  EXPECT_EQ(ElementwiseKind("LayerNormalization", "", {DType::kFloat32, DType::kFloat32, DType::kUndefined}),
+            EwKind::kLayerNorm);
+}
+
+}  // namespace
+}  // namespace kiln::cuda
+
+namespace kiln::cuda {
+namespace {
+
+TEST(CudaDataKernels, WhereBroadcastsThreeWays) {
+  ir::Graph g;
+  ir::Node* n = g.AddNode("Where", "w", {}, {});
+  // cond [2,1], x [3], y [2,3] -> [2,3]
+  auto p = WhereParams(*n, {2, 3}, {2, 1}, {3}, {2, 3}, DType::kFloat32);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->op, 4);  // element bytes
+  const unsigned char cond[2] = {1, 0};
+  const float x[3] = {10, 20, 30}, y[6] = {-1, -2, -3, -4, -5, -6};
+  const float want[6] = {10, 20, 30, -4, -5, -6};
+  for (long long i = 0; i < 6; ++i) {
+    long long oc, ox, oy;
+    kiln_ew_offsets3(*p, i, &oc, &ox, &oy);
+    EXPECT_EQ(cond[oc] ? x[ox] : y[oy], want[i]) << i;
+  }
+  EXPECT_FALSE(WhereParams(*n, {2, 3}, {3, 1}, {3}, {2, 3}, DType::kFloat32).ok());
+  EXPECT_EQ(ElementwiseKind("Where", "", {DType::kBool, DType::kInt64, DType::kInt64}), EwKind::kWhere);
+  EXPECT_EQ(ElementwiseKind("Where", "", {DType::kFloat32, DType::kInt64, DType::kInt64}), EwKind::kNone);
+  EXPECT_EQ(ElementwiseKind("Where", "", {DType::kBool, DType::kInt64, DType::kInt32}), EwKind::kNone);
+}
+
+TEST(CudaDataKernels, ComparesFloatAndInt64) {
+  ir::Graph g;
+  const char* ops[] = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"};
+  for (const char* op : ops) {
+    ir::Node* n = g.AddNode(op, std::string("c_") + op, {}, {});
+    auto p = CompareParams(*n, {3}, {3}, {});
+    ASSERT_TRUE(p.ok()) << op;
+    for (float a : {-1.f, 2.f, 2.5f}) {
+      const float b = 2.f;
+      const bool want = std::string(op) == "Less" ? a < b : std::string(op) == "LessOrEqual" ? a <= b
+                        : std::string(op) == "Greater" ? a > b : std::string(op) == "GreaterOrEqual" ? a >= b : a == b;
+      EXPECT_EQ(kiln_compare_f(p->op, a, b), want) << op << " " << a;
+    }
+    const long long big = (1LL << 60) + 1;  // beyond double's exact integers
+    EXPECT_EQ(kiln_compare_i(p->op, big, big - 1),
+              std::string(op) == "Greater" || std::string(op) == "GreaterOrEqual") << op;
+  }
+  EXPECT_EQ(ElementwiseKind("Less", "", {DType::kInt64, DType::kInt64}), EwKind::kCompare);
+  EXPECT_EQ(ElementwiseKind("Less", "", {DType::kInt32, DType::kInt32}), EwKind::kNone);
+}
+
+TEST(CudaDataKernels, GatherIndicesAxesAndOutOfRange) {
+  ir::Graph g;
+  ir::Node* n = g.AddNode("Gather", "g", {}, {});
+  n->SetAttr("axis", ir::Attribute::Int(1));
+  // data [2,4,3], indices [2] = {3, -1} -> out [2,2,3]; -1 is the last row.
+  auto p = GatherParams(*n, {2, 4, 3}, DType::kFloat32, {2}, DType::kInt64);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->n, 12);
+  const long long idx[2] = {3, -1};
+  for (long long o = 0; o < 2; ++o)
+    for (long long j = 0; j < 2; ++j)
+      for (long long k = 0; k < 3; ++k) {
+        const long long i = (o * 2 + j) * 3 + k;
+        EXPECT_EQ(kiln_gather_source(*p, i, idx[kiln_gather_index_slot(*p, i)]), (o * 4 + 3) * 3 + k) << i;
+      }
+  EXPECT_EQ(kiln_gather_source(*p, 0, 4), -1);   // out of range: no read
+  EXPECT_EQ(kiln_gather_source(*p, 0, -5), -1);
+  EXPECT_EQ(kiln_gather_source(*p, 0, -4), 0);
+  n->SetAttr("axis", ir::Attribute::Int(3));
+  EXPECT_FALSE(GatherParams(*n, {2, 4, 3}, DType::kFloat32, {2}, DType::kInt64).ok());
+  EXPECT_EQ(ElementwiseKind("Gather", "", {DType::kFloat32, DType::kInt64}), EwKind::kGather);
+  EXPECT_EQ(ElementwiseKind("Gather", "", {DType::kFloat32, DType::kFloat32}), EwKind::kNone);
+}
+
+}  // namespace
+}  // namespace kiln::cuda

@@ -33,35 +33,44 @@ Status Launch(const void* fn, const device::KernelArgs& a, void** params, long l
   return Status::Ok();
 }
 
-class EwKernel final : public device::Kernel {
+// (ptrs, params) kernels, or (ptrs, params, extra) with `extra` >= 0
+// (compares: the element type).
+template <typename Params>
+class ParamsKernel final : public device::Kernel {
  public:
-  EwKernel(const void* fn, const KilnEwParams& p, std::string what) : fn_(fn), p_(p), what_(std::move(what)) {}
+  ParamsKernel(const void* fn, const Params& p, long long n, std::string what, int extra = -1)
+      : fn_(fn), p_(p), n_(n), extra_(extra), what_(std::move(what)) {}
   Status Run(const device::KernelArgs& a) override {
-    if (p_.n == 0) return Status::Ok();
+    if (n_ == 0) return Status::Ok();
     void* ptrs = const_cast<void**>(a.ptrs);
-    void* params[] = {&ptrs, &p_};
-    return Launch(fn_, a, params, p_.n, what_.c_str());
+    void* params[] = {&ptrs, &p_, &extra_};
+    return Launch(fn_, a, params, n_, what_.c_str());
   }
 
  private:
   const void* fn_;
-  KilnEwParams p_;
+  Params p_;
+  long long n_;
+  int extra_;
   std::string what_;
 };
+using EwKernel = ParamsKernel<KilnEwParams>;
 
 class CopyKernel final : public device::Kernel {
  public:
-  CopyKernel(const void* fn, long long bytes, std::string what) : fn_(fn), bytes_(bytes), what_(std::move(what)) {}
+  CopyKernel(const void* fn, long long bytes, int out_index, std::string what)
+      : fn_(fn), bytes_(bytes), out_index_(out_index), what_(std::move(what)) {}
   Status Run(const device::KernelArgs& a) override {
     if (bytes_ == 0) return Status::Ok();
     void* ptrs = const_cast<void**>(a.ptrs);
-    void* params[] = {&ptrs, &bytes_};
+    void* params[] = {&ptrs, &bytes_, &out_index_};
     return Launch(fn_, a, params, (bytes_ + 15) / 16, what_.c_str());
   }
 
  private:
   const void* fn_;
   long long bytes_;
+  int out_index_;
   std::string what_;
 };
 
@@ -180,7 +189,7 @@ Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelIni
     return std::unique_ptr<device::Kernel>(new GemmKernel(plan, pointers, bias, blas, libs.blas_mu, node.Describe()));
   }
   const EwKind kind = ElementwiseKind(node.op_type(), node.domain(), dtypes);
-  if (kind == EwKind::kNone || init.outputs.size() != 1) {
+  if (kind == EwKind::kNone || (init.outputs.size() != 1 && kind != EwKind::kLayerNorm)) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": no CUDA kernel for this op");
   }
   KILN_ASSIGN_OR_RETURN(const CudaModule* mod, libs.load("kiln_elementwise", ElementwiseProgramSource()));
@@ -188,17 +197,58 @@ Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelIni
   if (kind == EwKind::kCopy) {
     KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_copy"));
     KILN_ASSIGN_OR_RETURN(std::int64_t bytes, CheckedTensorBytes(init.outputs[0].dtype, init.outputs[0].shape, what));
-    return std::unique_ptr<device::Kernel>(new CopyKernel(fn, bytes, what));
+    return std::unique_ptr<device::Kernel>(new CopyKernel(fn, bytes, static_cast<int>(init.inputs.size()), what));
+  }
+  if (kind == EwKind::kSoftmax) {
+    KILN_ASSIGN_OR_RETURN(KilnRowParams p, SoftmaxParams(node, init.inputs[0].shape));
+    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_softmax"));
+    // One warp (32 threads) per row.
+    return std::unique_ptr<device::Kernel>(
+        new ParamsKernel<KilnRowParams>(fn, p, p.len == 0 ? 0 : p.outer * p.inner * 32, what));
+  }
+  if (kind == EwKind::kLayerNorm) {
+    const bool has_b = init.inputs.size() > 2 && init.inputs[2].present();
+    int outputs = 0;
+    for (const auto& o : init.outputs) outputs += o.present() ? 1 : 0;
+    KILN_ASSIGN_OR_RETURN(KilnRowParams p, LayerNormParams(node, init.inputs[0].shape, init.inputs[1].shape, has_b,
+                                                           has_b ? init.inputs[2].shape : Shape{}, outputs));
+    p.y_index = static_cast<int>(init.inputs.size());
+    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_layernorm"));
+    return std::unique_ptr<device::Kernel>(new ParamsKernel<KilnRowParams>(fn, p, p.len == 0 ? 0 : p.outer * 32, what));
+  }
+  if (kind == EwKind::kTranspose) {
+    KILN_ASSIGN_OR_RETURN(KilnTransposeParams p, TransposeParams(node, init.inputs[0].shape, init.inputs[0].dtype));
+    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_transpose"));
+    return std::unique_ptr<device::Kernel>(new ParamsKernel<KilnTransposeParams>(fn, p, p.n, what));
   }
   if (kind == EwKind::kUnary) {
     KILN_ASSIGN_OR_RETURN(KilnEwParams p, UnaryParams(node, init.outputs[0].shape));
     KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_unary"));
-    return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, what));
+    return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what));
+  }
+  if (kind == EwKind::kWhere) {
+    KILN_ASSIGN_OR_RETURN(KilnEwParams p, WhereParams(node, init.outputs[0].shape, init.inputs[0].shape,
+                                                      init.inputs[1].shape, init.inputs[2].shape, init.inputs[1].dtype));
+    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_where"));
+    return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what));
+  }
+  if (kind == EwKind::kCompare) {
+    KILN_ASSIGN_OR_RETURN(KilnEwParams p,
+                          CompareParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
+    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_compare_kernel"));
+    const int type = init.inputs[0].dtype == DType::kInt64 ? kKilnCmpI64 : kKilnCmpF32;
+    return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what, type));
+  }
+  if (kind == EwKind::kGather) {
+    KILN_ASSIGN_OR_RETURN(KilnGatherParams p, GatherParams(node, init.inputs[0].shape, init.inputs[0].dtype,
+                                                           init.inputs[1].shape, init.inputs[1].dtype));
+    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_gather"));
+    return std::unique_ptr<device::Kernel>(new ParamsKernel<KilnGatherParams>(fn, p, p.n, what));
   }
   KILN_ASSIGN_OR_RETURN(KilnEwParams p,
                         BinaryParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
   KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_binary"));
-  return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, what));
+  return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what));
 }
 
 }  // namespace kiln::cuda

@@ -57,16 +57,114 @@ enum KilnBinaryOp {
   kKilnBinaryOpCount
 };
 
+// Comparisons (float32 or int64 inputs, bool output).
+enum KilnCompareOp { kKilnLess = 0, kKilnLessOrEqual, kKilnGreater, kKilnGreaterOrEqual, kKilnEqual };
+
+// The element types compares read.
+enum KilnCompareType { kKilnCmpF32 = 0, kKilnCmpI64 };
+
+KILN_HD bool kiln_compare_f(int op, float a, float b) {
+  switch (op) {
+    case kKilnLess: return a < b;
+    case kKilnLessOrEqual: return a <= b;
+    case kKilnGreater: return a > b;
+    case kKilnGreaterOrEqual: return a >= b;
+    default: return a == b;
+  }
+}
+
+KILN_HD bool kiln_compare_i(int op, long long a, long long b) {
+  switch (op) {
+    case kKilnLess: return a < b;
+    case kKilnLessOrEqual: return a <= b;
+    case kKilnGreater: return a > b;
+    case kKilnGreaterOrEqual: return a >= b;
+    default: return a == b;
+  }
+}
+
+// Gather: data as [outer, axis_len, inner] elements, indices flattened
+// (n_idx of them); output [outer, n_idx, inner]. Output element i reads
+// data element kiln_gather_source(i, idx) where idx is indices[(i / inner) %
+// n_idx], or -1 when idx is out of [-axis_len, axis_len) (the output
+// element is then zero: never a read outside the data).
+struct KilnGatherParams {
+  long long n, outer, axis_len, inner, n_idx;
+  int elem_bytes;
+  int idx64;  // indices are int64 (else int32)
+};
+
+KILN_HD long long kiln_gather_index_slot(const KilnGatherParams& p, long long i) { return (i / p.inner) % p.n_idx; }
+
+KILN_HD long long kiln_gather_source(const KilnGatherParams& p, long long i, long long idx) {
+  if (idx < 0) idx += p.axis_len;
+  if (idx < 0 || idx >= p.axis_len) return -1;
+  const long long o = i / (p.inner * p.n_idx), k = i % p.inner;
+  return (o * p.axis_len + idx) * p.inner + k;
+}
+
 struct KilnEwParams {
   long long n;                           // output elements
   long long dims[KILN_EW_MAX_RANK];      // output dims, rank of them
   long long sa[KILN_EW_MAX_RANK];        // input a's stride (elements) per output dim; 0: broadcast
   long long sb[KILN_EW_MAX_RANK];        // input b's
+  long long sc[KILN_EW_MAX_RANK];        // input c's (Where)
   int rank;
   int op;
   int contiguous;                        // 1: a and b have the output's shape (offsets = i)
   float alpha, beta, gamma;
 };
+
+// Softmax / LogSoftmax (the tensor as [outer, len, inner], normalised
+// along len) and LayerNormalization ([outer, len]: rows normalised, scale
+// and bias of len elements, or one each: stride 0).
+struct KilnRowParams {
+  long long outer, len, inner;
+  int log;           // LogSoftmax
+  int has_bias;      // LayerNormalization's B
+  int y_index;       // slot of Y in the argument block
+  int scale_stride, bias_stride;  // 1, or 0 for a single value
+  float epsilon;
+};
+
+// Softmax row r (of outer * inner): its first element; the others follow
+// inner apart.
+KILN_HD long long kiln_row_base(const KilnRowParams& p, long long r) {
+  return (r / p.inner) * p.len * p.inner + r % p.inner;
+}
+
+// Transpose: output element i reads input element kiln_transpose_offset(i).
+struct KilnTransposeParams {
+  long long n;
+  long long out_dims[KILN_EW_MAX_RANK];
+  long long in_strides[KILN_EW_MAX_RANK];  // the input stride of each output dim (the permuted strides)
+  int rank;
+  int elem_bytes;                          // 1, 2, 4 or 8
+};
+
+KILN_HD long long kiln_transpose_offset(const KilnTransposeParams& p, long long i) {
+  long long off = 0, rem = i;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    off += (rem % p.out_dims[d]) * p.in_strides[d];
+    rem /= p.out_dims[d];
+  }
+  return off;
+}
+
+// Offsets into a, b and c of output element i (Where's three inputs).
+KILN_HD void kiln_ew_offsets3(const KilnEwParams& p, long long i, long long* oa, long long* ob, long long* oc) {
+  long long a = 0, b = 0, c = 0, rem = i;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    const long long k = rem % p.dims[d];
+    rem /= p.dims[d];
+    a += k * p.sa[d];
+    b += k * p.sb[d];
+    c += k * p.sc[d];
+  }
+  *oa = a;
+  *ob = b;
+  *oc = c;
+}
 
 // Offsets into a and b of output element i.
 KILN_HD void kiln_ew_offsets(const KilnEwParams& p, long long i, long long* oa, long long* ob) {

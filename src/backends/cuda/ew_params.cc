@@ -26,6 +26,13 @@ const std::map<std::string, int>& BinaryOps() {
   return *m;
 }
 
+const std::map<std::string, int>& CompareOps() {
+  static const auto* m = new std::map<std::string, int>{{"Less", kKilnLess}, {"LessOrEqual", kKilnLessOrEqual},
+                                                         {"Greater", kKilnGreater}, {"GreaterOrEqual", kKilnGreaterOrEqual},
+                                                         {"Equal", kKilnEqual}};
+  return *m;
+}
+
 bool AllFloat32(const std::vector<DType>& dtypes) {
   if (dtypes.empty()) return false;
   for (DType t : dtypes) {
@@ -50,6 +57,40 @@ EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, co
   }
   if (!domain.empty()) return EwKind::kNone;
   if (op_type == "Identity" && dtypes.size() == 1 && dtypes[0] != DType::kUndefined) return EwKind::kCopy;
+  // Views (the memory plan usually aliases them: no kernel runs; where it
+  // cannot, the bytes are copied). Extra inputs are int64 shapes or axes.
+  if ((op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" || op_type == "Unsqueeze") &&
+      !dtypes.empty() && dtypes[0] != DType::kUndefined && dtypes[0] != DType::kString) {
+    for (std::size_t i = 1; i < dtypes.size(); ++i) {
+      if (dtypes[i] != DType::kInt64 && dtypes[i] != DType::kUndefined) return EwKind::kNone;
+    }
+    return EwKind::kCopy;
+  }
+  if (op_type == "Transpose" && dtypes.size() == 1) {
+    const std::size_t b = DTypeSize(dtypes[0]);
+    return (b == 1 || b == 2 || b == 4 || b == 8) && dtypes[0] != DType::kString ? EwKind::kTranspose : EwKind::kNone;
+  }
+  if (op_type == "Where" && dtypes.size() == 3 && dtypes[0] == DType::kBool && dtypes[1] == dtypes[2] &&
+      dtypes[1] != DType::kString) {
+    const std::size_t b = DTypeSize(dtypes[1]);
+    return b == 1 || b == 2 || b == 4 || b == 8 ? EwKind::kWhere : EwKind::kNone;
+  }
+  if (CompareOps().count(op_type) && dtypes.size() == 2 && dtypes[0] == dtypes[1] &&
+      (dtypes[0] == DType::kFloat32 || dtypes[0] == DType::kInt64)) {
+    return EwKind::kCompare;
+  }
+  if (op_type == "Gather" && dtypes.size() == 2 && dtypes[0] != DType::kString && dtypes[0] != DType::kUndefined &&
+      (dtypes[1] == DType::kInt64 || dtypes[1] == DType::kInt32)) {
+    const std::size_t b = DTypeSize(dtypes[0]);
+    return b == 1 || b == 2 || b == 4 || b == 8 ? EwKind::kGather : EwKind::kNone;
+  }
+  if ((op_type == "Softmax" || op_type == "LogSoftmax") && dtypes.size() == 1 && dtypes[0] == DType::kFloat32) {
+    return EwKind::kSoftmax;
+  }
+  if (op_type == "LayerNormalization" && (dtypes.size() == 2 || dtypes.size() == 3) && dtypes[0] == DType::kFloat32 &&
+      dtypes[1] == DType::kFloat32 && (dtypes.size() == 2 || dtypes[2] == DType::kFloat32 || dtypes[2] == DType::kUndefined)) {
+    return EwKind::kLayerNorm;
+  }
   if (!AllFloat32(dtypes)) return EwKind::kNone;
   if (dtypes.size() == 1 && UnaryOps().count(op_type)) return EwKind::kUnary;
   if (dtypes.size() == 2 && BinaryOps().count(op_type)) return EwKind::kBinary;
@@ -90,18 +131,19 @@ Result<KilnEwParams> UnaryParams(const ir::Node& node, const Shape& out) {
   return p;
 }
 
-Status FillBroadcast(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b, KilnEwParams* pp) {
+Status FillBroadcast3(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b, const Shape& c,
+                      KilnEwParams* pp) {
   KilnEwParams& p = *pp;
-  if (out.size() > KILN_EW_MAX_RANK || a.size() > out.size() || b.size() > out.size()) {
+  if (out.size() > KILN_EW_MAX_RANK || a.size() > out.size() || b.size() > out.size() || c.size() > out.size()) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels broadcast up to ",
                  KILN_EW_MAX_RANK, " dims with inputs of no higher rank than the output (output ",
-                 ShapeToString(out), ", inputs ", ShapeToString(a), " and ", ShapeToString(b), ")");
+                 ShapeToString(out), ", inputs ", ShapeToString(a), ", ", ShapeToString(b), ", ", ShapeToString(c), ")");
   }
-  p.contiguous = a == out && b == out;
+  p.contiguous = a == out && b == out && c == out;
   p.rank = static_cast<int>(out.size());
-  const Shape* ins[2] = {&a, &b};
-  long long* strides[2] = {p.sa, p.sb};
-  for (int k = 0; k < 2; ++k) {
+  const Shape* ins[3] = {&a, &b, &c};
+  long long* strides[3] = {p.sa, p.sb, p.sc};
+  for (int k = 0; k < 3; ++k) {
     const Shape& s = *ins[k];
     const std::size_t lead = out.size() - s.size();  // numpy: shapes aligned at the right
     long long stride = 1;
@@ -131,8 +173,15 @@ Status FillBroadcast(const ir::Node& node, const Shape& out, const Shape& a, con
   if (p.rank == 0) {  // scalars: one element
     p.rank = 1;
     p.dims[0] = 1;
-    p.sa[0] = p.sb[0] = 0;
+    p.sa[0] = p.sb[0] = p.sc[0] = 0;
   }
+  return Status::Ok();
+}
+
+Status FillBroadcast(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b, KilnEwParams* p) {
+  // c = a scalar: it never limits the rank, and its strides stay 0.
+  KILN_RETURN_IF_ERROR(FillBroadcast3(node, out, a, b, {}, p));
+  p->contiguous = a == out && b == out;
   return Status::Ok();
 }
 
@@ -145,6 +194,153 @@ Result<KilnEwParams> BinaryParams(const ir::Node& node, const Shape& out, const 
   p.op = it->second;
   KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(out, node.Describe() + " output"));
   KILN_RETURN_IF_ERROR(FillBroadcast(node, out, a, b, &p));
+  return p;
+}
+
+namespace {
+Result<int> AxisOf(const ir::Node& node, std::int64_t axis, std::size_t rank) {
+  const auto r = static_cast<std::int64_t>(rank);
+  if (axis < -r || axis >= std::max<std::int64_t>(r, 1)) {
+    return Error(StatusCode::kInvalidArgument, node.Describe(), ": axis ", axis, " is out of range for rank ", rank);
+  }
+  return static_cast<int>(axis < 0 ? axis + r : axis);
+}
+std::int64_t Prod(const Shape& s, std::size_t b, std::size_t e) {
+  std::int64_t p = 1;
+  for (std::size_t i = b; i < e && i < s.size(); ++i) p *= s[i];
+  return p;
+}
+}  // namespace
+
+Result<KilnRowParams> SoftmaxParams(const ir::Node& node, const Shape& x) {
+  KILN_RETURN_IF_ERROR(CheckedNumElements(x, node.Describe() + " input").status());
+  KilnRowParams p{};
+  p.log = node.op_type() == "LogSoftmax";
+  const bool v13 = node.since_version() >= 13;
+  KILN_ASSIGN_OR_RETURN(int axis, AxisOf(node, node.GetInt("axis", v13 ? -1 : 1), x.size()));
+  const std::size_t a = static_cast<std::size_t>(axis);
+  if (x.empty()) {  // a scalar: one row of one
+    p.outer = p.len = p.inner = 1;
+  } else if (v13) {
+    p.outer = Prod(x, 0, a);
+    p.len = x[a];
+    p.inner = Prod(x, a + 1, x.size());
+  } else {  // 2-D coercion: [prod(dims[:axis]), prod(dims[axis:])]
+    p.outer = Prod(x, 0, a);
+    p.len = Prod(x, a, x.size());
+    p.inner = 1;
+  }
+  return p;
+}
+
+Result<KilnRowParams> LayerNormParams(const ir::Node& node, const Shape& x, const Shape& scale, bool has_bias,
+                                      const Shape& bias, int num_outputs) {
+  if (num_outputs != 1) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": LayerNormalization's Mean and InvStdDev outputs are not computed on CUDA");
+  }
+  KILN_RETURN_IF_ERROR(CheckedNumElements(x, node.Describe() + " input").status());
+  KILN_ASSIGN_OR_RETURN(int axis, AxisOf(node, node.GetInt("axis", -1), x.size()));
+  KilnRowParams p{};
+  p.outer = Prod(x, 0, static_cast<std::size_t>(axis));
+  p.len = Prod(x, static_cast<std::size_t>(axis), x.size());
+  p.inner = 1;
+  p.epsilon = node.GetFloat("epsilon", 1e-5f);
+  p.has_bias = has_bias;
+  p.y_index = 3;  // set by the kernel from the inputs' count
+  auto stride_of = [&](const Shape& s, const char* what, int* stride) -> Status {
+    const std::int64_t n = Prod(s, 0, s.size());
+    if (n == p.len) {
+      *stride = 1;
+    } else if (n == 1) {
+      *stride = 0;
+    } else {
+      return Error(StatusCode::kUnimplemented, node.Describe(), ": ", what, " of shape ", ShapeToString(s),
+                   " is neither the normalised shape's ", p.len, " elements nor one");
+    }
+    return Status::Ok();
+  };
+  KILN_RETURN_IF_ERROR(stride_of(scale, "scale", &p.scale_stride));
+  if (has_bias) KILN_RETURN_IF_ERROR(stride_of(bias, "B", &p.bias_stride));
+  return p;
+}
+
+Result<KilnTransposeParams> TransposeParams(const ir::Node& node, const Shape& in, DType dtype) {
+  KilnTransposeParams p{};
+  if (in.size() > KILN_EW_MAX_RANK) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": Transpose of rank ", in.size(), " (CUDA: up to ",
+                 KILN_EW_MAX_RANK, ")");
+  }
+  std::vector<std::int64_t> perm;
+  if (const ir::Attribute* a = node.FindAttr("perm")) {
+    perm = a->ints;
+  } else {
+    for (std::size_t i = in.size(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
+  }
+  if (perm.size() != in.size()) {
+    return Error(StatusCode::kInvalidArgument, node.Describe(), ": perm has ", perm.size(), " entries for rank ", in.size());
+  }
+  std::vector<long long> stride(in.size(), 1);
+  for (std::size_t d = in.size(); d-- > 1;) stride[d - 1] = stride[d] * in[d];
+  std::vector<bool> seen(in.size(), false);
+  for (std::size_t d = 0; d < perm.size(); ++d) {
+    const std::int64_t q = perm[d] < 0 ? perm[d] + static_cast<std::int64_t>(in.size()) : perm[d];
+    if (q < 0 || q >= static_cast<std::int64_t>(in.size()) || seen[static_cast<std::size_t>(q)]) {
+      return Error(StatusCode::kInvalidArgument, node.Describe(), ": perm is not a permutation of 0..", in.size() - 1);
+    }
+    seen[static_cast<std::size_t>(q)] = true;
+    p.out_dims[d] = in[static_cast<std::size_t>(q)];
+    p.in_strides[d] = stride[static_cast<std::size_t>(q)];
+  }
+  p.rank = static_cast<int>(in.size());
+  KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(in, node.Describe() + " input"));
+  p.elem_bytes = static_cast<int>(DTypeSize(dtype));
+  if (p.rank == 0) {
+    p.rank = 1;
+    p.out_dims[0] = 1;
+    p.in_strides[0] = 0;
+  }
+  return p;
+}
+
+Result<KilnEwParams> WhereParams(const ir::Node& node, const Shape& out, const Shape& cond, const Shape& x,
+                                 const Shape& y, DType dtype) {
+  KilnEwParams p = Blank();
+  KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(out, node.Describe() + " output"));
+  KILN_RETURN_IF_ERROR(FillBroadcast3(node, out, cond, x, y, &p));
+  p.op = static_cast<int>(DTypeSize(dtype));
+  return p;
+}
+
+Result<KilnEwParams> CompareParams(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b) {
+  auto it = CompareOps().find(node.op_type());
+  if (it == CompareOps().end() || !node.domain().empty()) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": no CUDA compare kernel for ", node.op_type());
+  }
+  KilnEwParams p = Blank();
+  p.op = it->second;
+  KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(out, node.Describe() + " output"));
+  KILN_RETURN_IF_ERROR(FillBroadcast(node, out, a, b, &p));
+  return p;
+}
+
+Result<KilnGatherParams> GatherParams(const ir::Node& node, const Shape& data, DType dtype, const Shape& indices,
+                                      DType index_type) {
+  if (data.empty()) return Error(StatusCode::kInvalidArgument, node.Describe(), ": Gather of a scalar");
+  KILN_ASSIGN_OR_RETURN(int axis, AxisOf(node, node.GetInt("axis", 0), data.size()));
+  const std::size_t a = static_cast<std::size_t>(axis);
+  KilnGatherParams p{};
+  KILN_RETURN_IF_ERROR(CheckedNumElements(data, node.Describe() + " data").status());
+  KILN_ASSIGN_OR_RETURN(p.n_idx, CheckedNumElements(indices, node.Describe() + " indices"));
+  p.outer = Prod(data, 0, a);
+  p.axis_len = data[a];
+  p.inner = Prod(data, a + 1, data.size());
+  std::int64_t n = 0;
+  if (!CheckedMul(p.outer * p.inner, p.n_idx, &n)) {
+    return Error(StatusCode::kOutOfRange, node.Describe(), ": Gather output overflows int64");
+  }
+  p.n = n;
+  p.elem_bytes = static_cast<int>(DTypeSize(dtype));
+  p.idx64 = index_type == DType::kInt64;
   return p;
 }
 

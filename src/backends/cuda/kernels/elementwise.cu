@@ -27,12 +27,13 @@ extern "C" __global__ void kiln_binary(void* const* ptrs, KilnEwParams p) {
   }
 }
 
-// Copies `bytes` from ptrs[0] to ptrs[1]: device memory, or mapped pinned
-// host memory (kiln.MemcpyToHost / MemcpyFromHost, Identity). 16 bytes at a
-// time where both addresses and the size allow.
-extern "C" __global__ void kiln_copy(void* const* ptrs, long long bytes) {
+// Copies `bytes` from ptrs[0] to ptrs[out_index]: device memory, or mapped
+// pinned host memory (kiln.MemcpyToHost / MemcpyFromHost, Identity, views
+// the memory plan did not alias). 16 bytes at a time where both addresses
+// and the size allow.
+extern "C" __global__ void kiln_copy(void* const* ptrs, long long bytes, int out_index) {
   const char* src = static_cast<const char*>(ptrs[0]);
-  char* dst = static_cast<char*>(ptrs[1]);
+  char* dst = static_cast<char*>(ptrs[out_index]);
   const long long step = (long long)blockDim.x * gridDim.x;
   const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (((reinterpret_cast<unsigned long long>(src) | reinterpret_cast<unsigned long long>(dst) |
@@ -75,5 +76,139 @@ extern "C" __global__ void kiln_gemm_bias(void* const* ptrs, KilnEwParams p, int
     long long oa, ob;
     kiln_ew_offsets(p, i, &oa, &ob);
     y[i] = c[ob];
+  }
+}
+
+// ---- row kernels: one warp per row, lanes striding the row ----
+
+__device__ __forceinline__ float kiln_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float kiln_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Softmax / LogSoftmax along len of [outer, len, inner]: row r is
+// (r / inner, r % inner), its elements inner apart. Whole warps run the
+// loop together (the row loop bound is uniform per warp), so the shuffles
+// see every lane.
+extern "C" __global__ void kiln_softmax(void* const* ptrs, KilnRowParams p) {
+  const float* x = static_cast<const float*>(ptrs[0]);
+  float* y = static_cast<float*>(ptrs[1]);
+  const long long rows = p.outer * p.inner;
+  const int lane = threadIdx.x & 31;
+  const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+  const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+  for (long long r = warp; r < rows; r += warps) {
+    const long long base = kiln_row_base(p, r);
+    float m = __int_as_float(0xff800000);  // -inf
+    for (long long j = lane; j < p.len; j += 32) m = fmaxf(m, x[base + j * p.inner]);
+    m = kiln_warp_max(m);
+    float s = 0.f;
+    for (long long j = lane; j < p.len; j += 32) s += expf(x[base + j * p.inner] - m);
+    s = kiln_warp_sum(s);
+    const float ls = logf(s);
+    for (long long j = lane; j < p.len; j += 32) {
+      const float v = x[base + j * p.inner] - m;
+      y[base + j * p.inner] = p.log ? v - ls : expf(v) / s;
+    }
+  }
+}
+
+// LayerNormalization over rows of len: mean, then the centred variance
+// (two passes), y = (x - mean) / sqrt(var + epsilon) * scale + bias.
+extern "C" __global__ void kiln_layernorm(void* const* ptrs, KilnRowParams p) {
+  const float* x = static_cast<const float*>(ptrs[0]);
+  const float* scale = static_cast<const float*>(ptrs[1]);
+  const float* bias = p.has_bias ? static_cast<const float*>(ptrs[2]) : nullptr;
+  float* y = static_cast<float*>(ptrs[p.y_index]);
+  const int lane = threadIdx.x & 31;
+  const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+  const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+  for (long long r = warp; r < p.outer; r += warps) {
+    const float* xr = x + r * p.len;
+    float* yr = y + r * p.len;
+    float s = 0.f;
+    for (long long j = lane; j < p.len; j += 32) s += xr[j];
+    const float mean = kiln_warp_sum(s) / (float)p.len;
+    float q = 0.f;
+    for (long long j = lane; j < p.len; j += 32) {
+      const float d = xr[j] - mean;
+      q += d * d;
+    }
+    const float inv = 1.f / sqrtf(kiln_warp_sum(q) / (float)p.len + p.epsilon);
+    for (long long j = lane; j < p.len; j += 32) {
+      const float b = bias ? bias[j * p.bias_stride] : 0.f;
+      yr[j] = (xr[j] - mean) * inv * scale[j * p.scale_stride] + b;
+    }
+  }
+}
+
+// Transpose of elements of elem_bytes.
+extern "C" __global__ void kiln_transpose(void* const* ptrs, KilnTransposeParams p) {
+  const char* x = static_cast<const char*>(ptrs[0]);
+  char* y = static_cast<char*>(ptrs[1]);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    const long long o = kiln_transpose_offset(p, i);
+    switch (p.elem_bytes) {
+      case 1: y[i] = x[o]; break;
+      case 2: reinterpret_cast<unsigned short*>(y)[i] = reinterpret_cast<const unsigned short*>(x)[o]; break;
+      case 4: reinterpret_cast<unsigned int*>(y)[i] = reinterpret_cast<const unsigned int*>(x)[o]; break;
+      default: reinterpret_cast<unsigned long long*>(y)[i] = reinterpret_cast<const unsigned long long*>(x)[o];
+    }
+  }
+}
+
+// ---- data movement and types ----
+
+// Where(cond, x, y) with broadcasting; x / y of elem_bytes (p.op).
+extern "C" __global__ void kiln_where(void* const* ptrs, KilnEwParams p) {
+  const unsigned char* cond = static_cast<const unsigned char*>(ptrs[0]);
+  const char* x = static_cast<const char*>(ptrs[1]);
+  const char* y = static_cast<const char*>(ptrs[2]);
+  char* out = static_cast<char*>(ptrs[3]);
+  const int eb = p.op;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    long long oc, ox, oy;
+    kiln_ew_offsets3(p, i, &oc, &ox, &oy);
+    const char* src = cond[oc] ? x + ox * eb : y + oy * eb;
+    switch (eb) {
+      case 1: out[i] = *src; break;
+      case 2: reinterpret_cast<unsigned short*>(out)[i] = *reinterpret_cast<const unsigned short*>(src); break;
+      case 4: reinterpret_cast<unsigned int*>(out)[i] = *reinterpret_cast<const unsigned int*>(src); break;
+      default: reinterpret_cast<unsigned long long*>(out)[i] = *reinterpret_cast<const unsigned long long*>(src);
+    }
+  }
+}
+
+// Less / LessOrEqual / Greater / GreaterOrEqual / Equal (p.op) on float32
+// or int64 (`type`), with broadcasting; bool out.
+extern "C" __global__ void kiln_compare_kernel(void* const* ptrs, KilnEwParams p, int type) {
+  unsigned char* out = static_cast<unsigned char*>(ptrs[2]);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    long long oa, ob;
+    kiln_ew_offsets(p, i, &oa, &ob);
+    out[i] = type == kKilnCmpI64
+                 ? kiln_compare_i(p.op, static_cast<const long long*>(ptrs[0])[oa], static_cast<const long long*>(ptrs[1])[ob])
+                 : kiln_compare_f(p.op, static_cast<const float*>(ptrs[0])[oa], static_cast<const float*>(ptrs[1])[ob]);
+  }
+}
+
+extern "C" __global__ void kiln_gather(void* const* ptrs, KilnGatherParams p) {
+  const char* data = static_cast<const char*>(ptrs[0]);
+  const void* indices = ptrs[1];
+  char* out = static_cast<char*>(ptrs[2]);
+  const int eb = p.elem_bytes;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    const long long slot = kiln_gather_index_slot(p, i);
+    const long long idx = p.idx64 ? static_cast<const long long*>(indices)[slot] : static_cast<const int*>(indices)[slot];
+    const long long src = kiln_gather_source(p, i, idx);
+    for (int b = 0; b < eb; ++b) out[i * eb + b] = src < 0 ? 0 : data[src * eb + b];
   }
 }
