@@ -153,7 +153,7 @@ Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph,
     popts.target_has_kernel = [tdev](const ir::Node& n) {
       std::vector<DType> dtypes;
       for (const ir::Value* v : n.inputs()) dtypes.push_back(v ? v->dtype() : DType::kUndefined);
-      return tdev->SupportsOp(n.op_type(), n.domain(), dtypes);
+      return tdev->SupportsNode(n, dtypes);
     };
   }
   std::vector<std::string> log;

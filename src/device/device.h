@@ -28,6 +28,9 @@
 
 namespace kiln {
 class Event;
+namespace ir {
+class Node;
+}
 }
 
 namespace kiln::device {
@@ -142,6 +145,11 @@ class Device {
   // Whether a kernel for this op (type, domain, input dtypes) exists here.
   virtual bool SupportsOp(const std::string& op_type, const std::string& domain,
                           const std::vector<DType>& input_dtypes) const = 0;
+  // Whether this device runs this node: placement (compile) and the loader
+  // ask this. A device whose kernels take only some attribute values or
+  // shapes (cuda: a Cast's target type, a convolution's padding) looks at
+  // the node; by default the op, domain and input types decide.
+  virtual bool SupportsNode(const ir::Node& node, const std::vector<DType>& input_dtypes) const;
   // Creates the kernel for init.node from this device's kernel library (the
   // executor calls it once per node at load, and per new shape for nodes
   // with data-dependent extents). Errors name the node; never throws.

@@ -588,7 +588,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       std::vector<DType> dtypes;
       for (const ir::Value* v : node.inputs()) dtypes.push_back(v ? v->dtype() : DType::kUndefined);
       device::Device& runs_on = task.on_host ? CpuDevice() : dev;
-      if (!runs_on.SupportsOp(node.op_type(), node.domain(), dtypes)) {
+      if (!runs_on.SupportsNode(node, dtypes)) {
         return Error(StatusCode::kUnimplemented, node.Describe(), ": device '", runs_on.spec(), "' has no kernel for ",
                      node.domain().empty() ? "" : node.domain() + ".", node.op_type(),
                      task.on_host ? " (the node is placed on the CPU)" : "", " (the model was compiled for '",
