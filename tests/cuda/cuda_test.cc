@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/nvrtc.h"
+#include "ir/graph.h"
 #include "kiln/stream.h"
 
 namespace kiln::cuda {
@@ -204,6 +205,47 @@ TEST(CudaKernels, ProgramsCompileForSm90WithoutAGpu) {
                           "kiln_gather"}) {
     EXPECT_NE(bin.find(sym), std::string::npos) << sym;
   }
+}
+
+// What placement asks the device (no GPU needed): the op, types,
+// attributes and static shapes decide.
+TEST(CudaKernels, NodeSupportLooksAtTypesAttributesAndShapes) {
+  ir::Graph g;
+  auto* a = g.AddValue("a", DType::kFloat32, {2, 3});
+  auto* b = g.AddValue("b", DType::kFloat32, {3});
+  auto* y = g.AddValue("y", DType::kFloat32, {2, 3});
+  auto dtypes = [](const ir::Node* n) {
+    std::vector<DType> d;
+    for (const ir::Value* v : n->inputs()) d.push_back(v ? v->dtype() : DType::kUndefined);
+    return d;
+  };
+  ir::Node* add = g.AddNode("Add", "add", {a, b}, {y});
+  EXPECT_TRUE(CudaNodeSupported(*add, dtypes(add)));
+  auto* ia = g.AddValue("ia", DType::kInt64, {2, 3});
+  auto* iy = g.AddValue("iy", DType::kInt64, {2, 3});
+  ir::Node* iadd = g.AddNode("Add", "iadd", {ia, ia}, {iy});
+  EXPECT_FALSE(CudaNodeSupported(*iadd, dtypes(iadd)));  // float32 only
+  auto* bad = g.AddValue("bad", DType::kFloat32, {2});
+  ir::Node* nobcast = g.AddNode("Add", "nobcast", {a, bad}, {y});
+  EXPECT_FALSE(CudaNodeSupported(*nobcast, dtypes(nobcast)));
+  auto* dyn = g.AddValue("dyn", DType::kFloat32, {-1, 3});
+  ir::Node* relu = g.AddNode("Relu", "relu", {dyn}, {g.AddValue("r", DType::kFloat32, {-1, 3})});
+  EXPECT_FALSE(CudaNodeSupported(*relu, dtypes(relu)));  // symbolic: not on cuda yet
+  auto* s = g.AddValue("s", DType::kFloat32, {3});
+  auto* m = g.AddValue("m", DType::kFloat32, {2, 1});
+  auto* v = g.AddValue("v", DType::kFloat32, {2, 1});
+  ir::Node* ln = g.AddNode("LayerNormalization", "ln", {a, s}, {y, m, v});
+  EXPECT_FALSE(CudaNodeSupported(*ln, dtypes(ln)));  // Mean / InvStdDev wanted
+  ir::Node* ln1 = g.AddNode("LayerNormalization", "ln1", {a, s}, {y});
+  EXPECT_TRUE(CudaNodeSupported(*ln1, dtypes(ln1)));
+  auto* w = g.AddValue("w", DType::kFloat32, {3, 4});
+  ir::Node* mm = g.AddNode("MatMul", "mm", {a, w}, {g.AddValue("o", DType::kFloat32, {2, 4})});
+  EXPECT_TRUE(CudaNodeSupported(*mm, dtypes(mm)));
+  ir::Node* cast = g.AddNode("Cast", "cast", {a}, {g.AddValue("c", DType::kInt64, {2, 3})});
+  EXPECT_FALSE(CudaNodeSupported(*cast, dtypes(cast)));
+  ir::Node* fused = g.AddNode("Add", "fused", {a, b}, {y});
+  fused->SetAttr("kiln.activation", ir::Attribute::String("Relu"));
+  EXPECT_FALSE(CudaNodeSupported(*fused, dtypes(fused)));
 }
 
 // ---- the device (needs a GPU) ----

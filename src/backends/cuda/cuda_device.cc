@@ -171,6 +171,9 @@ class CudaDevice final : public device::Device {
   bool SupportsOp(const std::string& op, const std::string& domain, const std::vector<DType>& dtypes) const override {
     return CudaKernelExists(op, domain, dtypes);
   }
+  bool SupportsNode(const ir::Node& node, const std::vector<DType>& dtypes) const override {
+    return CudaNodeSupported(node, dtypes);
+  }
   Result<std::unique_ptr<device::Kernel>> CreateKernel(const device::KernelInit& init) override {
     CudaLibraries libs;
     libs.load = [this](const std::string& name, const std::string& source) { return Program(name, source); };

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <variant>
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/ew_params.h"
@@ -164,91 +165,174 @@ bool CudaKernelExists(const std::string& op_type, const std::string& domain, con
   return ElementwiseKind(op_type, domain, dtypes) != EwKind::kNone || IsGemm(op_type, domain, dtypes);
 }
 
-Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelInit& init, const CudaLibraries& libs) {
+namespace {
+
+// What a node needs, decided without CUDA (so placement can ask it too).
+struct Planned {
+  enum Kind { kParams, kCopy, kGemm } kind = kParams;
+  std::string symbol;  // the device program's entry point
+  long long n = 0;     // threads to cover
+  int extra = -1;      // a third kernel argument (compares: the element type)
+  std::variant<KilnEwParams, KilnRowParams, KilnTransposeParams, KilnGatherParams> params;
+  long long bytes = 0;  // copies
+  int out_index = 1;
+  GemmPlan gemm;
+};
+
+Result<Planned> PlanKernel(const device::KernelInit& init) {
   const ir::Node& node = *init.node;
   std::vector<DType> dtypes;
   for (const auto& d : init.inputs) dtypes.push_back(d.dtype);
   if (node.FindAttr("kiln.activation")) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels take no fused activation");
   }
+  Planned pl;
+  const std::string what = node.Describe();
   if (IsGemm(node.op_type(), node.domain(), dtypes) && init.outputs.size() == 1) {
-    GemmPlan plan;
+    pl.kind = Planned::kGemm;
     if (node.op_type() == "MatMul") {
-      KILN_ASSIGN_OR_RETURN(plan, MatMulPlan(node, init.inputs[0].shape, init.inputs[1].shape, init.outputs[0].shape));
+      KILN_ASSIGN_OR_RETURN(pl.gemm, MatMulPlan(node, init.inputs[0].shape, init.inputs[1].shape, init.outputs[0].shape));
     } else {
       const bool has_c = init.inputs.size() == 3 && init.inputs[2].present();
-      KILN_ASSIGN_OR_RETURN(plan, GemmOpPlan(node, init.inputs[0].shape, init.inputs[1].shape, has_c,
-                                             has_c ? init.inputs[2].shape : Shape{}, init.outputs[0].shape));
-      plan.c_index = 2;
+      KILN_ASSIGN_OR_RETURN(pl.gemm, GemmOpPlan(node, init.inputs[0].shape, init.inputs[1].shape, has_c,
+                                                has_c ? init.inputs[2].shape : Shape{}, init.outputs[0].shape));
+      pl.gemm.c_index = 2;
     }
-    plan.y_index = static_cast<int>(init.inputs.size());
-    KILN_ASSIGN_OR_RETURN(const CudaModule* mod, libs.load("kiln_elementwise", ElementwiseProgramSource()));
+    pl.gemm.y_index = static_cast<int>(init.inputs.size());
+    return pl;
+  }
+  const EwKind kind = ElementwiseKind(node.op_type(), node.domain(), dtypes);
+  if (kind == EwKind::kNone || init.outputs.empty() || (init.outputs.size() != 1 && kind != EwKind::kLayerNorm)) {
+    return Error(StatusCode::kUnimplemented, what, ": no CUDA kernel for this op");
+  }
+  switch (kind) {
+    case EwKind::kCopy: {
+      pl.kind = Planned::kCopy;
+      pl.symbol = "kiln_copy";
+      KILN_ASSIGN_OR_RETURN(pl.bytes, CheckedTensorBytes(init.outputs[0].dtype, init.outputs[0].shape, what));
+      pl.out_index = static_cast<int>(init.inputs.size());
+      pl.n = (pl.bytes + 15) / 16;
+      return pl;
+    }
+    case EwKind::kSoftmax: {
+      KILN_ASSIGN_OR_RETURN(KilnRowParams p, SoftmaxParams(node, init.inputs[0].shape));
+      pl.symbol = "kiln_softmax";
+      pl.n = p.len == 0 ? 0 : p.outer * p.inner * 32;  // one warp per row
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kLayerNorm: {
+      const bool has_b = init.inputs.size() > 2 && init.inputs[2].present();
+      int outputs = 0;
+      for (const auto& o : init.outputs) outputs += o.present() ? 1 : 0;
+      KILN_ASSIGN_OR_RETURN(KilnRowParams p, LayerNormParams(node, init.inputs[0].shape, init.inputs[1].shape, has_b,
+                                                             has_b ? init.inputs[2].shape : Shape{}, outputs));
+      p.y_index = static_cast<int>(init.inputs.size());
+      pl.symbol = "kiln_layernorm";
+      pl.n = p.len == 0 ? 0 : p.outer * 32;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kTranspose: {
+      KILN_ASSIGN_OR_RETURN(KilnTransposeParams p, TransposeParams(node, init.inputs[0].shape, init.inputs[0].dtype));
+      pl.symbol = "kiln_transpose";
+      pl.n = p.n;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kUnary: {
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p, UnaryParams(node, init.outputs[0].shape));
+      pl.symbol = "kiln_unary";
+      pl.n = p.n;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kWhere: {
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p, WhereParams(node, init.outputs[0].shape, init.inputs[0].shape,
+                                                        init.inputs[1].shape, init.inputs[2].shape, init.inputs[1].dtype));
+      pl.symbol = "kiln_where";
+      pl.n = p.n;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kCompare: {
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p,
+                            CompareParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
+      pl.symbol = "kiln_compare_kernel";
+      pl.n = p.n;
+      pl.extra = init.inputs[0].dtype == DType::kInt64 ? kKilnCmpI64 : kKilnCmpF32;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kGather: {
+      KILN_ASSIGN_OR_RETURN(KilnGatherParams p, GatherParams(node, init.inputs[0].shape, init.inputs[0].dtype,
+                                                             init.inputs[1].shape, init.inputs[1].dtype));
+      pl.symbol = "kiln_gather";
+      pl.n = p.n;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kBinary: {
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p,
+                            BinaryParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
+      pl.symbol = "kiln_binary";
+      pl.n = p.n;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kNone:
+      break;
+  }
+  return Error(StatusCode::kUnimplemented, what, ": no CUDA kernel for this op");
+}
+
+}  // namespace
+
+bool CudaNodeSupported(const ir::Node& node, const std::vector<DType>& dtypes) {
+  if (!CudaKernelExists(node.op_type(), node.domain(), dtypes)) return false;
+  device::KernelInit init;
+  init.node = &node;
+  for (int i = 0; i < node.num_inputs(); ++i) {
+    const ir::Value* v = node.input(i);
+    device::TensorDesc d;
+    if (v) {
+      if (!IsStatic(v->shape()) || v->is_dynamic()) return false;
+      d = {v->dtype(), v->shape()};
+    }
+    init.inputs.push_back(d);
+  }
+  for (int i = 0; i < node.num_outputs(); ++i) {
+    const ir::Value* v = node.output(i);
+    device::TensorDesc d;
+    if (v) {
+      if (!IsStatic(v->shape()) || v->is_dynamic()) return false;
+      d = {v->dtype(), v->shape()};
+    }
+    init.outputs.push_back(d);
+  }
+  return PlanKernel(init).ok();
+}
+
+Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelInit& init, const CudaLibraries& libs) {
+  KILN_ASSIGN_OR_RETURN(Planned pl, PlanKernel(init));
+  const std::string what = init.node->Describe();
+  KILN_ASSIGN_OR_RETURN(const CudaModule* mod, libs.load("kiln_elementwise", ElementwiseProgramSource()));
+  if (pl.kind == Planned::kGemm) {
     KILN_ASSIGN_OR_RETURN(const void* pointers, mod->Kernel("kiln_gemm_pointers"));
     KILN_ASSIGN_OR_RETURN(const void* bias, mod->Kernel("kiln_gemm_bias"));
     KILN_ASSIGN_OR_RETURN(void* blas, libs.blas());
-    return std::unique_ptr<device::Kernel>(new GemmKernel(plan, pointers, bias, blas, libs.blas_mu, node.Describe()));
+    return std::unique_ptr<device::Kernel>(new GemmKernel(pl.gemm, pointers, bias, blas, libs.blas_mu, what));
   }
-  const EwKind kind = ElementwiseKind(node.op_type(), node.domain(), dtypes);
-  if (kind == EwKind::kNone || (init.outputs.size() != 1 && kind != EwKind::kLayerNorm)) {
-    return Error(StatusCode::kUnimplemented, node.Describe(), ": no CUDA kernel for this op");
+  KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel(pl.symbol));
+  if (pl.kind == Planned::kCopy) {
+    return std::unique_ptr<device::Kernel>(new CopyKernel(fn, pl.bytes, pl.out_index, what));
   }
-  KILN_ASSIGN_OR_RETURN(const CudaModule* mod, libs.load("kiln_elementwise", ElementwiseProgramSource()));
-  const std::string what = node.Describe();
-  if (kind == EwKind::kCopy) {
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_copy"));
-    KILN_ASSIGN_OR_RETURN(std::int64_t bytes, CheckedTensorBytes(init.outputs[0].dtype, init.outputs[0].shape, what));
-    return std::unique_ptr<device::Kernel>(new CopyKernel(fn, bytes, static_cast<int>(init.inputs.size()), what));
-  }
-  if (kind == EwKind::kSoftmax) {
-    KILN_ASSIGN_OR_RETURN(KilnRowParams p, SoftmaxParams(node, init.inputs[0].shape));
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_softmax"));
-    // One warp (32 threads) per row.
-    return std::unique_ptr<device::Kernel>(
-        new ParamsKernel<KilnRowParams>(fn, p, p.len == 0 ? 0 : p.outer * p.inner * 32, what));
-  }
-  if (kind == EwKind::kLayerNorm) {
-    const bool has_b = init.inputs.size() > 2 && init.inputs[2].present();
-    int outputs = 0;
-    for (const auto& o : init.outputs) outputs += o.present() ? 1 : 0;
-    KILN_ASSIGN_OR_RETURN(KilnRowParams p, LayerNormParams(node, init.inputs[0].shape, init.inputs[1].shape, has_b,
-                                                           has_b ? init.inputs[2].shape : Shape{}, outputs));
-    p.y_index = static_cast<int>(init.inputs.size());
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_layernorm"));
-    return std::unique_ptr<device::Kernel>(new ParamsKernel<KilnRowParams>(fn, p, p.len == 0 ? 0 : p.outer * 32, what));
-  }
-  if (kind == EwKind::kTranspose) {
-    KILN_ASSIGN_OR_RETURN(KilnTransposeParams p, TransposeParams(node, init.inputs[0].shape, init.inputs[0].dtype));
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_transpose"));
-    return std::unique_ptr<device::Kernel>(new ParamsKernel<KilnTransposeParams>(fn, p, p.n, what));
-  }
-  if (kind == EwKind::kUnary) {
-    KILN_ASSIGN_OR_RETURN(KilnEwParams p, UnaryParams(node, init.outputs[0].shape));
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_unary"));
-    return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what));
-  }
-  if (kind == EwKind::kWhere) {
-    KILN_ASSIGN_OR_RETURN(KilnEwParams p, WhereParams(node, init.outputs[0].shape, init.inputs[0].shape,
-                                                      init.inputs[1].shape, init.inputs[2].shape, init.inputs[1].dtype));
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_where"));
-    return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what));
-  }
-  if (kind == EwKind::kCompare) {
-    KILN_ASSIGN_OR_RETURN(KilnEwParams p,
-                          CompareParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_compare_kernel"));
-    const int type = init.inputs[0].dtype == DType::kInt64 ? kKilnCmpI64 : kKilnCmpF32;
-    return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what, type));
-  }
-  if (kind == EwKind::kGather) {
-    KILN_ASSIGN_OR_RETURN(KilnGatherParams p, GatherParams(node, init.inputs[0].shape, init.inputs[0].dtype,
-                                                           init.inputs[1].shape, init.inputs[1].dtype));
-    KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_gather"));
-    return std::unique_ptr<device::Kernel>(new ParamsKernel<KilnGatherParams>(fn, p, p.n, what));
-  }
-  KILN_ASSIGN_OR_RETURN(KilnEwParams p,
-                        BinaryParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
-  KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel("kiln_binary"));
-  return std::unique_ptr<device::Kernel>(new EwKernel(fn, p, p.n, what));
+  return std::visit(
+      [&](const auto& p) -> std::unique_ptr<device::Kernel> {
+        using P = std::decay_t<decltype(p)>;
+        return std::unique_ptr<device::Kernel>(new ParamsKernel<P>(fn, p, pl.n, what, pl.extra));
+      },
+      pl.params);
 }
 
 }  // namespace kiln::cuda

@@ -22,6 +22,9 @@ const std::string& ElementwiseProgramSource();
 std::vector<NvrtcHeader> KernelProgramHeaders();
 
 bool CudaKernelExists(const std::string& op_type, const std::string& domain, const std::vector<DType>& dtypes);
+// Whether this node, with its attributes and (static) shapes, gets a CUDA
+// kernel: what placement and the loader ask (Device::SupportsNode).
+bool CudaNodeSupported(const ir::Node& node, const std::vector<DType>& dtypes);
 
 // Compiles (NVRTC, disk-cached) and loads a named program on the device,
 // once per device.
