@@ -106,6 +106,10 @@ struct KernelArgs {
   // What the kernel runs with (device, stream, threads); null only for
   // eager evaluation on the host (constant folding).
   const device::ExecContext* ctx = nullptr;
+  // The argument block's host mirror (the same addresses as `ptrs`, which
+  // may be device memory): for kernels that hand tensor addresses to a
+  // library on the host (reads_host_addresses). Null in eager evaluation.
+  void* const* host_ptrs = nullptr;
   const void* in(int i) const { return ptrs[i]; }
   void* out(int i) const { return ptrs[num_inputs + i]; }
   template <typename T> const T* in_as(int i) const { return static_cast<const T*>(ptrs[i]); }
@@ -119,6 +123,12 @@ class Kernel {
   // Scratch memory Run needs (ExecContext::workspace), in bytes; known once
   // the kernel is created. The executor allocates the largest once.
   virtual std::size_t workspace_bytes() const { return 0; }
+  // True for a kernel that passes tensor addresses to a library call on the
+  // host (cuDNN) instead of reading them from the argument block on the
+  // device: where launches are recorded once (cuda), its recorded work
+  // holds the addresses of the recording, so the executor records again
+  // when one of its bindings moves.
+  virtual bool reads_host_addresses() const { return false; }
 };
 
 }  // namespace kiln::device

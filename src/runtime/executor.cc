@@ -155,6 +155,7 @@ Status Executor::LaunchKernelTask(void* obj, const void* args, const device::Exe
   Task& t = *static_cast<Task*>(obj);
   device::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
   a.ctx = &ctx;  // the replay's context carries this executor's device workspace
+  if (t.block >= 0) a.host_ptrs = reinterpret_cast<void* const*>(t.exec->blocks_[t.block].host.data());
   Status st = Guard(t, [&] { return t.kernel->Run(a); });  // one named result: no copy on the hot path
   if (!st.ok()) st = st.WithContext(t.node->Describe());
   return st;
@@ -652,46 +653,76 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   }
 
   // Record the task list once; runs replay it.
+  ex->profile_ = opts.profile;
+  ex->block_holds_addresses_.assign(ex->blocks_.size(), false);
+  if (!caps.launches_run_on_host) {
+    for (const Task& t : ex->tasks_) {
+      if (t.block >= 0 && !t.on_host && t.kernel && t.kernel->reads_host_addresses()) {
+        ex->block_holds_addresses_[t.block] = true;
+      }
+    }
+  }
+  KILN_RETURN_IF_ERROR(ex->Record(stream));
+  // The uploads and initial block copies are done before the first run.
+  KILN_RETURN_IF_ERROR(stream.Synchronize().WithContext(StrCat("preparing on device '", dev.spec(), "'")));
+  return ex;
+}
+
+Status Executor::Record(device::Stream& stream) {
+  device::Device& dev = *device_;
+  const device::Capabilities& caps = dev.caps();
+  num_launches_ = 0;
   KILN_RETURN_IF_ERROR(stream.BeginCapture());
   device::ExecContext ctx0{&dev, &stream, 1};
   if (!caps.launches_run_on_host) {
     // Device work is recorded with the addresses it is given now (cuda):
     // the executor's workspace, the one every replay passes.
-    ctx0.workspace = ex->workspace_;
-    ctx0.workspace_bytes = ex->workspace_bytes_;
+    ctx0.workspace = workspace_;
+    ctx0.workspace_bytes = workspace_bytes_;
   }
   // Where launches only queue device work (cuda), the thread count must be
   // set where the CPU-placed tasks run: a host task in stream order.
   Status rec_st = caps.launches_run_on_host ? stream.Launch(LaunchSetThreads, nullptr, nullptr, ctx0)
                                             : stream.LaunchHost(LaunchSetThreads, nullptr, nullptr, ctx0);
-  for (Task& t : ex->tasks_) {
+  for (Task& t : tasks_) {
     if (!rec_st.ok()) break;
     if (t.custom) {
       rec_st = stream.Replay(*t.custom, ctx0);
-      ex->num_launches_ += t.custom->size();
+      num_launches_ += t.custom->size();
     } else {
-      void* args = t.block >= 0 ? ex->blocks_[t.block].dev : nullptr;
+      void* args = t.block >= 0 ? blocks_[t.block].dev : nullptr;
       device::LaunchFn fn = t.dyn                        ? LaunchDynamicTask
                             : t.if_task                  ? LaunchIfTask
                             : !t.guarded_outputs.empty() ? LaunchGuardedTask
                             : t.on_host                  ? LaunchHostKernelTask
                                                          : LaunchKernelTask;
-      if (opts.profile && t.node && !(t.dyn && t.dyn->alias)) {
+      if (profile_ && t.node && !(t.dyn && t.dyn->alias)) {
         t.timed = fn;
         fn = LaunchTimedTask;
       }
       rec_st = t.on_host ? stream.LaunchHost(fn, &t, args, ctx0) : stream.Launch(fn, &t, args, ctx0);
-      ++ex->num_launches_;
+      ++num_launches_;
     }
     if (!rec_st.ok()) break;
   }
   auto rec = stream.EndCapture();
   KILN_RETURN_IF_ERROR(rec_st);
   if (!rec.ok()) return rec.status();
-  ex->recording_ = std::move(rec).value();
-  // The uploads and initial block copies are done before the first run.
-  KILN_RETURN_IF_ERROR(stream.Synchronize().WithContext(StrCat("preparing on device '", dev.spec(), "'")));
-  return ex;
+  recording_ = std::move(rec).value();
+  return Status::Ok();
+}
+
+Status Executor::RecordAgainIfNeeded(device::Stream& stream) {
+  if (!record_again_) return Status::Ok();
+  std::unique_ptr<device::Recording> old = std::move(recording_);
+  Status st = Record(stream);
+  if (!st.ok()) {
+    recording_ = std::move(old);  // record again next run
+    return st.WithContext("recording the task list again for moved buffers");
+  }
+  retired_recordings_.push_back(std::move(old));
+  record_again_ = false;
+  return Status::Ok();
 }
 
 Status Executor::Refresh(const std::vector<void*>& io, std::uint64_t* refreshed) {
@@ -707,6 +738,7 @@ Status Executor::Refresh(const std::vector<void*>& io, std::uint64_t* refreshed)
       reinterpret_cast<void**>(b.host.data())[s.index] = base + s.offset;
       b.dirty = true;
       ++*refreshed;
+      if (!block_holds_addresses_.empty() && block_holds_addresses_[s.block]) record_again_ = true;
     }
   }
   if (changed.empty() || custom_.empty()) return Status::Ok();
@@ -915,6 +947,7 @@ Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats, int th
   KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
   device::Stream& stream = *stream_;
   KILN_RETURN_IF_ERROR(QueueBlockCopies(stream));
+  KILN_RETURN_IF_ERROR(RecordAgainIfNeeded(stream));
   const device::ExecContext ctx{device_, &stream, threads, workspace_, workspace_bytes_};
   Status st = copies ? QueueIo(stream, copies->in, device::CopyKind::kHostToDevice) : Status::Ok();
   if (st.ok()) st = stream.Replay(*recording_, ctx);
@@ -938,6 +971,7 @@ Status Executor::Enqueue(device::Stream& stream, const std::vector<void*>& io, E
   std::uint64_t refreshed = 0;
   KILN_RETURN_IF_ERROR(Refresh(io, &refreshed));
   KILN_RETURN_IF_ERROR(QueueBlockCopies(stream));
+  KILN_RETURN_IF_ERROR(RecordAgainIfNeeded(stream));
   const device::ExecContext ctx{device_, &stream, threads, workspace_, workspace_bytes_};
   if (copies) KILN_RETURN_IF_ERROR(QueueIo(stream, copies->in, device::CopyKind::kHostToDevice));
   KILN_RETURN_IF_ERROR(stream.Replay(*recording_, ctx));

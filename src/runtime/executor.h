@@ -215,6 +215,12 @@ class Executor {
   friend class ExecutorBuilder;
   Executor() = default;
   Status Refresh(const std::vector<void*>& io, std::uint64_t* refreshed);
+  // Records the task list on `stream` into recording_.
+  Status Record(device::Stream& stream);
+  // After a refresh moved an address a recorded library call holds
+  // (Kernel::reads_host_addresses): records again; the old recording is
+  // kept until the executor goes (a run in flight may still use it).
+  Status RecordAgainIfNeeded(device::Stream& stream);
   Status QueueBlockCopies(device::Stream& stream);
   // Inside a launch (host-run devices): refresh, copy changed blocks and
   // replay this (child) executor's list directly.
@@ -237,6 +243,10 @@ class Executor {
   device::Stream* stream_ = nullptr;  // for Run and preparation: own_stream_, or the parent's (If branches)
   std::unique_ptr<device::Stream> own_stream_;
   std::unique_ptr<device::Recording> recording_;
+  std::vector<std::unique_ptr<device::Recording>> retired_recordings_;
+  std::vector<bool> block_holds_addresses_;  // by block: its task's recorded work holds its addresses
+  bool record_again_ = false;
+  bool profile_ = false;
   std::vector<Task> tasks_;
   std::vector<ArgBlock> blocks_;
   std::vector<CustomNode> custom_;
