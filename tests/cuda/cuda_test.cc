@@ -202,7 +202,7 @@ TEST(CudaKernels, ProgramsCompileForSm90WithoutAGpu) {
   const std::string bin(p->cubin.begin(), p->cubin.end());
   for (const char* sym : {"kiln_unary", "kiln_binary", "kiln_copy", "kiln_gemm_pointers", "kiln_gemm_bias",
                           "kiln_softmax", "kiln_layernorm", "kiln_transpose", "kiln_where", "kiln_compare_kernel",
-                          "kiln_gather"}) {
+                          "kiln_gather", "kiln_conv_bias"}) {
     EXPECT_NE(bin.find(sym), std::string::npos) << sym;
   }
 }
@@ -243,6 +243,13 @@ TEST(CudaKernels, NodeSupportLooksAtTypesAttributesAndShapes) {
   EXPECT_TRUE(CudaNodeSupported(*mm, dtypes(mm)));
   ir::Node* cast = g.AddNode("Cast", "cast", {a}, {g.AddValue("c", DType::kInt64, {2, 3})});
   EXPECT_FALSE(CudaNodeSupported(*cast, dtypes(cast)));
+  auto* x4 = g.AddValue("x4", DType::kFloat32, {1, 3, 8, 8});
+  auto* w4 = g.AddValue("w4", DType::kFloat32, {4, 3, 3, 3});
+  ir::Node* conv = g.AddNode("Conv", "conv", {x4, w4}, {g.AddValue("y4", DType::kFloat32, {1, 4, 6, 6})});
+  EXPECT_TRUE(CudaNodeSupported(*conv, dtypes(conv)));
+  ir::Node* asym = g.AddNode("Conv", "asym", {x4, w4}, {g.AddValue("y5", DType::kFloat32, {1, 4, 7, 7})});
+  asym->SetAttr("pads", ir::Attribute::Ints({0, 0, 1, 1}));
+  EXPECT_FALSE(CudaNodeSupported(*asym, dtypes(asym)));  // cuDNN pads symmetrically: the CPU takes it
   ir::Node* fused = g.AddNode("Add", "fused", {a, b}, {y});
   fused->SetAttr("kiln.activation", ir::Attribute::String("Relu"));
   EXPECT_FALSE(CudaNodeSupported(*fused, dtypes(fused)));

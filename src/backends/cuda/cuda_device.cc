@@ -1,6 +1,7 @@
 #include "backends/cuda/cuda_device.h"
 
 #include <cublas_v2.h>
+#include <cudnn.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -179,6 +180,8 @@ class CudaDevice final : public device::Device {
     libs.load = [this](const std::string& name, const std::string& source) { return Program(name, source); };
     libs.blas = [this]() { return Blas(); };
     libs.blas_mu = &blas_mu_;
+    libs.cudnn = [this]() { return Cudnn(); };
+    libs.cudnn_mu = &cudnn_mu_;
     auto k = CreateCudaKernel(init, libs);
     if (!k.ok()) return k.status().WithContext(StrCat("device '", spec_, "'"));
     return k;
@@ -201,6 +204,20 @@ class CudaDevice final : public device::Device {
     }
     blas_ = h;
     return static_cast<void*>(blas_);
+  }
+  // The device's cuDNN handle, made on first use.
+  Result<void*> Cudnn() {
+    std::lock_guard<std::mutex> l(cudnn_mu_);
+    if (cudnn_) return static_cast<void*>(cudnn_);
+    KILN_RETURN_IF_ERROR(Check(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    cudnnHandle_t h = nullptr;
+    const cudnnStatus_t st = cudnnCreate(&h);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      return Error(StatusCode::kInternal, "cudnnCreate on '", spec_, "' failed: ", cudnnGetErrorString(st),
+                   " (cuDNN ", cudnnGetVersion(), ")");
+    }
+    cudnn_ = h;
+    return static_cast<void*>(cudnn_);
   }
   // A device program, compiled by NVRTC for this GPU (disk-cached) and
   // loaded once.
@@ -240,6 +257,8 @@ class CudaDevice final : public device::Device {
   BlockCache device_mem_, pinned_;
   static constexpr std::size_t kBlasWorkspace = std::size_t{32} << 20;
   std::mutex blas_mu_;
+  std::mutex cudnn_mu_;
+  cudnnHandle_t cudnn_ = nullptr;  // lives with the device (the process)
   cublasHandle_t blas_ = nullptr;  // lives with the device (the process)
   std::mutex programs_mu_;
   std::map<std::string, std::unique_ptr<CudaModule>> programs_;

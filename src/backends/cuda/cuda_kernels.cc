@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <variant>
 
+#include "backends/cuda/conv_params.h"
+#include "backends/cuda/cuda_conv.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/ew_params.h"
 #include "backends/cuda/gemm_params.h"
@@ -141,6 +143,12 @@ class GemmKernel final : public device::Kernel {
   std::string what_;
 };
 
+bool IsConv(const std::string& op, const std::string& domain, const std::vector<DType>& dtypes) {
+  return op == "Conv" && domain.empty() && (dtypes.size() == 2 || dtypes.size() == 3) &&
+         dtypes[0] == DType::kFloat32 && dtypes[1] == DType::kFloat32 &&
+         (dtypes.size() == 2 || dtypes[2] == DType::kFloat32 || dtypes[2] == DType::kUndefined);
+}
+
 bool IsGemm(const std::string& op, const std::string& domain, const std::vector<DType>& dtypes) {
   if (!domain.empty()) return false;
   auto f32_or_absent = [](DType t) { return t == DType::kFloat32 || t == DType::kUndefined; };
@@ -162,14 +170,15 @@ const std::string& ElementwiseProgramSource() {
 std::vector<NvrtcHeader> KernelProgramHeaders() { return {{"ew_common.h", kKilnEwCommonH}}; }
 
 bool CudaKernelExists(const std::string& op_type, const std::string& domain, const std::vector<DType>& dtypes) {
-  return ElementwiseKind(op_type, domain, dtypes) != EwKind::kNone || IsGemm(op_type, domain, dtypes);
+  return ElementwiseKind(op_type, domain, dtypes) != EwKind::kNone || IsGemm(op_type, domain, dtypes) ||
+         IsConv(op_type, domain, dtypes);
 }
 
 namespace {
 
 // What a node needs, decided without CUDA (so placement can ask it too).
 struct Planned {
-  enum Kind { kParams, kCopy, kGemm } kind = kParams;
+  enum Kind { kParams, kCopy, kGemm, kConv } kind = kParams;
   std::string symbol;  // the device program's entry point
   long long n = 0;     // threads to cover
   int extra = -1;      // a third kernel argument (compares: the element type)
@@ -177,6 +186,7 @@ struct Planned {
   long long bytes = 0;  // copies
   int out_index = 1;
   GemmPlan gemm;
+  ConvPlan conv;
 };
 
 Result<Planned> PlanKernel(const device::KernelInit& init) {
@@ -199,6 +209,13 @@ Result<Planned> PlanKernel(const device::KernelInit& init) {
       pl.gemm.c_index = 2;
     }
     pl.gemm.y_index = static_cast<int>(init.inputs.size());
+    return pl;
+  }
+  if (IsConv(node.op_type(), node.domain(), dtypes) && init.outputs.size() == 1) {
+    pl.kind = Planned::kConv;
+    const bool has_b = init.inputs.size() == 3 && init.inputs[2].present();
+    KILN_ASSIGN_OR_RETURN(pl.conv, ConvPlanFor(node, init.inputs[0].shape, init.inputs[1].shape, has_b,
+                                               has_b ? init.inputs[2].shape : Shape{}, init.outputs[0].shape));
     return pl;
   }
   const EwKind kind = ElementwiseKind(node.op_type(), node.domain(), dtypes);
@@ -322,6 +339,12 @@ Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelIni
     KILN_ASSIGN_OR_RETURN(const void* bias, mod->Kernel("kiln_gemm_bias"));
     KILN_ASSIGN_OR_RETURN(void* blas, libs.blas());
     return std::unique_ptr<device::Kernel>(new GemmKernel(pl.gemm, pointers, bias, blas, libs.blas_mu, what));
+  }
+  if (pl.kind == Planned::kConv) {
+    KILN_ASSIGN_OR_RETURN(const void* bias, mod->Kernel("kiln_conv_bias"));
+    if (!libs.cudnn) return Error(StatusCode::kUnimplemented, what, ": this build has no cuDNN");
+    KILN_ASSIGN_OR_RETURN(void* cudnn, libs.cudnn());
+    return CreateConvKernel(pl.conv, cudnn, libs.cudnn_mu, bias, what);
   }
   KILN_ASSIGN_OR_RETURN(const void* fn, mod->Kernel(pl.symbol));
   if (pl.kind == Planned::kCopy) {

@@ -1,5 +1,6 @@
 // The CUDA device's kernel library: elementwise ops and copies
-// (kernels/elementwise.cu through NVRTC) and MatMul/Gemm (cuBLAS). Every kernel reads its tensor
+// (kernels/elementwise.cu through NVRTC), MatMul/Gemm (cuBLAS) and Conv
+// (cuDNN). Every kernel reads its tensor
 // addresses from the argument block in device memory, so a recorded CUDA
 // graph follows rewritten blocks.
 #pragma once
@@ -36,6 +37,8 @@ struct CudaLibraries {
   ProgramLoader load;
   std::function<Result<void*>()> blas;  // a cublasHandle_t
   std::mutex* blas_mu = nullptr;
+  std::function<Result<void*>()> cudnn;  // a cudnnHandle_t
+  std::mutex* cudnn_mu = nullptr;
 };
 Result<std::unique_ptr<device::Kernel>> CreateCudaKernel(const device::KernelInit& init, const CudaLibraries& libs);
 

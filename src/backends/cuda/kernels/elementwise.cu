@@ -212,3 +212,13 @@ extern "C" __global__ void kiln_gather(void* const* ptrs, KilnGatherParams p) {
     for (int b = 0; b < eb; ++b) out[i * eb + b] = src < 0 ? 0 : data[src * eb + b];
   }
 }
+
+// A convolution's bias after cuDNN: y[n, k, hw] += b[k] (NCHW).
+extern "C" __global__ void kiln_conv_bias(void* const* ptrs, long long n, long long channels, long long hw,
+                                          int b_index, int y_index) {
+  const float* b = static_cast<const float*>(ptrs[b_index]);
+  float* y = static_cast<float*>(ptrs[y_index]);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x) {
+    y[i] += b[(i / hw) % channels];
+  }
+}
