@@ -142,7 +142,7 @@ Result<format::CompiledModel> CompileGraphImpl(std::unique_ptr<ir::Graph> graph,
   if (opts.weight_writer_threads < 1) {
     return Error(StatusCode::kInvalidArgument, "weight writer threads must be >= 1, got ", opts.weight_writer_threads);
   }
-  auto target = runtime::OpenDevice(opts.target.empty() ? "cpu" : opts.target);
+  auto target = runtime::OpenCompileTarget(opts.target.empty() ? "cpu" : opts.target);
   if (!target.ok()) return target.status().WithContext("compile target");
   passes::PassOptions popts = opts.passes;
   popts.target_channels_last = target.value()->caps().channels_last_conv;

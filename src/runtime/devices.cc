@@ -24,14 +24,17 @@ std::vector<std::string> DeviceKinds() {
 namespace {
 
 using CreateCudaFn = device::Device* (*)(const char*, const char*, Status**);
+struct CudaModuleFns {
+  CreateCudaFn device = nullptr, target = nullptr;
+};
 
 // The CUDA backend is a module (libkiln_cuda.so, backends/cuda), loaded on
 // first use: $KILN_CUDA_MODULE if set, else next to this library.
-Result<CreateCudaFn> LoadCudaModule(const std::string& spec) {
+Result<CudaModuleFns> LoadCudaModule(const std::string& spec) {
   static std::mutex mu;
-  static CreateCudaFn create = nullptr;
+  static CudaModuleFns fns;
   std::lock_guard<std::mutex> l(mu);
-  if (create) return create;
+  if (fns.device) return fns;
   std::string path;
   if (const char* env = std::getenv("KILN_CUDA_MODULE"); env && *env) {
     path = env;
@@ -59,7 +62,8 @@ Result<CreateCudaFn> LoadCudaModule(const std::string& spec) {
   }
   auto version = reinterpret_cast<const char* (*)()>(dlsym(h, "kiln_cuda_module_version"));
   auto fn = reinterpret_cast<CreateCudaFn>(dlsym(h, "kiln_cuda_create_device"));
-  if (!version || !fn) {
+  auto target = reinterpret_cast<CreateCudaFn>(dlsym(h, "kiln_cuda_create_target"));
+  if (!version || !fn || !target) {
     dlclose(h);
     return Error(StatusCode::kInvalidArgument, "device '", spec, "': '", path, "' is not a Kiln CUDA backend");
   }
@@ -69,8 +73,9 @@ Result<CreateCudaFn> LoadCudaModule(const std::string& spec) {
     return Error(StatusCode::kInvalidArgument, "device '", spec, "': the CUDA backend '", path, "' is from Kiln ", v,
                  ", this library is ", KILN_BUILD_ID);
   }
-  create = fn;  // the module stays loaded for the process
-  return create;
+  fns.device = fn;  // the module stays loaded for the process
+  fns.target = target;
+  return fns;
 }
 
 }  // namespace
@@ -105,9 +110,9 @@ Result<device::Device*> OpenDevice(const std::string& requested) {
   if (kind == "sim") {
     KILN_ASSIGN_OR_RETURN(made, sim::CreateSimDevice(spec, options));
   } else {
-    KILN_ASSIGN_OR_RETURN(CreateCudaFn create, LoadCudaModule(spec));
+    KILN_ASSIGN_OR_RETURN(CudaModuleFns fns, LoadCudaModule(spec));
     Status* error = nullptr;
-    made.reset(create(spec.c_str(), options.c_str(), &error));
+    made.reset(fns.device(spec.c_str(), options.c_str(), &error));
     if (!made) {
       Status st = error ? *error : Error(StatusCode::kInternal, "device '", spec, "' could not be opened");
       delete error;
@@ -115,6 +120,30 @@ Result<device::Device*> OpenDevice(const std::string& requested) {
     }
   }
   return opened->emplace(spec, std::move(made)).first->second.get();
+}
+
+Result<device::Device*> OpenCompileTarget(const std::string& requested) {
+  const std::string spec = requested.empty() ? "cpu" : requested;
+  const auto colon = spec.find(':');
+  if (spec.substr(0, colon) != "cuda") return OpenDevice(spec);
+  auto d = OpenDevice(spec);
+  if (d.ok()) return d;
+  // No usable GPU: a target description from the module, kept per spec.
+  static std::mutex mu;
+  static auto* targets = new std::map<std::string, std::unique_ptr<device::Device>>();  // never destroyed
+  std::lock_guard<std::mutex> l(mu);
+  auto it = targets->find(spec);
+  if (it != targets->end()) return it->second.get();
+  KILN_ASSIGN_OR_RETURN(CudaModuleFns fns, LoadCudaModule(spec));
+  Status* error = nullptr;
+  std::unique_ptr<device::Device> t(fns.target(spec.c_str(), colon == std::string::npos ? "" : spec.c_str() + colon + 1,
+                                               &error));
+  if (!t) {
+    Status st = error ? *error : Error(StatusCode::kInternal, "compile target '", spec, "' could not be opened");
+    delete error;
+    return st;
+  }
+  return targets->emplace(spec, std::move(t)).first->second.get();
 }
 
 }  // namespace kiln::runtime

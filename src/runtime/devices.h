@@ -14,6 +14,10 @@ namespace kiln::runtime {
 
 // An empty spec means $KILN_DEVICE if set, else "cpu".
 Result<device::Device*> OpenDevice(const std::string& spec);
+// What the compiler compiles for: the device itself, except that a cuda
+// target opens without a GPU (its capabilities and kernel choices only;
+// running on it fails with the driver's reason).
+Result<device::Device*> OpenCompileTarget(const std::string& spec);
 device::Device& CpuDevice();
 // Device kinds this build has ("cpu", "sim").
 std::vector<std::string> DeviceKinds();

@@ -27,6 +27,50 @@ namespace {
 
 class CudaDevice;
 
+// What the compiler may assume of a CUDA target (the same with or without a
+// GPU present: see CudaTarget).
+device::Capabilities CudaCaps() {
+  device::Capabilities caps;
+  caps.kind = "cuda";
+  caps.host_addressable = false;
+  caps.maps_host_memory = false;
+  caps.pinned_host_memory = true;
+  caps.launches_run_on_host = false;
+  caps.alignment = 256;  // cudaMalloc gives 256; the block cache keeps it (sizes are multiples of 512)
+  caps.channels_last_conv = false;
+  caps.fused_epilogues = false;
+  caps.half_arithmetic = false;  // no float16 kernels yet: half graphs compute in float32
+  caps.kernel_library = "cuda";
+  return caps;
+}
+
+// A CUDA target without a usable GPU: what `compile --target cuda` needs
+// (capabilities, which nodes get kernels) on a build machine. Everything
+// that needs the device fails with the driver's reason.
+class CudaTarget final : public device::Device {
+ public:
+  CudaTarget(std::string spec, Status why) : spec_(std::move(spec)), why_(std::move(why)), caps_(CudaCaps()) {}
+  const std::string& spec() const override { return spec_; }
+  const device::Capabilities& caps() const override { return caps_; }
+  Result<void*> Allocate(std::size_t, device::MemoryKind) override { return why_; }
+  void Free(void*) override {}
+  Result<std::unique_ptr<device::Stream>> CreateStream() override { return why_; }
+  Result<std::unique_ptr<device::Stream>> CreateSyncStream() override { return why_; }
+  bool SupportsOp(const std::string& op, const std::string& domain, const std::vector<DType>& dtypes) const override {
+    return CudaKernelExists(op, domain, dtypes);
+  }
+  bool SupportsNode(const ir::Node& node, const std::vector<DType>& dtypes) const override {
+    return CudaNodeSupported(node, dtypes);
+  }
+  Result<std::unique_ptr<device::Kernel>> CreateKernel(const device::KernelInit&) override { return why_; }
+  Status RunPrepare(const std::function<Status()>&) override { return why_; }
+
+ private:
+  std::string spec_;
+  Status why_;
+  device::Capabilities caps_;
+};
+
 // A host call queued with cudaLaunchHostFunc: one-shot (owned by the
 // callback, which retires it) or recorded (owned by the recording, run at
 // every replay with the context the last Replay gave).
@@ -123,16 +167,7 @@ class CudaDevice final : public device::Device {
                    return p;
                  },
                  [](void* p) { cudaFreeHost(p); }, [this] { return Sync(); }}) {
-    caps_.kind = "cuda";
-    caps_.host_addressable = false;
-    caps_.maps_host_memory = false;
-    caps_.pinned_host_memory = true;
-    caps_.launches_run_on_host = false;
-    caps_.alignment = 256;  // cudaMalloc gives 256; the block cache keeps it (sizes are multiples of 512)
-    caps_.channels_last_conv = false;
-    caps_.fused_epilogues = false;
-    caps_.half_arithmetic = false;  // no float16 kernels yet: half graphs compute in float32
-    caps_.kernel_library = "cuda";
+    caps_ = CudaCaps();
     cc_major_ = prop.major;
     cc_minor_ = prop.minor;
   }
@@ -531,6 +566,10 @@ int CudaArch(const device::Device& device) {
   return d ? d->arch() : 0;
 }
 
+std::unique_ptr<device::Device> CreateCudaTarget(const std::string& spec, Status why) {
+  return std::make_unique<CudaTarget>(spec, std::move(why));
+}
+
 Result<std::unique_ptr<device::Device>> CreateCudaDevice(const std::string& spec, const std::string& options) {
   int ordinal = 0;
   if (!options.empty()) {
@@ -564,6 +603,22 @@ Result<std::unique_ptr<device::Device>> CreateCudaDevice(const std::string& spec
 }  // namespace kiln::cuda
 
 extern "C" __attribute__((visibility("default"))) const char* kiln_cuda_module_version() { return KILN_BUILD_ID; }
+
+extern "C" __attribute__((visibility("default"))) kiln::device::Device* kiln_cuda_create_target(
+    const char* spec, const char* options, kiln::Status** error) {
+  try {
+    auto d = kiln::cuda::CreateCudaDevice(spec ? spec : "cuda", options ? options : "");
+    if (d.ok()) return std::move(d).value().release();
+    if (d.status().code() == kiln::StatusCode::kInvalidArgument) {  // a bad spec, not a missing GPU
+      *error = new kiln::Status(d.status());
+      return nullptr;
+    }
+    return kiln::cuda::CreateCudaTarget(spec ? spec : "cuda", d.status()).release();
+  } catch (const std::exception& ex) {
+    *error = new kiln::Status(kiln::StatusCode::kInternal, std::string("opening the CUDA target threw: ") + ex.what());
+    return nullptr;
+  }
+}
 
 extern "C" __attribute__((visibility("default"))) kiln::device::Device* kiln_cuda_create_device(
     const char* spec, const char* options, kiln::Status** error) {

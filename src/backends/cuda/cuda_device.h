@@ -32,6 +32,10 @@ namespace kiln::cuda {
 // GPU (no driver, no device, a driver too old for this runtime).
 Result<std::unique_ptr<device::Device>> CreateCudaDevice(const std::string& spec, const std::string& options);
 
+// A compile target without a GPU: the device's capabilities and kernel
+// choices; everything that needs the GPU fails with `why`.
+std::unique_ptr<device::Device> CreateCudaTarget(const std::string& spec, Status why);
+
 // The CUDA stream behind a Kiln stream of a CUDA device (a cudaStream_t), for
 // kernels to launch on; null for a stream of another device.
 void* CudaStreamHandle(device::Stream& stream);
@@ -50,4 +54,7 @@ const char* kiln_cuda_module_version();
 // leaves *error alone; on failure returns null and sets *error to a heap
 // Status (owned by the caller).
 kiln::device::Device* kiln_cuda_create_device(const char* spec, const char* options, kiln::Status** error);
+// Like kiln_cuda_create_device, but where no GPU can be used returns a
+// target for the compiler (CreateCudaTarget) instead of failing.
+kiln::device::Device* kiln_cuda_create_target(const char* spec, const char* options, kiln::Status** error);
 }
