@@ -47,9 +47,13 @@ if grep -q "SKIPPED \]" "$OUTDIR/cuda_tests.log"; then
   echo "FAIL: tests were skipped on a machine with a GPU"; status=1
   summary="${summary}cuda_tests: tests skipped (no GPU seen?)\n"
 fi
-# Every op case of the harness on the GPU against a float64 reference and
-# the CPU (ops without a CUDA kernel run as CPU nodes inside the graph).
-step op_harness_cuda "$K/bin/kiln_op_harness" --device cuda
+# Every op case of the harness on cpu, sim and the GPU, each against a
+# float64 reference and the CPU's output (ops without a CUDA kernel run as
+# CPU nodes inside the graph; those CUDA has kernels for must be on the GPU).
+CUDA_OPS=$(cat "$K/tests/cuda_ops.txt")  # tests/cuda/cuda_ops.txt
+# Conv_asymmetric_pads: cuDNN pads symmetrically, so that case runs on the CPU.
+step op_harness_cuda "$K/bin/kiln_op_harness" --device all --expect-on-device "$CUDA_OPS" \
+  --allow-on-cpu Conv_asymmetric_pads
 step op_harness_cuda_perf "$K/bin/kiln_op_harness" --device all --perf --runs 50
 # memcheck (the tests provoke API errors on purpose: those are not reported).
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)

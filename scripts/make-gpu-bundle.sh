@@ -16,7 +16,7 @@ B=$STAGE/kiln-gpu
 mkdir -p "$B/bin" "$B/lib" "$B/tests"
 cp "$BUILD/kiln" "$BUILD/tests/kiln_cuda_tests" "$BUILD/tests/kiln_op_harness" "$B/bin/"
 cp -P "$BUILD"/libkiln.so* "$BUILD"/libkiln_compiler.so* "$BUILD/libkiln_cuda.so" "$B/lib/"
-cp "$ROOT/tests/cuda/cli_cuda_device.sh" "$B/tests/"
+cp "$ROOT/tests/cuda/cli_cuda_device.sh" "$ROOT/tests/cuda/cuda_ops.txt" "$B/tests/"
 # Every shared library the programs load, except the C library's own and
 # CUDA's (the GPU machine has those that match its driver).
 for f in "$B/bin/kiln" "$B/bin/kiln_cuda_tests" "$B/bin/kiln_op_harness" "$B/lib/libkiln_cuda.so"; do

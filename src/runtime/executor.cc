@@ -466,11 +466,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     const ir::Node& node = *node_ptr;
     if (node.GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
       if (auto d = make_dynamic(node)) {  // its extents still follow its input's
-        KILN_RETURN_IF_ERROR(refuse_recorded_dynamic(node, false));
+        // Where launches only queue device work (cuda), a CPU-placed view
+        // publishes its extents as a host task in stream order.
+        const bool host_view = !caps.launches_run_on_host && ir::IsHostPlaced(node);
+        KILN_RETURN_IF_ERROR(refuse_recorded_dynamic(node, host_view));
         d->alias = true;
         Task t;
         t.exec = ex.get();
         t.node = &node;
+        t.on_host = host_view;
         t.dyn = std::move(d);
         ex->tasks_.push_back(std::move(t));
       }
@@ -671,7 +675,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
 Status Executor::Record(device::Stream& stream) {
   device::Device& dev = *device_;
   const device::Capabilities& caps = dev.caps();
-  num_launches_ = 0;
+  std::size_t launches = 0;
   KILN_RETURN_IF_ERROR(stream.BeginCapture());
   device::ExecContext ctx0{&dev, &stream, 1};
   if (!caps.launches_run_on_host) {
@@ -688,7 +692,7 @@ Status Executor::Record(device::Stream& stream) {
     if (!rec_st.ok()) break;
     if (t.custom) {
       rec_st = stream.Replay(*t.custom, ctx0);
-      num_launches_ += t.custom->size();
+      launches += t.custom->size();
     } else {
       void* args = t.block >= 0 ? blocks_[t.block].dev : nullptr;
       device::LaunchFn fn = t.dyn                        ? LaunchDynamicTask
@@ -701,7 +705,7 @@ Status Executor::Record(device::Stream& stream) {
         fn = LaunchTimedTask;
       }
       rec_st = t.on_host ? stream.LaunchHost(fn, &t, args, ctx0) : stream.Launch(fn, &t, args, ctx0);
-      ++num_launches_;
+      ++launches;
     }
     if (!rec_st.ok()) break;
   }
@@ -709,6 +713,7 @@ Status Executor::Record(device::Stream& stream) {
   KILN_RETURN_IF_ERROR(rec_st);
   if (!rec.ok()) return rec.status();
   recording_ = std::move(rec).value();
+  num_launches_ = launches;
   return Status::Ok();
 }
 
@@ -953,6 +958,7 @@ Status Executor::Run(const std::vector<void*>& io, ExecutionStats* stats, int th
   if (st.ok()) st = stream.Replay(*recording_, ctx);
   if (st.ok() && copies) st = QueueIo(stream, copies->out, device::CopyKind::kDeviceToHost);
   Status sync = stream.Synchronize();
+  retired_recordings_.clear();  // nothing queued can use them now
   KILN_RETURN_IF_ERROR(st);
   KILN_RETURN_IF_ERROR(sync);
   if (stats) {
@@ -978,7 +984,15 @@ Status Executor::Enqueue(device::Stream& stream, const std::vector<void*>& io, E
   if (copies) KILN_RETURN_IF_ERROR(QueueIo(stream, copies->out, device::CopyKind::kDeviceToHost));
   // The queued work holds `keepalive` (the model owning this executor): a
   // model destroyed while this is queued lives on until the work is done.
-  KILN_RETURN_IF_ERROR(stream.HostFunc([keep = std::move(keepalive)]() { return Status::Ok(); }));
+  // Recordings replaced by a new one (RecordAgainIfNeeded) go with it: work
+  // queued before on this stream may still replay them.
+  std::shared_ptr<std::vector<std::unique_ptr<device::Recording>>> retired;
+  if (!retired_recordings_.empty()) {
+    retired = std::make_shared<std::vector<std::unique_ptr<device::Recording>>>(std::move(retired_recordings_));
+    retired_recordings_.clear();
+  }
+  KILN_RETURN_IF_ERROR(
+      stream.HostFunc([keep = std::move(keepalive), retired = std::move(retired)]() { return Status::Ok(); }));
   if (stats) {
     stats->tasks_run = num_launches_;
     stats->slots_refreshed = refreshed;

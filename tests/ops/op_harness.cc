@@ -4,7 +4,8 @@
 // independently of Kiln's kernels (naive loops in double).
 //
 //   kiln_op_harness [--device all|cpu|sim|SPEC] [--op TYPE] [--perf [--runs N]]
-//                   [--wrong-kernel TYPE]
+//                   [--wrong-kernel TYPE] [--expect-on-device TYPE,TYPE,...]
+//                   [--allow-on-cpu CASE,CASE,...] [--compile-only]
 //
 // Every case runs three times: in float32, and again as a float16 and as a
 // bfloat16 graph (inputs, weights and output in that type; the reference
@@ -15,9 +16,19 @@
 // --wrong-kernel TYPE replaces the CPU library's kernel for TYPE with one
 // that is deliberately wrong (adds 1e-3 to its first output element): the
 // harness must then fail (ctest op_harness_catches_a_wrong_kernel).
+// --expect-on-device: for a device other than cpu, a case whose node of one
+// of these types is placed on the CPU (the device has no kernel for it)
+// fails, so a device's kernels are known to have run (gpu-check.sh names
+// the ops cuda has kernels for). --allow-on-cpu names cases exempt from it
+// (a geometry the device's kernel does not take, placed on the CPU by
+// design). --compile-only compiles each case for each device and checks
+// placement without running (a target that compiles without its hardware:
+// cuda on a machine without a GPU).
 // Exit status: 0 all cases pass, 1 any failure (each named: case, device,
 // element, got vs expected).
 #include <algorithm>
+#include <sstream>
+#include <set>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -356,6 +367,15 @@ void RoundTo(std::vector<std::vector<float>>& data, DType dt) {
   for (auto& v : data) v = FromHalfBits(ToHalfBits(v, dt), dt);
 }
 
+std::set<std::string>& ExpectOnDevice() {
+  static std::set<std::string> s;
+  return s;
+}
+std::set<std::string>& AllowOnCpu() {
+  static std::set<std::string> s;
+  return s;
+}
+
 // Compiled for `target` ("cpu" by default): a device with kernels for only
 // some ops (cuda) gets a file whose other nodes are placed on the CPU.
 Result<std::string> Compile(const Case& c, const std::vector<std::vector<float>>& data, const std::string& dir,
@@ -388,6 +408,21 @@ Result<std::string> Compile(const Case& c, const std::vector<std::vector<float>>
   CompileOptions opts;
   opts.target = target;
   KILN_ASSIGN_OR_RETURN(format::CompiledModel m, CompileGraph(std::move(g), opts));
+  std::string base_name = c.name;
+  for (const char* suffix : {"_float16", "_bfloat16"}) {
+    const std::string sfx = suffix;
+    if (base_name.size() > sfx.size() && base_name.compare(base_name.size() - sfx.size(), sfx.size(), sfx) == 0) {
+      base_name.resize(base_name.size() - sfx.size());
+    }
+  }
+  if (target != "cpu" && !AllowOnCpu().count(base_name)) {
+    for (const auto& node : m.graph->nodes()) {
+      if (ExpectOnDevice().count(node->op_type()) && ir::IsHostPlaced(*node)) {
+        return Error(StatusCode::kInternal, node->Describe(), " was placed on the CPU, but device '", target,
+                     "' should run it (--expect-on-device)");
+      }
+    }
+  }
   std::string tag = target;
   for (char& ch : tag) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -465,7 +500,7 @@ bool Close(const std::vector<float>& got, const Vec& want, double rtol, double a
 int main(int argc, char** argv) {
   using namespace kiln;
   std::string device_arg = "all", only_op, wrong;
-  bool perf = false;
+  bool perf = false, compile_only = false;
   int runs = 50;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -481,6 +516,15 @@ int main(int argc, char** argv) {
     else if (a == "--perf") perf = true;
     else if (a == "--runs") runs = std::max(1, std::atoi(next().c_str()));
     else if (a == "--wrong-kernel") wrong = next();
+    else if (a == "--expect-on-device" || a == "--allow-on-cpu") {
+      std::set<std::string>& into = a == "--allow-on-cpu" ? AllowOnCpu() : ExpectOnDevice();
+      std::stringstream ss(next());
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        if (!item.empty()) into.insert(item);
+      }
+    }
+    else if (a == "--compile-only") compile_only = true;
     else {
       std::fprintf(stderr, "unknown argument '%s' (see the header of tests/ops/op_harness.cc)\n", a.c_str());
       return 1;
@@ -559,6 +603,7 @@ int main(int argc, char** argv) {
         ++failures;
         continue;
       }
+      if (compile_only) continue;
       auto r = RunOn(dev_path.value(), dev, c, data, perf ? runs : 1, dt);
       if (!r.ok()) {
         std::printf("FAIL %s on %s: %s\n", c.name.c_str(), dev.c_str(), r.status().ToString().c_str());

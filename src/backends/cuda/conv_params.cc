@@ -1,5 +1,6 @@
 #include "backends/cuda/conv_params.h"
 
+#include <algorithm>
 #include <climits>
 
 #include "ops/fused_attrs.h"
@@ -15,9 +16,12 @@ Result<ConvPlan> ConvPlanFor(const ir::Node& node, const Shape& x, const Shape& 
   if (node.GetInt(ops::kNhwcAttr, 0) != 0) return refuse("channels-last layout");
   if (x.size() != 4 || w.size() != 4 || y.size() != 4) return refuse("only 2-D convolutions (4-D X, W and Y)");
   for (const Shape* s : {&x, &w, &y}) {
+    std::int64_t n = 1;
     for (std::int64_t d : *s) {
       if (d < 0 || d > INT_MAX) return refuse("dims must be known and within int");
+      n = std::min<std::int64_t>(n * d, std::int64_t{1} << 40);
     }
+    if (n > INT_MAX) return refuse("a tensor of 2^31 elements or more (cuDNN's 4-D descriptors)");
   }
   const std::int64_t group = node.GetInt("group", 1);
   if (group < 1 || x[1] % group != 0 || x[1] / group != w[1] || w[0] % group != 0) {

@@ -60,16 +60,18 @@ class ConvKernel final : public device::Kernel {
                                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf),
                                  "cudnnGetConvolutionForwardAlgorithm_v7"));
     }
+    // Else implicit GEMM, which takes every float32 geometry.
+    algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     for (int i = 0; i < found; ++i) {
       if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxConvWorkspace &&
           perf[i].mathType == CUDNN_FMA_MATH) {
         algo_ = perf[i].algo;
-        ws_ = perf[i].memory;
-        return Status::Ok();
+        break;
       }
     }
-    return Error(StatusCode::kUnimplemented, what_, ": cuDNN offers no float32 algorithm within ",
-                 kMaxConvWorkspace >> 20, " MiB of workspace");
+    KILN_RETURN_IF_ERROR(Check(cudnnGetConvolutionForwardWorkspaceSize(h_, x_, w_, conv_, y_, algo_, &ws_),
+                               "cudnnGetConvolutionForwardWorkspaceSize"));
+    return Status::Ok();
   }
 
   std::size_t workspace_bytes() const override { return ws_; }

@@ -221,8 +221,9 @@ class CudaDevice final : public device::Device {
     if (!k.ok()) return k.status().WithContext(StrCat("device '", spec_, "'"));
     return k;
   }
-  // The device's cuBLAS handle, made on first use with a workspace of its
-  // own (cuBLAS must not allocate while a graph is being captured).
+  // The device's cuBLAS handle, made on first use. Its workspace is the
+  // executor's (GemmKernel sets it with every call: cublasSetStream resets
+  // it), so capture never allocates and two executors never share one.
   Result<void*> Blas() {
     std::lock_guard<std::mutex> l(blas_mu_);
     if (blas_) return static_cast<void*>(blas_);
@@ -230,12 +231,6 @@ class CudaDevice final : public device::Device {
     cublasHandle_t h = nullptr;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
       return Error(StatusCode::kInternal, "cublasCreate on '", spec_, "' failed");
-    }
-    KILN_ASSIGN_OR_RETURN(void* ws, Allocate(kBlasWorkspace, device::MemoryKind::kDevice));
-    if (cublasSetWorkspace(h, ws, kBlasWorkspace) != CUBLAS_STATUS_SUCCESS) {
-      cublasDestroy(h);
-      Free(ws);
-      return Error(StatusCode::kInternal, "cublasSetWorkspace on '", spec_, "' failed");
     }
     blas_ = h;
     return static_cast<void*>(blas_);
@@ -290,7 +285,6 @@ class CudaDevice final : public device::Device {
   int cc_major_ = 0, cc_minor_ = 0;
   device::Capabilities caps_;
   BlockCache device_mem_, pinned_;
-  static constexpr std::size_t kBlasWorkspace = std::size_t{32} << 20;
   std::mutex blas_mu_;
   std::mutex cudnn_mu_;
   cudnnHandle_t cudnn_ = nullptr;  // lives with the device (the process)

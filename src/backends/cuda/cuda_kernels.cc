@@ -122,6 +122,11 @@ class GemmKernel final : public device::Kernel {
     std::lock_guard<std::mutex> l(*mu_);
     auto h = static_cast<cublasHandle_t>(blas_);
     cublasStatus_t st = cublasSetStream(h, s);
+    // After cublasSetStream (which resets it): this executor's workspace,
+    // behind the pointer arrays.
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasSetWorkspace(h, static_cast<char*>(a.ctx->workspace) + p_.arrays_bytes(), GemmPlan::kBlasWorkspace);
+    }
     if (st == CUBLAS_STATUS_SUCCESS) {
       st = cublasGemmBatchedEx(h, p_.first_t ? CUBLAS_OP_T : CUBLAS_OP_N, p_.second_t ? CUBLAS_OP_T : CUBLAS_OP_N,
                                static_cast<int>(p_.m), static_cast<int>(p_.n), static_cast<int>(p_.k), &alpha,

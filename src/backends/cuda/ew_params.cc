@@ -56,7 +56,9 @@ EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, co
     return EwKind::kNone;
   }
   if (!domain.empty()) return EwKind::kNone;
-  if (op_type == "Identity" && dtypes.size() == 1 && dtypes[0] != DType::kUndefined) return EwKind::kCopy;
+  if (op_type == "Identity" && dtypes.size() == 1 && dtypes[0] != DType::kUndefined && dtypes[0] != DType::kString) {
+    return EwKind::kCopy;
+  }
   // Views (the memory plan usually aliases them: no kernel runs; where it
   // cannot, the bytes are copied). Extra inputs are int64 shapes or axes.
   if ((op_type == "Reshape" || op_type == "Flatten" || op_type == "Squeeze" || op_type == "Unsqueeze") &&
@@ -84,7 +86,7 @@ EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, co
     const std::size_t b = DTypeSize(dtypes[0]);
     return b == 1 || b == 2 || b == 4 || b == 8 ? EwKind::kGather : EwKind::kNone;
   }
-  if ((op_type == "Softmax" || op_type == "LogSoftmax") && dtypes.size() == 1 && dtypes[0] == DType::kFloat32) {
+  if (op_type == "Softmax" && dtypes.size() == 1 && dtypes[0] == DType::kFloat32) {
     return EwKind::kSoftmax;
   }
   if (op_type == "LayerNormalization" && (dtypes.size() == 2 || dtypes.size() == 3) && dtypes[0] == DType::kFloat32 &&
@@ -124,7 +126,7 @@ Result<KilnEwParams> UnaryParams(const ir::Node& node, const Shape& out) {
     p.beta = node.GetFloat("beta", 0.5f);
   }
   if (t == "Selu") {
-    const bool v1 = node.since_version() > 0 && node.since_version() < 6;
+    const bool v1 = node.since_version() < 6;  // as the CPU kernel reads it
     p.alpha = node.GetFloat("alpha", v1 ? 1.6732f : 1.67326319217681884765625f);
     p.gamma = node.GetFloat("gamma", v1 ? 1.0507f : 1.05070102214813232421875f);
   }
@@ -215,7 +217,7 @@ std::int64_t Prod(const Shape& s, std::size_t b, std::size_t e) {
 Result<KilnRowParams> SoftmaxParams(const ir::Node& node, const Shape& x) {
   KILN_RETURN_IF_ERROR(CheckedNumElements(x, node.Describe() + " input").status());
   KilnRowParams p{};
-  p.log = node.op_type() == "LogSoftmax";
+  p.log = 0;  // (the kernel can; Kiln's op set has no LogSoftmax yet)
   const bool v13 = node.since_version() >= 13;
   KILN_ASSIGN_OR_RETURN(int axis, AxisOf(node, node.GetInt("axis", v13 ? -1 : 1), x.size()));
   const std::size_t a = static_cast<std::size_t>(axis);

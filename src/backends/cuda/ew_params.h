@@ -14,8 +14,8 @@ namespace kiln::cuda {
 enum class EwKind { kNone, kUnary, kBinary, kCopy, kSoftmax, kLayerNorm, kTranspose, kWhere, kCompare, kGather };
 
 // What runs `op_type` (domain "" or "kiln") on inputs of `dtypes`: float32
-// unary and two-input binary ops, Softmax, LogSoftmax and
-// LayerNormalization; copies and Transpose of any type.
+// unary and two-input binary ops, Softmax and LayerNormalization; copies
+// and Transpose of any type.
 EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, const std::vector<DType>& dtypes);
 
 // The parameters for `node` with static `out` and input shapes: the op
@@ -30,8 +30,8 @@ Status FillBroadcast3(const ir::Node& node, const Shape& out, const Shape& a, co
 
 Result<KilnEwParams> UnaryParams(const ir::Node& node, const Shape& out);
 Result<KilnEwParams> BinaryParams(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b);
-// Softmax / LogSoftmax (axis as the node's opset defines it: from 13 one
-// axis, before that the 2-D coercion at `axis`).
+// Softmax (axis as the node's opset defines it: from 13 one axis, before
+// that the 2-D coercion at `axis`).
 Result<KilnRowParams> SoftmaxParams(const ir::Node& node, const Shape& x);
 // LayerNormalization with Y only (Mean / InvStdDev outputs refused); scale
 // and B hold the normalised shape's elements or one value.

@@ -29,7 +29,10 @@ struct GemmPlan {
   bool has_bias = false;                   // Gemm with C and beta != 0: Y starts as C broadcast
   KilnEwParams bias{};                     // n = M * N; sb = C's strides over [M, N]
   int c_index = 2, y_index = 2;            // argument-block slots of C and Y (Y: after the inputs; set by the kernel)
-  std::size_t workspace_bytes() const { return static_cast<std::size_t>(3 * batch) * sizeof(void*); }
+  // The pointer arrays, then cuBLAS's own workspace (256-byte aligned).
+  static constexpr std::size_t kBlasWorkspace = std::size_t{8} << 20;
+  std::size_t arrays_bytes() const { return (static_cast<std::size_t>(3 * batch) * sizeof(void*) + 255) / 256 * 256; }
+  std::size_t workspace_bytes() const { return arrays_bytes() + kBlasWorkspace; }
 };
 
 // ONNX MatMul (numpy semantics: 1-D operands promoted and their dim dropped,
