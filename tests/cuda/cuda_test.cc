@@ -202,7 +202,7 @@ TEST(CudaKernels, ProgramsCompileForSm90WithoutAGpu) {
   const std::string bin(p->cubin.begin(), p->cubin.end());
   for (const char* sym : {"kiln_unary", "kiln_binary", "kiln_copy", "kiln_gemm_pointers", "kiln_gemm_bias",
                           "kiln_softmax", "kiln_layernorm", "kiln_transpose", "kiln_where", "kiln_compare_kernel",
-                          "kiln_gather", "kiln_conv_bias"}) {
+                          "kiln_gather", "kiln_conv_bias", "kiln_pool"}) {
     EXPECT_NE(bin.find(sym), std::string::npos) << sym;
   }
 }

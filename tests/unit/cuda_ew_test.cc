@@ -11,6 +11,7 @@
 #include "backends/cuda/ew_common.h"
 #include "backends/cuda/ew_params.h"
 #include "ir/graph.h"
+#include "ops/op_registry.h"
 
 namespace kiln::cuda {
 namespace {
@@ -366,10 +367,10 @@ TEST(CudaDataKernels, ComparesFloatAndInt64) {
       const float b = 2.f;
       const bool want = std::string(op) == "Less" ? a < b : std::string(op) == "LessOrEqual" ? a <= b
                         : std::string(op) == "Greater" ? a > b : std::string(op) == "GreaterOrEqual" ? a >= b : a == b;
-      EXPECT_EQ(kiln_compare_f(p->op, a, b), want) << op << " " << a;
+      EXPECT_EQ(kiln_compare(p->op, a, b), want) << op << " " << a;
     }
     const long long big = (1LL << 60) + 1;  // beyond double's exact integers
-    EXPECT_EQ(kiln_compare_i(p->op, big, big - 1),
+    EXPECT_EQ(kiln_compare(p->op, big, big - 1),
               std::string(op) == "Greater" || std::string(op) == "GreaterOrEqual") << op;
   }
   EXPECT_EQ(ElementwiseKind("Less", "", {DType::kInt64, DType::kInt64}), EwKind::kCompare);
@@ -398,6 +399,126 @@ TEST(CudaDataKernels, GatherIndicesAxesAndOutOfRange) {
   EXPECT_FALSE(GatherParams(*n, {2, 4, 3}, DType::kFloat32, {2}, DType::kInt64).ok());
   EXPECT_EQ(ElementwiseKind("Gather", "", {DType::kFloat32, DType::kInt64}), EwKind::kGather);
   EXPECT_EQ(ElementwiseKind("Gather", "", {DType::kFloat32, DType::kFloat32}), EwKind::kNone);
+}
+
+}  // namespace
+}  // namespace kiln::cuda
+
+namespace kiln::cuda {
+namespace {
+
+// Pooling in double over an explicitly padded copy of x (pads, plus the
+// ceil-mode overhang): a tap counts for the average's include-pad divisor
+// when it lies in the padded input, for everything else when it lies in x.
+std::vector<double> RefPool(const std::vector<float>& x, const Shape& xs, const ir::Node& node, const Shape& ys) {
+  const std::size_t sp = xs.size() - 2;
+  const bool global = node.op_type().rfind("Global", 0) == 0;
+  const bool is_max = node.op_type().find("Max") != std::string::npos;
+  const bool include = node.GetInt("count_include_pad", 0) != 0;
+  std::vector<std::int64_t> k(sp), st(sp, 1), dl(sp, 1), pb(sp, 0), pe(sp, 0);
+  for (std::size_t d = 0; d < sp; ++d) {
+    k[d] = global ? xs[2 + d] : node.GetInts("kernel_shape")[d];
+    if (!global) {
+      if (node.HasAttr("strides")) st[d] = node.GetInts("strides")[d];
+      if (node.HasAttr("dilations")) dl[d] = node.GetInts("dilations")[d];
+      if (node.HasAttr("pads")) {
+        pb[d] = node.GetInts("pads")[d];
+        pe[d] = node.GetInts("pads")[d + sp];
+      }
+    }
+  }
+  const std::int64_t planes = xs[0] * xs[1];
+  std::int64_t in_plane = 1, out_plane = 1;
+  for (std::size_t d = 0; d < sp; ++d) {
+    in_plane *= xs[2 + d];
+    out_plane *= ys[2 + d];
+  }
+  std::vector<double> y(static_cast<std::size_t>(planes * out_plane));
+  std::vector<std::int64_t> o(sp), t(sp);
+  for (std::int64_t pl = 0; pl < planes; ++pl) {
+    for (std::int64_t oi = 0; oi < out_plane; ++oi) {
+      std::int64_t r = oi;
+      for (std::size_t d = sp; d-- > 0;) {
+        o[d] = r % ys[2 + d];
+        r /= ys[2 + d];
+      }
+      double best = -INFINITY, sum = 0;
+      std::int64_t count = 0, padded = 0, taps = 1;
+      for (std::size_t d = 0; d < sp; ++d) taps *= k[d];
+      for (std::int64_t ti = 0; ti < taps; ++ti) {
+        std::int64_t q = ti;
+        bool in_x = true, in_padded = true;
+        std::int64_t off = 0;
+        for (std::size_t d = sp; d-- > 0;) {
+          t[d] = q % k[d];
+          q /= k[d];
+        }
+        for (std::size_t d = 0; d < sp; ++d) {
+          const std::int64_t pos = o[d] * st[d] + t[d] * dl[d] - pb[d];
+          in_x = in_x && pos >= 0 && pos < xs[2 + d];
+          in_padded = in_padded && pos >= -pb[d] && pos < xs[2 + d] + pe[d];
+          off = off * xs[2 + d] + pos;
+        }
+        padded += in_padded;
+        if (!in_x) continue;
+        const double v = x[static_cast<std::size_t>(pl * in_plane + off)];
+        best = std::max(best, v);
+        sum += v;
+        ++count;
+      }
+      y[static_cast<std::size_t>(pl * out_plane + oi)] = is_max ? best : sum / static_cast<double>(include ? padded : count);
+    }
+  }
+  return y;
+}
+
+TEST(CudaPool, EveryModeAgainstAPaddedReference) {
+  struct Case {
+    std::string op;
+    Shape x;
+    std::vector<std::pair<std::string, ir::Attribute>> attrs;
+  };
+  using A = ir::Attribute;
+  const std::vector<Case> cases = {
+      {"MaxPool", {1, 2, 7, 8}, {{"kernel_shape", A::Ints({3, 3})}, {"strides", A::Ints({2, 2})}, {"pads", A::Ints({1, 1, 1, 1})}}},
+      {"MaxPool", {2, 1, 9, 9}, {{"kernel_shape", A::Ints({2, 3})}, {"dilations", A::Ints({2, 1})}, {"ceil_mode", A::Int(1)},
+                                 {"strides", A::Ints({2, 2})}}},
+      {"AveragePool", {1, 3, 6, 7}, {{"kernel_shape", A::Ints({3, 3})}, {"pads", A::Ints({1, 0, 1, 2})}}},
+      {"AveragePool", {1, 3, 6, 7}, {{"kernel_shape", A::Ints({3, 3})}, {"pads", A::Ints({1, 0, 1, 2})},
+                                     {"count_include_pad", A::Int(1)}}},
+      {"AveragePool", {1, 2, 7, 7}, {{"kernel_shape", A::Ints({2, 2})}, {"strides", A::Ints({2, 2})}, {"ceil_mode", A::Int(1)},
+                                     {"count_include_pad", A::Int(1)}, {"pads", A::Ints({1, 1, 1, 1})}}},
+      {"MaxPool", {1, 2, 10}, {{"kernel_shape", A::Ints({4})}, {"strides", A::Ints({3})}}},
+      {"AveragePool", {1, 1, 4, 5, 6}, {{"kernel_shape", A::Ints({2, 3, 2})}, {"pads", A::Ints({1, 1, 0, 0, 1, 1})}}},
+      {"GlobalAveragePool", {2, 3, 5, 4}, {}},
+      {"GlobalMaxPool", {2, 3, 5, 4}, {}},
+  };
+  for (const Case& c : cases) {
+    ir::Graph g;
+    ir::Node* n = g.AddNode(c.op, "pool", {}, {});
+    for (const auto& [k, v] : c.attrs) n->SetAttr(k, v);
+    // The output shape from the op's own inference.
+    auto* xv = g.AddValue("x", DType::kFloat32, c.x);
+    auto* yv = g.AddValue("y", DType::kFloat32);
+    ir::Node* inferred = g.AddNode(c.op, "pool2", {xv}, {yv});
+    for (const auto& [k, v] : c.attrs) inferred->SetAttr(k, v);
+    ASSERT_TRUE(ops::InferNode(*inferred).ok()) << c.op;
+    const Shape ys = yv->shape();
+    auto p = PoolParams(*n, c.x, ys, 1);
+    ASSERT_TRUE(p.ok()) << c.op << ": " << p.status().ToString();
+    std::vector<float> x(static_cast<std::size_t>(NumElements(c.x)));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((static_cast<int>(i) * 37) % 23) - 11.5f;
+    const std::vector<double> want = RefPool(x, c.x, *n, ys);
+    ASSERT_EQ(static_cast<std::size_t>(p->n), want.size()) << c.op;
+    for (long long i = 0; i < p->n; ++i) {
+      ASSERT_NEAR(kiln_pool_at(*p, x.data(), i), want[static_cast<std::size_t>(i)], 1e-5) << c.op << " " << ShapeToString(c.x) << " at " << i;
+    }
+  }
+  ir::Graph g;
+  ir::Node* mp = g.AddNode("MaxPool", "mp", {}, {});
+  mp->SetAttr("kernel_shape", ir::Attribute::Ints({2, 2}));
+  EXPECT_FALSE(PoolParams(*mp, {1, 1, 4, 4}, {1, 1, 3, 3}, 2).ok());  // Indices wanted
+  EXPECT_FALSE(PoolParams(*mp, {1, 1, 4, 4}, {1, 1, 2, 2}, 1).ok());  // wrong output
 }
 
 }  // namespace

@@ -187,7 +187,7 @@ struct Planned {
   std::string symbol;  // the device program's entry point
   long long n = 0;     // threads to cover
   int extra = -1;      // a third kernel argument (compares: the element type)
-  std::variant<KilnEwParams, KilnRowParams, KilnTransposeParams, KilnGatherParams> params;
+  std::variant<KilnEwParams, KilnRowParams, KilnTransposeParams, KilnGatherParams, KilnPoolParams> params;
   long long bytes = 0;  // copies
   int out_index = 1;
   GemmPlan gemm;
@@ -224,7 +224,8 @@ Result<Planned> PlanKernel(const device::KernelInit& init) {
     return pl;
   }
   const EwKind kind = ElementwiseKind(node.op_type(), node.domain(), dtypes);
-  if (kind == EwKind::kNone || init.outputs.empty() || (init.outputs.size() != 1 && kind != EwKind::kLayerNorm)) {
+  if (kind == EwKind::kNone || init.outputs.empty() ||
+      (init.outputs.size() != 1 && kind != EwKind::kLayerNorm && kind != EwKind::kPool)) {
     return Error(StatusCode::kUnimplemented, what, ": no CUDA kernel for this op");
   }
   switch (kind) {
@@ -290,6 +291,15 @@ Result<Planned> PlanKernel(const device::KernelInit& init) {
       KILN_ASSIGN_OR_RETURN(KilnGatherParams p, GatherParams(node, init.inputs[0].shape, init.inputs[0].dtype,
                                                              init.inputs[1].shape, init.inputs[1].dtype));
       pl.symbol = "kiln_gather";
+      pl.n = p.n;
+      pl.params = p;
+      return pl;
+    }
+    case EwKind::kPool: {
+      int outputs = 0;
+      for (const auto& o : init.outputs) outputs += o.present() ? 1 : 0;
+      KILN_ASSIGN_OR_RETURN(KilnPoolParams p, PoolParams(node, init.inputs[0].shape, init.outputs[0].shape, outputs));
+      pl.symbol = "kiln_pool";
       pl.n = p.n;
       pl.params = p;
       return pl;

@@ -63,7 +63,8 @@ enum KilnCompareOp { kKilnLess = 0, kKilnLessOrEqual, kKilnGreater, kKilnGreater
 // The element types compares read.
 enum KilnCompareType { kKilnCmpF32 = 0, kKilnCmpI64 };
 
-KILN_HD bool kiln_compare_f(int op, float a, float b) {
+template <typename T>
+KILN_HD bool kiln_compare(int op, T a, T b) {
   switch (op) {
     case kKilnLess: return a < b;
     case kKilnLessOrEqual: return a <= b;
@@ -73,14 +74,65 @@ KILN_HD bool kiln_compare_f(int op, float a, float b) {
   }
 }
 
-KILN_HD bool kiln_compare_i(int op, long long a, long long b) {
-  switch (op) {
-    case kKilnLess: return a < b;
-    case kKilnLessOrEqual: return a <= b;
-    case kKilnGreater: return a > b;
-    case kKilnGreaterOrEqual: return a >= b;
-    default: return a == b;
+// MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool over 1 to 3
+// spatial dims, as [N * C, D, H, W] with leading spatial dims of 1. Per dim
+// a window's taps are o * stride - pad_begin + i * dilation (i < kernel);
+// taps inside the input are read; for AveragePool with count_include_pad
+// the divisor counts the taps inside the padded input (as the CPU kernel).
+enum KilnPoolMode { kKilnPoolMax = 0, kKilnPoolAvgExclude, kKilnPoolAvgInclude };
+
+struct KilnPoolParams {
+  long long n;  // output elements
+  long long in[3], out[3], kern[3], stride[3], dil[3], pad_begin[3], pad_end[3];
+  int mode;
+};
+
+// Output element i of x (one plane of in[0] * in[1] * in[2] per n * c).
+KILN_HD float kiln_pool_at(const KilnPoolParams& p, const float* x, long long i) {
+  const long long plane_out = p.out[0] * p.out[1] * p.out[2];
+  const long long nc = i / plane_out;
+  long long r = i % plane_out;
+  long long o[3];
+  o[2] = r % p.out[2];
+  r /= p.out[2];
+  o[1] = r % p.out[1];
+  o[0] = r / p.out[1];
+  const float* plane = x + nc * p.in[0] * p.in[1] * p.in[2];
+  long long span[3];
+  for (int d = 0; d < 3; ++d) {
+    span[d] = 0;
+    for (long long k = 0; k < p.kern[d]; ++k) {
+      const long long pos = o[d] * p.stride[d] - p.pad_begin[d] + k * p.dil[d];
+      span[d] += pos >= -p.pad_begin[d] && pos < p.in[d] + p.pad_end[d];
+    }
   }
+  float best = 0.f;
+  bool any = false;
+  double sum = 0;
+  long long count = 0;
+  for (long long a = 0; a < p.kern[0]; ++a) {
+    const long long z = o[0] * p.stride[0] - p.pad_begin[0] + a * p.dil[0];
+    if (z < 0 || z >= p.in[0]) continue;
+    for (long long b = 0; b < p.kern[1]; ++b) {
+      const long long y = o[1] * p.stride[1] - p.pad_begin[1] + b * p.dil[1];
+      if (y < 0 || y >= p.in[1]) continue;
+      for (long long c = 0; c < p.kern[2]; ++c) {
+        const long long w = o[2] * p.stride[2] - p.pad_begin[2] + c * p.dil[2];
+        if (w < 0 || w >= p.in[2]) continue;
+        const float v = plane[(z * p.in[1] + y) * p.in[2] + w];
+        if (p.mode == kKilnPoolMax) {
+          if (!any || v > best) best = v;
+          any = true;
+        } else {
+          sum += v;
+          ++count;
+        }
+      }
+    }
+  }
+  if (p.mode == kKilnPoolMax) return best;
+  const long long div = p.mode == kKilnPoolAvgInclude ? span[0] * span[1] * span[2] : count;
+  return div ? static_cast<float>(sum / static_cast<double>(div)) : 0.f;
 }
 
 // Gather: data as [outer, axis_len, inner] elements, indices flattened

@@ -3,6 +3,8 @@
 #include <map>
 
 #include "common/checked.h"
+#include "ops/fused_attrs.h"
+#include "ops/window.h"
 
 namespace kiln::cuda {
 namespace {
@@ -85,6 +87,11 @@ EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, co
       (dtypes[1] == DType::kInt64 || dtypes[1] == DType::kInt32)) {
     const std::size_t b = DTypeSize(dtypes[0]);
     return b == 1 || b == 2 || b == 4 || b == 8 ? EwKind::kGather : EwKind::kNone;
+  }
+  if ((op_type == "MaxPool" || op_type == "AveragePool" || op_type == "GlobalAveragePool" ||
+       op_type == "GlobalMaxPool") &&
+      dtypes.size() == 1 && dtypes[0] == DType::kFloat32) {
+    return EwKind::kPool;
   }
   if (op_type == "Softmax" && dtypes.size() == 1 && dtypes[0] == DType::kFloat32) {
     return EwKind::kSoftmax;
@@ -322,6 +329,59 @@ Result<KilnEwParams> CompareParams(const ir::Node& node, const Shape& out, const
   p.op = it->second;
   KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(out, node.Describe() + " output"));
   KILN_RETURN_IF_ERROR(FillBroadcast(node, out, a, b, &p));
+  return p;
+}
+
+Result<KilnPoolParams> PoolParams(const ir::Node& node, const Shape& x, const Shape& y, int num_outputs) {
+  if (num_outputs != 1) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": MaxPool's Indices output is not computed on CUDA");
+  }
+  if (node.GetInt(ops::kNhwcAttr, 0) != 0) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": channels-last pooling is not on CUDA");
+  }
+  if (x.size() < 3 || x.size() > 5 || y.size() != x.size()) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA pooling takes 1 to 3 spatial dims, X has shape ",
+                 ShapeToString(x));
+  }
+  KILN_RETURN_IF_ERROR(CheckedNumElements(x, node.Describe() + " input").status());
+  KilnPoolParams p{};
+  KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(y, node.Describe() + " output"));
+  const std::size_t sp = x.size() - 2, lead = 3 - sp;
+  for (int d = 0; d < 3; ++d) {
+    p.in[d] = p.out[d] = p.kern[d] = p.stride[d] = p.dil[d] = 1;
+    p.pad_begin[d] = p.pad_end[d] = 0;
+  }
+  const bool global = node.op_type().rfind("Global", 0) == 0;
+  const bool is_max = node.op_type() == "MaxPool" || node.op_type() == "GlobalMaxPool";
+  p.mode = is_max ? kKilnPoolMax : node.GetInt("count_include_pad", 0) ? kKilnPoolAvgInclude : kKilnPoolAvgExclude;
+  if (global) {
+    for (std::size_t i = 0; i < sp; ++i) {
+      p.in[lead + i] = p.kern[lead + i] = x[2 + i];
+      p.out[lead + i] = 1;
+    }
+  } else {
+    const std::vector<std::int64_t> kernel = node.GetInts("kernel_shape");
+    if (kernel.size() != sp) {
+      return Error(StatusCode::kInvalidArgument, node.Describe(), ": kernel_shape has ", kernel.size(), " values for ",
+                   sp, " spatial dims");
+    }
+    KILN_ASSIGN_OR_RETURN(ops::Window win, ops::ComputeWindow(node, Shape(x.begin() + 2, x.end()), kernel, true));
+    for (std::size_t i = 0; i < sp; ++i) {
+      p.in[lead + i] = x[2 + i];
+      p.out[lead + i] = win.out[i];
+      p.kern[lead + i] = win.kernel[i];
+      p.stride[lead + i] = win.strides[i];
+      p.dil[lead + i] = win.dilations[i];
+      p.pad_begin[lead + i] = win.pads_begin[i];
+      p.pad_end[lead + i] = win.pads_end[i];
+    }
+  }
+  for (std::size_t i = 0; i < sp; ++i) {
+    if (y[2 + i] != p.out[lead + i] || y[0] != x[0] || y[1] != x[1]) {
+      return Error(StatusCode::kInvalidArgument, node.Describe(), ": output ", ShapeToString(y),
+                   " does not match the window over ", ShapeToString(x));
+    }
+  }
   return p;
 }
 

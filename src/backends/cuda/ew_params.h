@@ -11,7 +11,7 @@
 
 namespace kiln::cuda {
 
-enum class EwKind { kNone, kUnary, kBinary, kCopy, kSoftmax, kLayerNorm, kTranspose, kWhere, kCompare, kGather };
+enum class EwKind { kNone, kUnary, kBinary, kCopy, kSoftmax, kLayerNorm, kTranspose, kWhere, kCompare, kGather, kPool };
 
 // What runs `op_type` (domain "" or "kiln") on inputs of `dtypes`: float32
 // unary and two-input binary ops, Softmax and LayerNormalization; copies
@@ -43,6 +43,9 @@ Result<KilnEwParams> WhereParams(const ir::Node& node, const Shape& out, const S
                                  const Shape& y, DType dtype);
 // Less / LessOrEqual / Greater / GreaterOrEqual / Equal.
 Result<KilnEwParams> CompareParams(const ir::Node& node, const Shape& out, const Shape& a, const Shape& b);
+// MaxPool (Y only) / AveragePool / GlobalAveragePool / GlobalMaxPool on
+// float32 NCHW-style tensors with 1 to 3 spatial dims.
+Result<KilnPoolParams> PoolParams(const ir::Node& node, const Shape& x, const Shape& y, int num_outputs);
 Result<KilnGatherParams> GatherParams(const ir::Node& node, const Shape& data, DType dtype, const Shape& indices,
                                       DType index_type);
 

@@ -194,8 +194,8 @@ extern "C" __global__ void kiln_compare_kernel(void* const* ptrs, KilnEwParams p
     long long oa, ob;
     kiln_ew_offsets(p, i, &oa, &ob);
     out[i] = type == kKilnCmpI64
-                 ? kiln_compare_i(p.op, static_cast<const long long*>(ptrs[0])[oa], static_cast<const long long*>(ptrs[1])[ob])
-                 : kiln_compare_f(p.op, static_cast<const float*>(ptrs[0])[oa], static_cast<const float*>(ptrs[1])[ob]);
+                 ? kiln_compare(p.op, static_cast<const long long*>(ptrs[0])[oa], static_cast<const long long*>(ptrs[1])[ob])
+                 : kiln_compare(p.op, static_cast<const float*>(ptrs[0])[oa], static_cast<const float*>(ptrs[1])[ob]);
   }
 }
 
@@ -220,5 +220,15 @@ extern "C" __global__ void kiln_conv_bias(void* const* ptrs, long long n, long l
   float* y = static_cast<float*>(ptrs[y_index]);
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x) {
     y[i] += b[(i / hw) % channels];
+  }
+}
+
+// Pooling (ew_common.h's kiln_pool_at), one thread per output element.
+extern "C" __global__ void kiln_pool(void* const* ptrs, KilnPoolParams p) {
+  const float* x = static_cast<const float*>(ptrs[0]);
+  float* y = static_cast<float*>(ptrs[1]);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    y[i] = kiln_pool_at(p, x, i);
   }
 }
