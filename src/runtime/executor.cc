@@ -155,7 +155,7 @@ Status Executor::LaunchKernelTask(void* obj, const void* args, const device::Exe
   Task& t = *static_cast<Task*>(obj);
   device::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
   a.ctx = &ctx;  // the replay's context carries this executor's device workspace
-  if (t.block >= 0) a.host_ptrs = reinterpret_cast<void* const*>(t.exec->blocks_[t.block].host.data());
+  a.host_ptrs = t.host_args;
   Status st = Guard(t, [&] { return t.kernel->Run(a); });  // one named result: no copy on the hot path
   if (!st.ok()) st = st.WithContext(t.node->Describe());
   return st;
@@ -658,12 +658,12 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
 
   // Record the task list once; runs replay it.
   ex->profile_ = opts.profile;
-  ex->block_holds_addresses_.assign(ex->blocks_.size(), false);
-  if (!caps.launches_run_on_host) {
-    for (const Task& t : ex->tasks_) {
-      if (t.block >= 0 && !t.on_host && t.kernel && t.kernel->reads_host_addresses()) {
-        ex->block_holds_addresses_[t.block] = true;
-      }
+  for (Task& t : ex->tasks_) {
+    if (t.block < 0 || t.on_host || !t.kernel || !t.kernel->reads_host_addresses()) continue;
+    t.host_args = reinterpret_cast<void* const*>(ex->blocks_[t.block].host.data());  // the blocks are final now
+    if (!caps.launches_run_on_host) {
+      ex->block_holds_addresses_.resize(ex->blocks_.size(), false);
+      ex->block_holds_addresses_[t.block] = true;
     }
   }
   KILN_RETURN_IF_ERROR(ex->Record(stream));

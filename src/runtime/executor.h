@@ -109,6 +109,9 @@ struct Task {
   std::unique_ptr<device::Recording> custom;  // a custom op's recorded launches
   int block = -1;                       // built-in argument block
   int num_inputs = 0;
+  // The block's host mirror, for a kernel that reads host addresses
+  // (Kernel::reads_host_addresses); else null, as KernelArgs::host_ptrs.
+  void* const* host_args = nullptr;
   bool on_host = false;                 // placed on the CPU (ir::kPlaceAttr): a host launch
   device::LaunchFn timed = nullptr;     // profiling: the launch function the timer wraps
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // profiling: (start, duration) ns per run
@@ -244,7 +247,9 @@ class Executor {
   std::unique_ptr<device::Stream> own_stream_;
   std::unique_ptr<device::Recording> recording_;
   std::vector<std::unique_ptr<device::Recording>> retired_recordings_;
-  std::vector<bool> block_holds_addresses_;  // by block: its task's recorded work holds its addresses
+  // By block: its task's recorded work holds its addresses (empty when no
+  // task's does, as on cpu and sim).
+  std::vector<bool> block_holds_addresses_;
   bool record_again_ = false;
   bool profile_ = false;
   std::vector<Task> tasks_;

@@ -188,7 +188,7 @@ TEST(Nvrtc, DamagedOrForeignCacheEntryIsCompiledAgain) {
 }
 
 // The device programs compile for sm_90 here (a syntax or type error in a
-// kernel fails CI, not only a GPU run), with and without the disk cache.
+// kernel fails CI, not only a GPU run), bypassing the disk cache.
 TEST(CudaKernels, ProgramsCompileForSm90WithoutAGpu) {
   CacheDir cache;
   NvrtcOptions o;

@@ -228,89 +228,65 @@ Result<Planned> PlanKernel(const device::KernelInit& init) {
       (init.outputs.size() != 1 && kind != EwKind::kLayerNorm && kind != EwKind::kPool)) {
     return Error(StatusCode::kUnimplemented, what, ": no CUDA kernel for this op");
   }
+  // A device-program kernel: its entry point, parameters and thread count.
+  auto with = [&pl](const char* symbol, const auto& params, long long n) -> Result<Planned> {
+    pl.symbol = symbol;
+    pl.params = params;
+    pl.n = n;
+    return pl;
+  };
+  const auto& in = init.inputs;
+  const Shape& out = init.outputs[0].shape;
+  int outputs = 0;  // present ones (LayerNormalization, MaxPool: Y only)
+  for (const auto& o : init.outputs) outputs += o.present() ? 1 : 0;
   switch (kind) {
     case EwKind::kCopy: {
       pl.kind = Planned::kCopy;
       pl.symbol = "kiln_copy";
-      KILN_ASSIGN_OR_RETURN(pl.bytes, CheckedTensorBytes(init.outputs[0].dtype, init.outputs[0].shape, what));
-      pl.out_index = static_cast<int>(init.inputs.size());
+      KILN_ASSIGN_OR_RETURN(pl.bytes, CheckedTensorBytes(init.outputs[0].dtype, out, what));
+      pl.out_index = static_cast<int>(in.size());
       pl.n = (pl.bytes + 15) / 16;
       return pl;
     }
     case EwKind::kSoftmax: {
-      KILN_ASSIGN_OR_RETURN(KilnRowParams p, SoftmaxParams(node, init.inputs[0].shape));
-      pl.symbol = "kiln_softmax";
-      pl.n = p.len == 0 ? 0 : p.outer * p.inner * 32;  // one warp per row
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnRowParams p, SoftmaxParams(node, in[0].shape));
+      return with("kiln_softmax", p, p.len == 0 ? 0 : p.outer * p.inner * 32);  // one warp per row
     }
     case EwKind::kLayerNorm: {
-      const bool has_b = init.inputs.size() > 2 && init.inputs[2].present();
-      int outputs = 0;
-      for (const auto& o : init.outputs) outputs += o.present() ? 1 : 0;
-      KILN_ASSIGN_OR_RETURN(KilnRowParams p, LayerNormParams(node, init.inputs[0].shape, init.inputs[1].shape, has_b,
-                                                             has_b ? init.inputs[2].shape : Shape{}, outputs));
-      p.y_index = static_cast<int>(init.inputs.size());
-      pl.symbol = "kiln_layernorm";
-      pl.n = p.len == 0 ? 0 : p.outer * 32;
-      pl.params = p;
-      return pl;
+      const bool has_b = in.size() > 2 && in[2].present();
+      KILN_ASSIGN_OR_RETURN(KilnRowParams p, LayerNormParams(node, in[0].shape, in[1].shape, has_b,
+                                                             has_b ? in[2].shape : Shape{}, outputs));
+      p.y_index = static_cast<int>(in.size());
+      return with("kiln_layernorm", p, p.len == 0 ? 0 : p.outer * 32);
     }
     case EwKind::kTranspose: {
-      KILN_ASSIGN_OR_RETURN(KilnTransposeParams p, TransposeParams(node, init.inputs[0].shape, init.inputs[0].dtype));
-      pl.symbol = "kiln_transpose";
-      pl.n = p.n;
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnTransposeParams p, TransposeParams(node, in[0].shape, in[0].dtype));
+      return with("kiln_transpose", p, p.n);
     }
     case EwKind::kUnary: {
-      KILN_ASSIGN_OR_RETURN(KilnEwParams p, UnaryParams(node, init.outputs[0].shape));
-      pl.symbol = "kiln_unary";
-      pl.n = p.n;
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p, UnaryParams(node, out));
+      return with("kiln_unary", p, p.n);
     }
     case EwKind::kWhere: {
-      KILN_ASSIGN_OR_RETURN(KilnEwParams p, WhereParams(node, init.outputs[0].shape, init.inputs[0].shape,
-                                                        init.inputs[1].shape, init.inputs[2].shape, init.inputs[1].dtype));
-      pl.symbol = "kiln_where";
-      pl.n = p.n;
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p, WhereParams(node, out, in[0].shape, in[1].shape, in[2].shape, in[1].dtype));
+      return with("kiln_where", p, p.n);
     }
     case EwKind::kCompare: {
-      KILN_ASSIGN_OR_RETURN(KilnEwParams p,
-                            CompareParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
-      pl.symbol = "kiln_compare_kernel";
-      pl.n = p.n;
-      pl.extra = init.inputs[0].dtype == DType::kInt64 ? kKilnCmpI64 : kKilnCmpF32;
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p, CompareParams(node, out, in[0].shape, in[1].shape));
+      pl.extra = in[0].dtype == DType::kInt64 ? kKilnCmpI64 : kKilnCmpF32;
+      return with("kiln_compare_kernel", p, p.n);
     }
     case EwKind::kGather: {
-      KILN_ASSIGN_OR_RETURN(KilnGatherParams p, GatherParams(node, init.inputs[0].shape, init.inputs[0].dtype,
-                                                             init.inputs[1].shape, init.inputs[1].dtype));
-      pl.symbol = "kiln_gather";
-      pl.n = p.n;
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnGatherParams p, GatherParams(node, in[0].shape, in[0].dtype, in[1].shape, in[1].dtype));
+      return with("kiln_gather", p, p.n);
     }
     case EwKind::kPool: {
-      int outputs = 0;
-      for (const auto& o : init.outputs) outputs += o.present() ? 1 : 0;
-      KILN_ASSIGN_OR_RETURN(KilnPoolParams p, PoolParams(node, init.inputs[0].shape, init.outputs[0].shape, outputs));
-      pl.symbol = "kiln_pool";
-      pl.n = p.n;
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnPoolParams p, PoolParams(node, in[0].shape, out, outputs));
+      return with("kiln_pool", p, p.n);
     }
     case EwKind::kBinary: {
-      KILN_ASSIGN_OR_RETURN(KilnEwParams p,
-                            BinaryParams(node, init.outputs[0].shape, init.inputs[0].shape, init.inputs[1].shape));
-      pl.symbol = "kiln_binary";
-      pl.n = p.n;
-      pl.params = p;
-      return pl;
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p, BinaryParams(node, out, in[0].shape, in[1].shape));
+      return with("kiln_binary", p, p.n);
     }
     case EwKind::kNone:
       break;
