@@ -73,7 +73,13 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // approximation, fused by fuse-gelu from GPT-2-style graphs), checked by the
 // loader's inference ("none" or "tanh", a string); a runtime before 11
 // would compute the erf GELU, so it must refuse the file.
-inline constexpr std::uint32_t kFormatVersion = 11;
+// 12: a Conv may carry "kiln.sum" = 1 with a residual as input 3 (fused by
+// fuse-residual: Y = act(conv + B + R)), checked by the loader's inference
+// (R exactly the output's type and shape), and "kiln.inplace" = 3 (the
+// memory plan puts Y over R, read last by that Conv), checked by
+// plan::VerifyPlan. A runtime before 12 would drop the residual or read R
+// after it was overwritten, so it must refuse the file.
+inline constexpr std::uint32_t kFormatVersion = 12;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

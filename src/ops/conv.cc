@@ -16,6 +16,23 @@ Status InferConv(InferContext& c) {
   }
   KILN_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(c, x, 1, 2));
   if (nhwc) out = {out[0], out[2], out[3], out[1]};
+  // The fused residual (kiln.sum = 1, input 3): exactly the output's type
+  // and shape, no broadcasting.
+  const std::int64_t sum = c.node().GetInt(kSumAttr, 0);
+  if (sum != 0 && sum != 1) return c.Fail("attribute '", kSumAttr, "' must be 0 or 1, found ", sum);
+  if ((sum == 1) != c.has_input(3)) {
+    return c.Fail(sum == 1 ? "attribute 'kiln.sum' = 1 needs the residual input 3"
+                           : "input 3 (a fused residual) needs attribute 'kiln.sum' = 1");
+  }
+  if (sum == 1) {
+    if (c.in_dtype(3) != c.in_dtype(0)) {
+      return c.Fail("residual input 3 has type ", DTypeName(c.in_dtype(3)), ", expected ", DTypeName(c.in_dtype(0)));
+    }
+    if (c.in_shape(3) != out) {
+      return c.Fail("residual input 3 has shape ", ShapeToString(c.in_shape(3)), ", expected the output's ",
+                    ShapeToString(out));
+    }
+  }
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();
 }
@@ -51,7 +68,7 @@ void RegisterConvOps(OpRegistry& r) {
   d.type = "Conv";
   d.versions = {1, 11};
   d.min_inputs = 2;
-  d.max_inputs = 3;
+  d.max_inputs = 4;  // input 3: the residual of kiln.sum (InferConv)
   d.attributes = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"};
   d.input_types = {DType::kFloat32};
   d.infer = InferConv;

@@ -5,6 +5,10 @@ namespace kiln::ops {
 inline constexpr const char* kActAttr = "kiln.activation";      // string: Relu, Clip, ...
 inline constexpr const char* kActAlphaAttr = "kiln.act_alpha";  // float
 inline constexpr const char* kActBetaAttr = "kiln.act_beta";    // float
+// int 1 on a Conv whose input 3 is a residual R of the output's shape:
+// Y = act(conv(X, W) + B + R), the residual added before the fused
+// activation (the fuse-residual pass, format version 12).
+inline constexpr const char* kSumAttr = "kiln.sum";
 }  // namespace kiln::ops
 
 namespace kiln::ops {

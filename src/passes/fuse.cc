@@ -227,4 +227,47 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
   return Status::Ok();
 }
 
+Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
+  if (!opts.target_fused_epilogues) return Status::Ok();
+  // Conv (bias or none, no activation yet) whose output is read only by an
+  // Add of a residual R of exactly the output's type and shape -> one Conv
+  // with R as input 3 and kiln.sum = 1 (oneDNN adds it in the convolution's
+  // epilogue; an activation after the Add fuses afterwards, applied after
+  // the sum). Shapes must be fully static: a symbolic or data-dependent dim
+  // of R and one of the output may hold the same probe extent yet differ at
+  // run time, where the Add would broadcast.
+  std::unordered_set<const ir::Node*> removed;
+  std::vector<ir::Node*> nodes;
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  bool fused = false;
+  for (ir::Node* conv : nodes) {
+    if (removed.count(conv)) continue;
+    if (conv->op_type() != "Conv" || !conv->domain().empty() || conv->num_outputs() != 1 ||
+        conv->num_inputs() > 3 || conv->HasAttr(kActAttr) || conv->HasAttr(ops::kSumAttr)) {
+      continue;
+    }
+    ir::Value* y = conv->output(0);
+    const ir::Node* add_c = SoleConsumer(g, y);
+    if (!add_c || add_c->op_type() != "Add" || !add_c->domain().empty() || add_c->HasAttr("axis") ||
+        add_c->HasAttr("broadcast") || add_c->num_inputs() != 2) {
+      continue;
+    }
+    auto* add = const_cast<ir::Node*>(add_c);
+    ir::Value* r = add->input(0) == y ? add->input(1) : add->input(0);
+    ir::Value* z = add->output(0);
+    if (!r || r == y || y->dtype() != DType::kFloat32 || r->dtype() != y->dtype() || z->dtype() != y->dtype() ||
+        r->shape() != y->shape() || z->shape() != y->shape() || y->varying_mask() != 0 || r->varying_mask() != 0 ||
+        z->varying_mask() != 0) {
+      continue;
+    }
+    conv->SetInput(3, r);  // an absent bias stays an empty slot 2
+    conv->SetAttr(ops::kSumAttr, ir::Attribute::Int(1));
+    Absorb(g, conv, add, removed);
+    fused = true;
+  }
+  // R may have been computed after the Conv (it is never computed from the
+  // Conv's output, which only the Add read): restore the order.
+  return fused ? g.TopologicalSort() : Status::Ok();
+}
+
 }  // namespace kiln::passes

@@ -17,6 +17,10 @@ PassManager PassManager::Default() {
   pm.Add({"fuse-layernorm", "fuse", false, FuseLayerNorm});
   pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
   pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
+  // Conv + Add(residual) after the layout pass (which would otherwise have
+  // to carry the residual through its conversions); before the rerun of
+  // fuse-bias-activation below, which then fuses a following activation.
+  pm.Add({"fuse-residual", "fuse", false, FuseConvResidual});
   // Again, on what the layout pass brought together: a model that holds its
   // activations channels-last (TensorFlow's exports) has a Transpose pair
   // between each Conv and its bias/activation until that pass cancels them.

@@ -64,6 +64,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts);
 Status EliminateDeadCode(ir::Graph& g, const PassOptions& opts);
 Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
+Status FuseConvResidual(ir::Graph& g, const PassOptions& opts);
 Status FuseGelu(ir::Graph& g, const PassOptions& opts);
 Status FuseLayerNorm(ir::Graph& g, const PassOptions& opts);
 Status ComputeHalfInFloat32(ir::Graph& g, const PassOptions& opts);

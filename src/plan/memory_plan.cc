@@ -21,6 +21,27 @@ bool IsViewOp(const ir::Node& n) {
   return n.domain().empty() && kViews.count(n.op_type()) != 0;
 }
 
+// Calls f(value) for each value node `n` reads: its inputs and what its
+// subgraphs (If branches, Loop bodies) capture.
+template <typename F>
+void ForEachRead(const ir::Node& n, F&& f) {
+  for (const ir::Value* in : n.inputs()) {
+    if (in) f(in);
+  }
+  for (auto& [k, a] : n.attrs()) {
+    std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
+    if (a.g) subs.push_back(a.g);
+    for (auto& sg : subs) {
+      if (!sg) continue;
+      for (auto& sn : sg->nodes()) {
+        for (const ir::Value* in : sn->inputs()) {
+          if (in) f(in);
+        }
+      }
+    }
+  }
+}
+
 struct Group {
   int first = 0, last = 0;  // node indices: defined at `first`, last read at `last`
   bool host = false;        // in the host arena
@@ -30,6 +51,15 @@ struct Group {
 };
 
 }  // namespace
+
+int InPlaceCandidate(const ir::Node& n) {
+  // "kiln.sum": ops::kSumAttr (the plan layer does not use ops).
+  if (n.op_type() == "Conv" && n.domain().empty() && n.GetInt("kiln.sum", 0) == 1 && n.num_outputs() == 1 &&
+      n.input(3)) {
+    return 3;
+  }
+  return -1;
+}
 
 bool LivesOnHost(const ir::Value* v) {
   const ir::Node* p = v ? v->producer() : nullptr;
@@ -76,6 +106,12 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
   std::unordered_map<const ir::Value*, int> group_of;
   std::vector<Group> groups;
   const auto& nodes = g.nodes();
+  // Each value's last reader (node index), for in-place outputs.
+  std::unordered_map<const ir::Value*, int> last_read;
+  for (int idx = 0; idx < static_cast<int>(nodes.size()); ++idx) {
+    ForEachRead(*nodes[idx], [&](const ir::Value* in) { last_read[in] = idx; });
+  }
+  std::vector<std::vector<const ir::Value*>> group_values;  // members, by group
   // FileConstant outputs are external weights, resolved at load: no placement.
   auto external = [](const ir::Value* v) {
     return v->producer() && v->producer()->op_type() == "FileConstant" && v->producer()->domain() == "kiln";
@@ -86,7 +122,9 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
   for (int idx = 0; idx < static_cast<int>(nodes.size()); ++idx) {
     ir::Node& n = *nodes[idx];
     n.attrs().erase(kAliasAttr);
+    n.attrs().erase(kInPlaceAttr);
     if (n.op_type() == "FileConstant" && n.domain() == "kiln") continue;
+    const int inplace = InPlaceCandidate(n);
     for (ir::Value* o : n.outputs()) {
       if (!in_arena(o)) continue;
       KILN_ASSIGN_OR_RETURN(std::uint64_t size, value_bytes(o));
@@ -96,10 +134,38 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
         int gi = group_of[src];
         group_of[o] = gi;
         groups[gi].members.push_back(o->name());
+        group_values[gi].push_back(o);
         n.SetAttr(kAliasAttr, ir::Attribute::Int(1));
         continue;
       }
+      // Output 0 over the candidate input's bytes, when this node reads
+      // them last (and no view of them is read later).
+      if (inplace >= 0 && o == n.output(0)) {
+        ir::Value* r = n.input(inplace);
+        auto it = group_of.find(r);
+        if (in_arena(r) && it != group_of.end() && LivesOnHost(r) == LivesOnHost(o) &&
+            groups[it->second].size == AlignUp(size) && r->dtype() == o->dtype() && r->shape() == o->shape() &&
+            std::all_of(group_values[it->second].begin(), group_values[it->second].end(),
+                        [&](const ir::Value* m) { return last_read[m] <= idx; }) &&
+            // Not while this node reads those bytes through another input
+            // (Conv(a) + a): it would overwrite what it still reads.
+            [&] {
+              for (int i = 0; i < n.num_inputs(); ++i) {
+                auto gi = group_of.find(n.input(i));
+                if (i != inplace && gi != group_of.end() && gi->second == it->second) return false;
+              }
+              return true;
+            }()) {
+          const int gi = it->second;
+          group_of[o] = gi;
+          groups[gi].members.push_back(o->name());
+          group_values[gi].push_back(o);
+          n.SetAttr(kInPlaceAttr, ir::Attribute::Int(inplace));
+          continue;
+        }
+      }
       group_of[o] = static_cast<int>(groups.size());
+      group_values.push_back({o});
       Group grp;
       grp.first = grp.last = idx;
       grp.host = LivesOnHost(o);
@@ -107,21 +173,11 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
       grp.members.push_back(o->name());
       groups.push_back(grp);
     }
-    auto touch = [&](const ir::Value* in) {
+    // Values captured by subgraphs are read when this node runs.
+    ForEachRead(n, [&](const ir::Value* in) {
       auto it = group_of.find(in);
       if (it != group_of.end()) groups[it->second].last = std::max(groups[it->second].last, idx);
-    };
-    for (ir::Value* in : n.inputs()) touch(in);
-    // Values captured by subgraphs are read when this node runs.
-    for (auto& [k, a] : n.attrs()) {
-      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
-      if (a.g) subs.push_back(a.g);
-      for (auto& sg : subs) {
-        for (auto& sn : sg->nodes()) {
-          for (ir::Value* in : sn->inputs()) touch(in);
-        }
-      }
-    }
+    });
   }
 
   // Lower bound and no-reuse total.
@@ -586,8 +642,29 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     }
   }
 
+  // In-place outputs: exactly their candidate input's arena bytes.
+  for (auto& n : nodes) {
+    const ir::Attribute* a = n->FindAttr(kInPlaceAttr);
+    if (!a) continue;
+    const int k = InPlaceCandidate(*n);
+    if (a->kind != ir::Attribute::Kind::kInt || k < 0 || a->i != k) {
+      return Corrupt(n->Describe(), " is marked in-place (", kInPlaceAttr, ") but only a Conv with a fused residual ",
+                     "(kiln.sum = 1, input 3) may be, and only over input 3");
+    }
+    auto pi = placed.find(n->input(k));
+    auto po = placed.find(n->output(0));
+    if (pi == placed.end() || po == placed.end() ||
+        (pi->second->region != kRegionArena && pi->second->region != host_region) ||
+        po->second->region != pi->second->region || pi->second->offset != po->second->offset ||
+        pi->second->size != po->second->size) {
+      return Corrupt(n->Describe(), " is marked in-place (", kInPlaceAttr, ") but its output '", n->output(0)->name(),
+                     "' does not take input ", k, " '", n->input(k)->name(), "''s arena bytes");
+    }
+  }
+
   // Lifetimes over the node order (as PlanMemory computes them): arena
-  // tensors live at the same time must not share bytes, views excepted.
+  // tensors live at the same time must not share bytes, views and in-place
+  // outputs excepted; what an in-place output overwrote is read no more.
   struct Live {
     std::uint64_t offset, end;
     int first, last;
@@ -595,37 +672,53 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     int region;
   };
   std::vector<Live> groups;
+  std::vector<std::vector<const ir::Value*>> members;  // by group
   std::unordered_map<const ir::Value*, int> group_of;
+  std::unordered_map<const ir::Value*, int> overwritten;  // value -> the in-place node that overwrote it
   for (int idx = 0; idx < static_cast<int>(nodes.size()); ++idx) {
     const ir::Node& n = *nodes[idx];
+    // A value an earlier in-place node overwrote may not be read again.
+    const ir::Value* stale = nullptr;
+    ForEachRead(n, [&](const ir::Value* in) {
+      if (!stale && overwritten.count(in)) stale = in;
+    });
+    if (stale) {
+      return Corrupt(n.Describe(), " reads '", stale->name(), "', whose bytes ",
+                     nodes[overwritten[stale]]->Describe(), " overwrote in place (", kInPlaceAttr, ")");
+    }
     for (const ir::Value* o : n.outputs()) {
       auto it = placed.find(o);
       if (it == placed.end() || (it->second->region != kRegionArena && it->second->region != host_region)) continue;
-      if (n.FindAttr(kAliasAttr)) {
-        auto src = group_of.find(n.input(0));
+      const ir::Value* joins = nullptr;  // the value whose bytes `o` shares
+      if (n.FindAttr(kAliasAttr)) joins = n.input(0);
+      if (n.FindAttr(kInPlaceAttr) && o == n.output(0)) joins = n.input(InPlaceCandidate(n));
+      if (joins) {
+        auto src = group_of.find(joins);
         if (src != group_of.end()) {
+          if (!n.FindAttr(kAliasAttr)) {
+            const int k = InPlaceCandidate(n);
+            for (int i = 0; i < n.num_inputs(); ++i) {
+              auto gi = group_of.find(n.input(i));
+              if (i != k && gi != group_of.end() && gi->second == src->second) {
+                return Corrupt(n.Describe(), " is marked in-place (", kInPlaceAttr, ") but also reads input ", i, " '",
+                               n.input(i)->name(), "', which shares the bytes it overwrites");
+              }
+            }
+            for (const ir::Value* m : members[src->second]) overwritten[m] = idx;
+          }
           group_of[o] = src->second;
+          members[src->second].push_back(o);
           continue;
         }
       }
       group_of[o] = static_cast<int>(groups.size());
       groups.push_back({it->second->offset, it->second->offset + it->second->size, idx, idx, o, it->second->region});
+      members.push_back({o});
     }
-    auto touch = [&](const ir::Value* in) {
+    ForEachRead(n, [&](const ir::Value* in) {
       auto it = group_of.find(in);
       if (it != group_of.end()) groups[it->second].last = std::max(groups[it->second].last, idx);
-    };
-    for (const ir::Value* in : n.inputs()) touch(in);
-    for (auto& [k, a] : n.attrs()) {
-      std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
-      if (a.g) subs.push_back(a.g);
-      for (auto& sg : subs) {
-        if (!sg) continue;
-        for (auto& sn : sg->nodes()) {
-          for (const ir::Value* in : sn->inputs()) touch(in);
-        }
-      }
-    }
+    });
   }
   // Each arena is exactly what its placements need (as PlanMemory sizes it),
   // and no more than all its tensors side by side: a hostile size (2^64-1,

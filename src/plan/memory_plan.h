@@ -49,7 +49,16 @@ bool LivesOnHost(const ir::Value* v);
 // Attribute set on view nodes whose output aliases their input.
 inline constexpr const char* kAliasAttr = "kiln.alias";
 
-// Plans `g` (topologically sorted, all shapes static). Marks alias nodes.
+// Attribute (int: an input index) set on nodes whose output 0 takes the
+// bytes of that input, read last by this node: a Conv's fused residual
+// (kiln.sum, input 3), summed onto in place instead of copied. Views of that
+// input share its bytes and must not be read later either.
+inline constexpr const char* kInPlaceAttr = "kiln.inplace";
+// The input `n` may overwrite with its output 0 (InPlaceAttr), or -1.
+int InPlaceCandidate(const ir::Node& n);
+
+// Plans `g` (topologically sorted, all shapes static). Marks alias and
+// in-place nodes.
 Result<MemoryPlan> PlanMemory(ir::Graph& g);
 
 // The loader's verifier: checks a graph and plan read from an untrusted
@@ -84,6 +93,9 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g);
 //    equals what the arena (host arena) placements need (so 2^64-1 is refused before any allocation);
 //  - view nodes marked kiln.alias are view ops whose output has exactly
 //    their input's arena bytes;
+//  - nodes marked kiln.inplace = k are InPlaceCandidate()s with k their
+//    candidate input, output 0 has exactly input k's arena bytes, and no
+//    later node reads input k or a value sharing its bytes;
 //  - tensors of one arena that are live at the same time do not share bytes.
 // Op semantics (definitions, versions, attributes, shape inference) are
 // checked against the recorded shapes at Model::Load.

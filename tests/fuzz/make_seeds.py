@@ -148,6 +148,19 @@ def models():
          helper.make_node("Mul", ["half", "m"], ["y"], name="half")],
         [vi("x", F, [2, 3])], [vi("y", F, [2, 3])],
         [k("kappa", 0.044715), k("beta", (2 / np.pi) ** 0.5), k("one", 1.0), k("half", 0.5)])
+    # A residual block (format version 12): fuse-residual gives conv2 the
+    # residual `a` as input 3 (kiln.sum) and the Relu after the Add; the
+    # memory plan writes its output over `a` (kiln.inplace).
+    out["residual"] = model(
+        [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c0"], ["a"], name="relu0"),
+         helper.make_node("Conv", ["a", "w1"], ["b"], name="conv1", kernel_shape=[1, 1]),
+         helper.make_node("Conv", ["b", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["c2", "a"], ["s"], name="add"),
+         helper.make_node("Relu", ["s"], ["r"], name="relu2"),
+         helper.make_node("Sigmoid", ["r"], ["y"], name="sig")],
+        [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 3, 4, 4])],
+        [init("w0", r(3, 2, 3, 3)), init("w1", r(3, 3, 1, 1)), init("w2", r(3, 3, 3, 3)), init("b2", r(3))])
     # A QDQ convolution (fuse-qdq makes it a QLinearConv, channels-last on
     # oneDNN's int8 kernel).
     U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32

@@ -37,9 +37,10 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 11  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+FORMAT_VERSION = 12  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
-                    # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu)
+                    # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
+                    # 12: "kiln.sum" and "kiln.inplace" on Conv)
 
 
 def align(v, a):
@@ -619,6 +620,62 @@ def generate(ctx):
             lambda j: node(j, gname)["attrs"].update({"approximate": {"kind": "int", "v": 1}}),
             [f"Gelu node '{gname}'", "attribute 'approximate' must be the string", "found another kind"],
             inspect=False, base=j11, weights=w11)
+
+    # Fused residual (format version 12): fuse-residual makes conv2 read `a`
+    # as input 3 with kiln.sum = 1 (the Relu after the Add fused as its
+    # activation), and the memory plan puts its output over `a`, which
+    # conv2 reads last (kiln.inplace = 3).
+    rs_onnx = os.path.join(d, "residual.onnx")
+    rng = np.random.default_rng(12)
+    cw = lambda name: numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), name)
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c0"], ["a"], name="relu0"),
+         helper.make_node("Conv", ["a", "w1"], ["b"], name="conv1", pads=[1, 1, 1, 1]),
+         helper.make_node("Conv", ["b", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["c2", "a"], ["s"], name="add"),
+         helper.make_node("Relu", ["s"], ["r"], name="relu2"),
+         helper.make_node("Mul", ["r", "r"], ["out"], name="sq")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [cw("w0"), cw("w1"), cw("w2")]), opset_imports=[helper.make_opsetid("", 13)]), rs_onnx)
+    rs_kiln = os.path.join(d, "residual.kiln")
+    rc, out = ctx.run(["compile", "--model", rs_onnx, "--output", rs_kiln])
+    assert rc == 0, out
+    j12, w12 = read_kiln(rs_kiln)
+    c2 = node(j12, "conv2")
+    assert c2["attrs"].get("kiln.sum") == {"kind": "int", "v": 1}, c2
+    assert c2["attrs"].get("kiln.inplace") == {"kind": "int", "v": 3}, c2
+    # (Without kiln.sum the node is no in-place candidate: drop both and give
+    # its output bytes of its own, so the loader's inference speaks.)
+    def own_bytes(j):
+        j["plan"]["placements"]["r_nhwc"] = [1, 896, 400]
+        j["plan"]["arena_size"] = 1344
+    drop = lambda *names: lambda j: ([node(j, "conv2")["attrs"].pop(k) for k in names], own_bytes(j))
+    crafted("residual", "inplace_without_sum", drop("kiln.sum"),
+            ["Conv node 'conv2'", "is marked in-place (kiln.inplace) but only a Conv with a fused residual"],
+            base=j12, weights=w12)
+    crafted("residual", "sum_dropped", drop("kiln.sum", "kiln.inplace"),
+            ["Conv node 'conv2'", "input 3 (a fused residual) needs attribute 'kiln.sum' = 1"],
+            inspect=False, base=j12, weights=w12)
+    crafted("residual", "sum_not_one",
+            lambda j: (drop("kiln.inplace")(j), node(j, "conv2")["attrs"].update({"kiln.sum": {"kind": "int", "v": 7}})),
+            ["Conv node 'conv2'", "attribute 'kiln.sum' must be 0 or 1, found 7"],
+            inspect=False, base=j12, weights=w12)
+    crafted("residual", "inplace_without_residual",
+            lambda j: node(j, "conv1")["attrs"].update({"kiln.inplace": {"kind": "int", "v": 3}}),
+            ["Conv node 'conv1'", "is marked in-place (kiln.inplace) but only a Conv with a fused residual"],
+            base=j12, weights=w12)
+    crafted("residual", "inplace_other_input",
+            lambda j: node(j, "conv2")["attrs"].update({"kiln.inplace": {"kind": "int", "v": 0}}),
+            ["Conv node 'conv2'", "is marked in-place (kiln.inplace) but only a Conv with a fused residual"],
+            base=j12, weights=w12)
+
+    def read_after_overwrite(j):
+        sq = [n for n in j["graph"]["nodes"] if n["name"] == "sq"][0]
+        sq["inputs"][1] = "a_nhwc"  # the layout pass's name for `a`
+    crafted("residual", "read_after_overwrite", read_after_overwrite,
+            ["Mul node 'sq' reads 'a_nhwc', whose bytes Conv node 'conv2' overwrote in place"], base=j12, weights=w12)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

@@ -209,6 +209,210 @@ TEST(Pipeline, NhwcModelsConvBiasAndSiluFuseAfterTheLayoutPass) {
   }
 }
 
+// A residual block: a = Relu(Conv0(x)) (1x1), b = Relu(ConvM(a)) (1x1),
+// c = Conv1(b) (3x3, pad 1, bias), y = Relu(c + a) -- or variants that must
+// not fuse, or fuse without the in-place output; the model returns Abs(y)
+// (= y). Channels C, spatial S x S.
+// Reference: the same arithmetic in double, written here.
+struct ResidualCase {
+  bool add_swapped = false;     // Add(a, c) instead of Add(c, a)
+  bool conv_out_too = false;    // c is also a model output: no fusion
+  bool relu_before_add = false; // y = Relu(c) + a: the Relu fuses, the Add stays
+  bool residual_is_input = false;  // Add(c, x): x is a model input (fused, not in place)
+  bool self_residual = false;   // no ConvM: c = Conv1(a), y = Relu(c + a) (Conv1 reads a twice: not in place)
+  bool broadcast = false;       // residual of shape [1, C, 1, 1] (a model input): no fusion
+};
+
+std::unique_ptr<ir::Graph> ResidualGraph(const ResidualCase& rc, std::int64_t C, std::int64_t S,
+                                         const std::vector<float>& w0, const std::vector<float>& w1,
+                                         const std::vector<float>& b1) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {1, C, S, S});
+  g->inputs().push_back(x);
+  ir::Value* c0 = g->AddValue("c0");
+  ir::Value* a = g->AddValue("a");
+  g->AddNode("Conv", "conv0", {x, g->AddConstant("w0", test::F32({C, C, 1, 1}, w0))}, {c0});
+  g->AddNode("Relu", "relu0", {c0}, {a});
+  ir::Value* b = a;
+  if (!rc.self_residual) {
+    ir::Value* cm = g->AddValue("cm");
+    b = g->AddValue("b");
+    g->AddNode("Conv", "convm", {a, g->AddConstant("wm", test::F32({C, C, 1, 1}, w0))}, {cm});
+    g->AddNode("Relu", "relum", {cm}, {b});
+  }
+  ir::Value* c = g->AddValue("c");
+  ir::Node* conv1 = g->AddNode("Conv", "conv1", {b, g->AddConstant("w1", test::F32({C, C, 3, 3}, w1)),
+                                                  g->AddConstant("b1", test::F32({C}, b1))}, {c});
+  conv1->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+  ir::Value* r = a;
+  if (rc.residual_is_input) r = x;
+  if (rc.broadcast) {
+    r = g->AddValue("r", DType::kFloat32, {1, C, 1, 1});
+    g->inputs().push_back(r);
+  }
+  ir::Value* y = g->AddValue("y");  // >= 0; the model output is Abs(y) (so y is an arena tensor)
+  if (rc.relu_before_add) {
+    ir::Value* rl = g->AddValue("rl");
+    g->AddNode("Relu", "relu1", {c}, {rl});
+    g->AddNode("Add", "add", {rl, r}, {y});
+  } else {
+    ir::Value* s = g->AddValue("s");
+    g->AddNode("Add", "add", rc.add_swapped ? std::vector<ir::Value*>{r, c} : std::vector<ir::Value*>{c, r}, {s});
+    g->AddNode("Relu", "relu1", {s}, {y});
+  }
+  ir::Value* out = g->AddValue("out");
+  g->AddNode("Abs", "abs", {y}, {out});
+  g->outputs().push_back(out);
+  if (rc.conv_out_too) g->outputs().push_back(c);
+  test::SetLatestVersions(*g);
+  return g;
+}
+
+// Compiles and runs the residual block (twice) and compares with the double
+// reference; checks whether it fused and whether in place.
+void CheckResidual(const ResidualCase& rc, bool nhwc, std::int64_t C, std::int64_t S, bool expect_fused,
+                   bool expect_in_place, const std::string& what) {
+  SCOPED_TRACE(what + (nhwc ? " (channels-last)" : " (NCHW)"));
+  std::uint32_t seed = 12345;
+  auto rnd = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<float>((seed >> 8) % 2001) / 1000.f - 1.f;
+  };
+  const std::size_t n = static_cast<std::size_t>(C * S * S);
+  std::vector<float> w0(C * C), w1(C * C * 9), b1(C), x(n), r(C);
+  for (auto* v : {&w0, &w1, &b1, &x, &r}) {
+    for (float& f : *v) f = rnd();
+  }
+  for (float& f : w1) f *= 0.2f;
+  // Reference, in double.
+  auto at = [&](const std::vector<double>& t, std::int64_t ch, std::int64_t i, std::int64_t j) {
+    return (i < 0 || j < 0 || i >= S || j >= S) ? 0.0 : t[(ch * S + i) * S + j];
+  };
+  std::vector<double> xd(x.begin(), x.end()), a(n), b(n), c(n), y(n);
+  auto relu_1x1 = [&](const std::vector<double>& in, std::vector<double>& out) {  // Relu(Conv 1x1 by w0)
+    for (std::int64_t o = 0; o < C; ++o) {
+      for (std::int64_t p = 0; p < S * S; ++p) {
+        double v = 0;
+        for (std::int64_t i = 0; i < C; ++i) v += static_cast<double>(w0[o * C + i]) * in[i * S * S + p];
+        out[o * S * S + p] = std::max(v, 0.0);
+      }
+    }
+  };
+  relu_1x1(xd, a);
+  if (rc.self_residual) {
+    b = a;
+  } else {
+    relu_1x1(a, b);
+  }
+  for (std::int64_t o = 0; o < C; ++o) {
+    for (std::int64_t i = 0; i < S; ++i) {
+      for (std::int64_t j = 0; j < S; ++j) {
+        double v = b1[o];
+        for (std::int64_t ic = 0; ic < C; ++ic) {
+          for (int ki = 0; ki < 3; ++ki) {
+            for (int kj = 0; kj < 3; ++kj) {
+              v += static_cast<double>(w1[((o * C + ic) * 3 + ki) * 3 + kj]) * at(b, ic, i + ki - 1, j + kj - 1);
+            }
+          }
+        }
+        c[(o * S + i) * S + j] = v;
+      }
+    }
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::int64_t ch = static_cast<std::int64_t>(k) / (S * S);
+    const double res = rc.broadcast ? r[ch] : rc.residual_is_input ? xd[k] : a[k];
+    y[k] = rc.relu_before_add ? std::max(c[k], 0.0) + res : std::max(c[k] + res, 0.0);
+  }
+
+  test::TempDir dir;
+  format::CompiledModel cm;
+  CompileOptions opts;
+  if (!nhwc) opts.passes.disabled = {"layout"};
+  auto model = CompileAndLoad(ResidualGraph(rc, C, S, w0, w1, b1), dir, &cm, opts);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const ir::Node* fused = nullptr;
+  for (auto& node : cm.graph->nodes()) {
+    if (node->op_type() == "Conv" && node->GetInt("kiln.sum", 0) == 1) fused = node.get();
+  }
+  EXPECT_EQ(fused != nullptr, expect_fused);
+  EXPECT_EQ(CountOpsIn(cm, "Add"), expect_fused ? 0 : 1);
+  if (fused) {
+    EXPECT_EQ(fused->GetString("kiln.activation", ""), "Relu");  // after the sum
+    EXPECT_EQ(fused->GetInt("kiln.inplace", -1), expect_in_place ? 3 : -1);
+  }
+  std::vector<float> out(n), cout(n);
+  std::vector<TensorRef> ins = {TensorRef::Of(x.data(), {1, C, S, S})};
+  if (rc.broadcast) ins.push_back(TensorRef::Of(r.data(), {1, C, 1, 1}));
+  std::vector<TensorRef> outs = {TensorRef::Of(out.data(), {1, C, S, S})};
+  if (rc.conv_out_too) outs.push_back(TensorRef::Of(cout.data(), {1, C, S, S}));
+  for (int run = 0; run < 2; ++run) {  // the in-place output must not disturb a second run
+    ASSERT_TRUE((*model)->Execute(ins, outs).ok());
+    double worst = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      worst = std::max(worst, std::fabs(out[k] - y[k]) / (1e-5 + 1e-5 * std::fabs(y[k])));
+    }
+    EXPECT_LE(worst, 10.0) << "run " << run;
+  }
+}
+
+TEST(Pipeline, ResidualAddAndReluFuseIntoTheConvInPlace) {
+  for (bool nhwc : {false, true}) {
+    CheckResidual({}, nhwc, 8, 6, true, true, "Conv + residual, Relu");
+    ResidualCase swapped;
+    swapped.add_swapped = true;
+    CheckResidual(swapped, nhwc, 8, 6, true, true, "residual as the Add's first input");
+    // A model input is no arena tensor: fused, not in place. (Channels-last
+    // keeps that Add on the NCHW input: no fusion.)
+    ResidualCase input;
+    input.residual_is_input = true;
+    CheckResidual(input, nhwc, 8, 6, !nhwc, false, "residual a model input");
+    ResidualCase self;
+    self.self_residual = true;
+    CheckResidual(self, nhwc, 8, 6, true, false, "Conv(a) + a");
+  }
+}
+
+// A channels-last Conv with an input of 2 MiB and 32 channels runs on
+// oneDNN's blocked layout where its AVX2 kernel is what the CPU gets
+// (conv.cc's BlockedIsFaster); the residual is reordered into the blocked
+// output and summed onto there, in place.
+TEST(Pipeline, ResidualOnTheBlockedRoute) {
+  CheckResidual({}, true, 32, 128, true, true, "32 channels, 128 x 128");
+}
+
+// Near misses: the Conv's output read elsewhere too, an activation between
+// Conv and Add, a broadcasting residual.
+TEST(Pipeline, ResidualNearMissesDoNotFuse) {
+  for (bool nhwc : {false, true}) {
+    ResidualCase out_too;
+    out_too.conv_out_too = true;
+    CheckResidual(out_too, nhwc, 8, 6, false, false, "conv output also a model output");
+    ResidualCase relu_first;
+    relu_first.relu_before_add = true;
+    CheckResidual(relu_first, nhwc, 8, 6, false, false, "Relu between Conv and Add");
+    ResidualCase bc;
+    bc.broadcast = true;
+    CheckResidual(bc, nhwc, 8, 6, false, false, "broadcasting residual");
+  }
+}
+
+// Every route the kernel may take to add the residual (oneDNN's sum post-op,
+// its binary post-op, a binary primitive after the convolution; forced with
+// $KILN_CONV_RESIDUAL), in place and not.
+TEST(Pipeline, ResidualRoutesAgree) {
+  for (const char* route : {"binary", "separate"}) {
+    setenv("KILN_CONV_RESIDUAL", route, 1);
+    for (bool nhwc : {false, true}) {
+      CheckResidual({}, nhwc, 8, 6, true, true, std::string("route ") + route + ", in place");
+      ResidualCase self;
+      self.self_residual = true;
+      CheckResidual(self, nhwc, 8, 6, true, false, std::string("route ") + route + ", not in place");
+    }
+    unsetenv("KILN_CONV_RESIDUAL");
+  }
+}
+
 // GELU as exporters write it: d = x / sqrt(2) (or x * 1/sqrt(2)), e = Erf(d),
 // a = e + 1, then x * a * 0.5 with the Muls in one of three orders.
 // `form` 0: (x*a)*0.5, 1: (x*0.5)*a, 2: x*(a*0.5); `div_by` is the divisor

@@ -201,6 +201,9 @@ Result<Planned> PlanKernel(const device::KernelInit& init) {
   if (node.FindAttr("kiln.activation")) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels take no fused activation");
   }
+  if (node.FindAttr("kiln.sum")) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels take no fused residual");
+  }
   Planned pl;
   const std::string what = node.Describe();
   if (IsGemm(node.op_type(), node.domain(), dtypes) && init.outputs.size() == 1) {

@@ -2,6 +2,10 @@
 // layout oneDNN's kernel wants; bias and a fused activation ride along. A
 // channels-last convolution that oneDNN runs faster on blocked activations
 // runs between two reorders (BlockedIsFaster).
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
 #include "ops/fused_attrs.h"
@@ -31,6 +35,15 @@ bool BlockedIsFaster(const dnnl::convolution_forward::primitive_desc& pd, const 
   return x[1] >= 32 && y[1] >= 32 && in_bytes >= (std::int64_t{2} << 20);
 }
 
+// How a fused residual (kiln.sum, input 3) is added: by oneDNN's sum
+// post-op onto a copy of it in the output (kSum; the blocked route copies it
+// by its reorder); else by its binary post-op reading it (kBinary); or,
+// where neither keeps the convolution's kernel, by a binary primitive after
+// the convolution carrying the activation (kSeparate). Sum first: oneDNN's
+// AVX2 kernel loses 4-5% with a binary post-op (3x3, 64-512 channels,
+// 56x56-7x7, 1 thread, AVX2 EPYC), more than the copy costs.
+enum class Residual { kNone, kBinary, kSum, kSeparate };
+
 class ConvKernel : public Kernel {
  public:
   Status Init(const KernelInit& init) {
@@ -52,51 +65,111 @@ class ConvKernel : public Kernel {
     const memory::desc w_plain = PlainDesc(wg);
     const HostTensor* wconst = init.const_input(1);
     const bool has_bias = init.inputs.size() > 2 && init.inputs[2].present();
-    dnnl::post_ops po;
-    KILN_RETURN_IF_ERROR(AppendFusedActivation(node, po));
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(po);
-    attr = UserScratchpad(attr);
+    const bool residual = node.GetInt(ops::kSumAttr, 0) == 1 && init.inputs.size() > 3 && init.inputs[3].present();
+    // Post-ops: the residual (`how`) and then the activation (`act`).
+    dnnl::post_ops act_po;
+    KILN_RETURN_IF_ERROR(AppendFusedActivation(node, act_po));
+    const bool has_act = act_po.len() > 0;
+    auto make_attr = [&](Residual how, bool act) {
+      dnnl::post_ops po;
+      if (how == Residual::kBinary) po.append_binary(dnnl::algorithm::binary_add, dst_md);
+      if (how == Residual::kSum) po.append_sum(1.f);
+      if (act) {
+        for (int i = 0; i < act_po.len(); ++i) {
+          float scale, alpha, beta;
+          dnnl::algorithm alg;
+          act_po.get_params_eltwise(i, scale, alg, alpha, beta);
+          po.append_eltwise(scale, alg, alpha, beta);
+        }
+      }
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(po);
+      return UserScratchpad(attr);
+    };
     return DnnlCall("Conv", [&] {
       memory::desc w_md = wconst ? memory::desc(memory::dims(wg.begin(), wg.end()), memory::data_type::f32, tag::any) : w_plain;
       memory::desc b_md = has_bias ? PlainDesc({w[0]}) : memory::desc();
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        src_md, w_md, b_md, dst_md, strides, dil, pl, pr);
-      dnnl::convolution_forward::primitive_desc pd(d, attr, DnnlEngine());
+      auto make_pd = [&](const memory::desc& s, const memory::desc& d, Residual how, bool act) {
+        dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           s, w_md, b_md, d, strides, dil, pl, pr);
+        return dnnl::convolution_forward::primitive_desc(cd, make_attr(how, act), DnnlEngine());
+      };
+      // Whether a residual post-op keeps the kernel oneDNN picks without
+      // one (else it may fall back to a slow one, or refuse).
+      auto try_pd = [&](const memory::desc& s, const memory::desc& d, Residual how,
+                        const std::string& want) -> std::optional<dnnl::convolution_forward::primitive_desc> {
+        try {
+          auto pd = make_pd(s, d, how, has_act);
+          if (want.empty() || pd.impl_info_str() == want) return pd;
+        } catch (const dnnl::error&) {
+        }
+        return std::nullopt;
+      };
+      dnnl::convolution_forward::primitive_desc pd = make_pd(src_md, dst_md, Residual::kNone, has_act);
+      const std::string plain_impl = pd.impl_info_str();
+      if (residual) {
+        // $KILN_CONV_RESIDUAL = binary | separate skips the routes before it
+        // (tests reach each route with it).
+        const char* force = std::getenv("KILN_CONV_RESIDUAL");
+        const std::string skip = force ? force : "";
+        std::optional<dnnl::convolution_forward::primitive_desc> m, b;
+        if (skip != "binary" && skip != "separate") m = try_pd(src_md, dst_md, Residual::kSum, plain_impl);
+        if (!m && skip != "separate") b = try_pd(src_md, dst_md, Residual::kBinary, plain_impl);
+        if (m) {
+          pd = *m, residual_ = Residual::kSum;
+        } else if (b) {
+          pd = *b, residual_ = Residual::kBinary;
+        } else {
+          pd = make_pd(src_md, dst_md, Residual::kNone, false);
+          residual_ = Residual::kSeparate;
+          dnnl::post_ops po;
+          dnnl::primitive_attr battr;
+          battr.set_post_ops(act_po);
+          dnnl::binary::desc bd(dnnl::algorithm::binary_add, dst_md, dst_md, dst_md);
+          dnnl::binary::primitive_desc bpd(bd, UserScratchpad(battr), DnnlEngine());
+          add_ = dnnl::binary(bpd);
+          add_scratch_ = ScratchpadFor(bpd);
+        }
+      }
       if (nhwc && group == 1 && BlockedIsFaster(pd, x, y)) {
         // The same convolution on oneDNN's blocked activations (nChw8c),
-        // between two reorders.
+        // between two reorders; a residual is reordered into the blocked
+        // output and summed onto.
         const memory::desc src_any(memory::dims(x.begin(), x.end()), memory::data_type::f32, tag::any);
         const memory::desc dst_any(memory::dims(y.begin(), y.end()), memory::data_type::f32, tag::any);
-        dnnl::convolution_forward::desc db(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                           src_any, w_md, b_md, dst_any, strides, dil, pl, pr);
-        dnnl::convolution_forward::primitive_desc pdb(db, attr, DnnlEngine());
+        auto pdb = try_pd(src_any, dst_any, residual ? Residual::kSum : Residual::kNone, "");
         // The blocked copies live in the kernel's workspace: at most 128 MiB
         // of them (the largest, few-channel layers gain least).
-        const std::size_t copies = pdb.src_desc().get_size() + pdb.dst_desc().get_size();
-        if (pdb.src_desc() != src_md && pdb.dst_desc() != dst_md && copies <= (std::size_t{128} << 20)) {
-          pd = pdb;
+        const std::size_t copies = pdb ? pdb->src_desc().get_size() + pdb->dst_desc().get_size() : 0;
+        if (pdb && pdb->src_desc() != src_md && pdb->dst_desc() != dst_md && copies <= (std::size_t{128} << 20)) {
+          pd = *pdb;
+          if (residual) residual_ = Residual::kSum, add_ = dnnl::binary();
           const dnnl::primitive_attr rattr = UserScratchpad();
           dnnl::reorder::primitive_desc to(DnnlEngine(), src_md, DnnlEngine(), pd.src_desc(), rattr);
           dnnl::reorder::primitive_desc from(DnnlEngine(), pd.dst_desc(), DnnlEngine(), dst_md, rattr);
+          dnnl::reorder::primitive_desc res(DnnlEngine(), dst_md, DnnlEngine(), pd.dst_desc(), rattr);
           to_blocked_ = dnnl::reorder(to);
           from_blocked_ = dnnl::reorder(from);
+          if (residual) res_to_blocked_ = dnnl::reorder(res);
           user_src_ = memory(src_md, DnnlEngine(), nullptr);
           user_dst_ = memory(dst_md, DnnlEngine(), nullptr);
           // Workspace: [scratchpads (conv's, reorders') | blocked src | blocked dst].
           auto up = [](std::size_t b) { return (b + 63) / 64 * 64; };
           const std::size_t scr = up(std::max({pd.scratchpad_desc().get_size(), to.scratchpad_desc().get_size(),
-                                               from.scratchpad_desc().get_size()}));
+                                               from.scratchpad_desc().get_size(), res.scratchpad_desc().get_size()}));
           src_at_ = scr;
           dst_at_ = src_at_ + up(pd.src_desc().get_size());
           blocked_bytes_ = dst_at_ + up(pd.dst_desc().get_size());
           reorder_scratch_[0] = memory(to.scratchpad_desc(), DnnlEngine(), nullptr);
           reorder_scratch_[1] = memory(from.scratchpad_desc(), DnnlEngine(), nullptr);
+          reorder_scratch_[2] = memory(res.scratchpad_desc(), DnnlEngine(), nullptr);
         }
       }
       prim_ = dnnl::convolution_forward(pd);
       src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+      if (residual) res_ = memory(dst_md, DnnlEngine(), nullptr);
+      res_copy_at_ = (std::max(ScratchpadFor(pd).bytes, add_scratch_.bytes) + 63) / 64 * 64;
       if (wconst) {
         // Packed once per layout and model: the plans of a model with
         // symbolic dims share it (device::PrepackCache).
@@ -120,6 +193,7 @@ class ConvKernel : public Kernel {
       scratch_ = ScratchpadFor(pd);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
+      if (residual_ == Residual::kBinary) args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_;
       if (has_bias) {
         bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
         args_[DNNL_ARG_BIAS] = bias_;
@@ -130,6 +204,7 @@ class ConvKernel : public Kernel {
   Status Run(const KernelArgs& a) override {
     if (runtime_weights_) weights_.set_data_handle(const_cast<void*>(a.in(1)));
     if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
+    if (res_) res_.set_data_handle(const_cast<void*>(a.in(3)));
     if (blocked_bytes_) {
       const device::ExecContext* ctx = a.ctx;
       auto* ws = static_cast<std::uint8_t*>(ctx && ctx->workspace && ctx->workspace_bytes >= blocked_bytes_
@@ -138,12 +213,15 @@ class ConvKernel : public Kernel {
       src_.set_data_handle(ws + src_at_);
       dst_.set_data_handle(ws + dst_at_);
       scratch_.mem.set_data_handle(ws);
-      reorder_scratch_[0].set_data_handle(ws);
-      reorder_scratch_[1].set_data_handle(ws);
+      for (memory& m : reorder_scratch_) m.set_data_handle(ws);
       user_src_.set_data_handle(const_cast<void*>(a.in(0)));
       user_dst_.set_data_handle(a.out(0));
       to_blocked_.execute(DnnlStream(), {{DNNL_ARG_FROM, user_src_}, {DNNL_ARG_TO, src_},
                                          {DNNL_ARG_SCRATCHPAD, reorder_scratch_[0]}});
+      if (res_) {
+        res_to_blocked_.execute(DnnlStream(), {{DNNL_ARG_FROM, res_}, {DNNL_ARG_TO, dst_},
+                                               {DNNL_ARG_SCRATCHPAD, reorder_scratch_[2]}});
+      }
       prim_.execute(DnnlStream(), args_);
       from_blocked_.execute(DnnlStream(), {{DNNL_ARG_FROM, dst_}, {DNNL_ARG_TO, user_dst_},
                                            {DNNL_ARG_SCRATCHPAD, reorder_scratch_[1]}});
@@ -152,24 +230,57 @@ class ConvKernel : public Kernel {
     }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     dst_.set_data_handle(a.out(0));
-    scratch_.Bind(a.ctx);
+    // The residual is either the output's own bytes (the memory planner put
+    // the output over it: kiln.inplace) or a distinct tensor.
+    const bool in_place = res_ && a.in(3) == a.out(0);
+    if (residual_ == Residual::kSum && !in_place) std::memcpy(a.out(0), a.in(3), res_.get_desc().get_size());
+    if (in_place && residual_ != Residual::kSum) {
+      // The convolution overwrites the residual before it is read: read a
+      // copy, after the scratchpads in the workspace.
+      const device::ExecContext* ctx = a.ctx;
+      const std::size_t need = workspace_bytes();
+      auto* ws = static_cast<std::uint8_t*>(ctx && ctx->workspace && ctx->workspace_bytes >= need ? ctx->workspace
+                                                                                               : ThreadScratch(need));
+      std::memcpy(ws + res_copy_at_, a.in(3), res_.get_desc().get_size());
+      res_.set_data_handle(ws + res_copy_at_);
+      if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
+      if (add_scratch_.bytes) add_scratch_.mem.set_data_handle(ws);
+    } else {
+      scratch_.Bind(a.ctx);
+      add_scratch_.Bind(a.ctx);
+    }
     prim_.execute(DnnlStream(), args_);
+    if (residual_ == Residual::kSeparate) {
+      add_.execute(DnnlStream(), {{DNNL_ARG_SRC_0, dst_}, {DNNL_ARG_SRC_1, res_}, {DNNL_ARG_DST, dst_},
+                                  {DNNL_ARG_SCRATCHPAD, add_scratch_.mem}});
+    }
     DnnlStream().wait();
     return Status::Ok();
   }
-  std::size_t workspace_bytes() const override { return blocked_bytes_ ? blocked_bytes_ : scratch_.bytes; }
+  std::size_t workspace_bytes() const override {
+    if (blocked_bytes_) return blocked_bytes_;
+    // kBinary/kSeparate: room for a copy of an in-place residual.
+    if (residual_ == Residual::kBinary || residual_ == Residual::kSeparate) {
+      return res_copy_at_ + res_.get_desc().get_size();
+    }
+    return std::max(scratch_.bytes, add_scratch_.bytes);
+  }
 
  private:
   dnnl::convolution_forward prim_;
-  memory src_, weights_, bias_, dst_;
+  memory src_, weights_, bias_, dst_, res_;
   std::shared_ptr<memory> packed_;  // constant weights, shared through the PrepackCache
   std::unordered_map<int, memory> args_;
   Scratchpad scratch_;
   bool runtime_weights_ = false;
+  Residual residual_ = Residual::kNone;
+  dnnl::binary add_;  // kSeparate: dst = act(dst + residual)
+  Scratchpad add_scratch_;
+  std::size_t res_copy_at_ = 0;  // workspace offset of an in-place residual's copy (kBinary, kSeparate)
   // Channels-last run on blocked activations (BlockedIsFaster): the reorders
   // and where the blocked tensors sit in the workspace.
-  dnnl::reorder to_blocked_, from_blocked_;
-  memory user_src_, user_dst_, reorder_scratch_[2];
+  dnnl::reorder to_blocked_, from_blocked_, res_to_blocked_;
+  memory user_src_, user_dst_, reorder_scratch_[3];
   std::size_t src_at_ = 0, dst_at_ = 0, blocked_bytes_ = 0;
 };
 
