@@ -232,8 +232,8 @@ Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
   // Conv (bias or none, no activation yet) whose output is read only by an
   // Add of a residual R of exactly the output's type and shape -> one Conv
   // with R as input 3 and kiln.sum = 1 (oneDNN adds it in the convolution's
-  // epilogue; an activation after the Add fuses afterwards, applied after
-  // the sum). Shapes must be fully static: a symbolic or data-dependent dim
+  // epilogue; an activation after the Add fuses at the end of this pass,
+  // applied after the sum). Shapes must be fully static: a symbolic or data-dependent dim
   // of R and one of the output may hold the same probe extent yet differ at
   // run time, where the Add would broadcast.
   std::unordered_set<const ir::Node*> removed;
@@ -265,9 +265,13 @@ Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
     Absorb(g, conv, add, removed);
     fused = true;
   }
+  if (!fused) return Status::Ok();
   // R may have been computed after the Conv (it is never computed from the
   // Conv's output, which only the Add read): restore the order.
-  return fused ? g.TopologicalSort() : Status::Ok();
+  KILN_RETURN_IF_ERROR(g.TopologicalSort());
+  // An activation after the Add is now the fused Conv's (applied after the
+  // sum), unless bias/activation fusion is switched off.
+  return opts.disabled.count("fuse-bias-activation") ? Status::Ok() : FuseBiasActivation(g, opts);
 }
 
 }  // namespace kiln::passes

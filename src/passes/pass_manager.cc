@@ -17,10 +17,6 @@ PassManager PassManager::Default() {
   pm.Add({"fuse-layernorm", "fuse", false, FuseLayerNorm});
   pm.Add({"dce-after-fuse", "fuse", false, EliminateDeadCode});
   pm.Add({"channels-last", "layout", false, ConvertToChannelsLast});
-  // Conv + Add(residual) after the layout pass (which would otherwise have
-  // to carry the residual through its conversions); before the rerun of
-  // fuse-bias-activation below, which then fuses a following activation.
-  pm.Add({"fuse-residual", "fuse", false, FuseConvResidual});
   // Again, on what the layout pass brought together: a model that holds its
   // activations channels-last (TensorFlow's exports) has a Transpose pair
   // between each Conv and its bias/activation until that pass cancels them.
@@ -29,6 +25,11 @@ PassManager PassManager::Default() {
             // Disabling fuse-bias-activation disables its rerun too.
             return o.disabled.count("fuse-bias-activation") ? Status::Ok() : FuseBiasActivation(g, o);
           }});
+  // Conv + Add(residual) after the layout pass (which would otherwise have
+  // to carry the residual through its conversions) and after the rerun
+  // above (a channels-last Conv's bias Add comes before the residual's);
+  // it then fuses an activation that follows the Add (fuse.cc).
+  pm.Add({"fuse-residual", "fuse", false, FuseConvResidual});
   pm.Add({"dce-after-layout", "fuse", false, EliminateDeadCode});
   pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});

@@ -111,7 +111,11 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
   for (int idx = 0; idx < static_cast<int>(nodes.size()); ++idx) {
     ForEachRead(*nodes[idx], [&](const ir::Value* in) { last_read[in] = idx; });
   }
-  std::vector<std::vector<const ir::Value*>> group_values;  // members, by group
+  std::vector<int> group_last_read;  // by group: the last node reading any member (-1: none)
+  auto last_read_of = [&](const ir::Value* v) {
+    auto it = last_read.find(v);
+    return it == last_read.end() ? -1 : it->second;
+  };
   // FileConstant outputs are external weights, resolved at load: no placement.
   auto external = [](const ir::Value* v) {
     return v->producer() && v->producer()->op_type() == "FileConstant" && v->producer()->domain() == "kiln";
@@ -134,7 +138,7 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
         int gi = group_of[src];
         group_of[o] = gi;
         groups[gi].members.push_back(o->name());
-        group_values[gi].push_back(o);
+        group_last_read[gi] = std::max(group_last_read[gi], last_read_of(o));
         n.SetAttr(kAliasAttr, ir::Attribute::Int(1));
         continue;
       }
@@ -145,8 +149,7 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
         auto it = group_of.find(r);
         if (in_arena(r) && it != group_of.end() && LivesOnHost(r) == LivesOnHost(o) &&
             groups[it->second].size == AlignUp(size) && r->dtype() == o->dtype() && r->shape() == o->shape() &&
-            std::all_of(group_values[it->second].begin(), group_values[it->second].end(),
-                        [&](const ir::Value* m) { return last_read[m] <= idx; }) &&
+            group_last_read[it->second] <= idx &&
             // Not while this node reads those bytes through another input
             // (Conv(a) + a): it would overwrite what it still reads.
             [&] {
@@ -159,13 +162,13 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
           const int gi = it->second;
           group_of[o] = gi;
           groups[gi].members.push_back(o->name());
-          group_values[gi].push_back(o);
+          group_last_read[gi] = std::max(group_last_read[gi], last_read_of(o));
           n.SetAttr(kInPlaceAttr, ir::Attribute::Int(inplace));
           continue;
         }
       }
       group_of[o] = static_cast<int>(groups.size());
-      group_values.push_back({o});
+      group_last_read.push_back(last_read_of(o));
       Group grp;
       grp.first = grp.last = idx;
       grp.host = LivesOnHost(o);
@@ -672,48 +675,65 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     int region;
   };
   std::vector<Live> groups;
-  std::vector<std::vector<const ir::Value*>> members;  // by group
   std::unordered_map<const ir::Value*, int> group_of;
-  std::unordered_map<const ir::Value*, int> overwritten;  // value -> the in-place node that overwrote it
+  // In-place overwrites, per group: members joined in order, and the first
+  // `overwritten[g]` of them were overwritten by node `overwriter[g]` (the
+  // latest in-place node of the group). O(1) per read and per mark.
+  std::vector<std::size_t> joined, overwritten;
+  std::vector<int> overwriter;
+  std::unordered_map<const ir::Value*, std::size_t> position;  // a member's place in its group
+  auto join = [&](const ir::Value* v, int g) {
+    group_of[v] = g;
+    position[v] = joined[g]++;
+  };
   for (int idx = 0; idx < static_cast<int>(nodes.size()); ++idx) {
     const ir::Node& n = *nodes[idx];
     // A value an earlier in-place node overwrote may not be read again.
     const ir::Value* stale = nullptr;
     ForEachRead(n, [&](const ir::Value* in) {
-      if (!stale && overwritten.count(in)) stale = in;
+      auto it = group_of.find(in);
+      if (!stale && it != group_of.end() && position[in] < overwritten[it->second]) stale = in;
     });
     if (stale) {
       return Corrupt(n.Describe(), " reads '", stale->name(), "', whose bytes ",
-                     nodes[overwritten[stale]]->Describe(), " overwrote in place (", kInPlaceAttr, ")");
+                     nodes[overwriter[group_of[stale]]]->Describe(), " overwrote in place (", kInPlaceAttr, ")");
     }
     for (const ir::Value* o : n.outputs()) {
       auto it = placed.find(o);
       if (it == placed.end() || (it->second->region != kRegionArena && it->second->region != host_region)) continue;
+      const bool in_place = n.FindAttr(kInPlaceAttr) && o == n.output(0);
       const ir::Value* joins = nullptr;  // the value whose bytes `o` shares
       if (n.FindAttr(kAliasAttr)) joins = n.input(0);
-      if (n.FindAttr(kInPlaceAttr) && o == n.output(0)) joins = n.input(InPlaceCandidate(n));
+      if (in_place) joins = n.input(InPlaceCandidate(n));
       if (joins) {
         auto src = group_of.find(joins);
+        if (src == group_of.end() && in_place) {
+          return Corrupt(n.Describe(), " is marked in-place (", kInPlaceAttr, ") over '", joins->name(),
+                         "', which no earlier node wrote in this arena");
+        }
         if (src != group_of.end()) {
-          if (!n.FindAttr(kAliasAttr)) {
+          const int g = src->second;
+          if (in_place) {
             const int k = InPlaceCandidate(n);
             for (int i = 0; i < n.num_inputs(); ++i) {
               auto gi = group_of.find(n.input(i));
-              if (i != k && gi != group_of.end() && gi->second == src->second) {
+              if (i != k && gi != group_of.end() && gi->second == g) {
                 return Corrupt(n.Describe(), " is marked in-place (", kInPlaceAttr, ") but also reads input ", i, " '",
                                n.input(i)->name(), "', which shares the bytes it overwrites");
               }
             }
-            for (const ir::Value* m : members[src->second]) overwritten[m] = idx;
+            overwritten[g] = joined[g];
+            overwriter[g] = idx;
           }
-          group_of[o] = src->second;
-          members[src->second].push_back(o);
+          join(o, g);
           continue;
         }
       }
-      group_of[o] = static_cast<int>(groups.size());
       groups.push_back({it->second->offset, it->second->offset + it->second->size, idx, idx, o, it->second->region});
-      members.push_back({o});
+      joined.push_back(0);
+      overwritten.push_back(0);
+      overwriter.push_back(-1);
+      join(o, static_cast<int>(groups.size()) - 1);
     }
     ForEachRead(n, [&](const ir::Value* in) {
       auto it = group_of.find(in);

@@ -413,6 +413,49 @@ TEST(Pipeline, ResidualRoutesAgree) {
   }
 }
 
+// As TensorFlow converters write a residual block: NHWC activations, the
+// Conv between Transposes, then its bias Add, the residual Add (of the NHWC
+// model input) and Relu. After the layout pass cancels the Transposes, the
+// bias fuses first, then the residual, then the Relu: one Conv.
+TEST(Pipeline, NhwcConvBiasResidualReluFuseIntoOneConv) {
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {1, 2, 2, 2});  // N, H, W, C
+  g->inputs().push_back(x);
+  ir::Value* w = g->AddConstant("w", test::F32({2, 2, 1, 1}, {1, 2, -3, 0.5f}));
+  ir::Value* b = g->AddConstant("b", test::F32({2}, {0.25f, -1.5f}));
+  ir::Value *t = g->AddValue("t"), *c = g->AddValue("c"), *u = g->AddValue("u"), *a = g->AddValue("a"),
+            *s = g->AddValue("s"), *y = g->AddValue("y");
+  g->AddNode("Transpose", "to_nchw", {x}, {t})->SetAttr("perm", ir::Attribute::Ints({0, 3, 1, 2}));
+  g->AddNode("Conv", "conv", {t, w}, {c});
+  g->AddNode("Transpose", "to_nhwc", {c}, {u})->SetAttr("perm", ir::Attribute::Ints({0, 2, 3, 1}));
+  g->AddNode("Add", "bias", {u, b}, {a});
+  g->AddNode("Add", "residual", {a, x}, {s});
+  g->AddNode("Relu", "relu", {s}, {y});
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ(cm.graph->nodes().size(), 1u);
+  const ir::Node& conv = *cm.graph->nodes()[0];
+  EXPECT_EQ(conv.op_type(), "Conv");
+  EXPECT_EQ(conv.GetInt("kiln.sum", 0), 1);
+  EXPECT_EQ(conv.GetString("kiln.activation", ""), "Relu");
+  // x[n,h,w,c] = {1,2, 3,4, -1,0, 1,2}: per pixel p, channel o:
+  // relu(w[o][0] x[p,0] + w[o][1] x[p,1] + b[o] + x[p,o]).
+  const std::vector<float> xv = {1, 2, 3, 4, -1, 0, 1, 2};
+  const float wt[2][2] = {{1, 2}, {-3, 0.5f}}, bias[2] = {0.25f, -1.5f};
+  std::vector<float> want(8), yv(8);
+  for (int p = 0; p < 4; ++p) {
+    for (int o = 0; o < 2; ++o) {
+      want[2 * p + o] = std::max(0.f, wt[o][0] * xv[2 * p] + wt[o][1] * xv[2 * p + 1] + bias[o] + xv[2 * p + o]);
+    }
+  }
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(xv.data(), {1, 2, 2, 2})}, {TensorRef::Of(yv.data(), {1, 2, 2, 2})}).ok());
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(yv[i], want[i], 1e-6f * std::max(1.f, std::fabs(want[i]))) << i;
+}
+
 // GELU as exporters write it: d = x / sqrt(2) (or x * 1/sqrt(2)), e = Erf(d),
 // a = e + 1, then x * a * 0.5 with the Muls in one of three orders.
 // `form` 0: (x*a)*0.5, 1: (x*0.5)*a, 2: x*(a*0.5); `div_by` is the divisor

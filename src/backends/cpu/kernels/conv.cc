@@ -66,6 +66,7 @@ class ConvKernel : public Kernel {
     const HostTensor* wconst = init.const_input(1);
     const bool has_bias = init.inputs.size() > 2 && init.inputs[2].present();
     const bool residual = node.GetInt(ops::kSumAttr, 0) == 1 && init.inputs.size() > 3 && init.inputs[3].present();
+    in_place_planned_ = residual && node.FindAttr("kiln.inplace") != nullptr;  // plan::kInPlaceAttr
     // Post-ops: the residual (`how`) and then the activation (`act`).
     dnnl::post_ops act_po;
     KILN_RETURN_IF_ERROR(AppendFusedActivation(node, act_po));
@@ -238,16 +239,23 @@ class ConvKernel : public Kernel {
       // The convolution overwrites the residual before it is read: read a
       // copy, after the scratchpads in the workspace.
       const device::ExecContext* ctx = a.ctx;
-      const std::size_t need = workspace_bytes();
+      const std::size_t need = res_copy_at_ + res_.get_desc().get_size();
       auto* ws = static_cast<std::uint8_t*>(ctx && ctx->workspace && ctx->workspace_bytes >= need ? ctx->workspace
                                                                                                : ThreadScratch(need));
       std::memcpy(ws + res_copy_at_, a.in(3), res_.get_desc().get_size());
       res_.set_data_handle(ws + res_copy_at_);
       if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
       if (add_scratch_.bytes) add_scratch_.mem.set_data_handle(ws);
+    } else if (add_scratch_.bytes) {
+      // One buffer for both scratchpads (two ThreadScratch calls could
+      // free the first's when the second grows it).
+      const device::ExecContext* ctx = a.ctx;
+      const std::size_t need = std::max(scratch_.bytes, add_scratch_.bytes);
+      void* ws = ctx && ctx->workspace && ctx->workspace_bytes >= need ? ctx->workspace : ThreadScratch(need);
+      if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
+      add_scratch_.mem.set_data_handle(ws);
     } else {
       scratch_.Bind(a.ctx);
-      add_scratch_.Bind(a.ctx);
     }
     prim_.execute(DnnlStream(), args_);
     if (residual_ == Residual::kSeparate) {
@@ -259,8 +267,9 @@ class ConvKernel : public Kernel {
   }
   std::size_t workspace_bytes() const override {
     if (blocked_bytes_) return blocked_bytes_;
-    // kBinary/kSeparate: room for a copy of an in-place residual.
-    if (residual_ == Residual::kBinary || residual_ == Residual::kSeparate) {
+    // kBinary/kSeparate: room for a copy of the residual where the plan
+    // put the output over it (an unplanned overlap takes ThreadScratch).
+    if (in_place_planned_ && (residual_ == Residual::kBinary || residual_ == Residual::kSeparate)) {
       return res_copy_at_ + res_.get_desc().get_size();
     }
     return std::max(scratch_.bytes, add_scratch_.bytes);
@@ -277,6 +286,7 @@ class ConvKernel : public Kernel {
   dnnl::binary add_;  // kSeparate: dst = act(dst + residual)
   Scratchpad add_scratch_;
   std::size_t res_copy_at_ = 0;  // workspace offset of an in-place residual's copy (kBinary, kSeparate)
+  bool in_place_planned_ = false;  // the node carries kiln.inplace
   // Channels-last run on blocked activations (BlockedIsFaster): the reorders
   // and where the blocked tensors sit in the workspace.
   dnnl::reorder to_blocked_, from_blocked_, res_to_blocked_;
