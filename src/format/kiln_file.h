@@ -77,8 +77,10 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // fuse-residual: Y = act(conv + B + R)), checked by the loader's inference
 // (R exactly the output's type and shape), and "kiln.inplace" = 3 (the
 // memory plan puts Y over R, read last by that Conv), checked by
-// plan::VerifyPlan. A runtime before 12 would drop the residual or read R
-// after it was overwritten, so it must refuse the file.
+// plan::VerifyPlan. A MatMul may carry "kiln.bias" = 1 with a bias [N] as
+// input 2, and kiln.activation may be "Gelu" (the erf GELU). A runtime
+// before 12 would drop the residual or bias, or read R after it was
+// overwritten, so it must refuse the file.
 inline constexpr std::uint32_t kFormatVersion = 12;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;

@@ -9,6 +9,9 @@ inline constexpr const char* kActBetaAttr = "kiln.act_beta";    // float
 // Y = act(conv(X, W) + B + R), the residual added before the fused
 // activation (the fuse-residual pass, format version 12).
 inline constexpr const char* kSumAttr = "kiln.sum";
+// int 1 on a MatMul whose input 2 is a constant bias [N] (N = the output's
+// last dim): Y = act(A B + bias) (fuse-bias-activation, format version 12).
+inline constexpr const char* kBiasAttr = "kiln.bias";
 }  // namespace kiln::ops
 
 namespace kiln::ops {

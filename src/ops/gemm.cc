@@ -1,5 +1,6 @@
 // Gemm and MatMul.
 #include "ops/common_infer.h"
+#include "ops/fused_attrs.h"
 
 namespace kiln::ops {
 namespace {
@@ -31,6 +32,22 @@ Status InferGemm(InferContext& c) {
 Status InferMatMul(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 1));
   KILN_ASSIGN_OR_RETURN(Shape out, MatMulOutputShape(c, 0, 1));
+  // A fused bias (kiln.bias = 1, input 2): [N], the output's last dim.
+  const std::int64_t bias = c.node().GetInt(kBiasAttr, 0);
+  if (bias != 0 && bias != 1) return c.Fail("attribute '", kBiasAttr, "' must be 0 or 1, found ", bias);
+  if ((bias == 1) != c.has_input(2)) {
+    return c.Fail(bias == 1 ? "attribute 'kiln.bias' = 1 needs the bias input 2"
+                            : "input 2 (a fused bias) needs attribute 'kiln.bias' = 1");
+  }
+  if (bias == 1) {
+    if (c.in_dtype(2) != c.in_dtype(0)) {
+      return c.Fail("bias input 2 has type ", DTypeName(c.in_dtype(2)), ", expected ", DTypeName(c.in_dtype(0)));
+    }
+    if (out.empty() || c.in_shape(2) != Shape{out.back()}) {
+      return c.Fail("bias input 2 has shape ", ShapeToString(c.in_shape(2)), ", expected [",
+                    out.empty() ? 0 : out.back(), "] (the output's last dim)");
+    }
+  }
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();
 }
@@ -67,7 +84,8 @@ void RegisterGemmOps(OpRegistry& r) {
   OpDef m;
   m.type = "MatMul";
   m.versions = {1, 9, 13};
-  m.min_inputs = m.max_inputs = 2;
+  m.min_inputs = 2;
+  m.max_inputs = 3;  // input 2: the bias of kiln.bias (InferMatMul)
   m.input_types = {DType::kFloat32};
   m.infer = InferMatMul;
   r.Register(m);

@@ -126,28 +126,42 @@ Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
 
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
   if (!opts.target_fused_epilogues) return Status::Ok();  // the target's kernels take no epilogues
-  // 1. MatMul(A[M,K], const B[K,N]) + Add(const bias[N] or [1,N]) -> Gemm.
+  // 1. MatMul(A[M,K], const B[K,N]) + Add(const bias[N] or [1,N]) -> Gemm;
   std::unordered_set<const ir::Node*> removed;
   std::vector<ir::Node*> nodes;
   for (auto& n : g.nodes()) nodes.push_back(n.get());
+  //    MatMul(A[..., M, K] of rank 3 or more, const B[K,N]) + Add(const bias
+  //    [N], [1, N], [1, 1, N], ...) -> MatMul with the bias as input 2
+  //    (kiln.bias = 1; format version 12): transformers' projections.
   for (ir::Node* mm : nodes) {
     if (removed.count(mm)) continue;
-    if (mm->op_type() != "MatMul" || !mm->domain().empty()) continue;
+    if (mm->op_type() != "MatMul" || !mm->domain().empty() || mm->num_inputs() != 2) continue;
     ir::Value* a = mm->input(0);
     ir::Value* b = mm->input(1);
-    if (a->shape().size() != 2 || !IsF32Const(b) || b->shape().size() != 2) continue;
-    const ir::Node* add_c = SoleConsumer(g, mm->output(0));
+    ir::Value* y = mm->output(0);
+    if (a->shape().size() < 2 || !IsF32Const(b) || b->shape().size() != 2 || a->dtype() != DType::kFloat32) continue;
+    const ir::Node* add_c = SoleConsumer(g, y);
     if (!add_c || add_c->op_type() != "Add" || add_c->HasAttr("axis")) continue;  // old-form broadcast: skip
     auto* add = const_cast<ir::Node*>(add_c);
-    ir::Value* bias = add->input(0) == mm->output(0) ? add->input(1) : add->input(0);
-    const std::int64_t n = b->shape()[1];
-    if (!IsF32Const(bias) || NumElements(bias->shape()) != n || bias->shape().size() > 2 ||
-        (bias->shape().size() == 2 && bias->shape()[0] != 1)) {
+    ir::Value* bias = add->input(0) == y ? add->input(1) : add->input(0);
+    const std::int64_t k = b->shape()[0], n = b->shape()[1];
+    if (!IsF32Const(bias) || bias == y || NumElements(bias->shape()) != n || bias->shape().size() > y->shape().size()) {
       continue;
     }
-    mm->set_op_type("Gemm");
-    mm->set_since_version(13);
-    mm->SetInput(2, bias);
+    bool per_n = true;  // every dim but the last is 1
+    for (std::size_t i = 0; i + 1 < bias->shape().size(); ++i) per_n = per_n && bias->shape()[i] == 1;
+    if (!per_n || add->output(0)->shape() != y->shape()) continue;
+    if (a->shape().size() == 2) {
+      if (bias->shape().size() > 2) continue;
+      mm->set_op_type("Gemm");
+      mm->set_since_version(13);
+      mm->SetInput(2, bias);
+    } else {
+      if (k <= 0 || n <= 0) continue;
+      auto flat = std::make_shared<HostTensor>(DType::kFloat32, Shape{n}, bias->constant()->data(), bias->constant());
+      mm->SetInput(2, g.AddConstant(bias->name() + "_flat", flat));
+      mm->SetAttr(ops::kBiasAttr, ir::Attribute::Int(1));
+    }
     Absorb(g, mm, add, removed);
   }
   // 2. Conv + Add(const per-channel bias) when the Conv has none.
@@ -185,7 +199,11 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
   for (auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* op : nodes) {
     if (removed.count(op)) continue;
-    if ((op->op_type() != "Conv" && op->op_type() != "Gemm") || !op->domain().empty()) continue;
+    // MatMul: by a constant B [K, N] (what oneDNN's matmul runs with an
+    // epilogue).
+    const bool matmul = op->op_type() == "MatMul" && op->domain().empty() && IsF32Const(op->input(1)) &&
+                        op->input(1)->shape().size() == 2 && op->input(0)->shape().size() >= 2;
+    if ((op->op_type() != "Conv" && op->op_type() != "Gemm" && !matmul) || !op->domain().empty()) continue;
     if (op->HasAttr(kActAttr) || op->output(0)->dtype() != DType::kFloat32) continue;
     // SiLU / Swish, x * Sigmoid(x) (EfficientNet, YOLO): the output feeds
     // exactly a Sigmoid and the Mul of the two.
@@ -200,11 +218,15 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
       continue;
     }
     const ir::Node* act_c = SoleConsumer(g, op->output(0));
-    if (!act_c || !act_c->domain().empty()) continue;
+    if (!act_c) continue;
     auto* act = const_cast<ir::Node*>(act_c);
     const std::string& t = act->op_type();
+    // fuse-gelu's erf GELU (kiln.Gelu without approximate="tanh"): oneDNN's
+    // gelu_erf, the kernel kiln.Gelu itself runs.
+    const bool gelu = act->domain() == "kiln" && t == "Gelu" && act->GetString("approximate", "none") == "none";
+    if (!act->domain().empty() && !gelu) continue;
     float alpha = 0, beta = 0;
-    if (t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "HardSwish") {
+    if (gelu || t == "Relu" || t == "Sigmoid" || t == "Tanh" || t == "HardSwish") {
     } else if (t == "LeakyRelu") {
       alpha = act->GetFloat("alpha", 0.01f);
     } else if (t == "HardSigmoid") {

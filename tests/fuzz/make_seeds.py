@@ -161,6 +161,22 @@ def models():
          helper.make_node("Sigmoid", ["r"], ["y"], name="sig")],
         [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 3, 4, 4])],
         [init("w0", r(3, 2, 3, 3)), init("w1", r(3, 3, 1, 1)), init("w2", r(3, 3, 3, 3)), init("b2", r(3))])
+    # A transformer FFN (format version 12): the MatMuls take their biases
+    # (kiln.bias) and the erf GELU (kiln.activation = Gelu).
+    out["ffn"] = model(
+        [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="fc1"),
+         helper.make_node("Add", ["m1", "b1"], ["a"], name="b1add"),
+         helper.make_node("Div", ["a", "sqrt2"], ["d"], name="div"),
+         helper.make_node("Erf", ["d"], ["e"], name="erf"),
+         helper.make_node("Add", ["e", "one"], ["p"], name="p"),
+         helper.make_node("Mul", ["a", "p"], ["q"], name="q"),
+         helper.make_node("Mul", ["q", "half"], ["g"], name="gelu"),
+         helper.make_node("MatMul", ["g", "w2"], ["m2"], name="fc2"),
+         helper.make_node("Add", ["m2", "b2"], ["y"], name="b2add")],
+        [vi("x", F, [2, 3, 4])], [vi("y", F, [2, 3, 4])],
+        [init("w1", r(4, 6)), init("b1", r(6)), init("w2", r(6, 4)), init("b2", r(1, 1, 4)),
+         init("sqrt2", np.array(2 ** 0.5, np.float32)), init("one", np.array(1, np.float32)),
+         init("half", np.array(0.5, np.float32))])
     # A QDQ convolution (fuse-qdq makes it a QLinearConv, channels-last on
     # oneDNN's int8 kernel).
     U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32

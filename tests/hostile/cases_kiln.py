@@ -40,7 +40,7 @@ U64_MAX = 2**64 - 1
 FORMAT_VERSION = 12  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
                     # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
-                    # 12: "kiln.sum" and "kiln.inplace" on Conv)
+                    # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul)
 
 
 def align(v, a):
@@ -676,6 +676,29 @@ def generate(ctx):
         sq["inputs"][1] = "a_nhwc"  # the layout pass's name for `a`
     crafted("residual", "read_after_overwrite", read_after_overwrite,
             ["Mul node 'sq' reads 'a_nhwc', whose bytes Conv node 'conv2' overwrote in place"], base=j12, weights=w12)
+
+    # A transformer projection (format version 12): fuse-bias-activation
+    # gives the MatMul its bias as input 2 (kiln.bias = 1) and the Relu.
+    mb_onnx = os.path.join(d, "matmul_bias.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+         helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+         helper.make_node("Relu", ["a"], ["out"], name="relu")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3, 5])],
+        [numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b")]),
+        opset_imports=[helper.make_opsetid("", 13)]), mb_onnx)
+    mb_kiln = os.path.join(d, "matmul_bias.kiln")
+    rc, out = ctx.run(["compile", "--model", mb_onnx, "--output", mb_kiln])
+    assert rc == 0, out
+    jb, wb = read_kiln(mb_kiln)
+    assert node(jb, "mm")["attrs"].get("kiln.bias") == {"kind": "int", "v": 1}, node(jb, "mm")
+    crafted("matmul_bias", "dropped", lambda j: node(j, "mm")["attrs"].pop("kiln.bias"),
+            ["MatMul node 'mm'", "input 2 (a fused bias) needs attribute 'kiln.bias' = 1"],
+            inspect=False, base=jb, weights=wb)
+    crafted("matmul_bias", "not_one", lambda j: node(j, "mm")["attrs"].update({"kiln.bias": {"kind": "int", "v": 2}}),
+            ["MatMul node 'mm'", "attribute 'kiln.bias' must be 0 or 1, found 2"], inspect=False, base=jb, weights=wb)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

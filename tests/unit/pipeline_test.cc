@@ -456,6 +456,75 @@ TEST(Pipeline, NhwcConvBiasResidualReluFuseIntoOneConv) {
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(yv[i], want[i], 1e-6f * std::max(1.f, std::fabs(want[i]))) << i;
 }
 
+// A transformer projection: y = act(x[2,3,4] W[4,5] + bias), bias of
+// shape `bias_shape`; act: 0 none, 1 Relu, 2 the erf GELU as exporters write
+// it. A bias varying only along N fuses into the MatMul (kiln.bias), then the
+// activation; a bias varying along M (a near miss) stays an Add. Reference:
+// double, written here.
+void CheckMatMulBias(const Shape& bias_shape, int act, bool expect_fused) {
+  SCOPED_TRACE(ShapeToString(bias_shape) + " act " + std::to_string(act));
+  std::vector<float> xv(24), wv(20), bv(NumElements(bias_shape));
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.7f * i) * 2;
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(1.3f * i);
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = 0.25f * i - 1;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {2, 3, 4});
+  g->inputs().push_back(x);
+  ir::Value *m = g->AddValue("m"), *a = g->AddValue("a"), *y = g->AddValue("y");
+  g->AddNode("MatMul", "mm", {x, g->AddConstant("w", test::F32({4, 5}, wv))}, {m});
+  g->AddNode("Add", "bias", {m, g->AddConstant("b", test::F32(bias_shape, bv))}, {act == 0 ? y : a});
+  if (act == 1) g->AddNode("Relu", "relu", {a}, {y});
+  if (act == 2) {
+    ir::Value *d = g->AddValue("d"), *e = g->AddValue("e"), *p = g->AddValue("p"), *q = g->AddValue("q");
+    g->AddNode("Div", "div", {a, g->AddConstant("k", test::F32({}, {std::sqrt(2.f)}))}, {d});
+    g->AddNode("Erf", "erf", {d}, {e});
+    g->AddNode("Add", "one", {e, g->AddConstant("c1", test::F32({}, {1.f}))}, {p});
+    g->AddNode("Mul", "m1", {a, p}, {q});
+    g->AddNode("Mul", "m2", {q, g->AddConstant("half", test::F32({}, {0.5f}))}, {y});
+  }
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  std::vector<double> want(30);
+  for (int bm = 0; bm < 6; ++bm) {
+    for (int n = 0; n < 5; ++n) {
+      double v = 0;
+      for (int k = 0; k < 4; ++k) v += static_cast<double>(xv[bm * 4 + k]) * wv[k * 5 + n];
+      // bias [5] / [1,1,5]: by n; [3,5]: by (row within the batch, n).
+      v += bias_shape.size() == 2 && bias_shape[0] == 3 ? bv[(bm % 3) * 5 + n] : bv[n];
+      if (act == 1) v = std::max(v, 0.0);
+      if (act == 2) v = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      want[bm * 5 + n] = v;
+    }
+  }
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  if (expect_fused) {
+    EXPECT_EQ(cm.graph->nodes().size(), 1u);
+  }
+  EXPECT_EQ(CountOpsIn(cm, "Add"), expect_fused ? 0 : 1);
+  const ir::Node& mm = *cm.graph->nodes()[0];
+  EXPECT_EQ(mm.op_type(), "MatMul");
+  EXPECT_EQ(mm.GetInt("kiln.bias", 0), expect_fused ? 1 : 0);
+  if (expect_fused) {
+    EXPECT_EQ(mm.GetString("kiln.activation", ""), act == 0 ? "" : act == 1 ? "Relu" : "Gelu");
+  }
+  std::vector<float> yv(30);
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(xv.data(), {2, 3, 4})}, {TensorRef::Of(yv.data(), {2, 3, 5})}).ok());
+  for (int i = 0; i < 30; ++i) EXPECT_NEAR(yv[i], want[i], 1e-5 * std::max(1.0, std::fabs(want[i]))) << i;
+}
+
+TEST(Pipeline, MatMulBiasAndActivationFuseIntoTheMatMul) {
+  CheckMatMulBias({5}, 0, true);
+  CheckMatMulBias({1, 1, 5}, 1, true);
+  CheckMatMulBias({5}, 2, true);
+}
+
+TEST(Pipeline, MatMulBiasNearMissDoesNotFuse) {
+  CheckMatMulBias({3, 5}, 0, false);  // varies along M: stays an Add
+}
+
 // GELU as exporters write it: d = x / sqrt(2) (or x * 1/sqrt(2)), e = Erf(d),
 // a = e + 1, then x * a * 0.5 with the Muls in one of three orders.
 // `form` 0: (x*a)*0.5, 1: (x*0.5)*a, 2: x*(a*0.5); `div_by` is the divisor

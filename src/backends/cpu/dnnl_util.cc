@@ -71,6 +71,7 @@ Status AppendFusedActivation(const ir::Node& node, dnnl::post_ops& ops) {
   else if (t == "Tanh") ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
   else if (t == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
   else if (t == "Swish") ops.append_eltwise(1.f, alg::eltwise_swish, alpha, 0.f);  // x * sigmoid(alpha x)
+  else if (t == "Gelu") ops.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f);  // kiln.Gelu's erf form
   else if (t == "Clip") ops.append_eltwise(1.f, alg::eltwise_clip_v2, std::isinf(alpha) ? -big : alpha, std::isinf(beta) ? big : beta);
   else if (t == "HardSigmoid") {
     ops.append_eltwise(1.f, alg::eltwise_linear, alpha, beta);

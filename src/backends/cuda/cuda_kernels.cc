@@ -201,6 +201,9 @@ Result<Planned> PlanKernel(const device::KernelInit& init) {
   if (node.FindAttr("kiln.activation")) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels take no fused activation");
   }
+  if (node.FindAttr("kiln.bias")) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels take no fused MatMul bias");
+  }
   if (node.FindAttr("kiln.sum")) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": CUDA kernels take no fused residual");
   }

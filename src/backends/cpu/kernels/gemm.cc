@@ -13,6 +13,7 @@
 
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
+#include "ops/fused_attrs.h"
 
 namespace kiln::cpu {
 namespace {
@@ -208,6 +209,9 @@ Result<std::unique_ptr<Kernel>> MakeMatMul(const KernelInit& init) {
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::max(a[i], b[i]);
   y.push_back(a[a.size() - 2]);
   y.push_back(b.back());
+  if (a.back() == 0 && NumElements(y) != 0 && init.node->GetInt(ops::kBiasAttr, 0) == 1) {
+    return Error(StatusCode::kUnimplemented, init.node->Describe(), ": a fused bias with an empty inner dim");
+  }
   if (NumElements(y) == 0 || a.back() == 0) {
     const std::size_t bytes = init.outputs[0].bytes();
     return MakeFn([bytes](const KernelArgs& args) {
@@ -215,9 +219,21 @@ Result<std::unique_ptr<Kernel>> MakeMatMul(const KernelInit& init) {
       return Status::Ok();
     });
   }
+  // A fused bias (kiln.bias): constant [N], broadcast over every other dim.
+  const HostTensor* bias = nullptr;
+  Shape bias_dims;
+  if (init.node->GetInt(ops::kBiasAttr, 0) == 1) {
+    bias = init.const_input(2);
+    if (!bias || bias->dtype() != DType::kFloat32 || bias->numel() != y.back()) {
+      return Error(StatusCode::kInvalidArgument, init.node->Describe(), ": the fused bias (input 2) must be a float32 "
+                   "constant of ", y.back(), " elements");
+    }
+    bias_dims.assign(y.size(), 1);
+    bias_dims.back() = y.back();
+  }
   auto k = std::make_unique<MatMulKernel>();
-  KILN_RETURN_IF_ERROR(k->Init(*init.node, PlainDesc(a), PlainDesc(b), PlainDesc(y), init.const_input(1), 1.f, nullptr, {},
-                               init.prepack_cache));
+  KILN_RETURN_IF_ERROR(k->Init(*init.node, PlainDesc(a), PlainDesc(b), PlainDesc(y), init.const_input(1), 1.f, bias,
+                               bias_dims, init.prepack_cache));
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
