@@ -87,6 +87,24 @@ inline Status CheckSameTypes(InferContext& c, int first, int last) {
   return Status::Ok();
 }
 
+// An input a fusion pass added (kiln.sum's residual, kiln.bias's bias):
+// attribute `attr` is 0 or 1, input `index` present if and only if it is 1,
+// and then of input 0's type. Returns whether it is present; the caller
+// checks its shape.
+inline Result<bool> CheckFusedInput(InferContext& c, const char* attr, int index, const char* noun) {
+  const std::int64_t v = c.node().GetInt(attr, 0);
+  if (v != 0 && v != 1) return c.Fail("attribute '", attr, "' must be 0 or 1, found ", v);
+  if ((v == 1) != c.has_input(index)) {
+    return v == 1 ? c.Fail("attribute '", attr, "' = 1 needs the ", noun, " input ", index)
+                  : c.Fail("input ", index, " (a fused ", noun, ") needs attribute '", attr, "' = 1");
+  }
+  if (v == 1 && c.in_dtype(index) != c.in_dtype(0)) {
+    return c.Fail(noun, " input ", index, " has type ", DTypeName(c.in_dtype(index)), ", expected ",
+                  DTypeName(c.in_dtype(0)));
+  }
+  return v == 1;
+}
+
 // Type sets.
 inline const std::set<DType>& FloatTypes() {
   static const std::set<DType> s = {DType::kFloat32, DType::kFloat64};

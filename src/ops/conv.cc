@@ -18,20 +18,10 @@ Status InferConv(InferContext& c) {
   if (nhwc) out = {out[0], out[2], out[3], out[1]};
   // The fused residual (kiln.sum = 1, input 3): exactly the output's type
   // and shape, no broadcasting.
-  const std::int64_t sum = c.node().GetInt(kSumAttr, 0);
-  if (sum != 0 && sum != 1) return c.Fail("attribute '", kSumAttr, "' must be 0 or 1, found ", sum);
-  if ((sum == 1) != c.has_input(3)) {
-    return c.Fail(sum == 1 ? "attribute 'kiln.sum' = 1 needs the residual input 3"
-                           : "input 3 (a fused residual) needs attribute 'kiln.sum' = 1");
-  }
-  if (sum == 1) {
-    if (c.in_dtype(3) != c.in_dtype(0)) {
-      return c.Fail("residual input 3 has type ", DTypeName(c.in_dtype(3)), ", expected ", DTypeName(c.in_dtype(0)));
-    }
-    if (c.in_shape(3) != out) {
-      return c.Fail("residual input 3 has shape ", ShapeToString(c.in_shape(3)), ", expected the output's ",
-                    ShapeToString(out));
-    }
+  KILN_ASSIGN_OR_RETURN(const bool residual, CheckFusedInput(c, kSumAttr, 3, "residual"));
+  if (residual && c.in_shape(3) != out) {
+    return c.Fail("residual input 3 has shape ", ShapeToString(c.in_shape(3)), ", expected the output's ",
+                  ShapeToString(out));
   }
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();

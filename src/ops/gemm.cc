@@ -33,20 +33,10 @@ Status InferMatMul(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 1));
   KILN_ASSIGN_OR_RETURN(Shape out, MatMulOutputShape(c, 0, 1));
   // A fused bias (kiln.bias = 1, input 2): [N], the output's last dim.
-  const std::int64_t bias = c.node().GetInt(kBiasAttr, 0);
-  if (bias != 0 && bias != 1) return c.Fail("attribute '", kBiasAttr, "' must be 0 or 1, found ", bias);
-  if ((bias == 1) != c.has_input(2)) {
-    return c.Fail(bias == 1 ? "attribute 'kiln.bias' = 1 needs the bias input 2"
-                            : "input 2 (a fused bias) needs attribute 'kiln.bias' = 1");
-  }
-  if (bias == 1) {
-    if (c.in_dtype(2) != c.in_dtype(0)) {
-      return c.Fail("bias input 2 has type ", DTypeName(c.in_dtype(2)), ", expected ", DTypeName(c.in_dtype(0)));
-    }
-    if (out.empty() || c.in_shape(2) != Shape{out.back()}) {
-      return c.Fail("bias input 2 has shape ", ShapeToString(c.in_shape(2)), ", expected [",
-                    out.empty() ? 0 : out.back(), "] (the output's last dim)");
-    }
+  KILN_ASSIGN_OR_RETURN(const bool bias, CheckFusedInput(c, kBiasAttr, 2, "bias"));
+  if (bias && (out.empty() || c.in_shape(2) != Shape{out.back()})) {
+    return c.Fail("bias input 2 has shape ", ShapeToString(c.in_shape(2)), ", expected [",
+                  out.empty() ? 0 : out.back(), "] (the output's last dim)");
   }
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();

@@ -627,6 +627,15 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     }
   }
 
+  // Whether `out` has exactly `in`'s bytes in an arena (views, in-place outputs).
+  auto same_arena_bytes = [&](const ir::Value* in, const ir::Value* out) {
+    auto pi = placed.find(in);
+    auto po = placed.find(out);
+    return pi != placed.end() && po != placed.end() &&
+           (pi->second->region == kRegionArena || pi->second->region == host_region) &&
+           po->second->region == pi->second->region && pi->second->offset == po->second->offset &&
+           pi->second->size == po->second->size;
+  };
   // Views run no kernel: their output must be exactly their input's bytes.
   const auto& nodes = g.nodes();
   for (auto& n : nodes) {
@@ -634,12 +643,7 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
     if (!IsViewOp(*n) || n->num_outputs() != 1 || n->num_inputs() < 1 || !n->input(0)) {
       return Corrupt(n->Describe(), " is marked as a view (", kAliasAttr, ") but is not a one-output view op");
     }
-    auto pi = placed.find(n->input(0));
-    auto po = placed.find(n->output(0));
-    if (pi == placed.end() || po == placed.end() ||
-        (pi->second->region != kRegionArena && pi->second->region != host_region) ||
-        po->second->region != pi->second->region || pi->second->offset != po->second->offset ||
-        pi->second->size != po->second->size) {
+    if (!same_arena_bytes(n->input(0), n->output(0))) {
       return Corrupt(n->Describe(), " is marked as a view (", kAliasAttr, ") but its output '", n->output(0)->name(),
                      "' does not share its input '", n->input(0)->name(), "''s arena bytes");
     }
@@ -654,12 +658,7 @@ Status VerifyPlan(const ir::Graph& g, const MemoryPlan& plan, const void* const_
       return Corrupt(n->Describe(), " is marked in-place (", kInPlaceAttr, ") but only a Conv with a fused residual ",
                      "(kiln.sum = 1, input 3) may be, and only over input 3");
     }
-    auto pi = placed.find(n->input(k));
-    auto po = placed.find(n->output(0));
-    if (pi == placed.end() || po == placed.end() ||
-        (pi->second->region != kRegionArena && pi->second->region != host_region) ||
-        po->second->region != pi->second->region || pi->second->offset != po->second->offset ||
-        pi->second->size != po->second->size) {
+    if (!same_arena_bytes(n->input(k), n->output(0))) {
       return Corrupt(n->Describe(), " is marked in-place (", kInPlaceAttr, ") but its output '", n->output(0)->name(),
                      "' does not take input ", k, " '", n->input(k)->name(), "''s arena bytes");
     }

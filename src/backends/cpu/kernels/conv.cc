@@ -67,7 +67,7 @@ class ConvKernel : public Kernel {
     const bool has_bias = init.inputs.size() > 2 && init.inputs[2].present();
     const bool residual = node.GetInt(ops::kSumAttr, 0) == 1 && init.inputs.size() > 3 && init.inputs[3].present();
     in_place_planned_ = residual && node.FindAttr("kiln.inplace") != nullptr;  // plan::kInPlaceAttr
-    // Post-ops: the residual (`how`) and then the activation (`act`).
+    // Post-ops: the residual (`how`) and then the node's activation (`act`).
     dnnl::post_ops act_po;
     KILN_RETURN_IF_ERROR(AppendFusedActivation(node, act_po));
     const bool has_act = act_po.len() > 0;
@@ -75,14 +75,7 @@ class ConvKernel : public Kernel {
       dnnl::post_ops po;
       if (how == Residual::kBinary) po.append_binary(dnnl::algorithm::binary_add, dst_md);
       if (how == Residual::kSum) po.append_sum(1.f);
-      if (act) {
-        for (int i = 0; i < act_po.len(); ++i) {
-          float scale, alpha, beta;
-          dnnl::algorithm alg;
-          act_po.get_params_eltwise(i, scale, alg, alpha, beta);
-          po.append_eltwise(scale, alg, alpha, beta);
-        }
-      }
+      if (act) (void)AppendFusedActivation(node, po);  // checked above
       dnnl::primitive_attr attr;
       attr.set_post_ops(po);
       return UserScratchpad(attr);
@@ -123,7 +116,6 @@ class ConvKernel : public Kernel {
         } else {
           pd = make_pd(src_md, dst_md, Residual::kNone, false);
           residual_ = Residual::kSeparate;
-          dnnl::post_ops po;
           dnnl::primitive_attr battr;
           battr.set_post_ops(act_po);
           dnnl::binary::desc bd(dnnl::algorithm::binary_add, dst_md, dst_md, dst_md);
@@ -170,7 +162,6 @@ class ConvKernel : public Kernel {
       src_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
       if (residual) res_ = memory(dst_md, DnnlEngine(), nullptr);
-      res_copy_at_ = (std::max(ScratchpadFor(pd).bytes, add_scratch_.bytes) + 63) / 64 * 64;
       if (wconst) {
         // Packed once per layout and model: the plans of a model with
         // symbolic dims share it (device::PrepackCache).
@@ -192,6 +183,7 @@ class ConvKernel : public Kernel {
         runtime_weights_ = true;
       }
       scratch_ = ScratchpadFor(pd);
+      res_copy_at_ = (std::max(scratch_.bytes, add_scratch_.bytes) + 63) / 64 * 64;
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
       if (residual_ == Residual::kBinary) args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = res_;
