@@ -376,9 +376,25 @@ TEST(Pipeline, ResidualAddAndReluFuseIntoTheConvInPlace) {
 // A channels-last Conv with an input of 2 MiB and 32 channels runs on
 // oneDNN's blocked layout where its AVX2 kernel is what the CPU gets
 // (conv.cc's BlockedIsFaster); the residual is reordered into the blocked
-// output and summed onto there, in place.
+// output and summed onto there, in place. (Winograd off: it would take this
+// convolution.)
 TEST(Pipeline, ResidualOnTheBlockedRoute) {
+  setenv("KILN_CONV_WINOGRAD", "off", 1);
   CheckResidual({}, true, 32, 128, true, true, "32 channels, 128 x 128");
+  unsetenv("KILN_CONV_WINOGRAD");
+}
+
+// Where oneDNN would run its AVX2 kernel, a channels-last 3x3 Conv with 32
+// channels runs on Winograd F(4x4, 3x3) (conv.cc's UseWinograd): bias,
+// residual in place and Relu in its epilogue; 40 x 40 (100 tiles: blocks of
+// tiles) and 16 x 16 (16 tiles: one block). Elsewhere oneDNN runs it; the
+// result is the same.
+TEST(Pipeline, ResidualOnTheWinogradRoute) {
+  CheckResidual({}, true, 32, 40, true, true, "32 channels, 40 x 40");
+  CheckResidual({}, true, 32, 16, true, true, "32 channels, 16 x 16");
+  ResidualCase self;
+  self.self_residual = true;
+  CheckResidual(self, true, 32, 16, true, false, "Conv(a) + a, 32 channels, 16 x 16");
 }
 
 // Near misses: the Conv's output read elsewhere too, an activation between
