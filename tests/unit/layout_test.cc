@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
@@ -70,6 +72,8 @@ T4 Deconv2x2(const T4& x, const std::vector<float>& wt, std::int64_t oc) {
           }
   return y;
 }
+
+void CheckLargeConvolution();
 
 int Count(const format::CompiledModel& m, const std::string& op) {
   int c = 0;
@@ -170,12 +174,182 @@ TEST(ChannelsLast, DecoderOpsStayChannelsLastAndMatchADoubleReference) {
   }
 }
 
+// ShuffleNet's unit: Conv 1x1 (8 -> 8), the channel shuffle (Reshape to
+// [1, 2, 4, H, W], Transpose [0, 2, 1, 3, 4], Reshape back), a split by two
+// Slices on the channel axis (one with axes given, one without: starts over
+// axes 0 and 1), Conv 1x1 on the second half, Concat. Channels-last all the
+// way: the shuffle rewritten for NHWC and the Slices' axes remapped, so only
+// the edges' Transposes and the shuffle's own remain.
+TEST(ChannelsLast, ChannelShuffleAndSplitStayChannelsLast) {
+  const std::int64_t C = 8, H = 3, W = 5;
+  const std::vector<float> x = Wave(C * H * W, 0.2, 1.0), w0 = Wave(C * C, 0.9, 0.5), w1 = Wave(16, 1.7, 0.6);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, C, H, W});
+  g->inputs().push_back(xv);
+  ir::Value *a = g->AddValue("a"), *m = g->AddValue("m"), *t = g->AddValue("t"), *sh = g->AddValue("sh"),
+            *s1 = g->AddValue("s1"), *s2 = g->AddValue("s2"), *c2 = g->AddValue("c2"), *y = g->AddValue("y");
+  g->AddNode("Conv", "c0", {xv, g->AddConstant("w0", test::F32({C, C, 1, 1}, w0))}, {a});
+  g->AddNode("Reshape", "r1", {a, g->AddConstant("s5", test::I64({5}, {1, 2, C / 2, H, W}))}, {m});
+  g->AddNode("Transpose", "shuffle", {m}, {t})->SetAttr("perm", ir::Attribute::Ints({0, 2, 1, 3, 4}));
+  g->AddNode("Reshape", "r2", {t, g->AddConstant("s4", test::I64({4}, {1, C, H, W}))}, {sh});
+  g->AddNode("Slice", "first", {sh, g->AddConstant("b0", test::I64({2}, {0, 0})), g->AddConstant("e0", test::I64({2}, {1, C / 2}))},
+             {s1});
+  g->AddNode("Slice", "second",
+             {sh, g->AddConstant("b1", test::I64({1}, {C / 2})), g->AddConstant("e1", test::I64({1}, {C})),
+              g->AddConstant("ax", test::I64({1}, {1}))},
+             {s2});
+  g->AddNode("Conv", "c1", {s2, g->AddConstant("w1", test::F32({C / 2, C / 2, 1, 1}, w1))}, {c2});
+  g->AddNode("Concat", "cat", {s1, c2}, {y})->SetAttr("axis", ir::Attribute::Int(1));
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  // Reference in double: shuffled channel j is a's channel (j % 2) * 4 + j / 2.
+  T4 xd = Make(1, C, H, W);
+  for (std::size_t i = 0; i < x.size(); ++i) xd.v[i] = x[i];
+  const T4 ad = Conv(xd, w0, {}, C, 1);
+  T4 shd = Make(1, C, H, W), s2d = Make(1, C / 2, H, W);
+  for (std::int64_t j = 0; j < C; ++j)
+    for (std::int64_t i = 0; i < H * W; ++i) shd.v[j * H * W + i] = ad.v[((j % 2) * (C / 2) + j / 2) * H * W + i];
+  std::copy(shd.v.begin() + (C / 2) * H * W, shd.v.end(), s2d.v.begin());
+  const T4 c2d = Conv(s2d, w1, {}, C / 2, 1);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  // The input's, the output's and the shuffle's own (now [0, 1, 2, 4, 3]).
+  EXPECT_EQ(Count(cm, "Transpose"), 3);
+  for (auto& n : cm.graph->nodes()) {
+    if (n->op_type() == "Slice") EXPECT_EQ(n->input(0)->shape(), (Shape{1, H, W, C})) << n->name();
+  }
+  std::vector<float> out(C * H * W);
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, C, H, W})}, {TensorRef::Of(out.data(), {1, C, H, W})}).ok());
+  for (std::int64_t j = 0; j < C; ++j)
+    for (std::int64_t i = 0; i < H * W; ++i) {
+      const double want = j < C / 2 ? shd.v[j * H * W + i] : c2d.v[(j - C / 2) * H * W + i];
+      ASSERT_NEAR(out[j * H * W + i], want, 1e-5 * (1 + std::fabs(want))) << "channel " << j << " at " << i;
+    }
+}
+
+// A shuffle whose middle value is read elsewhere too (a near miss): left on
+// NCHW, still correct.
+TEST(ChannelsLast, ChannelShuffleReadElsewhereStaysNchw) {
+  const std::int64_t C = 4, H = 2, W = 2;
+  const std::vector<float> x = Wave(C * H * W, 0.4, 1.0), w0 = Wave(C * C, 0.3, 0.5);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, C, H, W});
+  g->inputs().push_back(xv);
+  ir::Value *a = g->AddValue("a"), *m = g->AddValue("m"), *t = g->AddValue("t"), *y = g->AddValue("y");
+  g->AddNode("Conv", "c0", {xv, g->AddConstant("w0", test::F32({C, C, 1, 1}, w0))}, {a});
+  g->AddNode("Reshape", "r1", {a, g->AddConstant("s5", test::I64({5}, {1, 2, C / 2, H, W}))}, {m});
+  g->AddNode("Transpose", "shuffle", {m}, {t})->SetAttr("perm", ir::Attribute::Ints({0, 2, 1, 3, 4}));
+  g->AddNode("Reshape", "r2", {t, g->AddConstant("s4", test::I64({4}, {1, C, H, W}))}, {y});
+  g->outputs().push_back(y);
+  g->outputs().push_back(m);
+  test::SetLatestVersions(*g);
+  T4 xd = Make(1, C, H, W);
+  for (std::size_t i = 0; i < x.size(); ++i) xd.v[i] = x[i];
+  const T4 ad = Conv(xd, w0, {}, C, 1);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (auto& n : cm.graph->nodes()) {
+    if (n->op_type() == "Transpose" && n->input(0)->shape().size() == 5) {
+      EXPECT_EQ(n->GetInts("perm"), (std::vector<std::int64_t>{0, 2, 1, 3, 4}));
+    }
+  }
+  std::vector<float> out(C * H * W), mid(C * H * W);
+  ASSERT_TRUE((*model)
+                  ->Execute({TensorRef::Of(x.data(), {1, C, H, W})},
+                            {TensorRef::Of(out.data(), {1, C, H, W}), TensorRef::Of(mid.data(), {1, 2, C / 2, H, W})})
+                  .ok());
+  for (std::int64_t j = 0; j < C; ++j)
+    for (std::int64_t i = 0; i < H * W; ++i) {
+      const double want = ad.v[((j % 2) * (C / 2) + j / 2) * H * W + i];
+      ASSERT_NEAR(out[j * H * W + i], want, 1e-5 * (1 + std::fabs(want)));
+      ASSERT_NEAR(mid[j * H * W + i], ad.v[j * H * W + i], 1e-5 * (1 + std::fabs(ad.v[j * H * W + i])));
+    }
+}
+
+// Reductions after a channels-last Conv run on the NHWC data with their
+// axes remapped: ReduceMean over H, W without keepdims (global pooling as
+// ShuffleNet writes it: no Transpose after it at all), ReduceMax over C with
+// keepdims. ReduceMean over H alone without keepdims would come out in
+// another order: it stays on NCHW (a near miss). Against double.
+TEST(ChannelsLast, ReductionsRunOnChannelsLastData) {
+  const std::int64_t C = 4, H = 3, W = 5;
+  const std::vector<float> x = Wave(C * H * W, 0.6, 1.0), w0 = Wave(C * C * 9, 0.2, 0.3);
+  struct Case {
+    const char* op;
+    std::vector<std::int64_t> axes;
+    std::int64_t keepdims;
+    Shape out;
+    int transposes;  // in the compiled graph
+  };
+  for (const Case& k : {Case{"ReduceMean", {2, 3}, 0, {1, C}, 1}, Case{"ReduceMax", {1}, 1, {1, 1, H, W}, 1},
+                        Case{"ReduceMean", {2}, 0, {1, C, W}, 2}}) {
+    SCOPED_TRACE(std::string(k.op) + " keepdims=" + std::to_string(k.keepdims) + " axes " + std::to_string(k.axes.size()));
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, C, H, W});
+    g->inputs().push_back(xv);
+    ir::Value *a = g->AddValue("a"), *y = g->AddValue("y");
+    g->AddNode("Conv", "c0", {xv, g->AddConstant("w0", test::F32({C, C, 3, 3}, w0))}, {a})
+        ->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+    ir::Node* r = g->AddNode(k.op, "reduce", {a}, {y});
+    r->SetAttr("axes", ir::Attribute::Ints(k.axes));
+    r->SetAttr("keepdims", ir::Attribute::Int(k.keepdims));
+    g->outputs().push_back(y);
+    test::SetLatestVersions(*g);
+    T4 xd = Make(1, C, H, W);
+    for (std::size_t i = 0; i < x.size(); ++i) xd.v[i] = x[i];
+    const T4 ad = Conv(xd, w0, {}, C, 3);
+    std::vector<double> want;
+    if (k.axes == std::vector<std::int64_t>{2, 3}) {
+      for (std::int64_t c = 0; c < C; ++c) {
+        double sum = 0;
+        for (std::int64_t i = 0; i < H * W; ++i) sum += ad.v[c * H * W + i];
+        want.push_back(sum / (H * W));
+      }
+    } else if (k.axes == std::vector<std::int64_t>{1}) {
+      for (std::int64_t i = 0; i < H * W; ++i) {
+        double m = ad.v[i];
+        for (std::int64_t c = 1; c < C; ++c) m = std::max(m, ad.v[c * H * W + i]);
+        want.push_back(m);
+      }
+    } else {
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t j = 0; j < W; ++j) {
+          double sum = 0;
+          for (std::int64_t i = 0; i < H; ++i) sum += ad.at(0, c, i, j);
+          want.push_back(sum / H);
+        }
+    }
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(std::move(g), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(Count(cm, "Transpose"), k.transposes);
+    std::vector<float> out(want.size());
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, C, H, W})}, {TensorRef::Of(out.data(), k.out)}).ok());
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+  }
+}
+
 // A channels-last 3x3 convolution large enough (32 -> 32 channels, 128x128:
 // a 2 MiB input) that on an AVX2-only machine (or with
 // ONEDNN_MAX_CPU_ISA=AVX2: tests/CMakeLists.txt reruns this) it runs on
-// blocked activations between reorders; elsewhere on NHWC directly. Either
-// way against double at a sample of outputs, with a fused Relu.
+// Winograd F(4x4, 3x3), and with $KILN_CONV_WINOGRAD=off on blocked
+// activations between reorders; elsewhere on NHWC directly. Each way against
+// double at a sample of outputs, with a fused Relu.
 TEST(ChannelsLast, LargeConvolutionMatchesADoubleReference) {
+  for (const char* winograd : {"off", "on"}) {
+    SCOPED_TRACE(std::string("KILN_CONV_WINOGRAD=") + winograd);
+    setenv("KILN_CONV_WINOGRAD", winograd, 1);
+    CheckLargeConvolution();
+  }
+  unsetenv("KILN_CONV_WINOGRAD");
+}
+
+void CheckLargeConvolution() {
   const std::int64_t c = 32, h = 128;
   const std::vector<float> x = Wave(c * h * h, 0.3, 1.0), w = Wave(c * c * 9, 1.1, 0.1), b = Wave(c, 2.0, 0.5);
   auto g = std::make_unique<ir::Graph>();

@@ -49,13 +49,13 @@ enum class Residual { kNone, kBinary, kSum, kSeparate };
 // Whether a convolution runs on Winograd F(4x4, 3x3) (winograd.h) instead
 // of oneDNN: channels-last float32, 3x3, stride 1, no dilation, one group,
 // constant weights, where oneDNN would run its AVX2 kernel ("jit:avx2"; the
-// AVX-512 kernels are not measured against it), at least 32 input and
-// output channels (multiples of 8) and at least 16 output tiles of 4x4, an
-// activation the Winograd epilogue applies. Measured on an AVX2 EPYC, 1
-// thread, Winograd / oneDNN NHWC (bench/winograd_bench): 64->64 at 56x56
-// 0.71, 128->128 at 28x28 0.74, 256->256 at 14x14 (16 tiles) 0.89,
-// 512->512 at 7x7 (4 tiles) 0.99, 32->32 at 256x256 0.81, 16->16 at
-// 512x512 1.23, 64->64 at 160x160 0.50. $KILN_CONV_WINOGRAD=off disables it.
+// AVX-512 kernels are not measured against it), input and output channels
+// multiples of 8, at least 16 output tiles of 4x4, an activation the
+// Winograd epilogue applies. Measured on an AVX2 EPYC (bench/winograd_bench;
+// bench/RESULTS.md, "Winograd"): 0.25-0.72 of oneDNN's time on every layer
+// shape tried, 8 to 512 channels; the tile and size limits keep the
+// transformed weights (4x the filter) where they are used often enough.
+// $KILN_CONV_WINOGRAD=off disables it.
 std::optional<WinogradAct> WinogradActivation(const ir::Node& node) {
   const ir::Attribute* a = node.FindAttr(ops::kActAttr);
   if (!a) return WinogradAct::kNone;
@@ -73,12 +73,17 @@ bool UseWinograd(const ir::Node& node, bool nhwc, std::int64_t group, const Dnnl
   for (std::size_t i = 0; i < 2; ++i) {
     if (win.strides[i] != 1 || win.dilations[i] != 0 || win.pads_begin[i] < 0 || win.pads_end[i] < 0) return false;
   }
-  if (x[1] < 32 || y[1] < 32 || x[1] % 8 != 0 || y[1] % 8 != 0) return false;
+  if (x[1] < 8 || y[1] < 8 || x[1] % 8 != 0 || y[1] % 8 != 0) return false;
   std::int64_t tiles = 0, packed = 0;  // output tiles; floats of the packed weights
   if (!CheckedMul(y[0], ((y[2] + 3) / 4) * ((y[3] + 3) / 4), &tiles) ||
       !CheckedMul(36 * ((y[1] + 15) / 16 * 16), x[1], &packed) || packed > kMaxTensorBytes / 4) {
     return false;
   }
+  // Transformed weights of more than 16 MiB (beyond 256 x 256 channels)
+  // only for 64+ tiles: the 4x weights pay for themselves in compute there,
+  // and a VGG-style stack of 512-channel layers at 14x14-28x28 keeps its
+  // memory.
+  if (packed * 4 > (std::int64_t{16} << 20) && tiles < 64) return false;
   return tiles >= 16 && WinogradActivation(node).has_value();
 }
 

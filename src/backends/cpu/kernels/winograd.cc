@@ -31,30 +31,59 @@ constexpr I64 kTile = 4, kIn = 6, kXi = 36, kNb = 16;
 
 I64 PaddedK(I64 k) { return (k + kNb - 1) / kNb * kNb; }
 
-// Tiles per block: the block's v and m (36 x tiles x (c + kp) floats) in
-// about 256 KiB, a multiple of the micro-kernel's 6 rows, at least 6.
+// Tiles per block, a multiple of the micro-kernel's 6 rows: enough that the
+// block's v and m fill about 256 KiB (few channels), and at least
+// c kp / (2 (c + kp)) so that reading the transformed weights again for
+// each block (36 c kp floats) costs no more than the block's own v and m
+// traffic (36 tiles (c + kp) floats, written and read); at most 8 MiB of
+// v and m per thread (the threads' scratch memory stays allocated).
 I64 TilesPerBlock(I64 c, I64 kp) {
   const I64 fit = (256 * 1024 / 4) / (kXi * (c + kp));
-  return std::max<I64>(6, fit / 6 * 6);
+  const I64 reuse = (c * kp + 2 * (c + kp) - 1) / (2 * (c + kp));
+  const I64 cap = (8 * 1024 * 1024 / 4) / (kXi * (c + kp));
+  const I64 tb = std::min(std::max(fit, reuse), cap);
+  return std::max<I64>(6, (tb + 5) / 6 * 6);
 }
 
 // c[R x 16] = a[R x kc] (row stride lda) * b[kc x 16] (packed, 16 per row).
+// Named accumulators, not an array: GCC 12 kept an array's elements on the
+// stack, storing 12 of them every iteration.
 template <int R>
 KILN_AVX2 void MicroKernel(const float* a, I64 lda, const float* b, I64 kc, float* c, I64 ldc) {
-  __m256 acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
   for (I64 p = 0; p < kc; ++p) {
     const __m256 b0 = _mm256_load_ps(b + p * kNb), b1 = _mm256_load_ps(b + p * kNb + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * lda + p);
-      acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
-      acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
+    __m256 av = _mm256_broadcast_ss(a0 + p);
+    c00 = _mm256_fmadd_ps(av, b0, c00), c01 = _mm256_fmadd_ps(av, b1, c01);
+    if constexpr (R > 1) {
+      av = _mm256_broadcast_ss(a1 + p);
+      c10 = _mm256_fmadd_ps(av, b0, c10), c11 = _mm256_fmadd_ps(av, b1, c11);
+    }
+    if constexpr (R > 2) {
+      av = _mm256_broadcast_ss(a2 + p);
+      c20 = _mm256_fmadd_ps(av, b0, c20), c21 = _mm256_fmadd_ps(av, b1, c21);
+    }
+    if constexpr (R > 3) {
+      av = _mm256_broadcast_ss(a3 + p);
+      c30 = _mm256_fmadd_ps(av, b0, c30), c31 = _mm256_fmadd_ps(av, b1, c31);
+    }
+    if constexpr (R > 4) {
+      av = _mm256_broadcast_ss(a4 + p);
+      c40 = _mm256_fmadd_ps(av, b0, c40), c41 = _mm256_fmadd_ps(av, b1, c41);
+    }
+    if constexpr (R > 5) {
+      av = _mm256_broadcast_ss(a5 + p);
+      c50 = _mm256_fmadd_ps(av, b0, c50), c51 = _mm256_fmadd_ps(av, b1, c51);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(c + r * ldc, acc0[r]);
-    _mm256_storeu_ps(c + r * ldc + 8, acc1[r]);
-  }
+  _mm256_storeu_ps(c, c00), _mm256_storeu_ps(c + 8, c01);
+  if constexpr (R > 1) _mm256_storeu_ps(c + ldc, c10), _mm256_storeu_ps(c + ldc + 8, c11);
+  if constexpr (R > 2) _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
+  if constexpr (R > 3) _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
+  if constexpr (R > 4) _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
+  if constexpr (R > 5) _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
 }
 
 // m[rows x cols] (row stride ldm) = v[rows x c] u, u packed in blocks of
@@ -210,28 +239,31 @@ std::size_t WinogradPackedFloats(std::int64_t k, std::int64_t c) {
 }
 
 void WinogradPackWeights(const float* w, std::int64_t k, std::int64_t c, float* u) {
-  // u = G g G^T in double, then scattered to u[xi][kb][c][16].
-  static const double G[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                 {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                 {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
-  const I64 kp = PaddedK(k);
-  std::memset(u, 0, WinogradPackedFloats(k, c) * sizeof(float));
-  for (I64 o = 0; o < k; ++o) {
-    for (I64 i = 0; i < c; ++i) {
-      const float* g = w + (o * c + i) * 9;
-      double t[6][3];  // G g
-      for (int a = 0; a < 6; ++a) {
-        for (int b = 0; b < 3; ++b) t[a][b] = G[a][0] * g[b] + G[a][1] * g[3 + b] + G[a][2] * g[6 + b];
-      }
-      for (int a = 0; a < 6; ++a) {
-        for (int b = 0; b < 6; ++b) {
-          const double val = t[a][0] * G[b][0] + t[a][1] * G[b][1] + t[a][2] * G[b][2];
-          const I64 xi = a * 6 + b;
-          u[((xi * (kp / kNb) + o / kNb) * c + i) * kNb + o % kNb] = static_cast<float>(val);
+  // u = G g G^T per (output, input) channel pair, scattered to
+  // u[xi][kb][c][16]: per (16-output block, input channel), the 16 pairs'
+  // 36 values go out as 36 rows of 16 floats (zeros past k). In parallel
+  // over those pairs.
+  static const float G[6][3] = {{1.f / 4, 0, 0},           {-1.f / 6, -1.f / 6, -1.f / 6},
+                                {-1.f / 6, 1.f / 6, -1.f / 6}, {1.f / 24, 1.f / 12, 1.f / 6},
+                                {1.f / 24, -1.f / 12, 1.f / 6}, {0, 0, 1}};
+  const I64 kp = PaddedK(k), nkb = kp / kNb;
+  ParallelFor(nkb * c, std::max<I64>(1, 4096 / kNb), [&](I64 b, I64 e) {
+    for (I64 job = b; job < e; ++job) {
+      const I64 kb = job / c, i = job % c;
+      float rows[kXi][kNb] = {};
+      for (I64 q = 0; q < kNb && kb * kNb + q < k; ++q) {
+        const float* g = w + ((kb * kNb + q) * c + i) * 9;
+        float t[6][3];  // G g
+        for (int a = 0; a < 6; ++a) {
+          for (int j = 0; j < 3; ++j) t[a][j] = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];
+        }
+        for (int a = 0; a < 6; ++a) {
+          for (int j = 0; j < 6; ++j) rows[a * 6 + j][q] = t[a][0] * G[j][0] + t[a][1] * G[j][1] + t[a][2] * G[j][2];
         }
       }
+      for (I64 xi = 0; xi < kXi; ++xi) std::memcpy(u + ((xi * nkb + kb) * c + i) * kNb, rows[xi], sizeof rows[xi]);
     }
-  }
+  });
 }
 
 void WinogradConvNhwc(const WinogradShape& s, const float* x, const float* u, float* y, const WinogradEpilogue& e) {
