@@ -2,7 +2,8 @@
 // NHWC activations (its brgconv kernels: ~2x the NCHW gemm path here). This
 // pass runs each eligible op on NHWC tensors between a pair of Transposes,
 // pushes the NHWC->NCHW Transposes down through layout-agnostic elementwise
-// ops, Concat and Resize (its per-axis vectors permuted), cancels Transpose pairs that meet, and turns Transposes that only
+// ops, Concat, Slice and reductions (their axes remapped), ShuffleNet's channel shuffle
+// (Reshape-Transpose-Reshape, rewritten for NHWC) and Resize (its per-axis vectors permuted), cancels Transpose pairs that meet, and turns Transposes that only
 // move size-1 dims into free Reshapes. What remains is a Transpose at each
 // edge of a channels-last region.
 #include <algorithm>
@@ -130,8 +131,57 @@ HostTensorPtr PermuteAxesVector(const HostTensor& c) {
   return t;
 }
 
+// A Slice of a rank-4 tensor with constant starts, ends, axes and steps:
+// on NHWC data the same Slice with its axes remapped (ShuffleNet's channel
+// split).
+bool MovableSlice(const ir::Node& n) {
+  if (n.op_type() != "Slice" || !n.domain().empty() || n.num_outputs() != 1 || n.num_inputs() < 3 ||
+      !n.input(0) || n.input(0)->shape().size() != 4) {
+    return false;
+  }
+  for (int i = 1; i < n.num_inputs(); ++i) {
+    if (n.input(i) && (!n.input(i)->is_constant() || n.input(i)->shape().size() != 1)) return false;
+  }
+  return true;
+}
+
+// The axes of a ReduceMean/Max/Min/Sum over a rank-4 tensor (attribute, or
+// ReduceSum-13's constant input 1); empty when not given or not constant.
+std::vector<std::int64_t> ReduceAxes(const ir::Node& n) {
+  if (n.HasAttr("axes")) return n.GetInts("axes");
+  if (n.num_inputs() > 1 && n.input(1) && n.input(1)->is_constant()) return n.input(1)->constant()->ToInt64Vector();
+  return {};
+}
+
+// A reduction over given axes of a rank-4 tensor: on NHWC data the same
+// reduction over the remapped axes. With keepdims its rank-4 output is NHWC
+// too; without, only where the kept dims come out in the same order either
+// way (the channels reduced, or both spatial dims: global pooling written
+// as ReduceMean), so that no Transpose is needed after it.
+bool MovableReduce(const ir::Node& n) {
+  static const std::set<std::string> kOps = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"};
+  if (!kOps.count(n.op_type()) || !n.domain().empty() || n.num_outputs() != 1 || !n.input(0) ||
+      n.input(0)->shape().size() != 4) {
+    return false;
+  }
+  const std::vector<std::int64_t> axes = ReduceAxes(n);
+  if (axes.empty()) return false;
+  bool reduced[4] = {false, false, false, false};
+  for (std::int64_t a : axes) {
+    if (a < -4 || a > 3) return false;
+    reduced[a < 0 ? a + 4 : a] = true;
+  }
+  return n.GetInt("keepdims", 1) != 0 || reduced[1] || (reduced[2] && reduced[3]);
+}
+
+HostTensorPtr Int64Vector(const std::vector<std::int64_t>& v) {
+  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{static_cast<std::int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t->mutable_data_as<std::int64_t>());
+  return t;
+}
+
 bool LayoutAgnostic(const ir::Node& n) {
-  if (MovableResize(n)) return true;
+  if (MovableResize(n) || MovableSlice(n) || MovableReduce(n)) return true;
   // Per-tensor QuantizeLinear / DequantizeLinear are elementwise too.
   if ((n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear") && n.domain().empty() &&
       n.num_outputs() == 1 && n.output(0)->shape().size() == 4) {
@@ -199,6 +249,50 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     }
     n->SetAttr("axis", ir::Attribute::Int(NhwcAxis(n->GetInt("axis", 1))));
   }
+  if (MovableSlice(*n)) {
+    // Data through the Transpose; the axes (all of starts' when absent)
+    // remapped; starts, ends and steps as they are.
+    if (n->input(0)->is_constant()) return false;
+    std::vector<std::int64_t> axes;
+    if (n->num_inputs() > 3 && n->input(3)) {
+      axes = n->input(3)->constant()->ToInt64Vector();
+    } else {
+      for (std::int64_t a = 0; a < NumElements(n->input(1)->shape()); ++a) axes.push_back(a);
+    }
+    for (std::int64_t& a : axes) {
+      if (a < -4 || a > 3) return false;  // inference reports it
+      a = NhwcAxis(a);
+    }
+    n->SetInput(0, n->input(0)->producer()->input(0));
+    n->SetInput(3, g.AddConstant(n->name() + "_axes_nhwc", Int64Vector(axes)));
+    ir::Value* y = n->output(0);
+    ir::Value* yt = g.AddValue(y->name() + "_nhwc");
+    g.RebindOutput(n, 0, yt);
+    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+    KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+    return true;
+  }
+  if (MovableReduce(*n)) {
+    if (n->input(0)->is_constant()) return false;
+    std::vector<std::int64_t> axes = ReduceAxes(*n);
+    for (std::int64_t& a : axes) a = NhwcAxis(a);
+    n->SetInput(0, n->input(0)->producer()->input(0));
+    if (n->HasAttr("axes")) {
+      n->SetAttr("axes", ir::Attribute::Ints(axes));
+    } else {
+      n->SetInput(1, g.AddConstant(n->name() + "_axes_nhwc", Int64Vector(axes)));
+    }
+    if (n->GetInt("keepdims", 1) == 0) {  // the same output either way (MovableReduce)
+      KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+      return true;
+    }
+    ir::Value* y = n->output(0);
+    ir::Value* yt = g.AddValue(y->name() + "_nhwc");
+    g.RebindOutput(n, 0, yt);
+    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+    KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+    return true;
+  }
   const bool resize = MovableResize(*n);
   if (resize && (!n->input(0) || n->input(0)->is_constant())) return false;
   for (int i = 0; i < n->num_inputs(); ++i) {
@@ -221,6 +315,47 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
   ir::Value* yt = g.AddValue(y->name() + "_nhwc");
   g.RebindOutput(n, 0, yt);
   KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+  KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+  return true;
+}
+
+// ShuffleNet's channel shuffle of a channels-last tensor's NCHW view:
+// Reshape [N, C, H, W] -> [N, g, C/g, H, W], Transpose [0, 2, 1, 3, 4],
+// Reshape back to [N, C, H, W]. On the NHWC data it is Reshape
+// [N, H, W, C] -> [N, H, W, g, C/g], Transpose [0, 1, 2, 4, 3], Reshape
+// back: rewritten so, with the NHWC->NCHW Transpose after it. Static
+// shapes only; the intermediate values read by nothing else.
+Result<bool> PushDownShuffle(ir::Graph& g, ir::Node* r1) {
+  if (r1->op_type() != "Reshape" || !r1->domain().empty() || r1->num_inputs() < 2) return false;
+  ir::Value* x = r1->input(0);
+  if (!x || !IsTranspose(x->producer(), kToNchw) || x->varying_mask() != 0) return false;
+  const Shape xs = x->shape();
+  ir::Value* m = r1->output(0);
+  const Shape& ms = m->shape();
+  if (xs.size() != 4 || ms.size() != 5 || m->varying_mask() != 0 || ms[0] != xs[0] || ms[1] * ms[2] != xs[1] ||
+      ms[3] != xs[2] || ms[4] != xs[3] || g.IsGraphOutput(m) || m->uses().size() != 1) {
+    return false;
+  }
+  ir::Node* t = m->uses()[0].node;
+  if (!IsTranspose(t, {0, 2, 1, 3, 4})) return false;
+  ir::Value* tv = t->output(0);
+  if (g.IsGraphOutput(tv) || tv->uses().size() != 1) return false;
+  ir::Node* r2 = tv->uses()[0].node;
+  if (r2->op_type() != "Reshape" || !r2->domain().empty() || r2->input(0) != tv || r2->num_inputs() < 2 ||
+      r2->output(0)->shape() != xs || r2->output(0)->varying_mask() != 0) {
+    return false;
+  }
+  const std::int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], groups = ms[1];
+  r1->SetInput(0, x->producer()->input(0));
+  r1->SetInput(1, g.AddConstant(r1->name() + "_shape_nhwc", Int64Vector({n, h, w, groups, c / groups})));
+  KILN_RETURN_IF_ERROR(ops::InferNode(*r1));
+  t->SetAttr("perm", ir::Attribute::Ints({0, 1, 2, 4, 3}));
+  KILN_RETURN_IF_ERROR(ops::InferNode(*t));
+  r2->SetInput(1, g.AddConstant(r2->name() + "_shape_nhwc", Int64Vector({n, h, w, c})));
+  ir::Value* y = r2->output(0);
+  ir::Value* yt = g.AddValue(y->name() + "_nhwc");
+  g.RebindOutput(r2, 0, yt);
+  KILN_RETURN_IF_ERROR(ops::InferNode(*r2));
   KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
   return true;
 }
@@ -256,6 +391,11 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
     nodes.clear();
     for (auto& n : g.nodes()) nodes.push_back(n.get());
     for (ir::Node* n : nodes) {
+      if (n->op_type() == "Reshape") {
+        KILN_ASSIGN_OR_RETURN(bool did, PushDownShuffle(g, n));
+        changed |= did;
+        continue;
+      }
       if (!LayoutAgnostic(*n)) continue;
       KILN_ASSIGN_OR_RETURN(bool did, PushDown(g, n));
       changed |= did;

@@ -106,6 +106,44 @@ TEST(Transpose, LargeInt8MatrixUsesTiles) {
   }
 }
 
+// Swapping the last two dims where the new last one is short (2-8): the
+// interleaving copy (ShuffleNet's channel shuffle on channels-last data).
+// float32 with 2 (the AVX2 interleave, its 8-wide body and tail) and 3
+// columns, and an int8 and a float64 case; against y[a][b][d][c] = x[a][b][c][d].
+TEST(Transpose, LastTwoDimsWithAShortNewLastDim) {
+  struct Case {
+    Shape shape;
+    DType dtype;
+  };
+  for (const Case& c : {Case{{2, 3, 2, 19}, DType::kFloat32}, Case{{1, 4, 3, 10}, DType::kFloat32},
+                        Case{{3, 1, 2, 9}, DType::kInt8}, Case{{2, 2, 4, 8}, DType::kFloat64}}) {
+    SCOPED_TRACE(ShapeToString(c.shape) + " " + DTypeName(c.dtype));
+    const std::int64_t n = NumElements(c.shape), rows = c.shape[2], cols = c.shape[3];
+    auto x = std::make_shared<HostTensor>(c.dtype, c.shape);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (c.dtype == DType::kFloat32) x->mutable_data_as<float>()[i] = static_cast<float>(i);
+      if (c.dtype == DType::kFloat64) x->mutable_data_as<double>()[i] = static_cast<double>(i) + 0.5;
+      if (c.dtype == DType::kInt8) x->mutable_data_as<std::int8_t>()[i] = static_cast<std::int8_t>(i % 127);
+    }
+    NodeRunner r("Transpose", 13, {HostTensorPtr(x)});
+    r.Attr("perm", Ints({0, 1, 3, 2}));
+    auto out = r.Run();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const HostTensor& y = *out.value()[0];
+    ASSERT_EQ(y.shape(), (Shape{c.shape[0], c.shape[1], cols, rows}));
+    for (std::int64_t o = 0; o < c.shape[0] * c.shape[1]; ++o) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const std::int64_t src = (o * rows + i) * cols + j, dst = (o * cols + j) * rows + i;
+          if (c.dtype == DType::kFloat32) ASSERT_EQ(y.data_as<float>()[dst], x->data_as<float>()[src]);
+          if (c.dtype == DType::kFloat64) ASSERT_EQ(y.data_as<double>()[dst], x->data_as<double>()[src]);
+          if (c.dtype == DType::kInt8) ASSERT_EQ(y.data_as<std::int8_t>()[dst], x->data_as<std::int8_t>()[src]);
+        }
+      }
+    }
+  }
+}
+
 TEST(Transpose, NonPermutationIsRejected) {
   NodeRunner r("Transpose", 13, {Iota({2, 3})});
   r.Attr("perm", Ints({0, 0}));

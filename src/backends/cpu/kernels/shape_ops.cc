@@ -55,6 +55,47 @@ Result<std::unique_ptr<Kernel>> MakeCopy(const KernelInit& init) {
 
 StridedView Collapse(const StridedView& v) { return CollapseStridedView(v, 2); }
 
+// dst[i][0..1] = (a[i], b[i]) for i < n: two rows interleaved.
+__attribute__((target("avx2"))) void Interleave2Avx2(const std::uint32_t* a, const std::uint32_t* b,
+                                                     std::uint32_t* dst, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
+    const __m256i lo = _mm256_unpacklo_epi32(x, y), hi = _mm256_unpackhi_epi32(x, y);  // per 128-bit lane
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+  for (; i < n; ++i) dst[2 * i] = a[i], dst[2 * i + 1] = b[i];
+}
+
+// Transposes of the last two dims where the new last dim is short (2-8:
+// ShuffleNet's channel shuffle on channels-last data, [.., g, C/g] ->
+// [.., C/g, g]): per outer index, `cols` contiguous source rows interleaved
+// (the tiled loop below would run an inner loop of `cols` elements).
+template <typename E>
+bool InterleaveCopy(const E* in, E* out, std::int64_t outer, std::int64_t rows, std::int64_t cols,
+                    std::int64_t so) {
+  ParallelFor(outer, std::max<std::int64_t>(1, 16384 / (rows * cols)), [&](std::int64_t b, std::int64_t e) {
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    for (std::int64_t o = b; o < e; ++o) {
+      const E* src = in + o * so;
+      E* dst = out + o * rows * cols;
+      if constexpr (sizeof(E) == 4) {
+        if (cols == 2 && avx2) {
+          Interleave2Avx2(reinterpret_cast<const std::uint32_t*>(src), reinterpret_cast<const std::uint32_t*>(src + rows),
+                          reinterpret_cast<std::uint32_t*>(dst), rows);
+          continue;
+        }
+      }
+      for (std::int64_t j = 0; j < cols; ++j) {
+        for (std::int64_t i = 0; i < rows; ++i) dst[i * cols + j] = src[j * rows + i];
+      }
+    }
+  });
+  return true;
+}
+
 template <typename E>
 void StridedCopy(const StridedView& v, const E* in, E* out) {
   const std::size_t r = v.dims.size();
@@ -65,6 +106,19 @@ void StridedCopy(const StridedView& v, const E* in, E* out) {
   if (outer * rows * cols == 0) return;
   in += v.offset;
   if (sc == 1 && outer * rows == 1) return ParallelCopy(out, in, cols * sizeof(E));
+  // Each outer index reads one dense [cols, rows] block (at stride so).
+  if (sr == 1 && sc == rows && cols >= 2 && cols <= 8 && rows >= 8 && (r == 2 || v.strides[r - 3] >= rows * cols)) {
+    const std::int64_t so = r == 2 ? 0 : v.strides[r - 3];
+    bool outer_dense = true;  // the outer dims collapse to one stride so
+    for (std::int64_t d = static_cast<std::int64_t>(r) - 3, want = so; d >= 0; --d) {
+      outer_dense &= v.strides[d] == want;
+      want *= v.dims[d];
+    }
+    if (outer_dense) {
+      InterleaveCopy(in, out, outer, rows, cols, so);
+      return;
+    }
+  }
   constexpr std::int64_t kTile = 32;  // 2-D tiles keep transposes cache friendly
   const std::int64_t row_tiles = (rows + kTile - 1) / kTile;
   ParallelFor(outer * row_tiles, std::max<std::int64_t>(1, 16384 / (kTile * cols)), [&](std::int64_t b, std::int64_t e) {
