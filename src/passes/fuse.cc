@@ -1,6 +1,7 @@
 // Fusions: Conv/ConvTranspose+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
 // activation fusion into one kernel (oneDNN post-ops), SiLU (x * Sigmoid(x))
-// included as the Swish activation.
+// included as the Swish activation and x * HardSigmoid(x) (alpha 1/6, beta
+// 1/2) as HardSwish.
 #include <cmath>
 #include <unordered_set>
 
@@ -33,17 +34,18 @@ void Absorb(ir::Graph& g, ir::Node* first, ir::Node* second, std::unordered_set<
   g.RebindOutput(first, 0, out);
 }
 
-// The Mul of x * Sigmoid(x) when `x` is read by exactly that Sigmoid and
-// that Mul (in either input order), the Sigmoid's output only by the Mul,
+// The Mul of x * G(x), G a `gate` op (Sigmoid: SiLU; HardSigmoid:
+// HardSwish as TensorFlow converters write it), when `x` is read by exactly
+// that G and that Mul (in either input order), G's output only by the Mul,
 // neither a graph output; else null.
-ir::Node* SiluMul(const ir::Graph& g, ir::Value* x) {
+ir::Node* GatedMul(const ir::Graph& g, ir::Value* x, const char* gate) {
   if (g.IsGraphOutput(x) || x->uses().size() != 2) return nullptr;
   ir::Node* sig = nullptr;
   ir::Node* mul = nullptr;
   for (const ir::Use& u : x->uses()) {
     ir::Node* n = u.node;
     if (!n->domain().empty()) return nullptr;
-    if (n->op_type() == "Sigmoid") sig = n;
+    if (n->op_type() == gate) sig = n;
     else if (n->op_type() == "Mul") mul = n;
   }
   if (!sig || !mul || mul->num_inputs() != 2 || sig->num_outputs() != 1) return nullptr;
@@ -207,7 +209,7 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
     if (op->HasAttr(kActAttr) || op->output(0)->dtype() != DType::kFloat32) continue;
     // SiLU / Swish, x * Sigmoid(x) (EfficientNet, YOLO): the output feeds
     // exactly a Sigmoid and the Mul of the two.
-    if (ir::Node* mul = SiluMul(g, op->output(0))) {
+    if (ir::Node* mul = GatedMul(g, op->output(0), "Sigmoid")) {
       ir::Node* sig = mul->input(0) == op->output(0) ? mul->input(1)->producer() : mul->input(0)->producer();
       removed.insert(sig);
       g.RemoveNode(sig);
@@ -216,6 +218,21 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
       op->SetAttr(kActBetaAttr, ir::Attribute::Float(0.f));
       Absorb(g, op, mul, removed);
       continue;
+    }
+    // HardSwish written out, x * HardSigmoid(x) with HardSigmoid's alpha 1/6
+    // and beta 1/2 (TensorFlow converters; MobileNetV3): the HardSwish
+    // post-op, x * min(max(x + 3, 0), 6) / 6.
+    if (ir::Node* mul = GatedMul(g, op->output(0), "HardSigmoid")) {
+      ir::Node* hs = mul->input(0) == op->output(0) ? mul->input(1)->producer() : mul->input(0)->producer();
+      if (std::fabs(hs->GetFloat("alpha", 0.2f) - 1.f / 6) <= 1e-6f && hs->GetFloat("beta", 0.5f) == 0.5f) {
+        removed.insert(hs);
+        g.RemoveNode(hs);
+        op->SetAttr(kActAttr, ir::Attribute::String("HardSwish"));
+        op->SetAttr(kActAlphaAttr, ir::Attribute::Float(0.f));
+        op->SetAttr(kActBetaAttr, ir::Attribute::Float(0.f));
+        Absorb(g, op, mul, removed);
+        continue;
+      }
     }
     const ir::Node* act_c = SoleConsumer(g, op->output(0));
     if (!act_c) continue;

@@ -151,6 +151,46 @@ int CountOpsIn(const format::CompiledModel& m, const std::string& op) {
   return c;
 }
 
+// HardSwish as TensorFlow converters write it: c = Conv(x);
+// y = c * HardSigmoid(c) with alpha 1/6, beta 1/2 (either Mul input order)
+// fuses into the Conv's HardSwish epilogue. With ONNX's default alpha 0.2 it
+// is another function (a near miss): nothing fuses. Reference in double:
+// c * max(0, min(1, alpha c + beta)).
+TEST(Pipeline, HardSigmoidGateFusesIntoTheConvAsHardSwish) {
+  const std::vector<float> x = {1, 2, 3, 4, -1, 0, 1, 2, 0.5f, -2, 6, -0.25f};
+  for (float alpha : {1.f / 6, 0.2f}) {
+    for (bool gate_first : {false, true}) {
+      auto g = std::make_unique<ir::Graph>();
+      ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, 2, 2, 3});
+      g->inputs().push_back(xv);
+      ir::Value *c = g->AddValue("c"), *hs = g->AddValue("hs"), *y = g->AddValue("y");
+      g->AddNode("Conv", "conv", {xv, g->AddConstant("w", test::F32({2, 2, 1, 1}, {1, 2, -3, 0.5f}))}, {c});
+      g->AddNode("HardSigmoid", "gate", {c}, {hs})->SetAttr("alpha", ir::Attribute::Float(alpha));
+      g->AddNode("Mul", "mul", gate_first ? std::vector<ir::Value*>{hs, c} : std::vector<ir::Value*>{c, hs}, {y});
+      g->outputs().push_back(y);
+      test::SetLatestVersions(*g);
+      std::vector<double> want(12);
+      for (int p = 0; p < 6; ++p) {
+        const double cs[2] = {1.0 * x[p] + 2.0 * x[6 + p], -3.0 * x[p] + 0.5 * x[6 + p]};
+        for (int o = 0; o < 2; ++o) want[o * 6 + p] = cs[o] * std::max(0.0, std::min(1.0, double(alpha) * cs[o] + 0.5));
+      }
+      test::TempDir dir;
+      format::CompiledModel cm;
+      auto model = CompileAndLoad(std::move(g), dir, &cm);
+      ASSERT_TRUE(model.ok()) << model.status().ToString();
+      const bool fused = alpha != 0.2f;
+      EXPECT_EQ(CountOpsIn(cm, "HardSigmoid"), fused ? 0 : 1) << "alpha " << alpha;
+      EXPECT_EQ(CountOpsIn(cm, "Mul"), fused ? 0 : 1);
+      for (auto& n : cm.graph->nodes()) {
+        if (n->op_type() == "Conv") EXPECT_EQ(n->GetString("kiln.activation", ""), fused ? "HardSwish" : "");
+      }
+      std::vector<float> out(12);
+      ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, 2, 2, 3})}, {TensorRef::Of(out.data(), {1, 2, 2, 3})}).ok());
+      for (int i = 0; i < 12; ++i) EXPECT_NEAR(out[i], want[i], 1e-5 * std::max(1.0, std::fabs(want[i]))) << i;
+    }
+  }
+}
+
 // A Conv as TensorFlow converters write it: NHWC activations, the Conv
 // between Transposes, then a constant bias Add and SiLU on the NHWC result.
 // The layout pass cancels the Transposes; the fusions that ran before it
