@@ -81,7 +81,15 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // input 2, and kiln.activation may be "Gelu" (the erf GELU). A runtime
 // before 12 would drop the residual or bias, or read R after it was
 // overwritten, so it must refuse the file.
-inline constexpr std::uint32_t kFormatVersion = 12;
+// 13: a ConvInteger / MatMulInteger may carry "kiln.rescale" = 1 with a
+// float32 scale as input 4 and an optional float32 bias as input 5 (one
+// value, or one per output channel / column) and a fused activation
+// (kiln.activation: Relu, LeakyRelu or Clip): its output is float32,
+// act(float(sum) * scale + bias) (fused by fuse-integer-rescale); a
+// ConvInteger with it may carry "kiln.nhwc" = 1 (channels-last). Checked by
+// the loader's inference; a runtime before 13 would write int32 sums, so it
+// must refuse the file.
+inline constexpr std::uint32_t kFormatVersion = 13;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

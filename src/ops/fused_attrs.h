@@ -12,6 +12,13 @@ inline constexpr const char* kSumAttr = "kiln.sum";
 // int 1 on a MatMul whose input 2 is a constant bias [N] (N = the output's
 // last dim): Y = act(A B + bias) (fuse-bias-activation, format version 12).
 inline constexpr const char* kBiasAttr = "kiln.bias";
+// int 1 on a ConvInteger / MatMulInteger: its output is float32,
+// Y = act(float(sum) * S + B), the Cast to float32, the Mul by S (input 4,
+// float32: one value, or one per output channel / column) and the Add of a
+// bias B (input 5, optional, float32, one per output channel / column) that
+// followed it in the graph, as ONNX Runtime's dynamic quantization writes
+// them (fuse-integer-rescale, format version 13).
+inline constexpr const char* kRescaleAttr = "kiln.rescale";
 }  // namespace kiln::ops
 
 namespace kiln::ops {

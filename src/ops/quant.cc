@@ -90,6 +90,42 @@ Status InferDynamicQuantize(InferContext& c) {
   return Status::Ok();
 }
 
+// kiln.rescale on a ConvInteger / MatMulInteger (fuse-integer-rescale): the
+// scale (input 4, required) and bias (input 5, optional) are float32, each
+// one value or one per `axis` of the output `out` (1 in every other dim,
+// aligned to the right as broadcasting reads them), and the output is
+// float32. Returns whether the node carries it.
+Result<bool> CheckRescale(InferContext& c, const Shape& out, std::size_t axis) {
+  const std::int64_t v = c.node().GetInt(kRescaleAttr, 0);
+  if (v != 0 && v != 1) return c.Fail("attribute '", kRescaleAttr, "' must be 0 or 1, found ", v);
+  if (v == 0) {
+    if (c.has_input(4) || c.has_input(5)) {
+      return c.Fail("inputs 4 and 5 (a fused scale and bias) need attribute '", kRescaleAttr, "' = 1");
+    }
+    return false;
+  }
+  if (!c.has_input(4)) return c.Fail("attribute '", kRescaleAttr, "' = 1 needs the scale input 4");
+  for (int i : {4, 5}) {
+    if (!c.has_input(i)) continue;
+    const char* what = i == 4 ? "fused scale" : "fused bias";
+    KILN_RETURN_IF_ERROR(CheckType(c, i, what, {DType::kFloat32}));
+    const Shape& s = c.in_shape(i);
+    bool ok = s.size() <= out.size();
+    bool one = ok;  // one value
+    for (std::int64_t d : s) one = one && d == 1;
+    for (std::size_t j = 0; ok && !one && j < s.size(); ++j) {
+      const std::size_t ax = out.size() - s.size() + j;
+      ok = ax == axis ? s[j] == out[axis] && s[j] >= 0 : s[j] == 1;
+    }
+    ok = ok && (one || s.size() + axis >= out.size());
+    if (!ok) {
+      return c.Fail("input ", i, " (", what, ") has shape ", ShapeToString(s), ", expected one value or ", out[axis],
+                    " along dim ", axis, " of the output ", ShapeToString(out));
+    }
+  }
+  return true;
+}
+
 // A MatMulInteger / QLinearMatMul zero point or scale of A (per row: [M]
 // for 2-D A) or B (per column: [N] for 2-D B), or a scalar.
 Status CheckMatMulParam(InferContext& c, int i, const char* what, int operand, bool rows) {
@@ -111,7 +147,8 @@ Status InferMatMulInteger(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckMatMulParam(c, 2, "a_zero_point", 0, true));
   KILN_RETURN_IF_ERROR(CheckMatMulParam(c, 3, "b_zero_point", 1, false));
   KILN_ASSIGN_OR_RETURN(Shape out, MatMulOutputShape(c, 0, 1));
-  c.SetOutput(0, DType::kInt32, out);
+  KILN_ASSIGN_OR_RETURN(const bool rescaled, CheckRescale(c, out, out.empty() ? 0 : out.size() - 1));
+  c.SetOutput(0, rescaled ? DType::kFloat32 : DType::kInt32, out);
   return Status::Ok();
 }
 
@@ -146,11 +183,23 @@ Status InferConvInteger(InferContext& c) {
                     DTypeName(c.in_dtype(i - 2)), " (they must match)");
     }
   }
-  if (c.in_shape(0).size() < 3) return c.Fail("input x must have rank >= 3 (N, C, spatial...), has shape ", ShapeToString(c.in_shape(0)));
+  // Channels-last (kiln.nhwc, the layout pass; only with kiln.rescale): x
+  // and y are NHWC; the fused scale and bias keep their shapes for the NCHW
+  // output (one per channel either way).
+  const bool nhwc = c.node().GetInt(kNhwcAttr, 0) != 0;
+  Shape x = c.in_shape(0);
+  if (nhwc) {
+    if (x.size() != 4) return c.Fail("channels-last ConvInteger needs a 4-D input");
+    if (c.node().GetInt(kRescaleAttr, 0) == 0) return c.Fail("channels-last ConvInteger needs '", kRescaleAttr, "' = 1");
+    x = {x[0], x[3], x[1], x[2]};
+  }
+  if (x.size() < 3) return c.Fail("input x must have rank >= 3 (N, C, spatial...), has shape ", ShapeToString(c.in_shape(0)));
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 2, "x_zero_point", -1));
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 3, "w_zero_point", c.in_shape(1).empty() ? -1 : c.in_shape(1)[0]));
-  KILN_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(c, c.in_shape(0), 1, -1));
-  c.SetOutput(0, DType::kInt32, out);
+  KILN_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(c, x, 1, -1));
+  KILN_ASSIGN_OR_RETURN(const bool rescaled, CheckRescale(c, out, 1));
+  if (nhwc) out = {out[0], out[2], out[3], out[1]};
+  c.SetOutput(0, rescaled ? DType::kFloat32 : DType::kInt32, out);
   return Status::Ok();
 }
 
@@ -300,9 +349,10 @@ void RegisterQuantOps(OpRegistry& r) {
   OpDef dq = Def("DynamicQuantizeLinear", {11}, 1, 1, {}, InferDynamicQuantize);
   dq.min_outputs = dq.max_outputs = 3;
   r.Register(dq);
-  r.Register(Def("MatMulInteger", {10}, 2, 4, {}, InferMatMulInteger));
+  // Inputs 4 and 5: kiln.rescale's scale and bias (CheckRescale).
+  r.Register(Def("MatMulInteger", {10}, 2, 6, {}, InferMatMulInteger));
   r.Register(Def("QLinearMatMul", {10}, 8, 8, {}, InferQLinearMatMul));
-  r.Register(Def("ConvInteger", {10}, 2, 4, conv_attrs, InferConvInteger));
+  r.Register(Def("ConvInteger", {10}, 2, 6, conv_attrs, InferConvInteger));
   r.Register(Def("QLinearConv", {10}, 8, 9, conv_attrs, InferQLinearConv));
   // ONNX Runtime's contrib forms (domain com.microsoft, version 1). Their
   // zero points are optional inputs between required ones: inference checks

@@ -314,3 +314,130 @@ Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
 }
 
 }  // namespace kiln::passes
+
+namespace kiln::passes {
+namespace {
+
+// Whether `s` (float32, static) is one value, or one per `axis` of `y`
+// (extent k) with 1 in every other dim, aligned to the right: what
+// broadcasting against y reads per output channel / column, and what the
+// loader's inference accepts for kiln.rescale's inputs 4 and 5.
+bool PerAxisOrOne(const ir::Value* s, const ir::Value* y, std::size_t axis) {
+  if (!s || s->dtype() != DType::kFloat32 || s->varying_mask() != 0) return false;
+  const Shape& ss = s->shape();
+  const Shape& ys = y->shape();
+  if (ss.size() > ys.size() || axis >= ys.size()) return false;
+  bool one = true;
+  for (std::int64_t d : ss) one = one && d == 1;
+  if (one) return true;
+  if (ss.size() + axis < ys.size() || ys[axis] < 0) return false;
+  for (std::size_t j = 0; j < ss.size(); ++j) {
+    const std::size_t ax = ys.size() - ss.size() + j;
+    if (ax == axis ? ss[j] != ys[axis] : ss[j] != 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ConvInteger / MatMulInteger -> Cast(to float32) -> Mul(S) [-> Add(constant
+// bias B)] [-> Relu / LeakyRelu / Clip], as ONNX Runtime's dynamic
+// quantization writes a Conv or MatMul: one node (kiln.rescale = 1, S input
+// 4, B input 5, the activation as kiln.activation), whose kernel computes
+// float(sum) * S + B in that order, each step rounded as the graph's ops
+// round it (oneDNN's float32 destination and post-ops on the int8 route), so
+// the result is the graph's, bit for bit. S and B: one value, or one per
+// output channel (ConvInteger) / column (MatMulInteger by a 2-D B); S may
+// be computed (x_scale * w_scale, per run), B must be a constant.
+Status FuseIntegerRescale(ir::Graph& g, const PassOptions& opts) {
+  if (!opts.target_fused_epilogues) return Status::Ok();
+  std::unordered_set<const ir::Node*> removed;
+  std::vector<ir::Node*> nodes;
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  bool fused = false;
+  for (ir::Node* op : nodes) {
+    if (removed.count(op)) continue;
+    const bool conv = op->op_type() == "ConvInteger";
+    if ((!conv && op->op_type() != "MatMulInteger") || !op->domain().empty() || op->num_outputs() != 1 ||
+        op->num_inputs() > 4 || op->HasAttr(ops::kRescaleAttr) || op->HasAttr(kActAttr)) {
+      continue;
+    }
+    ir::Value* y = op->output(0);
+    if (y->dtype() != DType::kInt32 || y->shape().size() < (conv ? 3u : 2u)) continue;
+    // MatMulInteger: per column only for a 2-D B (the output's last dim is
+    // then B's columns).
+    if (!conv && (!op->input(1) || op->input(1)->shape().size() != 2 || op->input(0)->shape().size() < 2)) continue;
+    if (opts.target_has_kernel) {
+      ir::Graph probe;
+      ir::Node* p = probe.AddNode(op->op_type(), "probe", {}, {});
+      p->SetAttr(ops::kRescaleAttr, ir::Attribute::Int(1));
+      if (!opts.target_has_kernel(*p)) continue;
+    }
+    const std::size_t axis = conv ? 1 : y->shape().size() - 1;
+    const ir::Node* cast_c = SoleConsumer(g, y);
+    if (!cast_c || cast_c->op_type() != "Cast" || !cast_c->domain().empty() ||
+        cast_c->GetInt("to", 0) != static_cast<std::int64_t>(1) /* FLOAT */ || cast_c->num_outputs() != 1) {
+      continue;
+    }
+    auto* cast = const_cast<ir::Node*>(cast_c);
+    ir::Value* f = cast->output(0);
+    const ir::Node* mul_c = SoleConsumer(g, f);
+    if (!mul_c || mul_c->op_type() != "Mul" || !mul_c->domain().empty() || mul_c->num_inputs() != 2 ||
+        mul_c->HasAttr("broadcast")) {
+      continue;
+    }
+    auto* mul = const_cast<ir::Node*>(mul_c);
+    ir::Value* s = mul->input(0) == f ? mul->input(1) : mul->input(0);
+    if (s == f || f->dtype() != DType::kFloat32 || !PerAxisOrOne(s, y, axis) ||
+        mul->output(0)->shape() != y->shape()) {
+      continue;
+    }
+    op->SetInput(4, s);
+    op->SetAttr(ops::kRescaleAttr, ir::Attribute::Int(1));
+    fused = true;
+    removed.insert(cast);
+    g.RemoveNode(cast);
+    Absorb(g, op, mul, removed);
+    // A constant bias, one per channel / column (or one value).
+    if (const ir::Node* add_c = SoleConsumer(g, op->output(0));
+        add_c && add_c->op_type() == "Add" && add_c->domain().empty() && add_c->num_inputs() == 2 &&
+        !add_c->HasAttr("broadcast")) {
+      auto* add = const_cast<ir::Node*>(add_c);
+      ir::Value* z = op->output(0);
+      ir::Value* b = add->input(0) == z ? add->input(1) : add->input(0);
+      if (b != z && IsF32Const(b) && PerAxisOrOne(b, z, axis) && add->output(0)->shape() == z->shape()) {
+        op->SetInput(5, b);
+        Absorb(g, op, add, removed);
+      }
+    }
+    // An activation the epilogue computes exactly as its own kernel would.
+    if (const ir::Node* act_c = SoleConsumer(g, op->output(0)); act_c && act_c->domain().empty()) {
+      auto* act = const_cast<ir::Node*>(act_c);
+      const std::string& t = act->op_type();
+      float alpha = 0, beta = 0;
+      bool ok = t == "Relu";
+      if (t == "LeakyRelu") {
+        alpha = act->GetFloat("alpha", 0.01f);
+        ok = true;
+      } else if (t == "Clip" && act->since_version() >= 11) {
+        ir::Value* lo = act->input(1);
+        ir::Value* hi = act->input(2);
+        ok = (!lo || IsF32Const(lo)) && (!hi || IsF32Const(hi));
+        if (ok) {
+          alpha = lo ? lo->constant()->data_as<float>()[0] : -INFINITY;
+          beta = hi ? hi->constant()->data_as<float>()[0] : INFINITY;
+        }
+      }
+      if (ok && act->output(0)->shape() == op->output(0)->shape()) {
+        op->SetAttr(kActAttr, ir::Attribute::String(t));
+        op->SetAttr(kActAlphaAttr, ir::Attribute::Float(alpha));
+        op->SetAttr(kActBetaAttr, ir::Attribute::Float(beta));
+        Absorb(g, op, act, removed);
+      }
+    }
+  }
+  // S may be computed after the integer op in the node order.
+  return fused ? g.TopologicalSort() : Status::Ok();
+}
+
+}  // namespace kiln::passes

@@ -46,9 +46,24 @@ bool QConvEligible(const ir::Node& n) {
   return true;
 }
 
+// A ConvInteger with its rescale fused (kiln.rescale, fuse-integer-rescale:
+// a float32 output) on a 4-D 8-bit input with constant weights: the int8
+// kernel runs it channels-last (elsewhere its fallback permutes copies).
+bool RescaledConvIntegerEligible(const ir::Node& n) {
+  const ir::Value* x = n.input(0);
+  return n.GetInt(ops::kRescaleAttr, 0) == 1 && x && x->shape().size() == 4 &&
+         (x->dtype() == DType::kUInt8 || x->dtype() == DType::kInt8) && n.input(1) && n.input(1)->is_constant();
+}
+
+// Convolutions: what a channels-last region forms around.
+bool IsConvolution(const ir::Node& n) {
+  return n.op_type() == "Conv" || n.op_type() == "QLinearConv" || n.op_type() == "ConvInteger";
+}
+
 bool Eligible(const ir::Node& n) {
   if (!n.domain().empty() || n.HasAttr(ops::kNhwcAttr)) return false;
   if (n.op_type() == "QLinearConv") return QConvEligible(n);
+  if (n.op_type() == "ConvInteger") return RescaledConvIntegerEligible(n);
   const ir::Value* x = n.input(0);
   const std::string& t = n.op_type();
   if (!x || x->shape().size() != 4) return false;
@@ -182,6 +197,9 @@ HostTensorPtr Int64Vector(const std::vector<std::int64_t>& v) {
 
 bool LayoutAgnostic(const ir::Node& n) {
   if (MovableResize(n) || MovableSlice(n) || MovableReduce(n)) return true;
+  // DynamicQuantizeLinear: y elementwise, its scale and zero point from
+  // the minimum and maximum (the same in any order).
+  if (n.op_type() == "DynamicQuantizeLinear" && n.domain().empty() && n.output(0)->shape().size() == 4) return true;
   // Per-tensor QuantizeLinear / DequantizeLinear are elementwise too.
   if ((n.op_type() == "QuantizeLinear" || n.op_type() == "DequantizeLinear") && n.domain().empty() &&
       n.num_outputs() == 1 && n.output(0)->shape().size() == 4) {
@@ -370,9 +388,9 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
   // Conv: in a graph without one (a quantized model whose convolutions are
   // QLinearConv) it would only gain a Transpose on each side.
   bool any_conv = false;
-  for (ir::Node* n : nodes) any_conv |= (n->op_type() == "Conv" || n->op_type() == "QLinearConv") && Eligible(*n);
+  for (ir::Node* n : nodes) any_conv |= IsConvolution(*n) && Eligible(*n);
   for (ir::Node* n : nodes) {
-    if (!Eligible(*n) || (n->op_type() != "Conv" && n->op_type() != "QLinearConv" && !any_conv)) continue;
+    if (!Eligible(*n) || (!IsConvolution(*n) && !any_conv)) continue;
     ir::Value* x = n->input(0);
     ir::Value* xt = g.AddValue(x->name() + "_nhwc");
     KILN_RETURN_IF_ERROR(AddTranspose(g, x, xt, kToNhwc).status());

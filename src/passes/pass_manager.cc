@@ -12,6 +12,7 @@ PassManager PassManager::Default() {
   pm.Add({"simplify-casts", "simplify", false, SimplifyCasts});
   pm.Add({"dce", "simplify", false, EliminateDeadCode});
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
+  pm.Add({"fuse-integer-rescale", "fuse", false, FuseIntegerRescale});
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});
   pm.Add({"fuse-gelu", "fuse", false, FuseGelu});
   pm.Add({"fuse-layernorm", "fuse", false, FuseLayerNorm});

@@ -194,6 +194,22 @@ def models():
          init("bq", np.array([10, -20, 30], np.int32)),
          init("bs", (np.float32(0.02) * np.array([0.01, 0.02, 0.03], np.float32)).astype(np.float32)),
          init("ys", np.array(0.05, np.float32)), init("yzp", np.array(0, np.uint8))])
+    # Dynamic quantization (format version 13): fuse-integer-rescale makes
+    # the ConvInteger write act(float(sum) * scale + bias) in float32
+    # (kiln.rescale, inputs 4 and 5, the Relu as kiln.activation) and the
+    # layout pass runs it channels-last (kiln.nhwc).
+    out["dynamic_conv"] = model(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+         helper.make_node("ConvInteger", ["xq", "wq", "xz", "wz"], ["acc"], name="ci", pads=[1, 1, 1, 1]),
+         helper.make_node("Cast", ["acc"], ["f"], name="cast", to=F),
+         helper.make_node("Mul", ["xs", "ws"], ["s"], name="smul"),
+         helper.make_node("Mul", ["f", "s"], ["m"], name="rescale"),
+         helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+         helper.make_node("Relu", ["a"], ["y"], name="relu")],
+        [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 3, 4, 4])],
+        [init("wq", (np.arange(54) % 11 - 5).astype(np.int8).reshape(3, 2, 3, 3)), init("wz", np.array(0, np.int8)),
+         init("ws", np.array([0.01, 0.02, 0.03], np.float32).reshape(3, 1, 1)),
+         init("b", np.array([0.5, -0.25, 1.0], np.float32).reshape(3, 1, 1))])
     return out
 
 

@@ -37,10 +37,11 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 12  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+FORMAT_VERSION = 13  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
                     # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
-                    # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul)
+                    # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul;
+                    # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger)
 
 
 def align(v, a):
@@ -699,6 +700,46 @@ def generate(ctx):
             inspect=False, base=jb, weights=wb)
     crafted("matmul_bias", "not_one", lambda j: node(j, "mm")["attrs"].update({"kiln.bias": {"kind": "int", "v": 2}}),
             ["MatMul node 'mm'", "attribute 'kiln.bias' must be 0 or 1, found 2"], inspect=False, base=jb, weights=wb)
+
+    # Dynamic quantization (format version 13): fuse-integer-rescale gives
+    # the ConvInteger the scale x_scale * w_scale as input 4, the bias as
+    # input 5 and the Relu (kiln.rescale = 1: a float32 output), and the
+    # layout pass runs it channels-last (kiln.nhwc = 1).
+    dy_onnx = os.path.join(d, "dynamic_conv.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+         helper.make_node("ConvInteger", ["xq", "wq", "xz"], ["acc"], name="ci", pads=[1, 1, 1, 1]),
+         helper.make_node("Cast", ["acc"], ["f"], name="cast", to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["xs", "ws"], ["s"], name="smul"),
+         helper.make_node("Mul", ["f", "s"], ["m"], name="rescale"),
+         helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+         helper.make_node("Relu", ["a"], ["out"], name="relu")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [numpy_helper.from_array(rng.integers(-127, 128, (3, 4, 3, 3)).astype(np.int8), "wq"),
+         numpy_helper.from_array(np.array([0.01, 0.02, 0.03], np.float32).reshape(3, 1, 1), "ws"),
+         numpy_helper.from_array(np.array([0.5, -0.25, 1.0], np.float32).reshape(3, 1, 1), "b")]),
+        opset_imports=[helper.make_opsetid("", 13)]), dy_onnx)
+    dy_kiln = os.path.join(d, "dynamic_conv.kiln")
+    rc, out = ctx.run(["compile", "--model", dy_onnx, "--output", dy_kiln])
+    assert rc == 0, out
+    jd, wd = read_kiln(dy_kiln)
+    ci = node(jd, "ci")
+    assert ci["attrs"].get("kiln.rescale") == {"kind": "int", "v": 1}, ci
+    assert ci["attrs"].get("kiln.nhwc") == {"kind": "int", "v": 1}, ci
+    crafted("rescale", "dropped", lambda j: node(j, "ci")["attrs"].pop("kiln.rescale"),
+            ["ConvInteger node 'ci'", "channels-last ConvInteger needs 'kiln.rescale' = 1"],
+            inspect=False, base=jd, weights=wd)
+    crafted("rescale", "dropped_nchw",
+            lambda j: [node(j, "ci")["attrs"].pop(k) for k in ("kiln.rescale", "kiln.nhwc")],
+            ["ConvInteger node 'ci'", "input channels 5 != W dim 1 (4) x group (1)"],  # NHWC read as NCHW
+            inspect=False, base=jd, weights=wd)
+    crafted("rescale", "not_one", lambda j: node(j, "ci")["attrs"].update({"kiln.rescale": {"kind": "int", "v": 2}}),
+            ["ConvInteger node 'ci'", "attribute 'kiln.rescale' must be 0 or 1, found 2"],
+            inspect=False, base=jd, weights=wd)
+    crafted("rescale", "scale_missing", lambda j: node(j, "ci")["inputs"].__setitem__(4, ""),
+            ["ConvInteger node 'ci'", "attribute 'kiln.rescale' = 1 needs the scale input 4"],
+            inspect=False, base=jd, weights=wd)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <type_traits>
 
 #include "backends/cpu/dnnl_util.h"
@@ -134,10 +135,40 @@ inline Q RoundToQ(float v, QBounds b, float zp) {
   v = (v + kMagic) - kMagic;
   return static_cast<Q>(static_cast<int>(v + zp));
 }
+// AVX2, 32 at a time, the same arithmetic: x / s (a true division, as the
+// definition), NaN -> 0, clamped to the bounds, rounded to nearest even
+// (vroundps; RoundToQ's magic-number addition rounds the same within the
+// bounds), plus the zero point (exact: both integers), then packed.
+__attribute__((target("avx2"))) inline __m256i QuantizeLanes(const float* p, __m256 vs, __m256 lo, __m256 hi, __m256 z) {
+  __m256 v = _mm256_div_ps(_mm256_loadu_ps(p), vs);
+  v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
+  v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+  v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+  return _mm256_cvtps_epi32(v);
+}
+template <typename Q>
+__attribute__((target("avx2"))) std::int64_t QuantizeAvx2(const float* x, Q* y, std::int64_t n, float s, float zp) {
+  const QBounds b = Bounds<Q>(zp);
+  const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi), z = _mm256_set1_ps(zp);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i a = QuantizeLanes(x + i, vs, lo, hi, z), b2 = QuantizeLanes(x + i + 8, vs, lo, hi, z),
+                  c = QuantizeLanes(x + i + 16, vs, lo, hi, z), d = QuantizeLanes(x + i + 24, vs, lo, hi, z);
+    // Values lie within Q's range: the saturating packs only narrow.
+    const __m256i ab = _mm256_packs_epi32(a, b2), cd = _mm256_packs_epi32(c, d);
+    const __m256i q = std::is_same_v<Q, std::uint8_t> ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_permutevar8x32_epi32(q, order));
+  }
+  return i;
+}
+
 template <typename Q>
 void QuantizeRun(const float* x, Q* y, std::int64_t n, float s, float zp) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  std::int64_t i = avx2 ? QuantizeAvx2(x, y, n, s, zp) : 0;
   const QBounds b = Bounds<Q>(zp);
-  for (std::int64_t i = 0; i < n; ++i) y[i] = RoundToQ<Q>(x[i] / s, b, zp);
+  for (; i < n; ++i) y[i] = RoundToQ<Q>(x[i] / s, b, zp);
 }
 template <typename Q>
 void DequantizeRun(const Q* x, float* y, std::int64_t n, float s, float zp) {
@@ -206,9 +237,41 @@ Result<std::unique_ptr<Kernel>> MakeDequantize(const KernelInit& init) {
 // them). SSE: minps/maxps return their second operand when either is NaN,
 // so the running values keep theirs; compilers do not vectorize a float
 // min reduction themselves (NaN and signed-zero rules).
+__attribute__((target("avx"))) std::int64_t MinMaxAvx(const float* x, std::int64_t n, float* mn, float* mx) {
+  __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {  // vminps/vmaxps keep the second operand (the running value) on NaN
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8), c = _mm256_loadu_ps(x + i + 16),
+                 d = _mm256_loadu_ps(x + i + 24);
+    l0 = _mm256_min_ps(a, l0);
+    l1 = _mm256_min_ps(b, l1);
+    l2 = _mm256_min_ps(c, l2);
+    l3 = _mm256_min_ps(d, l3);
+    h0 = _mm256_max_ps(a, h0);
+    h1 = _mm256_max_ps(b, h1);
+    h2 = _mm256_max_ps(c, h2);
+    h3 = _mm256_max_ps(d, h3);
+  }
+  alignas(32) float ls[8], hs[8];
+  _mm256_store_ps(ls, _mm256_min_ps(_mm256_min_ps(l0, l1), _mm256_min_ps(l2, l3)));
+  _mm256_store_ps(hs, _mm256_max_ps(_mm256_max_ps(h0, h1), _mm256_max_ps(h2, h3)));
+  float lo = 0.f, hi = 0.f;
+  for (int j = 0; j < 8; ++j) {
+    lo = ls[j] < lo ? ls[j] : lo;
+    hi = hs[j] > hi ? hs[j] : hi;
+  }
+  *mn = lo;
+  *mx = hi;
+  return i;
+}
+
 void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
   std::int64_t i = 0;
   float lo = 0.f, hi = 0.f;
+  static const bool avx = __builtin_cpu_supports("avx");
+  if (avx) {
+    i = MinMaxAvx(x, n, &lo, &hi);
+  } else {
 #if defined(__SSE2__)
   __m128 l0 = _mm_setzero_ps(), l1 = l0, h0 = l0, h1 = l0;
   for (; i + 8 <= n; i += 8) {
@@ -226,6 +289,7 @@ void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
     hi = hs[j] > hi ? hs[j] : hi;
   }
 #endif
+  }
   for (; i < n; ++i) {
     lo = x[i] < lo ? x[i] : lo;
     hi = x[i] > hi ? x[i] : hi;
@@ -239,8 +303,16 @@ Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
   const std::int64_t n = NumElements(init.inputs[0].shape);
   return MakeFn([n](const KernelArgs& a) {
     const float* x = a.in_as<float>(0);
+    // The range over chunks in parallel (min and max are exact in any order).
     float mn = 0.f, mx = 0.f;
-    MinMaxWithZero(x, n, &mn, &mx);
+    std::mutex mu;
+    ParallelFor(n, 65536, [&](std::int64_t b, std::int64_t e) {
+      float l = 0.f, h = 0.f;
+      MinMaxWithZero(x + b, e - b, &l, &h);
+      std::lock_guard<std::mutex> lock(mu);
+      mn = l < mn ? l : mn;
+      mx = h > mx ? h : mx;
+    });
     const float scale = (mx - mn) / 255.f;
     // All zeros: scale 0; every value (and the zero point) is 0.
     const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - mn / scale))) : 0.f;
@@ -661,7 +733,13 @@ class DnnlQConvKernel : public Kernel {
   // False (and no error) when the node does not fit this kernel. `integer`:
   // ConvInteger (x, w, x_zp?, w_zp?): the int32 sums themselves, with x's
   // zero point read at run time (DynamicQuantizeLinear computes it).
-  Result<bool> Init(const KernelInit& init, bool integer = false) {
+  // `rescale` (with `integer`, kiln.rescale): a float32 output,
+  // act(float(sum) * S + B), S (input 4) and B (input 5) read at each run,
+  // on oneDNN's float32 destination and binary post-ops: it converts the
+  // exact int32 sum to float32 once and multiplies, adds and clamps in the
+  // graph's order, so the result is the unfused graph's bit for bit
+  // (`QuantKernels.RescaledConvIntegerIsTheGraphsBitForBit`).
+  Result<bool> Init(const KernelInit& init, bool integer = false, bool rescale = false) {
     using dt = dnnl::memory::data_type;
     const int wi = integer ? 1 : 3;
     const HostTensor* w = init.const_input(wi);
@@ -674,8 +752,8 @@ class DnnlQConvKernel : public Kernel {
     }
     const bool has_bias = !integer && init.inputs.size() > 8 && init.inputs[8].present();
     if (!w || (has_bias && !init.const_input(8))) return false;
-    // ConvInteger is never channels-last (its inference ignores kiln.nhwc).
-    const bool nhwc = !integer && init.node->GetInt(ops::kNhwcAttr, 0) != 0;
+    // ConvInteger is channels-last only with kiln.rescale (its inference).
+    const bool nhwc = (!integer || rescale) && init.node->GetInt(ops::kNhwcAttr, 0) != 0;
     Shape x = init.inputs[0].shape;
     const Shape& ws = init.inputs[wi].shape;
     Shape y = init.outputs[0].shape;
@@ -692,8 +770,14 @@ class DnnlQConvKernel : public Kernel {
     f32_ = !Int8PairsExact(*w, u8w, init.inputs[0].dtype);
     if (f32_ && integer) return false;
     // oneDNN's convolution stores an s32 result through float: exact only
-    // while every sum it forms stays within 2^24 (|x|, |x_zp| <= 255).
-    if (integer && !SumsFitFloat(*w, u8w, cout)) return false;
+    // while every sum it forms stays within 2^24 (|x|, |x_zp| <= 255). A
+    // float32 destination is float(sum) itself, the Cast the graph had.
+    if (integer && !rescale && !SumsFitFloat(*w, u8w, cout)) return false;
+    rescale_ = rescale;
+    if (rescale) {
+      scale_per_ = NumElements(init.inputs[4].shape) != 1;
+      bias_per_ = init.inputs.size() > 5 && init.inputs[5].present() ? (NumElements(init.inputs[5].shape) != 1 ? 1 : 0) : -1;
+    }
     std::vector<float> scales;
     if (!integer) {
       const float xs = init.const_input(1)->data_as<float>()[0], ys = init.const_input(6)->data_as<float>()[0];
@@ -721,7 +805,7 @@ class DnnlQConvKernel : public Kernel {
     const dnnl::memory::dims &strides = win.strides, &dil = win.dilations, &pl = win.pads_begin, &pr = win.pads_end;
     const Shape wg = GroupedWeights(ws, group);
     const dt xt = f32_ ? dt::f32 : init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt yt = f32_ ? dt::f32 : integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+    const dt yt = f32_ || rescale ? dt::f32 : integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
     const dt wt = f32_ ? dt::f32 : dt::s8;
     using tag = dnnl::memory::format_tag;
     src_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(x.begin(), x.end()), xt, tag::nhwc) : PlainDesc(x, xt);
@@ -741,6 +825,21 @@ class DnnlQConvKernel : public Kernel {
         if (!integer) attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
         attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
         if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+      }
+      if (rescale) {  // float(sum) * S [+ B] [act], S and B bound at each run
+        dnnl::post_ops po;
+        dnnl::memory::dims one(y.size(), 1);
+        dnnl::memory::dims per = one;
+        per[1] = cout;
+        scale_md_ = PlainDesc(Shape(scale_per_ ? per.begin() : one.begin(), scale_per_ ? per.end() : one.end()));
+        po.append_binary(dnnl::algorithm::binary_mul, scale_md_);
+        if (bias_per_ >= 0) {
+          bias_md_ = PlainDesc(Shape(bias_per_ ? per.begin() : one.begin(), bias_per_ ? per.end() : one.end()));
+          po.append_binary(dnnl::algorithm::binary_add, bias_md_);
+        }
+        const Status act = AppendFusedActivation(*init.node, po);
+        if (!act.ok()) throw dnnl::error(dnnl_unimplemented, "fused activation");
+        attr.set_post_ops(po);
       }
       attr = UserScratchpad(attr);
       const dnnl::memory::desc b_md = has_bias ? PlainDesc({cout}, f32_ ? dt::f32 : dt::s32) : dnnl::memory::desc();
@@ -783,6 +882,14 @@ class DnnlQConvKernel : public Kernel {
       if (has_bias) {
         args_[DNNL_ARG_BIAS] = dnnl::memory(b_md, DnnlEngine(), f32_ ? static_cast<void*>(fbias_.data()) : bias_.data());
       }
+      if (rescale) {
+        scale_mem_ = dnnl::memory(scale_md_, DnnlEngine(), nullptr);
+        args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = scale_mem_;
+        if (bias_per_ >= 0) {
+          bias_mem_ = dnnl::memory(bias_md_, DnnlEngine(), nullptr);
+          args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] = bias_mem_;
+        }
+      }
       if (src_md_ != src_plain_) to_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), src_plain_, DnnlEngine(), src_md_));
       if (dst_md_ != dst_plain_) from_dst_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), dst_md_, DnnlEngine(), dst_plain_));
       ok = true;
@@ -793,6 +900,10 @@ class DnnlQConvKernel : public Kernel {
 
   Status Run(const KernelArgs& a) override {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
+    if (rescale_) {
+      scale_mem_.set_data_handle(const_cast<void*>(a.in(4)));
+      if (bias_per_ >= 0) bias_mem_.set_data_handle(const_cast<void*>(a.in(5)));
+    }
     // Channels-last copies of the activations: per thread, reused.
     thread_local std::vector<std::uint8_t> src_buf, dst_buf;
     // The float32 route's centred input and float sums.
@@ -842,6 +953,12 @@ class DnnlQConvKernel : public Kernel {
   dnnl::reorder to_src_, from_dst_;
   dnnl::memory::desc src_md_, dst_md_, src_plain_, dst_plain_;
   dnnl::memory src_, dst_, src_zp_mem_, dst_zp_mem_;
+  // kiln.rescale: the scale's and bias's post-op operands (bias_per_: -1
+  // none, 0 one value, 1 per channel).
+  bool rescale_ = false, scale_per_ = false;
+  int bias_per_ = -1;
+  dnnl::memory::desc scale_md_, bias_md_;
+  dnnl::memory scale_mem_, bias_mem_;
   std::shared_ptr<dnnl::memory> packed_;
   std::vector<std::int32_t> bias_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
@@ -1289,11 +1406,196 @@ class F32MatMulIntegerKernel : public Kernel {
   std::size_t scratch_bytes_ = 0;
 };
 
+// kiln.rescale wherever the int8 primitive does not take it (MatMulInteger,
+// a CPU whose int8 is not exact, weights it cannot hold): the integer kernel
+// writes its exact int32 sums into a per-thread buffer, then one pass
+// computes act(float(sum) * S + B), the graph's Cast, Mul, Add and
+// activation in their order (no fused multiply-add: each step rounds as
+// the graph's op does). Output viewed as [outer, channels, inner]: the
+// channel axis is 1 (ConvInteger) or the last (MatMulInteger).
+class RescaledIntegerKernel : public Kernel {
+ public:
+  // `nhwc`: a channels-last ConvInteger (kiln.nhwc) whose `inner` kernel
+  // was made for the NCHW shapes: the input is permuted into a copy (one
+  // byte per element) and the epilogue writes NHWC.
+  Status Init(const KernelInit& init, std::unique_ptr<Kernel> inner, bool matmul, bool nhwc) {
+    inner_ = std::move(inner);
+    nhwc_ = nhwc;
+    Shape y = init.outputs[0].shape;
+    if (nhwc) {
+      x_ = init.inputs[0].shape;
+      y = {y[0], y[3], y[1], y[2]};
+    }
+    const std::size_t axis = matmul ? y.size() - 1 : 1;
+    channels_ = y[axis];
+    outer_ = 1;
+    for (std::size_t i = 0; i < axis; ++i) outer_ *= y[i];
+    inner_count_ = 1;
+    for (std::size_t i = axis + 1; i < y.size(); ++i) inner_count_ *= y[i];
+    count_ = NumElements(y);
+    scale_per_ = NumElements(init.inputs[4].shape) != 1;
+    bias_per_ = init.inputs.size() > 5 && init.inputs[5].present() ? (NumElements(init.inputs[5].shape) != 1 ? 1 : 0) : -1;
+    const std::string act = init.node->GetString(ops::kActAttr, "");
+    alpha_ = init.node->GetFloat(ops::kActAlphaAttr, 0.f);
+    beta_ = init.node->GetFloat(ops::kActBetaAttr, 0.f);
+    if (act.empty()) act_ = Act::kNone;
+    else if (act == "Relu") act_ = Act::kRelu;
+    else if (act == "LeakyRelu") act_ = Act::kLeakyRelu;
+    else if (act == "Clip") act_ = Act::kClip;
+    else return Error(StatusCode::kUnimplemented, init.node->Describe(), ": fused activation '", act,
+                      "' is not supported after kiln.rescale (Relu, LeakyRelu or Clip)");
+    return Status::Ok();
+  }
+
+  Status Run(const KernelArgs& a) override {
+    thread_local std::vector<std::int32_t> acc;
+    if (acc.size() < static_cast<std::size_t>(count_)) acc.resize(static_cast<std::size_t>(count_));
+    void* ptrs[5] = {a.ptrs[0], a.ptrs[1], a.ptrs[2], a.ptrs[3], acc.data()};
+    thread_local std::vector<std::uint8_t> xin;
+    if (nhwc_) {  // [N, H, W, C] -> [N, C, H, W]
+      const std::int64_t n = x_[0], hw = x_[1] * x_[2], c = x_[3];
+      if (xin.size() < static_cast<std::size_t>(n * hw * c)) xin.resize(static_cast<std::size_t>(n * hw * c));
+      const auto* src = a.in_as<std::uint8_t>(0);
+      for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t i = 0; i < hw; ++i)
+          for (std::int64_t ch = 0; ch < c; ++ch) xin[static_cast<std::size_t>((b * c + ch) * hw + i)] = src[(b * hw + i) * c + ch];
+      ptrs[0] = xin.data();
+    }
+    KernelArgs ia = a;
+    ia.ptrs = ptrs;
+    ia.num_inputs = 4;
+    KILN_RETURN_IF_ERROR(inner_->Run(ia));
+    const std::int32_t* s32 = acc.data();
+    const float* sc = a.in_as<float>(4);
+    const float* b = bias_per_ >= 0 ? a.in_as<float>(5) : nullptr;
+    float* y = a.out_as<float>(0);
+    const std::int64_t cn = channels_, inner = inner_count_;
+    // Per-channel scale and bias (one value broadcast), so every loop below
+    // runs with unit strides and vectorizes. The pointers, not the
+    // thread_local vectors, go to the workers.
+    thread_local std::vector<float> sv, bv;
+    sv.resize(static_cast<std::size_t>(cn));
+    bv.resize(static_cast<std::size_t>(cn));
+    for (std::int64_t c = 0; c < cn; ++c) {
+      sv[c] = sc[scale_per_ ? c : 0];
+      bv[c] = b ? b[bias_per_ ? c : 0] : 0.f;
+    }
+    const float* svp = sv.data();
+    const float* bvp = bv.data();
+    const bool has_b = b != nullptr;
+    ParallelFor(outer_, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, cn * inner)),
+                [&](std::int64_t o0, std::int64_t o1) {
+      for (std::int64_t o = o0; o < o1; ++o) {
+        if (inner == 1) {  // MatMulInteger: y[o, c]
+          Row(s32 + o * cn, svp, has_b ? bvp : nullptr, y + o * cn, cn);
+        } else if (!nhwc_) {  // y[o, c, i], one scale per row
+          for (std::int64_t c = 0; c < cn; ++c) {
+            float* yr = y + (o * cn + c) * inner;
+            const std::int32_t* ar = s32 + (o * cn + c) * inner;
+            const float sca = svp[c], bia = bvp[c];
+            for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<float>(ar[i]) * sca;
+            if (has_b) {
+              for (std::int64_t i = 0; i < inner; ++i) yr[i] = yr[i] + bia;
+            }
+            Activate(yr, inner);
+          }
+        } else {  // channels-last output y[o, i, c] from the NCHW sums
+          for (std::int64_t i = 0; i < inner; ++i) {
+            float* yr = y + (o * inner + i) * cn;
+            for (std::int64_t c = 0; c < cn; ++c) yr[c] = static_cast<float>(s32[(o * cn + c) * inner + i]) * svp[c];
+            if (has_b) {
+              for (std::int64_t c = 0; c < cn; ++c) yr[c] = yr[c] + bvp[c];
+            }
+            Activate(yr, cn);
+          }
+        }
+      }
+    });
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+
+ private:
+  enum class Act { kNone, kRelu, kLeakyRelu, kClip };
+  // float(sum) * scale [+ bias] over `n` channels, then the activation:
+  // each step its own loop (rounded as the graph's op; no contraction).
+  void Row(const std::int32_t* a, const float* s, const float* b, float* y, std::int64_t n) const {
+    for (std::int64_t c = 0; c < n; ++c) y[c] = static_cast<float>(a[c]) * s[c];
+    if (b) {
+      for (std::int64_t c = 0; c < n; ++c) y[c] = y[c] + b[c];
+    }
+    Activate(y, n);
+  }
+  // The activation as its own kernel computes it.
+  void Activate(float* v, std::int64_t n) const {
+    const float al = alpha_, be = beta_;
+    switch (act_) {
+      case Act::kNone: return;
+      case Act::kRelu:
+        for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.f ? 0.f : v[i];
+        return;
+      case Act::kLeakyRelu:
+        for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.f ? al * v[i] : v[i];
+        return;
+      case Act::kClip:
+        for (std::int64_t i = 0; i < n; ++i) v[i] = std::min(std::max(v[i], al), be);
+        return;
+    }
+  }
+  std::unique_ptr<Kernel> inner_;
+  bool nhwc_ = false;
+  Shape x_;  // nhwc_: the NHWC input's shape
+  std::int64_t outer_ = 0, channels_ = 0, inner_count_ = 0, count_ = 0;
+  bool scale_per_ = false;
+  int bias_per_ = -1;
+  Act act_ = Act::kNone;
+  float alpha_ = 0.f, beta_ = 0.f;
+};
+
 // MatMulInteger / ConvInteger: oneDNN's int8 primitive where it is exact and
 // the weights are constant, else the float32 primitives in exact runs, else
 // the reference kernel.
 template <typename Fast>
+Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool matmul);
+
+// kiln.rescale: the convolution's int8 primitive with a float32
+// destination and post-ops where it takes the node, else the integer
+// kernel below it with the epilogue pass (RescaledIntegerKernel).
+template <typename Fast>
+Result<std::unique_ptr<Kernel>> MakeRescaledKernel(const KernelInit& init, bool matmul) {
+  if (init.inputs.size() < 5 || !init.inputs[4].present()) {
+    return Error(StatusCode::kInvalidArgument, init.node->Describe(), ": kiln.rescale needs the scale input 4");
+  }
+  if (!matmul) {
+    auto fast = std::make_unique<DnnlQConvKernel>();
+    KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init, true, true));
+    if (ok) return std::unique_ptr<Kernel>(std::move(fast));
+  }
+  KernelInit base = init;  // the integer op itself: inputs 0..3, an int32 output
+  base.inputs.resize(4);
+  if (base.const_inputs.size() > 4) base.const_inputs.resize(4);
+  base.outputs[0].dtype = DType::kInt32;
+  const bool nhwc = !matmul && init.node->GetInt(ops::kNhwcAttr, 0) != 0;
+  if (nhwc) {  // the integer kernels below run NCHW: on a permuted copy
+    const Shape& x = init.inputs[0].shape;
+    const Shape& y = init.outputs[0].shape;
+    if (x.size() != 4 || y.size() != 4) {
+      return Error(StatusCode::kInvalidArgument, init.node->Describe(), ": channels-last ConvInteger needs 4-D tensors");
+    }
+    base.inputs[0].shape = {x[0], x[3], x[1], x[2]};
+    base.outputs[0].shape = {y[0], y[3], y[1], y[2]};
+  }
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> inner, MakeIntegerKernel<Fast>(base, matmul));
+  auto k = std::make_unique<RescaledIntegerKernel>();
+  KILN_RETURN_IF_ERROR(k->Init(init, std::move(inner), matmul, nhwc));
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
+template <typename Fast>
 Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool matmul) {
+  if (init.node->GetInt(ops::kRescaleAttr, 0) == 1 && init.outputs[0].dtype == DType::kFloat32) {
+    return MakeRescaledKernel<Fast>(init, matmul);
+  }
   auto fast = std::make_unique<Fast>();
   KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init, true));
   if (ok) return std::unique_ptr<Kernel>(std::move(fast));

@@ -1,0 +1,334 @@
+// Dynamic quantization as ONNX Runtime's quantize_dynamic writes it:
+// ConvInteger / MatMulInteger -> Cast(float) -> Mul(x_scale * w_scale) ->
+// Add(bias) -> activation, fused into one node by fuse-integer-rescale
+// (kiln.rescale). Results are compared bit for bit with the graph's
+// arithmetic done here: the exact integer sum, converted to float32 once,
+// times the float32 scale, plus the bias, then the activation, each step
+// rounded in float32. Sums pass 2^24, so a route that rounded the sum
+// before the Cast (or fused the multiply and add) would show. The same
+// tests run with ONEDNN_MAX_CPU_ISA lowered (unit_int8_isa_*), where the
+// int8 primitive is not exact and the fallback (integer kernel + epilogue)
+// runs instead. DynamicQuantizeLinear's vectorized quantization is checked
+// against the definition too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "api/compiler.h"
+#include "format/kiln_file.h"
+#include "kiln/runtime.h"
+#include "ops/fused_attrs.h"
+#include "node_runner.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompileAndLoad;
+using test::Tensor;
+
+int CountOp(const format::CompiledModel& cm, const std::string& op) {
+  int n = 0;
+  for (const auto& node : cm.graph->nodes()) n += node->op_type() == op;
+  return n;
+}
+
+const ir::Node* FindOp(const format::CompiledModel& cm, const std::string& op) {
+  for (const auto& node : cm.graph->nodes()) {
+    if (node->op_type() == op) return node.get();
+  }
+  return nullptr;
+}
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+enum class Act { kNone, kRelu, kClip };
+
+struct RescaleCase {
+  std::int64_t c = 192, m = 12, group = 1;
+  bool per_channel_scale = true, bias = true;
+  Act act = Act::kRelu;
+  bool channels_last = true;  // the layout pass on (else disabled)
+  bool scale_after = false;   // Mul(S, cast) instead of Mul(cast, S)
+};
+
+// x [2, c, 7, 6] uint8, a 3x3 ConvInteger (pad 1, stride 1) with int8
+// weights, then the rescale chain of quantize_dynamic.
+void CheckRescaledConvInteger(const RescaleCase& rc) {
+  std::mt19937 rng(21);
+  const std::int64_t n = 2, c = rc.c, m = rc.m, h = 7, w = 6, k = 3, pad = 1, cg = c / rc.group;
+  std::vector<std::uint8_t> x(n * c * h * w);
+  for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
+  // Half the output channels with weights of one sign (sums far past 2^24
+  // when the zero point is 0), half mixed.
+  std::vector<std::int8_t> wt(m * cg * k * k);
+  for (std::int64_t o = 0; o < m; ++o)
+    for (std::int64_t i = 0; i < cg * k * k; ++i) {
+      wt[o * cg * k * k + i] = static_cast<std::int8_t>(o % 2 ? 100 + static_cast<int>(rng() % 28)
+                                                              : static_cast<int>(rng() % 255) - 127);
+    }
+  std::vector<float> ws(rc.per_channel_scale ? m : 1), bias(m);
+  for (auto& v : ws) v = 1e-3f * (1.f + static_cast<float>(rng() % 1000) / 77.f);
+  for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 37.f;
+
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kUInt8, {n, c, h, w});
+  ir::Value* xs = g->AddValue("xs", DType::kFloat32, {});
+  ir::Value* zv = g->AddValue("xzp", DType::kUInt8, {});
+  g->inputs() = {xv, xs, zv};
+  ir::Value* acc = g->AddValue("acc");
+  ir::Node* ci = g->AddNode("ConvInteger", "ci",
+                            {xv, g->AddConstant("w", Tensor(DType::kInt8, {m, cg, k, k}, wt)), zv,
+                             g->AddConstant("wzp", Tensor(DType::kInt8, {}, std::vector<std::int8_t>{0}))},
+                            {acc});
+  ci->SetAttr("pads", ir::Attribute::Ints({pad, pad, pad, pad}));
+  ci->SetAttr("group", ir::Attribute::Int(rc.group));
+  ir::Value* f = g->AddValue("f");
+  g->AddNode("Cast", "cast", {acc}, {f})->SetAttr("to", ir::Attribute::Int(1));
+  ir::Value* s = g->AddValue("s");
+  const Shape ws_shape = rc.per_channel_scale ? Shape{m, 1, 1} : Shape{};
+  g->AddNode("Mul", "scale_mul", {xs, g->AddConstant("ws", Tensor(DType::kFloat32, ws_shape, ws))}, {s});
+  ir::Value* scaled = g->AddValue("scaled");
+  g->AddNode("Mul", "rescale", rc.scale_after ? std::vector<ir::Value*>{s, f} : std::vector<ir::Value*>{f, s}, {scaled});
+  ir::Value* cur = scaled;
+  if (rc.bias) {
+    ir::Value* b = g->AddValue("biased");
+    g->AddNode("Add", "bias_add", {cur, g->AddConstant("b", Tensor(DType::kFloat32, {m, 1, 1}, bias))}, {b});
+    cur = b;
+  }
+  const float lo = -3.5f, hi = 40.25f;
+  if (rc.act != Act::kNone) {
+    ir::Value* a = g->AddValue("act");
+    if (rc.act == Act::kRelu) {
+      g->AddNode("Relu", "relu", {cur}, {a});
+    } else {
+      g->AddNode("Clip", "clip",
+                 {cur, g->AddConstant("lo", Tensor(DType::kFloat32, {}, std::vector<float>{lo})),
+                  g->AddConstant("hi", Tensor(DType::kFloat32, {}, std::vector<float>{hi}))},
+                 {a});
+    }
+    cur = a;
+  }
+  g->outputs().push_back(cur);
+
+  test::TempDir dir;
+  format::CompiledModel cm;
+  CompileOptions opts;
+  if (!rc.channels_last) opts.passes.disabled.insert("channels-last");
+  auto model = CompileAndLoad(std::move(g), dir, &cm, opts);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  // One node does it all: no Cast, no rescaling Mul, no Add or activation.
+  const ir::Node* fused = FindOp(cm, "ConvInteger");
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(fused->GetInt(ops::kRescaleAttr, 0), 1);
+  EXPECT_EQ(fused->GetInt(ops::kNhwcAttr, 0), rc.channels_last ? 1 : 0);
+  EXPECT_EQ(CountOp(cm, "Cast"), 0);
+  EXPECT_EQ(CountOp(cm, "Mul"), 1);  // x_scale * w_scale, computed per run
+  EXPECT_EQ(CountOp(cm, "Add") + CountOp(cm, "Relu") + CountOp(cm, "Clip"), 0);
+
+  const std::int64_t oh = h, ow = w;
+  for (auto [zp, xscale] : {std::pair<std::uint8_t, float>{0, 0.0123f}, {131, 0.5f}, {255, 3.25e-2f}}) {
+    std::vector<float> out(n * m * oh * ow, -1.f);
+    ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {n, c, h, w}}, TensorRef::Of(&xscale, {}),
+                                   {&zp, DType::kUInt8, {}}},
+                                  {TensorRef::Of(out.data(), {n, m, oh, ow})}).ok());
+    bool big = false;
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t oc = 0; oc < m; ++oc)
+        for (std::int64_t i = 0; i < oh; ++i)
+          for (std::int64_t j = 0; j < ow; ++j) {
+            std::int64_t sum = 0;
+            const std::int64_t gi = oc / (m / rc.group);
+            for (std::int64_t q = 0; q < cg; ++q)
+              for (std::int64_t ki = 0; ki < k; ++ki)
+                for (std::int64_t kj = 0; kj < k; ++kj) {
+                  const std::int64_t r = i - pad + ki, t = j - pad + kj;
+                  if (r < 0 || r >= h || t < 0 || t >= w) continue;  // padding: x - zp = 0
+                  sum += (x[((b * c + gi * cg + q) * h + r) * w + t] - zp) * wt[((oc * cg + q) * k + ki) * k + kj];
+                }
+            big = big || std::llabs(sum) > (1 << 24);
+            // The graph's float32 steps, one rounding each.
+            const volatile float sc = xscale * ws[rc.per_channel_scale ? oc : 0];
+            volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
+            v = v * sc;
+            if (rc.bias) v = v + bias[oc];
+            float want = v;
+            if (rc.act == Act::kRelu) want = want < 0.f ? 0.f : want;
+            if (rc.act == Act::kClip) want = std::min(std::max(want, lo), hi);
+            const float got = out[((b * m + oc) * oh + i) * ow + j];
+            ASSERT_TRUE(SameBits(got, want) || (want == 0.f && got == 0.f))
+                << "zp " << int(zp) << " at " << b << "," << oc << "," << i << "," << j << ": " << got << " vs "
+                << want << " (sum " << sum << ")";
+          }
+    if (zp == 0 && rc.c >= 192) EXPECT_TRUE(big) << "the case should hold sums past 2^24";
+  }
+}
+
+TEST(ConvInteger, RescaledChannelsLastIsTheGraphsBitForBit) { CheckRescaledConvInteger({}); }
+TEST(ConvInteger, RescaledNchwIsTheGraphsBitForBit) {
+  RescaleCase rc;
+  rc.channels_last = false;
+  CheckRescaledConvInteger(rc);
+}
+TEST(ConvInteger, RescaledOneScaleNoBiasClipGroupedScaleFirst) {
+  RescaleCase rc;
+  rc.c = 8;
+  rc.m = 6;
+  rc.group = 2;
+  rc.per_channel_scale = false;
+  rc.bias = false;
+  rc.act = Act::kClip;
+  rc.scale_after = true;
+  CheckRescaledConvInteger(rc);
+}
+TEST(ConvInteger, RescaledDepthwise) {
+  RescaleCase rc;
+  rc.c = 16;
+  rc.m = 16;
+  rc.group = 16;
+  rc.act = Act::kNone;
+  CheckRescaledConvInteger(rc);
+}
+
+// Near misses stay as the graph says: a Cast to int64 (not float), and a
+// Mul whose other operand broadcasts along the width (not per channel).
+TEST(ConvInteger, RescaleNearMissesAreNotFused) {
+  for (int variant : {0, 1}) {
+    const std::int64_t c = 4, m = 3, h = 5, w = 3;
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* xv = g->AddValue("x", DType::kUInt8, {1, c, h, w});
+    ir::Value* zv = g->AddValue("xzp", DType::kUInt8, {});
+    g->inputs() = {xv, zv};
+    ir::Value* acc = g->AddValue("acc");
+    std::vector<std::int8_t> wt(m * c);
+    for (std::size_t i = 0; i < wt.size(); ++i) wt[i] = static_cast<std::int8_t>(static_cast<int>(i % 7) - 3);
+    g->AddNode("ConvInteger", "ci", {xv, g->AddConstant("w", Tensor(DType::kInt8, {m, c, 1, 1}, wt)), zv}, {acc});
+    ir::Value* f = g->AddValue("f");
+    g->AddNode("Cast", "cast", {acc}, {f})->SetAttr("to", ir::Attribute::Int(variant == 0 ? 7 : 1));
+    ir::Value* y = g->AddValue("y");
+    if (variant == 0) {
+      g->AddNode("Mul", "mul", {f, g->AddConstant("s", Tensor(DType::kInt64, {}, std::vector<std::int64_t>{3}))}, {y});
+    } else {
+      g->AddNode("Mul", "mul", {f, g->AddConstant("s", Tensor(DType::kFloat32, {w}, std::vector<float>{1.f, 2.f, 3.f}))},
+                 {y});
+    }
+    g->outputs().push_back(y);
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(std::move(g), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOp(cm, "Cast"), 1) << variant;
+    EXPECT_EQ(FindOp(cm, "ConvInteger")->GetInt(ops::kRescaleAttr, 0), 0) << variant;
+  }
+}
+
+// MatMulInteger [2, 5, 300] x [300, 24] -> Cast -> Mul(a_scale * b_scale[n])
+// -> Add(bias[n]): per column.
+TEST(MatMulInteger, RescaledIsTheGraphsBitForBit) {
+  std::mt19937 rng(22);
+  const std::int64_t b0 = 2, rows = 5, k = 300, nn = 24;
+  std::vector<std::uint8_t> a(b0 * rows * k);
+  for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
+  std::vector<std::int8_t> bw(k * nn);
+  for (std::int64_t i = 0; i < k; ++i)
+    for (std::int64_t j = 0; j < nn; ++j) {
+      bw[i * nn + j] = static_cast<std::int8_t>(j % 2 ? 120 : static_cast<int>(rng() % 255) - 127);
+    }
+  std::vector<float> bs(nn), bias(nn);
+  for (auto& v : bs) v = 1e-3f * (1.f + static_cast<float>(rng() % 1000) / 91.f);
+  for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 41.f;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* av = g->AddValue("a", DType::kUInt8, {b0, rows, k});
+  ir::Value* as = g->AddValue("as", DType::kFloat32, {});
+  ir::Value* zv = g->AddValue("azp", DType::kUInt8, {});
+  g->inputs() = {av, as, zv};
+  ir::Value* acc = g->AddValue("acc");
+  g->AddNode("MatMulInteger", "mi", {av, g->AddConstant("b", Tensor(DType::kInt8, {k, nn}, bw)), zv}, {acc});
+  ir::Value* f = g->AddValue("f");
+  g->AddNode("Cast", "cast", {acc}, {f})->SetAttr("to", ir::Attribute::Int(1));
+  ir::Value* s = g->AddValue("s");
+  g->AddNode("Mul", "scale_mul", {as, g->AddConstant("bs", Tensor(DType::kFloat32, {nn}, bs))}, {s});
+  ir::Value* scaled = g->AddValue("scaled");
+  g->AddNode("Mul", "rescale", {f, s}, {scaled});
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Add", "bias_add", {scaled, g->AddConstant("bias", Tensor(DType::kFloat32, {1, nn}, bias))}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(FindOp(cm, "MatMulInteger")->GetInt(ops::kRescaleAttr, 0), 1);
+  EXPECT_EQ(CountOp(cm, "Cast") + CountOp(cm, "Add"), 0);
+  for (auto [zp, ascale] : {std::pair<std::uint8_t, float>{0, 0.02f}, {200, 1.5f}}) {
+    std::vector<float> out(b0 * rows * nn, -1.f);
+    ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {b0, rows, k}}, TensorRef::Of(&ascale, {}),
+                                   {&zp, DType::kUInt8, {}}},
+                                  {TensorRef::Of(out.data(), {b0, rows, nn})}).ok());
+    for (std::int64_t r = 0; r < b0 * rows; ++r)
+      for (std::int64_t j = 0; j < nn; ++j) {
+        std::int64_t sum = 0;
+        for (std::int64_t i = 0; i < k; ++i) sum += (a[r * k + i] - zp) * bw[i * nn + j];
+        const volatile float sc = ascale * bs[j];
+        volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
+        v = v * sc;
+        v = v + bias[j];
+        const float want = v;
+        ASSERT_TRUE(SameBits(out[r * nn + j], want)) << "zp " << int(zp) << " at " << r << "," << j << ": "
+                                                     << out[r * nn + j] << " vs " << want;
+      }
+  }
+}
+
+// DynamicQuantizeLinear on 1000 values (the vectorized path and its tail):
+// scale = (max(0, max x) - min(0, min x)) / 255, zero point =
+// saturate(round(-min / scale)), y = saturate(round(x / scale) + zp), ties
+// to even, as ONNX defines it; with values exactly on ties, and NaN (which
+// becomes the zero point, as ONNX Runtime's quantization gives it).
+TEST(DynamicQuantize, VectorizedQuantizationMatchesTheDefinition) {
+  const std::int64_t count = 1000;
+  std::vector<float> x(count);
+  std::mt19937 rng(23);
+  for (std::int64_t i = 0; i < count; ++i) x[i] = static_cast<float>(static_cast<int>(rng() % 20001) - 7000) / 997.f;
+  x[3] = -7000.f / 997.f * 1.01f;  // the minimum
+  x[500] = 13000.f / 997.f * 1.02f;  // the maximum
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {count});
+  g->inputs() = {xv};
+  ir::Value* y = g->AddValue("y");
+  ir::Value* ys = g->AddValue("ys");
+  ir::Value* yz = g->AddValue("yz");
+  g->AddNode("DynamicQuantizeLinear", "dq", {xv}, {y, ys, yz});
+  g->outputs() = {y, ys, yz};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const float mn = std::min(0.f, *std::min_element(x.begin(), x.end()));
+  const float mx = std::max(0.f, *std::max_element(x.begin(), x.end()));
+  const float scale = (mx - mn) / 255.f;
+  const float zp = std::min(255.f, std::max(0.f, std::nearbyint((0.f - mn) / scale)));
+  // Exact ties: k + 0.5 steps from zero.
+  for (int t = 0; t < 40; ++t) x[100 + t] = (static_cast<float>(t - 20) + 0.5f) * scale;
+  x[700] = std::numeric_limits<float>::quiet_NaN();  // skipped by the range, quantized to the zero point
+  std::vector<std::uint8_t> out(count);
+  float got_scale = 0;
+  std::uint8_t got_zp = 0;
+  const std::vector<float>& xr = x;
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(xr.data(), {count})},
+                                {{out.data(), DType::kUInt8, {count}}, TensorRef::Of(&got_scale, {}),
+                                 {&got_zp, DType::kUInt8, {}}}).ok());
+  EXPECT_TRUE(SameBits(got_scale, scale)) << got_scale << " vs " << scale;
+  EXPECT_EQ(got_zp, static_cast<std::uint8_t>(zp));
+  for (std::int64_t i = 0; i < count; ++i) {
+    float q = xr[i] / scale;
+    q = q != q ? 0.f : std::nearbyint(q);
+    const float want = std::min(255.f, std::max(0.f, q + zp));
+    ASSERT_EQ(out[i], static_cast<std::uint8_t>(want)) << "at " << i << " x " << xr[i];
+  }
+}
+
+}  // namespace
+}  // namespace kiln
