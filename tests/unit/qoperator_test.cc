@@ -156,6 +156,10 @@ TEST(QLinearAdd, Uint8BroadcastMatchesTheDefinition) {
 TEST(QLinearAdd, Int8SameShapeNoZeroPoints) {
   CheckBinary("QLinearAdd", DType::kInt8, {4, 33}, {4, 33}, {4, 33}, {0.1f, -2000}, {0.03f, -2000}, {0.09f, -2000});
 }
+// Long contiguous rows: the AVX2 loop (32 at a time) and its tail.
+TEST(QLinearAdd, Uint8SameShapeLongRows) {
+  CheckBinary("QLinearAdd", DType::kUInt8, {3, 203}, {3, 203}, {3, 203}, {0.05f, 120}, {0.02f, 3}, {0.07f, 128});
+}
 TEST(QLinearMul, Int8ScalarBroadcast) {
   CheckBinary("QLinearMul", DType::kInt8, {3, 17}, {1}, {3, 17}, {0.04f, -5}, {0.02f, 10}, {0.01f, 3});
 }

@@ -241,6 +241,14 @@ class DnnlPoolKernel : public Kernel {
 // the C-vectors its window reads (contiguous: the loop vectorises). oneDNN's
 // AVX2 pooling on NHWC transposes through a blocked scratch copy: ResNet's
 // 3x3 stride-2 stem pool (64 channels, 112x112) took 0.89 ms there.
+// y = max(y, x) over one C-vector. The restrict pointers let the loop
+// vectorize for 8-bit types too (a char pointer may otherwise alias
+// anything: uint8 ResNet's stem pool took 0.78 ms, Zen 5).
+template <typename T>
+inline void MaxInto(T* __restrict y, const T* __restrict x, std::int64_t c) {
+  for (std::int64_t q = 0; q < c; ++q) y[q] = x[q] > y[q] ? x[q] : y[q];
+}
+
 template <typename T>
 void NhwcMaxPool(const Geom& g, const std::array<Taps, 3>& t, const T* x, T* y) {
   const std::int64_t c = g.c, rows = g.n * g.out[0] * g.out[1];
@@ -260,7 +268,7 @@ void NhwcMaxPool(const Geom& g, const std::array<Taps, 3>& t, const T* x, T* y) 
                 std::copy(xp, xp + c, yp);
                 first = false;
               } else {
-                for (std::int64_t q = 0; q < c; ++q) yp[q] = xp[q] > yp[q] ? xp[q] : yp[q];
+                MaxInto(yp, xp, c);
               }
             }
           }

@@ -139,6 +139,23 @@ inline Q RoundToQ(float v, QBounds b, float zp) {
 // definition), NaN -> 0, clamped to the bounds, rounded to nearest even
 // (vroundps; RoundToQ's magic-number addition rounds the same within the
 // bounds), plus the zero point (exact: both integers), then packed.
+// RoundToQ on 8 lanes: NaN -> 0, clamped to the bounds, rounded to nearest
+// even (vroundps: within the bounds the same as RoundToQ's magic-number
+// addition), plus the zero point (exact: both integers), as int32.
+__attribute__((target("avx2"))) inline __m256i RoundLanes(__m256 v, __m256 lo, __m256 hi, __m256 z) {
+  v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
+  v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+  v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+  return _mm256_cvtps_epi32(v);
+}
+// Four groups of 8 int32 lanes (values within Q's range) packed to 32 Q.
+template <typename Q>
+__attribute__((target("avx2"))) inline void Store32(Q* y, __m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  const __m256i q = std::is_same_v<Q, std::uint8_t> ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm256_permutevar8x32_epi32(q, order));
+}
 __attribute__((target("avx2"))) inline __m256i QuantizeLanes(const float* p, __m256 vs, __m256 lo, __m256 hi, __m256 z) {
   __m256 v = _mm256_div_ps(_mm256_loadu_ps(p), vs);
   v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
@@ -150,15 +167,11 @@ template <typename Q>
 __attribute__((target("avx2"))) std::int64_t QuantizeAvx2(const float* x, Q* y, std::int64_t n, float s, float zp) {
   const QBounds b = Bounds<Q>(zp);
   const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi), z = _mm256_set1_ps(zp);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   std::int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m256i a = QuantizeLanes(x + i, vs, lo, hi, z), b2 = QuantizeLanes(x + i + 8, vs, lo, hi, z),
                   c = QuantizeLanes(x + i + 16, vs, lo, hi, z), d = QuantizeLanes(x + i + 24, vs, lo, hi, z);
-    // Values lie within Q's range: the saturating packs only narrow.
-    const __m256i ab = _mm256_packs_epi32(a, b2), cd = _mm256_packs_epi32(c, d);
-    const __m256i q = std::is_same_v<Q, std::uint8_t> ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_permutevar8x32_epi32(q, order));
+    Store32(y + i, a, b2, c, d);  // values within Q's range: the saturating packs only narrow
   }
   return i;
 }
@@ -1724,9 +1737,44 @@ inline std::uint8_t TableIndex(Q q) {
 // One contiguous row of QLinearAdd. Parameters by value: stores through a
 // byte pointer could otherwise alias them, which stops vectorization. out
 // may be x or y (in place).
+// 8 Q values as float32 lanes.
+template <typename Q>
+__attribute__((target("avx2"))) inline __m256 LoadQ8(const Q* p) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(std::is_same_v<Q, std::uint8_t> ? _mm256_cvtepu8_epi32(v) : _mm256_cvtepi8_epi32(v));
+}
+template <typename Q>
+__attribute__((target("avx2"))) inline __m256i QAddLanes(const Q* x, const Q* y, __m256 rx, __m256 zx, __m256 ry,
+                                                         __m256 zy, __m256 lo, __m256 hi, __m256 zo) {
+  // rx * (x - zx) + ry * (y - zy): separate multiplies and add, as below.
+  const __m256 v = _mm256_add_ps(_mm256_mul_ps(rx, _mm256_sub_ps(LoadQ8(x), zx)),
+                                 _mm256_mul_ps(ry, _mm256_sub_ps(LoadQ8(y), zy)));
+  return RoundLanes(v, lo, hi, zo);
+}
+// AVX2, 32 at a time; returns how many it did.
+template <typename Q>
+__attribute__((target("avx2"))) std::int64_t QAddAvx2(const Q* x, const Q* y, Q* out, std::int64_t n, float rx,
+                                                      float zx, float ry, float zy, QBounds b, float zo) {
+  const __m256 vrx = _mm256_set1_ps(rx), vzx = _mm256_set1_ps(zx), vry = _mm256_set1_ps(ry), vzy = _mm256_set1_ps(zy);
+  const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi), z = _mm256_set1_ps(zo);
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i r[4];
+    for (int k = 0; k < 4; ++k) r[k] = QAddLanes(x + i + 8 * k, y + i + 8 * k, vrx, vzx, vry, vzy, lo, hi, z);
+    Store32(out + i, r[0], r[1], r[2], r[3]);  // after every load: out may be x or y
+  }
+  return i;
+}
+
 template <typename Q>
 void QAddRow(const Q* x, const Q* y, Q* out, std::int64_t n, float rx, float zx,
              float ry, float zy, QBounds b, float zo) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const std::int64_t done = avx2 ? QAddAvx2(x, y, out, n, rx, zx, ry, zy, b, zo) : 0;
+  x += done;
+  y += done;
+  out += done;
+  n -= done;
   for (std::int64_t i = 0; i < n; ++i) {
     out[i] = RoundToQ<Q>(rx * (static_cast<float>(x[i]) - zx) + ry * (static_cast<float>(y[i]) - zy), b, zo);
   }
