@@ -135,10 +135,6 @@ inline Q RoundToQ(float v, QBounds b, float zp) {
   v = (v + kMagic) - kMagic;
   return static_cast<Q>(static_cast<int>(v + zp));
 }
-// AVX2, 32 at a time, the same arithmetic: x / s (a true division, as the
-// definition), NaN -> 0, clamped to the bounds, rounded to nearest even
-// (vroundps; RoundToQ's magic-number addition rounds the same within the
-// bounds), plus the zero point (exact: both integers), then packed.
 // RoundToQ on 8 lanes: NaN -> 0, clamped to the bounds, rounded to nearest
 // even (vroundps: within the bounds the same as RoundToQ's magic-number
 // addition), plus the zero point (exact: both integers), as int32.
@@ -156,12 +152,10 @@ __attribute__((target("avx2"))) inline void Store32(Q* y, __m256i a, __m256i b, 
   const __m256i q = std::is_same_v<Q, std::uint8_t> ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm256_permutevar8x32_epi32(q, order));
 }
+// QuantizeRun in AVX2, 32 at a time, the same arithmetic: x / s (a true
+// division, as the definition), then RoundLanes, then packed.
 __attribute__((target("avx2"))) inline __m256i QuantizeLanes(const float* p, __m256 vs, __m256 lo, __m256 hi, __m256 z) {
-  __m256 v = _mm256_div_ps(_mm256_loadu_ps(p), vs);
-  v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
-  v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-  v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
-  return _mm256_cvtps_epi32(v);
+  return RoundLanes(_mm256_div_ps(_mm256_loadu_ps(p), vs), lo, hi, z);
 }
 template <typename Q>
 __attribute__((target("avx2"))) std::int64_t QuantizeAvx2(const float* x, Q* y, std::int64_t n, float s, float zp) {
