@@ -740,6 +740,30 @@ def generate(ctx):
     crafted("rescale", "scale_missing", lambda j: node(j, "ci")["inputs"].__setitem__(4, ""),
             ["ConvInteger node 'ci'", "attribute 'kiln.rescale' = 1 needs the scale input 4"],
             inspect=False, base=jd, weights=wd)
+    # The MatMulInteger form (no layout change): dropping the attribute
+    # leaves inputs 4 and 5 that nothing explains.
+    dm_onnx = os.path.join(d, "dynamic_matmul.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+         helper.make_node("MatMulInteger", ["xq", "wq", "xz"], ["acc"], name="mi"),
+         helper.make_node("Cast", ["acc"], ["f"], name="cast", to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["xs", "ws"], ["s"], name="smul"),
+         helper.make_node("Mul", ["f", "s"], ["m"], name="rescale"),
+         helper.make_node("Add", ["m", "b"], ["out"], name="bias")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3, 5])],
+        [numpy_helper.from_array(rng.integers(-127, 128, (4, 5)).astype(np.int8), "wq"),
+         numpy_helper.from_array(np.linspace(0.01, 0.05, 5).astype(np.float32), "ws"),
+         numpy_helper.from_array(np.linspace(-1, 1, 5).astype(np.float32), "b")]),
+        opset_imports=[helper.make_opsetid("", 13)]), dm_onnx)
+    dm_kiln = os.path.join(d, "dynamic_matmul.kiln")
+    rc, out = ctx.run(["compile", "--model", dm_onnx, "--output", dm_kiln])
+    assert rc == 0, out
+    jm, wm = read_kiln(dm_kiln)
+    assert node(jm, "mi")["attrs"].get("kiln.rescale") == {"kind": "int", "v": 1}, node(jm, "mi")
+    crafted("rescale", "matmul_dropped", lambda j: node(j, "mi")["attrs"].pop("kiln.rescale"),
+            ["MatMulInteger node 'mi'", "inputs 4 and 5 (a fused scale and bias) need attribute 'kiln.rescale' = 1"],
+            inspect=False, base=jm, weights=wm)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh
