@@ -86,9 +86,11 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // value, or one per output channel / column) and a fused activation
 // (kiln.activation: Relu, LeakyRelu or Clip): its output is float32,
 // act(float(sum) * scale + bias) (fused by fuse-integer-rescale); a
-// ConvInteger with it may carry "kiln.nhwc" = 1 (channels-last). Checked by
-// the loader's inference; a runtime before 13 would write int32 sums, so it
-// must refuse the file.
+// ConvInteger with it may carry "kiln.nhwc" = 1 (channels-last). A
+// QLinearMatMul may carry "kiln.dequantize" = 1 with an optional float32
+// bias as input 8: its output is float32, (q - y_zero_point) * y_scale +
+// bias. Checked by the loader's inference; a runtime before 13 would write
+// int32 sums or quantized values, so it must refuse the file.
 inline constexpr std::uint32_t kFormatVersion = 13;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;

@@ -19,6 +19,13 @@ inline constexpr const char* kBiasAttr = "kiln.bias";
 // followed it in the graph, as ONNX Runtime's dynamic quantization writes
 // them (fuse-integer-rescale, format version 13).
 inline constexpr const char* kRescaleAttr = "kiln.rescale";
+// int 1 on a QLinearMatMul: its output is float32, (q - y_zero_point) *
+// y_scale [+ B], q the quantized result it would return: the
+// DequantizeLinear with the same scale and zero point and the Add of a
+// constant bias B (input 8, optional, one value or one per column) that
+// followed it, as QDQ transformers write them (fuse-integer-rescale, format
+// version 13).
+inline constexpr const char* kDequantizeAttr = "kiln.dequantize";
 }  // namespace kiln::ops
 
 namespace kiln::ops {

@@ -90,6 +90,28 @@ Status InferDynamicQuantize(InferContext& c) {
   return Status::Ok();
 }
 
+// Input i (absent: fine), a float32 of one value or one per `axis` of the
+// output `out` (1 in every other dim, aligned to the right as broadcasting
+// reads it): a fused scale or bias.
+Status CheckPerAxis(InferContext& c, int i, const char* what, const Shape& out, std::size_t axis) {
+  if (!c.has_input(i)) return Status::Ok();
+  KILN_RETURN_IF_ERROR(CheckType(c, i, what, {DType::kFloat32}));
+  const Shape& s = c.in_shape(i);
+  bool ok = s.size() <= out.size() && axis < out.size();
+  bool one = ok;  // one value
+  for (std::int64_t d : s) one = one && d == 1;
+  for (std::size_t j = 0; ok && !one && j < s.size(); ++j) {
+    const std::size_t ax = out.size() - s.size() + j;
+    ok = ax == axis ? s[j] == out[axis] && s[j] >= 0 : s[j] == 1;
+  }
+  ok = ok && (one || s.size() + axis >= out.size());
+  if (!ok) {
+    return c.Fail("input ", i, " (", what, ") has shape ", ShapeToString(s), ", expected one value or ",
+                  axis < out.size() ? out[axis] : -1, " along dim ", axis, " of the output ", ShapeToString(out));
+  }
+  return Status::Ok();
+}
+
 // kiln.rescale on a ConvInteger / MatMulInteger (fuse-integer-rescale): the
 // scale (input 4, required) and bias (input 5, optional) are float32, each
 // one value or one per `axis` of the output `out` (1 in every other dim,
@@ -105,25 +127,21 @@ Result<bool> CheckRescale(InferContext& c, const Shape& out, std::size_t axis) {
     return false;
   }
   if (!c.has_input(4)) return c.Fail("attribute '", kRescaleAttr, "' = 1 needs the scale input 4");
-  for (int i : {4, 5}) {
-    if (!c.has_input(i)) continue;
-    const char* what = i == 4 ? "fused scale" : "fused bias";
-    KILN_RETURN_IF_ERROR(CheckType(c, i, what, {DType::kFloat32}));
-    const Shape& s = c.in_shape(i);
-    bool ok = s.size() <= out.size();
-    bool one = ok;  // one value
-    for (std::int64_t d : s) one = one && d == 1;
-    for (std::size_t j = 0; ok && !one && j < s.size(); ++j) {
-      const std::size_t ax = out.size() - s.size() + j;
-      ok = ax == axis ? s[j] == out[axis] && s[j] >= 0 : s[j] == 1;
-    }
-    ok = ok && (one || s.size() + axis >= out.size());
-    if (!ok) {
-      return c.Fail("input ", i, " (", what, ") has shape ", ShapeToString(s), ", expected one value or ", out[axis],
-                    " along dim ", axis, " of the output ", ShapeToString(out));
-    }
-  }
+  KILN_RETURN_IF_ERROR(CheckPerAxis(c, 4, "fused scale", out, axis));
+  KILN_RETURN_IF_ERROR(CheckPerAxis(c, 5, "fused bias", out, axis));
   return true;
+}
+
+// kiln.dequantize on a QLinearMatMul (fuse-integer-rescale): its output is
+// float32, (q - y_zero_point) * y_scale [+ B], q what the op would return,
+// B (input 8, optional) float32, one value or one per column. Returns
+// whether the node carries it.
+Result<bool> CheckDequantizedOutput(InferContext& c, const Shape& out) {
+  const std::int64_t v = c.node().GetInt(kDequantizeAttr, 0);
+  if (v != 0 && v != 1) return c.Fail("attribute '", kDequantizeAttr, "' must be 0 or 1, found ", v);
+  if (v == 0 && c.has_input(8)) return c.Fail("input 8 (a fused bias) needs attribute '", kDequantizeAttr, "' = 1");
+  if (v == 1 && !out.empty()) KILN_RETURN_IF_ERROR(CheckPerAxis(c, 8, "fused bias", out, out.size() - 1));
+  return v == 1;
 }
 
 // A MatMulInteger / QLinearMatMul zero point or scale of A (per row: [M]
@@ -170,7 +188,8 @@ Status InferQLinearMatMul(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 6, "y_scale", -1));
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 7, "y_zero_point", -1));
   KILN_ASSIGN_OR_RETURN(Shape out, MatMulOutputShape(c, 0, 3));
-  c.SetOutput(0, c.in_dtype(7), out);
+  KILN_ASSIGN_OR_RETURN(const bool dequantized, CheckDequantizedOutput(c, out));
+  c.SetOutput(0, dequantized ? DType::kFloat32 : c.in_dtype(7), out);
   return Status::Ok();
 }
 
@@ -351,7 +370,7 @@ void RegisterQuantOps(OpRegistry& r) {
   r.Register(dq);
   // Inputs 4 and 5: kiln.rescale's scale and bias (CheckRescale).
   r.Register(Def("MatMulInteger", {10}, 2, 6, {}, InferMatMulInteger));
-  r.Register(Def("QLinearMatMul", {10}, 8, 8, {}, InferQLinearMatMul));
+  r.Register(Def("QLinearMatMul", {10}, 8, 9, {}, InferQLinearMatMul));  // input 8: kiln.dequantize's bias
   r.Register(Def("ConvInteger", {10}, 2, 6, conv_attrs, InferConvInteger));
   r.Register(Def("QLinearConv", {10}, 8, 9, conv_attrs, InferQLinearConv));
   // ONNX Runtime's contrib forms (domain com.microsoft, version 1). Their

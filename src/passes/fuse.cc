@@ -3,6 +3,7 @@
 // included as the Swish activation and x * HardSigmoid(x) (alpha 1/6, beta
 // 1/2) as HardSwish.
 #include <cmath>
+#include <cstring>
 #include <unordered_set>
 
 #include "ops/op_registry.h"
@@ -338,6 +339,28 @@ bool PerAxisOrOne(const ir::Value* s, const ir::Value* y, std::size_t axis) {
   return true;
 }
 
+// Whether `a` and `b` are the same value, or constants of one element with
+// the same type and bytes (a Q/DQ pair's scale or zero point).
+bool SameScalar(const ir::Value* a, const ir::Value* b) {
+  if (!a || !b) return false;
+  if (a == b) return true;
+  if (!a->is_constant() || !b->is_constant() || a->dtype() != b->dtype()) return false;
+  const HostTensor& x = *a->constant();
+  const HostTensor& y = *b->constant();
+  return NumElements(x.shape()) == 1 && NumElements(y.shape()) == 1 &&
+         std::memcmp(x.data(), y.data(), DTypeSize(x.dtype())) == 0;
+}
+
+// A constant zero of one element (a zero point).
+bool IsZeroScalar(const ir::Value* v) {
+  if (!v || !v->is_constant() || NumElements(v->shape()) != 1) return false;
+  const auto* p = static_cast<const std::uint8_t*>(v->constant()->data());
+  for (std::size_t i = 0; i < DTypeSize(v->dtype()); ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // ConvInteger / MatMulInteger -> Cast(to float32) -> Mul(S) [-> Add(constant
@@ -433,6 +456,49 @@ Status FuseIntegerRescale(ir::Graph& g, const PassOptions& opts) {
         op->SetAttr(kActAlphaAttr, ir::Attribute::Float(alpha));
         op->SetAttr(kActBetaAttr, ir::Attribute::Float(beta));
         Absorb(g, op, act, removed);
+      }
+    }
+  }
+  // QLinearMatMul -> DequantizeLinear with its own y_scale and y_zero_point
+  // [-> Add(constant bias)]: QDQ transformers' projections (fuse-qdq made
+  // the QLinearMatMul; its dequantized result feeds the float bias Add).
+  // One node (kiln.dequantize = 1) writes the float32 result.
+  nodes.clear();
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  for (ir::Node* op : nodes) {
+    if (removed.count(op) || op->op_type() != "QLinearMatMul" || !op->domain().empty() || op->num_inputs() != 8 ||
+        op->num_outputs() != 1 || op->HasAttr(ops::kDequantizeAttr)) {
+      continue;
+    }
+    ir::Value* q = op->output(0);
+    if (q->shape().empty()) continue;
+    if (opts.target_has_kernel) {
+      ir::Graph probe;
+      ir::Node* p = probe.AddNode("QLinearMatMul", "probe", {}, {});
+      p->SetAttr(ops::kDequantizeAttr, ir::Attribute::Int(1));
+      if (!opts.target_has_kernel(*p)) continue;
+    }
+    const ir::Node* dq_c = SoleConsumer(g, q);
+    if (!dq_c || dq_c->op_type() != "DequantizeLinear" || !dq_c->domain().empty() || dq_c->input(0) != q ||
+        dq_c->num_outputs() != 1 || dq_c->output(0)->dtype() != DType::kFloat32 ||
+        !SameScalar(dq_c->input(1), op->input(6)) ||
+        !(dq_c->num_inputs() > 2 && dq_c->input(2) ? SameScalar(dq_c->input(2), op->input(7))
+                                                   : IsZeroScalar(op->input(7)))) {
+      continue;
+    }
+    auto* dq = const_cast<ir::Node*>(dq_c);
+    op->SetAttr(ops::kDequantizeAttr, ir::Attribute::Int(1));
+    Absorb(g, op, dq, removed);
+    fused = true;
+    ir::Value* z = op->output(0);
+    if (const ir::Node* add_c = SoleConsumer(g, z);
+        add_c && add_c->op_type() == "Add" && add_c->domain().empty() && add_c->num_inputs() == 2 &&
+        !add_c->HasAttr("broadcast")) {
+      auto* add = const_cast<ir::Node*>(add_c);
+      ir::Value* b = add->input(0) == z ? add->input(1) : add->input(0);
+      if (b != z && IsF32Const(b) && PerAxisOrOne(b, z, z->shape().size() - 1) && add->output(0)->shape() == z->shape()) {
+        op->SetInput(8, b);
+        Absorb(g, op, add, removed);
       }
     }
   }

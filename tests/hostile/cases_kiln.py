@@ -41,7 +41,8 @@ FORMAT_VERSION = 13  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: pl
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
                     # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
                     # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul;
-                    # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger)
+                    # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger,
+                    #     "kiln.dequantize" on QLinearMatMul)
 
 
 def align(v, a):
@@ -764,6 +765,38 @@ def generate(ctx):
     crafted("rescale", "matmul_dropped", lambda j: node(j, "mi")["attrs"].pop("kiln.rescale"),
             ["MatMulInteger node 'mi'", "inputs 4 and 5 (a fused scale and bias) need attribute 'kiln.rescale' = 1"],
             inspect=False, base=jm, weights=wm)
+    # A QDQ projection: fuse-qdq makes the QLinearMatMul, fuse-integer-rescale
+    # gives it the DequantizeLinear after it and the bias Add (kiln.dequantize
+    # = 1, the bias as input 8).
+    qm_onnx = os.path.join(d, "qdq_matmul.onnx")
+    k_ = lambda name, v, t: numpy_helper.from_array(np.array(v, t), name)
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"], name="dq_x"),
+         helper.make_node("DequantizeLinear", ["wq", "ws"], ["wf"], name="dq_w"),
+         helper.make_node("MatMul", ["xf", "wf"], ["m"], name="mm"),
+         helper.make_node("QuantizeLinear", ["m", "ys", "yz"], ["q"], name="q_y"),
+         helper.make_node("DequantizeLinear", ["q", "ys", "yz"], ["f"], name="dq_y"),
+         helper.make_node("Add", ["f", "b"], ["out"], name="bias")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 5])],
+        [k_("xs", 0.02, np.float32), k_("xz", 128, np.uint8),
+         numpy_helper.from_array(rng.integers(-127, 128, (4, 5)).astype(np.int8), "wq"), k_("ws", 0.01, np.float32),
+         k_("ys", 0.05, np.float32), k_("yz", 128, np.uint8),
+         numpy_helper.from_array(np.linspace(-1, 1, 5).astype(np.float32), "b")]),
+        opset_imports=[helper.make_opsetid("", 13)]), qm_onnx)
+    qm_kiln = os.path.join(d, "qdq_matmul.kiln")
+    rc, out = ctx.run(["compile", "--model", qm_onnx, "--output", qm_kiln])
+    assert rc == 0, out
+    jq, wq_ = read_kiln(qm_kiln)
+    qmm = next(n for n in jq["graph"]["nodes"] if n["op"] == "QLinearMatMul")
+    assert qmm["attrs"].get("kiln.dequantize") == {"kind": "int", "v": 1}, qmm
+    qname = qmm["name"]
+    crafted("dequantize", "dropped", lambda j: node(j, qname)["attrs"].pop("kiln.dequantize"),
+            [f"QLinearMatMul node '{qname}'", "input 8 (a fused bias) needs attribute 'kiln.dequantize' = 1"],
+            inspect=False, base=jq, weights=wq_)
+    crafted("dequantize", "not_one", lambda j: node(j, qname)["attrs"].update({"kiln.dequantize": {"kind": "int", "v": 3}}),
+            [f"QLinearMatMul node '{qname}'", "attribute 'kiln.dequantize' must be 0 or 1, found 3"],
+            inspect=False, base=jq, weights=wq_)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

@@ -283,6 +283,67 @@ TEST(MatMulInteger, RescaledIsTheGraphsBitForBit) {
   }
 }
 
+// A QDQ transformer's projection after fuse-qdq: QLinearMatMul ->
+// DequantizeLinear (its own y_scale / y_zero_point) -> Add(bias [N]) becomes
+// one QLinearMatMul (kiln.dequantize) with the same results as the three
+// kernels, each tested against its definition elsewhere (QLinearMatMul.*,
+// the DequantizeLinear and Add node tests); a DequantizeLinear with another
+// scale is a near miss.
+void CheckDequantizedQLinearMatMul(bool same_scale) {
+  std::mt19937 rng(24);
+  const std::int64_t rows = 6, k = 40, nn = 24;
+  std::vector<std::uint8_t> a(rows * k);
+  for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
+  std::vector<std::int8_t> bw(k * nn);
+  for (auto& v : bw) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> bs(nn), bias(nn);
+  for (auto& v : bs) v = 1e-3f * (1.f + static_cast<float>(rng() % 100) / 9.f);
+  for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 201) - 100) / 13.f;
+  auto build = [&] {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* av = g->AddValue("a", DType::kUInt8, {2, 3, k});
+    g->inputs() = {av};
+    auto f32 = [&](const char* n, float v) { return g->AddConstant(n, Tensor(DType::kFloat32, {}, std::vector<float>{v})); };
+    ir::Value* ys = f32("ys", 0.37f);
+    ir::Value* yz = g->AddConstant("yz", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{131}));
+    ir::Value* q = g->AddValue("q");
+    g->AddNode("QLinearMatMul", "qmm",
+               {av, f32("as", 0.02f), g->AddConstant("az", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{120})),
+                g->AddConstant("b", Tensor(DType::kInt8, {k, nn}, bw)), g->AddConstant("bs", Tensor(DType::kFloat32, {nn}, bs)),
+                g->AddConstant("bz", Tensor(DType::kInt8, {nn}, std::vector<std::int8_t>(nn, 0))), ys, yz},
+               {q});
+    ir::Value* f = g->AddValue("f");
+    g->AddNode("DequantizeLinear", "dq", {q, same_scale ? ys : f32("ys2", 0.38f), yz}, {f});
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("Add", "bias_add", {f, g->AddConstant("bias", Tensor(DType::kFloat32, {nn}, bias))}, {y});
+    g->outputs().push_back(y);
+    return g;
+  };
+  test::TempDir dir_fused, dir_plain;
+  format::CompiledModel fused_cm, plain_cm;
+  CompileOptions plain_opts;
+  plain_opts.passes.disabled.insert("fuse-integer-rescale");
+  auto fused = CompileAndLoad(build(), dir_fused, &fused_cm);
+  auto plain = CompileAndLoad(build(), dir_plain, &plain_cm, plain_opts);
+  ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(FindOp(fused_cm, "QLinearMatMul")->GetInt(ops::kDequantizeAttr, 0), same_scale ? 1 : 0);
+  EXPECT_EQ(CountOp(fused_cm, "DequantizeLinear") + CountOp(fused_cm, "Add"), same_scale ? 0 : 2);
+  EXPECT_EQ(CountOp(plain_cm, "DequantizeLinear") + CountOp(plain_cm, "Add"), 2);
+  std::vector<float> y1(rows * nn, -1.f), y2(rows * nn, -2.f);
+  ASSERT_TRUE((*fused)->Execute({{a.data(), DType::kUInt8, {2, 3, k}}}, {TensorRef::Of(y1.data(), {2, 3, nn})}).ok());
+  ASSERT_TRUE((*plain)->Execute({{a.data(), DType::kUInt8, {2, 3, k}}}, {TensorRef::Of(y2.data(), {2, 3, nn})}).ok());
+  for (std::size_t i = 0; i < y1.size(); ++i) ASSERT_TRUE(SameBits(y1[i], y2[i])) << i << ": " << y1[i] << " vs " << y2[i];
+  // And the dequantized values lie on the output grid: (q - 131) * 0.37 + bias.
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < nn && same_scale; ++j) {
+      const float steps = (y1[r * nn + j] - bias[j]) / 0.37f + 131.f;
+      EXPECT_NEAR(steps, std::nearbyint(steps), 1e-3) << r << "," << j;
+    }
+}
+TEST(QLinearMatMul, DequantizedOutputFusesWithItsBias) { CheckDequantizedQLinearMatMul(true); }
+TEST(QLinearMatMul, DequantizeWithAnotherScaleIsNotFused) { CheckDequantizedQLinearMatMul(false); }
+
 // DynamicQuantizeLinear on 1000 values (the vectorized path and its tail):
 // scale = (max(0, max x) - min(0, min x)) / 255, zero point =
 // saturate(round(-min / scale)), y = saturate(round(x / scale) + zp), ties

@@ -1625,7 +1625,81 @@ Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool m
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
+Result<std::unique_ptr<Kernel>> MakeQLinearMatMul(const KernelInit& init);
+
+// kiln.dequantize: the QLinearMatMul writes its quantized result into a
+// per-thread buffer, then one pass gives (float(q) - y_zp) * y_scale [+ B]
+// per row, DequantizeLinear's and the Add's arithmetic in their order.
+class DequantizedQMatMulKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init, std::unique_ptr<Kernel> inner) {
+    inner_ = std::move(inner);
+    const Shape& y = init.outputs[0].shape;
+    count_ = NumElements(y);
+    cols_ = y.empty() ? 1 : y.back();
+    q_type_ = init.inputs[7].dtype;
+    bias_per_ = init.inputs.size() > 8 && init.inputs[8].present() ? (NumElements(init.inputs[8].shape) != 1 ? 1 : 0) : -1;
+    return Status::Ok();
+  }
+  Status Run(const KernelArgs& a) override {
+    thread_local std::vector<std::uint8_t> qbuf;
+    if (qbuf.size() < static_cast<std::size_t>(count_)) qbuf.resize(static_cast<std::size_t>(count_));
+    void* ptrs[9];
+    for (int i = 0; i < 8; ++i) ptrs[i] = a.ptrs[i];
+    ptrs[8] = qbuf.data();
+    KernelArgs ia = a;
+    ia.ptrs = ptrs;
+    ia.num_inputs = 8;
+    KILN_RETURN_IF_ERROR(inner_->Run(ia));
+    const float s = *a.in_as<float>(6);
+    const float zp = q_type_ == DType::kUInt8 ? static_cast<float>(*a.in_as<std::uint8_t>(7))
+                                             : static_cast<float>(*a.in_as<std::int8_t>(7));
+    const float* b = bias_per_ >= 0 ? a.in_as<float>(8) : nullptr;
+    thread_local std::vector<float> bv;
+    bv.assign(static_cast<std::size_t>(cols_), 0.f);
+    for (std::int64_t c = 0; b && c < cols_; ++c) bv[static_cast<std::size_t>(c)] = b[bias_per_ ? c : 0];
+    const float* bvp = bv.data();
+    const std::uint8_t* qp = qbuf.data();
+    float* y = a.out_as<float>(0);
+    const std::int64_t rows = cols_ > 0 ? count_ / cols_ : 0, cn = cols_;
+    const bool u8 = q_type_ == DType::kUInt8;
+    ParallelFor(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, cn)), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        float* yr = y + r * cn;
+        const std::uint8_t* qr = qp + r * cn;
+        if (u8) {
+          for (std::int64_t c = 0; c < cn; ++c) yr[c] = (static_cast<float>(qr[c]) - zp) * s;
+        } else {
+          const auto* qs = reinterpret_cast<const std::int8_t*>(qr);
+          for (std::int64_t c = 0; c < cn; ++c) yr[c] = (static_cast<float>(qs[c]) - zp) * s;
+        }
+        if (b) {
+          for (std::int64_t c = 0; c < cn; ++c) yr[c] = yr[c] + bvp[c];
+        }
+      }
+    });
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+  std::int64_t count_ = 0, cols_ = 0;
+  DType q_type_ = DType::kUndefined;
+  int bias_per_ = -1;
+};
+
 Result<std::unique_ptr<Kernel>> MakeQLinearMatMul(const KernelInit& init) {
+  if (init.node->GetInt(ops::kDequantizeAttr, 0) == 1 && init.outputs[0].dtype == DType::kFloat32) {
+    KernelInit base = init;  // the QLinearMatMul itself: inputs 0..7, its quantized output
+    base.inputs.resize(8);
+    if (base.const_inputs.size() > 8) base.const_inputs.resize(8);
+    base.outputs[0].dtype = init.inputs[7].dtype;
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> inner, MakeQLinearMatMul(base));
+    auto k = std::make_unique<DequantizedQMatMulKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init, std::move(inner)));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
   auto fast = std::make_unique<DnnlQMatMulKernel>();
   KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init));
   if (ok) return std::unique_ptr<Kernel>(std::move(fast));
