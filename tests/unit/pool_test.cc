@@ -141,6 +141,69 @@ TEST(Pool, ChannelsLast) {
   EXPECT_EQ(gap.out_shape(), (Shape{1, 1, 1, 2}));
 }
 
+// Channels-last global pools over many rows: the kernel reduces spans of
+// rows (in parallel where large) and combines them; sums and maxima per
+// (image, channel) against a float64 loop over the NHWC values, at 1 and 2
+// threads (the spans do not depend on the thread count: equal results).
+TEST(GlobalPools, ChannelsLastManyRowsMatchALoop) {
+  const std::int64_t n = 2, h = 60, w = 50, c = 40;
+  std::vector<float> x(static_cast<std::size_t>(n * h * w * c));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (float& v : x) v = u(rng);
+  std::vector<float> want_avg(static_cast<std::size_t>(n * c)), want_max(want_avg.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t k = 0; k < c; ++k) {
+      double sum = 0, mx = -1e30;
+      for (std::int64_t j = 0; j < h * w; ++j) {
+        const double v = x[static_cast<std::size_t>((i * h * w + j) * c + k)];
+        sum += v;
+        mx = v > mx ? v : mx;
+      }
+      want_avg[static_cast<std::size_t>(i * c + k)] = static_cast<float>(sum / double(h * w));
+      want_max[static_cast<std::size_t>(i * c + k)] = static_cast<float>(mx);
+    }
+  }
+  std::vector<float> got[2][2];
+  for (int threads : {1, 2}) {
+    cpu::UseThreads(threads);
+    NodeRunner avg("GlobalAveragePool", 1, {F32T({n, h, w, c}, x)});
+    avg.Attr("kiln.nhwc", Int(1));
+    got[threads - 1][0] = Floats(avg.Run());
+    EXPECT_EQ(avg.out_shape(), (Shape{n, 1, 1, c}));
+    NodeRunner mx("GlobalMaxPool", 1, {F32T({n, h, w, c}, x)});
+    mx.Attr("kiln.nhwc", Int(1));
+    got[threads - 1][1] = Floats(mx.Run());
+    cpu::UseThreads(1);
+    ASSERT_EQ(got[threads - 1][0].size(), want_avg.size());
+    ASSERT_EQ(got[threads - 1][1].size(), want_max.size());
+    for (std::size_t i = 0; i < want_avg.size(); ++i) {
+      EXPECT_NEAR(got[threads - 1][0][i], want_avg[i], 1e-6) << i;
+      EXPECT_EQ(got[threads - 1][1][i], want_max[i]) << i;
+    }
+  }
+  EXPECT_EQ(got[0][0], got[1][0]);
+  EXPECT_EQ(got[0][1], got[1][1]);
+  // A NaN in a late row (another span than the first) makes its channel's
+  // maximum NaN, and only that channel's (NaN propagates, as in NumPy's max,
+  // the ONNX reference's), in both layouts.
+  x[static_cast<std::size_t>((h * w - 3) * c + 5)] = std::nanf("");
+  NodeRunner mx("GlobalMaxPool", 1, {F32T({n, h, w, c}, x)});
+  mx.Attr("kiln.nhwc", Int(1));
+  const std::vector<float> m = Floats(mx.Run());
+  ASSERT_EQ(m.size(), want_max.size());
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (i == 5) EXPECT_TRUE(std::isnan(m[i]));
+    else EXPECT_EQ(m[i], want_max[i]) << i;
+  }
+  const auto plain = F32T({1, 2, 1, 3}, {1, std::nanf(""), 2, 4, 5, 6});
+  NodeRunner mp("GlobalMaxPool", 1, {plain});
+  const std::vector<float> pm = Floats(mp.Run());
+  ASSERT_EQ(pm.size(), 2u);
+  EXPECT_TRUE(std::isnan(pm[0]));
+  EXPECT_EQ(pm[1], 6.f);
+}
+
 TEST(Pool, AttributeErrorsNameTheAttribute) {
   NodeRunner a("MaxPool", 12, {Image4x4()});
   Status st = a.Infer();

@@ -325,6 +325,14 @@ Result<std::unique_ptr<Kernel>> MakePool(const KernelInit& init) {
   return k;
 }
 
+// Spans a channels-last global pool cuts each image into: at most 256 rows
+// each (summed in the element type, the spans' sums then in double), and
+// enough of about 16K values to share among threads; never more than rows.
+inline std::int64_t GlobalPoolParts(std::int64_t s, std::int64_t c) {
+  const std::int64_t by_rows = (s + 255) / 256, by_size = std::min<std::int64_t>(16, s * c / 16384);
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(std::max(by_rows, by_size), s));
+}
+
 // Reduces each (n, c) plane of `s` elements; channels-last input keeps C innermost.
 template <typename T>
 void GlobalPool(std::int64_t n, std::int64_t c, std::int64_t s, bool nhwc, bool is_max, const T* x, T* y) {
@@ -334,7 +342,7 @@ void GlobalPool(std::int64_t n, std::int64_t c, std::int64_t s, bool nhwc, bool 
         const T* xp = x + p * s;
         if (is_max) {
           T m = s ? xp[0] : T(0);
-          for (std::int64_t i = 1; i < s; ++i) m = xp[i] > m ? xp[i] : m;
+          for (std::int64_t i = 1; i < s; ++i) m = xp[i] > m || xp[i] != xp[i] ? xp[i] : m;  // NaN propagates (as NumPy's max)
           y[p] = m;
         } else {
           double sum = 0;
@@ -345,20 +353,51 @@ void GlobalPool(std::int64_t n, std::int64_t c, std::int64_t s, bool nhwc, bool 
     });
     return;
   }
-  ParallelFor(n, 1, [&](std::int64_t b, std::int64_t e) {
-    std::vector<double> acc(static_cast<std::size_t>(c));
-    for (std::int64_t i = b; i < e; ++i) {
+  // Channels-last: each image's rows of C values are cut into `parts`
+  // spans (a count fixed by the size, not by the thread count, so results
+  // do not depend on it); each span is reduced over contiguous rows (the
+  // loop over C vectorizes) into its own partial row, and the partials are
+  // combined in order, in double.
+  const std::int64_t parts = GlobalPoolParts(s, c);
+  const std::size_t cs = static_cast<std::size_t>(c);
+  thread_local std::vector<T> partial;
+  if (partial.size() < static_cast<std::size_t>(n * parts) * cs) partial.resize(static_cast<std::size_t>(n * parts) * cs);
+  T* part = partial.data();
+  // Threads only for about 256K values and more: below that, the fork and
+  // reading what other cores wrote cost more than they save.
+  const std::int64_t span = std::max<std::int64_t>(1, s * c / parts);
+  ParallelFor(n * parts, std::max<std::int64_t>(1, 131072 / span), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t item = b; item < e; ++item) {
+      const std::int64_t i = item / parts, q = item % parts;
+      const std::int64_t j0 = s * q / parts, j1 = s * (q + 1) / parts;
+      T* __restrict acc = part + static_cast<std::size_t>(item) * cs;
       const T* xp = x + i * s * c;
-      for (std::int64_t k = 0; k < c; ++k) acc[k] = s ? static_cast<double>(xp[k]) : 0.0;
-      for (std::int64_t j = 1; j < s; ++j) {
-        for (std::int64_t k = 0; k < c; ++k) {
-          const double v = xp[j * c + k];
-          acc[k] = is_max ? std::max(acc[k], v) : acc[k] + v;
+      if (j0 == j1) {  // an empty span (s < parts): the identity of its reduction
+        for (std::int64_t k = 0; k < c; ++k) acc[k] = is_max ? -std::numeric_limits<T>::infinity() : T(0);
+        continue;
+      }
+      for (std::int64_t k = 0; k < c; ++k) acc[k] = xp[j0 * c + k];
+      for (std::int64_t j = j0 + 1; j < j1; ++j) {
+        const T* __restrict row = xp + j * c;
+        if (is_max) {
+          for (std::int64_t k = 0; k < c; ++k) acc[k] = row[k] > acc[k] || row[k] != row[k] ? row[k] : acc[k];
+        } else {
+          for (std::int64_t k = 0; k < c; ++k) acc[k] += row[k];
         }
       }
-      for (std::int64_t k = 0; k < c; ++k) y[i * c + k] = static_cast<T>(is_max || !s ? acc[k] : acc[k] / s);
     }
   });
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t k = 0; k < c; ++k) {
+      const T* p0 = part + static_cast<std::size_t>(i * parts) * cs + k;
+      double v = p0[0];
+      for (std::int64_t q = 1; q < parts; ++q) {
+        const double w = p0[static_cast<std::size_t>(q) * cs];
+        v = is_max ? (w > v || w != w ? w : v) : v + w;  // a NaN span stays NaN
+      }
+      y[i * c + k] = static_cast<T>(is_max || !s ? (s ? v : 0.0) : v / static_cast<double>(s));
+    }
+  }
 }
 
 Result<std::unique_ptr<Kernel>> MakeGlobalPool(const KernelInit& init) {
