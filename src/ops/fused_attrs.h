@@ -1,5 +1,11 @@
-// Attributes that fusion passes set on Conv/Gemm and kernels read.
+// Attributes that fusion passes set on Conv/Gemm and kernels read, and the
+// shape rule of their per-channel inputs (shared by the passes that fuse
+// and the inference that verifies a loaded node).
 #pragma once
+
+#include <cstddef>
+
+#include "kiln/dtype.h"
 
 namespace kiln::ops {
 inline constexpr const char* kActAttr = "kiln.activation";      // string: Relu, Clip, ...
@@ -26,6 +32,23 @@ inline constexpr const char* kRescaleAttr = "kiln.rescale";
 // followed it, as QDQ transformers write them (fuse-integer-rescale, format
 // version 13).
 inline constexpr const char* kDequantizeAttr = "kiln.dequantize";
+
+// Whether a fused scale or bias of shape `s` holds one value, or one per
+// `axis` of the output `out` (extent out[axis], known) with 1 in every other
+// dim, aligned to the right: what broadcasting it against the output reads
+// per channel / column.
+inline bool PerAxisOrOne(const Shape& s, const Shape& out, std::size_t axis) {
+  if (s.size() > out.size() || axis >= out.size()) return false;
+  bool one = true;
+  for (std::int64_t d : s) one = one && d == 1;
+  if (one) return true;
+  if (s.size() + axis < out.size() || out[axis] < 0) return false;
+  for (std::size_t j = 0; j < s.size(); ++j) {
+    const std::size_t ax = out.size() - s.size() + j;
+    if (ax == axis ? s[j] != out[axis] : s[j] != 1) return false;
+  }
+  return true;
+}
 }  // namespace kiln::ops
 
 namespace kiln::ops {

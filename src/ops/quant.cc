@@ -97,14 +97,7 @@ Status CheckPerAxis(InferContext& c, int i, const char* what, const Shape& out, 
   if (!c.has_input(i)) return Status::Ok();
   KILN_RETURN_IF_ERROR(CheckType(c, i, what, {DType::kFloat32}));
   const Shape& s = c.in_shape(i);
-  bool ok = s.size() <= out.size() && axis < out.size();
-  bool one = ok;  // one value
-  for (std::int64_t d : s) one = one && d == 1;
-  for (std::size_t j = 0; ok && !one && j < s.size(); ++j) {
-    const std::size_t ax = out.size() - s.size() + j;
-    ok = ax == axis ? s[j] == out[axis] && s[j] >= 0 : s[j] == 1;
-  }
-  ok = ok && (one || s.size() + axis >= out.size());
+  const bool ok = PerAxisOrOne(s, out, axis);
   if (!ok) {
     return c.Fail("input ", i, " (", what, ") has shape ", ShapeToString(s), ", expected one value or ",
                   axis < out.size() ? out[axis] : -1, " along dim ", axis, " of the output ", ShapeToString(out));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "ops/fused_attrs.h"
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 
@@ -182,16 +183,9 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
     // runs again after the layout pass).
     const std::size_t ca = conv->GetInt(ops::kNhwcAttr, 0) != 0 ? ys.size() - 1 : 1;
     const std::int64_t c = ys[ca];
-    if (!IsF32Const(bias) || NumElements(bias->shape()) != c || bias->shape().size() > ys.size()) continue;
-    // Must broadcast along the channel axis only: shape [..., C, 1, 1]
+    // C values along the channel axis only: shape [..., C, 1, 1]
     // (channels-last: [..., C]).
-    const auto& bs = bias->shape();
-    bool per_channel = bs.size() >= ys.size() - ca;
-    for (std::size_t i = 0; per_channel && i < bs.size(); ++i) {
-      std::size_t axis = ys.size() - bs.size() + i;
-      per_channel = axis == ca ? bs[i] == c : bs[i] == 1;
-    }
-    if (!per_channel) continue;
+    if (!IsF32Const(bias) || NumElements(bias->shape()) != c || !ops::PerAxisOrOne(bias->shape(), ys, ca)) continue;
     auto flat = std::make_shared<HostTensor>(DType::kFloat32, Shape{c},
                                              bias->constant()->data(), bias->constant());
     conv->SetInput(2, g.AddConstant(bias->name() + "_flat", flat));
@@ -324,19 +318,7 @@ namespace {
 // broadcasting against y reads per output channel / column, and what the
 // loader's inference accepts for kiln.rescale's inputs 4 and 5.
 bool PerAxisOrOne(const ir::Value* s, const ir::Value* y, std::size_t axis) {
-  if (!s || s->dtype() != DType::kFloat32 || s->varying_mask() != 0) return false;
-  const Shape& ss = s->shape();
-  const Shape& ys = y->shape();
-  if (ss.size() > ys.size() || axis >= ys.size()) return false;
-  bool one = true;
-  for (std::int64_t d : ss) one = one && d == 1;
-  if (one) return true;
-  if (ss.size() + axis < ys.size() || ys[axis] < 0) return false;
-  for (std::size_t j = 0; j < ss.size(); ++j) {
-    const std::size_t ax = ys.size() - ss.size() + j;
-    if (ax == axis ? ss[j] != ys[axis] : ss[j] != 1) return false;
-  }
-  return true;
+  return s && s->dtype() == DType::kFloat32 && s->varying_mask() == 0 && ops::PerAxisOrOne(s->shape(), y->shape(), axis);
 }
 
 // Whether `a` and `b` are the same value, or constants of one element with
