@@ -48,14 +48,17 @@ enum class Residual { kNone, kBinary, kSum, kSeparate };
 
 // Whether a convolution runs on Winograd F(4x4, 3x3) (winograd.h) instead
 // of oneDNN: channels-last float32, 3x3, stride 1, no dilation, one group,
-// constant weights, where oneDNN would run its AVX2 kernel ("jit:avx2"; the
-// AVX-512 kernels are not measured against it), input and output channels
-// multiples of 8, at least 16 output tiles of 4x4, an activation the
-// Winograd epilogue applies. Measured on an AVX2 EPYC (bench/winograd_bench;
-// bench/RESULTS.md, "Winograd"): 0.25-0.72 of oneDNN's time on every layer
-// shape tried, 8 to 512 channels; the tile and size limits keep the
-// transformed weights (4x the filter) where they are used often enough.
-// $KILN_CONV_WINOGRAD=off disables it.
+// constant weights, where oneDNN would run its AVX2 kernel ("jit:avx2"),
+// input and output channels multiples of 8, at least 16 output tiles of 4x4,
+// an activation the Winograd epilogue applies. Measured on an AVX2 EPYC
+// (bench/winograd_bench; bench/RESULTS.md, "Winograd"): 0.25-0.72 of
+// oneDNN's time on every layer shape tried, 8 to 512 channels; the tile and
+// size limits keep the transformed weights (4x the filter) where they are
+// used often enough. Where oneDNN would run its AVX-512 brgconv, the same
+// AVX2 code still wins on layers with 32+ channels in and out and 64+ tiles
+// (0.62-0.73 per layer on a Zen 5; 0.82-0.96 whole models), not on few tiles
+// or 8-16 channels, so only those. $KILN_CONV_WINOGRAD=off disables it;
+// $KILN_CONV_WINOGRAD_AVX512=off keeps brgconv's layers on oneDNN.
 std::optional<WinogradAct> WinogradActivation(const ir::Node& node) {
   const ir::Attribute* a = node.FindAttr(ops::kActAttr);
   if (!a) return WinogradAct::kNone;
@@ -68,7 +71,11 @@ bool UseWinograd(const ir::Node& node, bool nhwc, std::int64_t group, const Dnnl
                  const Shape& w, const Shape& y, const std::string& onednn_impl, bool const_weights, DType dtype) {
   const char* env = std::getenv("KILN_CONV_WINOGRAD");
   if ((env && std::string(env) == "off") || !WinogradAvailable()) return false;
-  if (!nhwc || group != 1 || !const_weights || dtype != DType::kFloat32 || onednn_impl != "jit:avx2") return false;
+  const char* env512 = std::getenv("KILN_CONV_WINOGRAD_AVX512");
+  const bool avx512 = onednn_impl.rfind("brgconv:avx512", 0) == 0 && !(env512 && std::string(env512) == "off");
+  if (!nhwc || group != 1 || !const_weights || dtype != DType::kFloat32 || (onednn_impl != "jit:avx2" && !avx512)) {
+    return false;
+  }
   if (x.size() != 4 || w.size() != 4 || w[2] != 3 || w[3] != 3) return false;
   for (std::size_t i = 0; i < 2; ++i) {
     if (win.strides[i] != 1 || win.dilations[i] != 0 || win.pads_begin[i] < 0 || win.pads_end[i] < 0) return false;
@@ -84,6 +91,7 @@ bool UseWinograd(const ir::Node& node, bool nhwc, std::int64_t group, const Dnnl
   // and a VGG-style stack of 512-channel layers at 14x14-28x28 keeps its
   // memory.
   if (packed * 4 > (std::int64_t{16} << 20) && tiles < 64) return false;
+  if (avx512 && (x[1] < 32 || y[1] < 32 || tiles < 64)) return false;
   return tiles >= 16 && WinogradActivation(node).has_value();
 }
 
