@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <type_traits>
 #include <random>
 
 #include "node_runner.h"
@@ -202,6 +204,67 @@ TEST(GlobalPools, ChannelsLastManyRowsMatchALoop) {
   ASSERT_EQ(pm.size(), 2u);
   EXPECT_TRUE(std::isnan(pm[0]));
   EXPECT_EQ(pm[1], 6.f);
+}
+
+// Channels-last MaxPool (the vectorised kernel: chunks of 32 floats / 128
+// bytes, then 8 / 32, then a scalar tail) against a direct loop written
+// here, for channel counts that exercise each part, with padding and a
+// ceil-mode window hanging over the end; a NaN input makes exactly the
+// outputs whose windows read it NaN.
+template <typename T>
+void CheckNhwcMaxPool(DType dt, std::int64_t c) {
+  const std::int64_t h = 9, w = 8, oh = 5, ow = 4;  // kernel 3, stride 2, pads 1/0, ceil
+  std::mt19937 rng(static_cast<unsigned>(c));
+  std::vector<T> x(static_cast<std::size_t>(h * w * c));
+  for (T& v : x) v = static_cast<T>(std::uniform_int_distribution<int>(-100, 100)(rng) + (std::is_unsigned_v<T> ? 100 : 0));
+  auto want = [&](const std::vector<T>& in, std::int64_t i, std::int64_t j, std::int64_t q, bool* nan) {
+    T m = std::numeric_limits<T>::lowest();
+    *nan = false;
+    for (std::int64_t a = i * 2 - 1; a < i * 2 + 2; ++a) {
+      for (std::int64_t b = j * 2 - 1; b < j * 2 + 2; ++b) {
+        if (a < 0 || a >= h || b < 0 || b >= w) continue;
+        const T v = in[static_cast<std::size_t>((a * w + b) * c + q)];
+        if (v != v) *nan = true;
+        if (v > m) m = v;
+      }
+    }
+    return m;
+  };
+  if constexpr (std::is_same_v<T, float>) x[static_cast<std::size_t>((4 * w + 5) * c + c - 1)] = std::nanf("");
+  NodeRunner r("MaxPool", 12, {test::Tensor<T>(dt, {1, h, w, c}, x)});
+  r.Attr("kernel_shape", Ints({3, 3})).Attr("strides", Ints({2, 2})).Attr("pads", Ints({1, 1, 0, 0}));
+  r.Attr("ceil_mode", Int(1)).Attr("kiln.nhwc", Int(1));
+  auto out = r.Run();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(r.out_shape(), (Shape{1, oh, ow, c}));
+  const std::vector<T> got = Values<T>(out.value()[0]);
+  int nans = 0;
+  for (std::int64_t i = 0; i < oh; ++i) {
+    for (std::int64_t j = 0; j < ow; ++j) {
+      for (std::int64_t q = 0; q < c; ++q) {
+        bool nan = false;
+        const T m = want(x, i, j, q, &nan);
+        const T g = got[static_cast<std::size_t>((i * ow + j) * c + q)];
+        if (nan) {
+          EXPECT_TRUE(g != g) << "c=" << c << " at " << i << "," << j << "," << q;
+          ++nans;
+        } else {
+          EXPECT_EQ(g, m) << "c=" << c << " at " << i << "," << j << "," << q;
+        }
+      }
+    }
+  }
+  // (4, 5) is read by output row 2 (input rows 3-5; row 1 reads 1-3, row 3
+  // 5-7) and columns 2 (input columns 3-5) and 3 (5-7): two output pixels.
+  if constexpr (std::is_same_v<T, float>) EXPECT_EQ(nans, 2);
+}
+
+TEST(MaxPool, ChannelsLastMatchesALoop) {
+  for (std::int64_t c : {1, 3, 8, 13, 32, 45, 64, 100, 130, 257}) {
+    CheckNhwcMaxPool<float>(DType::kFloat32, c);
+    CheckNhwcMaxPool<std::int8_t>(DType::kInt8, c);
+    CheckNhwcMaxPool<std::uint8_t>(DType::kUInt8, c);
+  }
 }
 
 TEST(Pool, AttributeErrorsNameTheAttribute) {

@@ -108,15 +108,18 @@ TEST(Transpose, LargeInt8MatrixUsesTiles) {
 
 // Swapping the last two dims where the new last one is short (2-8): the
 // interleaving copy (ShuffleNet's channel shuffle on channels-last data).
-// float32 with 2 (the AVX2 interleave, its 8-wide body and tail) and 3
-// columns, and an int8 and a float64 case; against y[a][b][d][c] = x[a][b][c][d].
+// float32 with 2 and 3 columns (the AVX2 interleaves, their 8-wide bodies
+// and tails; 9001 rows: blocks of 4096 rows, a short last one, two outer
+// indices), and an int8 and a float64 case; against
+// y[a][b][d][c] = x[a][b][c][d].
 TEST(Transpose, LastTwoDimsWithAShortNewLastDim) {
   struct Case {
     Shape shape;
     DType dtype;
   };
   for (const Case& c : {Case{{2, 3, 2, 19}, DType::kFloat32}, Case{{1, 4, 3, 10}, DType::kFloat32},
-                        Case{{3, 1, 2, 9}, DType::kInt8}, Case{{2, 2, 4, 8}, DType::kFloat64}}) {
+                        Case{{3, 1, 2, 9}, DType::kInt8}, Case{{2, 2, 4, 8}, DType::kFloat64},
+                        Case{{1, 2, 3, 9001}, DType::kFloat32}, Case{{1, 1, 2, 9001}, DType::kFloat32}}) {
     SCOPED_TRACE(ShapeToString(c.shape) + " " + DTypeName(c.dtype));
     const std::int64_t n = NumElements(c.shape), rows = c.shape[2], cols = c.shape[3];
     auto x = std::make_shared<HostTensor>(c.dtype, c.shape);
