@@ -162,6 +162,34 @@ TEST(Concat, NegativeAxis) {
   EXPECT_EQ(r.out_shape(), (Shape{2, 3}));
 }
 
+// Pieces along the last axis of many rows (channels-last Concat): 3, 37, 64
+// and 1100 floats per row (the 32-byte vector copy with and without a tail,
+// and rows over 4 KiB, copied by memcpy), against out[r] = a[r] ++ b[r] ++ c[r].
+TEST(Concat, ManyRowsOfPiecesMatchALoop) {
+  for (const std::vector<std::int64_t>& widths : {std::vector<std::int64_t>{3, 37, 64}, {64, 64, 1}, {1100, 5, 8}}) {
+    const std::int64_t rows = 301;
+    std::vector<test::In> ins;
+    std::vector<std::vector<float>> vals;
+    float next = 0;
+    for (std::int64_t w : widths) {
+      std::vector<float> v(static_cast<std::size_t>(rows * w));
+      for (float& f : v) f = next++;
+      vals.push_back(v);
+      ins.push_back(F32T({1, rows, w}, v));
+    }
+    NodeRunner r("Concat", 13, ins);
+    r.Attr("axis", Int(2));
+    const std::vector<float> got = Floats(r.Run());
+    std::vector<float> want;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::size_t k = 0; k < widths.size(); ++k) {
+        want.insert(want.end(), vals[k].begin() + i * widths[k], vals[k].begin() + (i + 1) * widths[k]);
+      }
+    }
+    EXPECT_EQ(got, want) << widths[0] << "," << widths[1] << "," << widths[2];
+  }
+}
+
 TEST(Concat, BadAxisAndMismatchedDims) {
   NodeRunner a("Concat", 13, {Iota({2, 2}), Iota({2, 2})});
   a.Attr("axis", Int(2));

@@ -267,6 +267,19 @@ Result<std::unique_ptr<Kernel>> MakeSlice(const KernelInit& init) {
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
+// n bytes, inline in 32-byte vectors (the rest by memcpy): Concat's
+// per-pixel pieces on channels-last tensors are a few hundred bytes each,
+// and a memcpy call per piece cost about a tenth of the copy (SqueezeNet's
+// eight Concats of two pieces per pixel: 0.124 -> 0.110 ms at 1 thread,
+// 0.30 -> 0.27 at 2, Zen 5).
+__attribute__((target("avx2"))) void CopyPiecesAvx2(char* out, const char* in, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+  }
+  if (i < n) std::memcpy(out + i, in + i, n - i);
+}
+
 Result<std::unique_ptr<Kernel>> MakeConcat(const KernelInit& init) {
   const Shape& y = init.outputs[0].shape;
   std::int64_t axis = init.node->GetInt("axis", 0);
@@ -286,11 +299,16 @@ Result<std::unique_ptr<Kernel>> MakeConcat(const KernelInit& init) {
       for (std::size_t i = 0, off = 0; i < chunk.size(); off += chunk[i++]) ParallelCopy(out + off, a.in(i), chunk[i]);
       return Status::Ok();
     }
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    const bool small = avx2 && out_chunk <= 4096;
     ParallelFor(outer, std::max<std::int64_t>(1, 65536 / std::max<std::size_t>(out_chunk, 1)), [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t o = b; o < e; ++o) {
         std::size_t off = o * out_chunk;
         for (std::size_t i = 0; i < chunk.size(); off += chunk[i++]) {
-          if (chunk[i]) std::memcpy(out + off, static_cast<const char*>(a.in(i)) + o * chunk[i], chunk[i]);
+          if (!chunk[i]) continue;
+          const char* src = static_cast<const char*>(a.in(i)) + o * chunk[i];
+          if (small) CopyPiecesAvx2(out + off, src, chunk[i]);
+          else std::memcpy(out + off, src, chunk[i]);
         }
       }
     });
