@@ -8,7 +8,8 @@
 Models (default: all of them):
   torchvision, 1x3x224x224 (tools/export_torchvision.py): resnet18, resnet50, mobilenet_v2,
     mobilenet_v3_small, mobilenet_v3_large, efficientnet_b0, squeezenet1_1, shufflenet_v2_x1_0,
-    regnet_y_400mf
+    regnet_y_400mf; and any other torchvision.models name given as tv_NAME (e.g. tv_densenet121:
+    architectures outside the default set, for checking that a change generalises)
   bench/suite_export.py: bert_base (seq 128), bert_small (batch 2, seq 32), gpt2 (decoder stack,
     seq 128), db_fpn (640x640), unet (1024x1024), nhwc_resnet18 / nhwc_mobilenet_v3_large /
     nhwc_efficientnet_b0 (NHWC input, Transposes around layout-sensitive ops, as TensorFlow
@@ -135,7 +136,7 @@ def prepare(model, work):
         return (mdir, [os.path.join(mdir, x) for x in meta["inputs"]],
                 [os.path.join(mdir, x) for x in meta["outputs"]])
     if not fresh([os.path.join(mdir, f) for f in EXPORT_FILES], EXPORT_SCRIPT):
-        run([sys.executable, EXPORT_SCRIPT, "--model", model, "--out", mdir], f"export {model}")
+        run([sys.executable, EXPORT_SCRIPT, "--model", model.removeprefix("tv_"), "--out", mdir], f"export {model}")
     else:
         log(f"reusing cached export in {mdir}")
     return mdir, [os.path.join(mdir, "input.npy")], [os.path.join(mdir, "expected.npy")]
@@ -414,7 +415,7 @@ def main():
     if not os.path.isdir(os.path.join(REPO, "bench", "ort", "node_modules", "onnxruntime-node")):
         sys.exit("error: onnxruntime-node is not installed; run scripts/install_ort.sh")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in models if m not in TORCHVISION + SUITE + tuple(DETECTORS)]
+    unknown = [m for m in models if m not in TORCHVISION + SUITE + tuple(DETECTORS) and not m.startswith("tv_")]
     if unknown:
         sys.exit(f"error: unknown models {unknown}; known: {', '.join(TORCHVISION + SUITE + tuple(DETECTORS))}")
     rows, info, errors = [], {}, []

@@ -181,6 +181,46 @@ std::optional<std::vector<std::int64_t>> ConstInts(InferContext& c, int i) {
   return t->ToInt64Vector();
 }
 
+// Dropout (7, 10, 12, 13), as at inference: output 0 is the input and the
+// optional mask is all true (bool from version 10, the input's type in 7).
+// The drop ratio (attribute before 12, input 1 from 12; default 0.5) must be
+// in [0, 1). A training-mode Dropout (input 2 true) with a nonzero ratio
+// draws a random mask each run: refused, naming the node, since Kiln runs
+// inference (such a model was exported in training mode) -- here when both
+// are constants, else by the kernel when a run gives such values.
+Status InferDropout(InferContext& c) {
+  const bool v12 = c.node().since_version() >= 12;
+  std::optional<double> ratio = 0.5;  // nullopt: an input not known when compiling
+  if (!v12) {
+    ratio = c.node().GetFloat("ratio", 0.5f);
+  } else if (c.has_input(1)) {
+    const DType t = c.in_dtype(1);
+    if (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16 && t != DType::kFloat64) {
+      return c.Fail("input 1 'ratio' has type ", DTypeName(t), ", expected a float scalar");
+    }
+    if (NumElements(c.in_shape(1)) != 1) {
+      return c.Fail("input 1 'ratio' has shape ", ShapeToString(c.in_shape(1)), ", expected a scalar");
+    }
+    const HostTensor* r = c.in_const(1);
+    ratio = r ? std::optional<double>(r->GetAsDouble(0)) : std::nullopt;
+  }
+  if (ratio && !(*ratio >= 0 && *ratio < 1)) return c.Fail("ratio = ", *ratio, " is outside [0, 1)");
+  if (v12 && c.has_input(2)) {
+    if (c.in_dtype(2) != DType::kBool || NumElements(c.in_shape(2)) != 1) {
+      return c.Fail("input 2 'training_mode' is ", DTypeName(c.in_dtype(2)), ShapeToString(c.in_shape(2)),
+                    ", expected a bool scalar");
+    }
+    const HostTensor* t = c.in_const(2);
+    if (t && t->GetAsDouble(0) != 0 && ratio && *ratio != 0) {
+      return c.Fail("training_mode is true with ratio ", *ratio, ": a training-time Dropout drops values at random, "
+                    "and Kiln runs inference only (export the model in eval mode)");
+    }
+  }
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  if (c.num_outputs() > 1) c.SetOutput(1, c.node().since_version() >= 10 ? DType::kBool : c.in_dtype(0), c.in_shape(0));
+  return Status::Ok();
+}
+
 Status InferFlatten(InferContext& c) {
   const Shape& x = c.in_shape(0);
   const auto r = static_cast<std::int64_t>(x.size());
@@ -413,6 +453,9 @@ void RegisterShapeOps(OpRegistry& r) {
   r.Register(Def("Transpose", {1, 13}, 1, 1, {"perm"}, InferTranspose));
   r.Register(Def("Concat", {4, 11, 13}, 1, 1 << 20, {"axis"}, InferConcat));
   r.Register(Def("Identity", {1, 13, 14, 16}, 1, 1, {}, InferSameAsInput));
+  OpDef dropout = Def("Dropout", {7, 10, 12, 13}, 1, 3, {"ratio", "seed"}, InferDropout);
+  dropout.max_outputs = 2;
+  r.Register(dropout);
   r.Register(Def("Constant", {1, 9, 11, 12, 13}, 0, 0,
                  {"value", "sparse_value", "value_float", "value_floats", "value_int", "value_ints",
                   "value_string", "value_strings"},

@@ -10,6 +10,7 @@ PassManager PassManager::Default() {
   pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
   pm.Add({"lower-subgraphs", "infer", true, LowerSubgraphs});
   pm.Add({"simplify-casts", "simplify", false, SimplifyCasts});
+  pm.Add({"remove-no-ops", "simplify", false, RemoveNoOps});
   pm.Add({"dce", "simplify", false, EliminateDeadCode});
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
   pm.Add({"fuse-integer-rescale", "fuse", false, FuseIntegerRescale});

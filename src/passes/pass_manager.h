@@ -5,7 +5,7 @@
 // graphs computed in float32 where the target has no half arithmetic),
 // "infer" (shape inference and constant folding, If
 // with a constant condition inlined; then subgraphs made self-contained and
-// compiled), "simplify" (no-op and round-trip Casts removed, dead-code elimination), "fuse" (Conv+BatchNorm
+// compiled), "simplify" (no-op and round-trip Casts removed, Dropouts without a mask and zero Pads made Identity, dead-code elimination), "fuse" (Conv+BatchNorm
 // folding, bias and activation fusion), "finalize" (boundary Identity insertion, placement
 // of nodes the target lacks on the CPU with copies, checks that every dim is resolved). Memory planning follows as a separate step.
 #pragma once
@@ -71,6 +71,7 @@ Status FuseLayerNorm(ir::Graph& g, const PassOptions& opts);
 Status ComputeHalfInFloat32(ir::Graph& g, const PassOptions& opts);
 Status FuseQdq(ir::Graph& g, const PassOptions& opts);
 Status SimplifyCasts(ir::Graph& g, const PassOptions& opts);
+Status RemoveNoOps(ir::Graph& g, const PassOptions& opts);
 Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);

@@ -201,6 +201,47 @@ TEST(Concat, BadAxisAndMismatchedDims) {
   EXPECT_FALSE(b.Infer().ok());
 }
 
+// Dropout as at inference: the input unchanged, the mask all true (bool
+// from version 10; the input's type, ones, in 7). A training-mode Dropout
+// with a nonzero ratio is refused: when inferred if both are constants,
+// else when a run gives those values; ratio 0 in training mode is the
+// identity; a ratio outside [0, 1) is refused.
+TEST(Dropout, InferenceIsTheIdentityWithAMaskOfOnes) {
+  const auto x = F32T({2, 3}, {1, -2, 3.5f, 0, 5, -6});
+  NodeRunner a("Dropout", 13, {x, F32T({}, {0.4f})}, 2);
+  auto out = a.Run();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(Values<float>(out.value()[0]), (std::vector<float>{1, -2, 3.5f, 0, 5, -6}));
+  EXPECT_EQ(a.out_dtype(1), DType::kBool);
+  EXPECT_EQ(Values<std::uint8_t>(out.value()[1]), (std::vector<std::uint8_t>(6, 1)));
+  NodeRunner b("Dropout", 7, {x}, 2);
+  b.Attr("ratio", ir::Attribute::Float(0.3f));
+  auto ob = b.Run();
+  ASSERT_TRUE(ob.ok()) << ob.status().ToString();
+  EXPECT_EQ(b.out_dtype(1), DType::kFloat32);
+  EXPECT_EQ(Values<float>(ob.value()[1]), (std::vector<float>(6, 1.f)));
+  auto yes = test::Tensor<std::uint8_t>(DType::kBool, {}, {1});
+  NodeRunner c("Dropout", 13, {x, F32T({}, {0.5f}), yes});
+  Status st = c.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Dropout node 'node'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("training_mode is true with ratio 0.5"), std::string::npos) << st.message();
+  NodeRunner d("Dropout", 13, {x, F32T({}, {0.f}), yes});
+  EXPECT_EQ(Floats(d.Run()), (std::vector<float>{1, -2, 3.5f, 0, 5, -6}));
+  NodeRunner e("Dropout", 13, {x, F32T({}, {1.f})});
+  st = e.Infer();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("outside [0, 1)"), std::string::npos) << st.message();
+  // Given at run time: ratio and training_mode as inputs.
+  NodeRunner f("Dropout", 13, {x, test::In(DType::kFloat32, {}), test::In(DType::kBool, {})});
+  auto bad = f.Run({F32T({}, {0.2f}), yes});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("training_mode is true with ratio 0.2"), std::string::npos) << bad.status().message();
+  NodeRunner g("Dropout", 13, {x, test::In(DType::kFloat32, {}), test::In(DType::kBool, {})});
+  EXPECT_EQ(Floats(g.Run({F32T({}, {0.2f}), test::Tensor<std::uint8_t>(DType::kBool, {}, {0})})),
+            (std::vector<float>{1, -2, 3.5f, 0, 5, -6}));
+}
+
 TEST(Gather, NegativeIndicesAndInt32) {
   NodeRunner a("Gather", 13, {Iota({3, 2}), I32T({2}, {-1, 0})});
   EXPECT_EQ(Floats(a.Run()), (std::vector<float>{4, 5, 0, 1}));

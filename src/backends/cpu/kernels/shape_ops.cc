@@ -53,6 +53,61 @@ Result<std::unique_ptr<Kernel>> MakeCopy(const KernelInit& init) {
   });
 }
 
+// Dropout as at inference (ops/shape_ops.cc InferDropout): output 0 is the
+// input, the optional mask all true (bool) or all ones (Dropout-7: the
+// input's type). The remove-no-ops pass makes those without a mask that are
+// surely inference ones views first; this runs the rest. A ratio or
+// training_mode given at run time is checked here: training mode with a
+// nonzero ratio is refused (it would drop values at random).
+double ScalarAsDouble(const void* p, DType t) {
+  switch (t) {
+    case DType::kFloat64: return *static_cast<const double*>(p);
+    case DType::kFloat16: return HalfToFloat(*static_cast<const std::uint16_t*>(p));
+    case DType::kBFloat16: return BFloat16ToFloat(*static_cast<const std::uint16_t*>(p));
+    case DType::kBool: return *static_cast<const std::uint8_t*>(p) != 0;
+    default: return *static_cast<const float*>(p);
+  }
+}
+
+Result<std::unique_ptr<Kernel>> MakeDropout(const KernelInit& init) {
+  const std::size_t bytes = init.outputs[0].bytes();
+  const bool mask = init.outputs.size() > 1 && init.outputs[1].present();
+  const DType mt = mask ? init.outputs[1].dtype : DType::kBool;
+  const std::int64_t n = mask ? NumElements(init.outputs[1].shape) : 0;
+  const bool v12 = init.node->since_version() >= 12;
+  const bool has_ratio = v12 && init.inputs.size() > 1 && init.inputs[1].present();
+  const bool has_mode = v12 && init.inputs.size() > 2 && init.inputs[2].present();
+  const DType rt = has_ratio ? init.inputs[1].dtype : DType::kFloat32;
+  return MakeFn([bytes, mask, mt, n, has_ratio, has_mode, rt](const KernelArgs& a) -> Status {
+    if (has_mode && ScalarAsDouble(a.in(2), DType::kBool) != 0) {
+      const double ratio = has_ratio ? ScalarAsDouble(a.in(1), rt) : 0.5;
+      if (ratio != 0) {
+        return Error(StatusCode::kInvalidArgument, "training_mode is true with ratio ", ratio,
+                     ": a training-time Dropout drops values at random, and Kiln runs inference only");
+      }
+    }
+    if (has_ratio) {
+      const double ratio = ScalarAsDouble(a.in(1), rt);
+      if (!(ratio >= 0 && ratio < 1)) return Error(StatusCode::kInvalidArgument, "ratio = ", ratio, " is outside [0, 1)");
+    }
+    if (a.out(0) != a.in(0)) ParallelCopy(a.out(0), a.in(0), bytes);
+    if (!mask || n == 0) return Status::Ok();
+    if (mt == DType::kBool) {
+      std::memset(a.out(1), 1, static_cast<std::size_t>(n));
+      return Status::Ok();
+    }
+    if (mt == DType::kFloat16 || mt == DType::kBFloat16) {
+      std::fill_n(static_cast<std::uint16_t*>(a.out(1)), n, mt == DType::kFloat16 ? FloatToHalf(1.f) : std::uint16_t{0x3F80});
+      return Status::Ok();
+    }
+    return DispatchNumeric(mt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      std::fill_n(static_cast<T*>(a.out(1)), n, T(1));
+      return Status::Ok();
+    });
+  });
+}
+
 StridedView Collapse(const StridedView& v) { return CollapseStridedView(v, 2); }
 
 // dst[i][0..1] = (a[i], b[i]) for i < n: two rows interleaved.
@@ -532,6 +587,7 @@ void RegisterShapeKernels(KernelRegistry& r) {
   r.Register("Transpose", MakeTranspose);
   r.Register("Slice", MakeSlice);
   r.Register("Concat", MakeConcat);
+  r.Register("Dropout", MakeDropout);
   r.Register("Gather", MakeGather);
   r.Register("Shape", MakeShape);
   r.Register("Constant", MakeConstant);
