@@ -91,7 +91,13 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // bias as input 8: its output is float32, (q - y_zero_point) * y_scale +
 // bias. Checked by the loader's inference; a runtime before 13 would write
 // int32 sums or quantized values, so it must refuse the file.
-inline constexpr std::uint32_t kFormatVersion = 13;
+// 14: a BatchNormalization may carry "kiln.nhwc" = 1 (the layout pass runs
+// an inference BatchNormalization that no convolution absorbed channels-last:
+// X and Y are NHWC, one parameter per value of the last dim). Checked by the
+// loader's inference (0 or 1; with 1 a 4-D X, spatial statistics, inference
+// mode, one output, parameters sized by the last dim); a runtime before 14
+// would normalise NHWC data per NCHW channel, so it must refuse the file.
+inline constexpr std::uint32_t kFormatVersion = 14;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

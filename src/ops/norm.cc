@@ -1,6 +1,7 @@
 // BatchNormalization: inference, and training mode (batch statistics plus
 // the running-statistics outputs). LayerNormalization, InstanceNormalization.
 #include "ops/common_infer.h"
+#include "ops/fused_attrs.h"
 
 namespace kiln::ops {
 namespace {
@@ -12,7 +13,17 @@ Status InferBatchNorm(InferContext& c) {
   if (x.size() < 2) return c.Fail("input X must have rank >= 2 (N, C, ...), has shape ", ShapeToString(x));
   // spatial=0 (BatchNormalization-7 only): statistics per (C, D1, ...) element.
   const bool spatial = n.GetInt("spatial", 1) != 0;
-  const std::int64_t params = spatial ? x[1] : NumElements(Shape(x.begin() + 1, x.end()));
+  // Channels-last (kiln.nhwc = 1, the layout pass; format version 14): X and
+  // Y are NHWC, one channel per value of the last dim. Inference only.
+  const std::int64_t nhwc = n.GetInt(kNhwcAttr, 0);
+  if (nhwc != 0 && nhwc != 1) return c.Fail("attribute 'kiln.nhwc' must be 0 or 1, found ", nhwc);
+  if (nhwc) {
+    if (x.size() != 4 || !spatial || c.num_outputs() != 1 || n.GetInt("training_mode", 0) != 0) {
+      return c.Fail("attribute 'kiln.nhwc' needs a 4-D X, spatial statistics, inference mode and one output (X ",
+                    ShapeToString(x), ", ", c.num_outputs(), " outputs)");
+    }
+  }
+  const std::int64_t params = nhwc ? x[3] : spatial ? x[1] : NumElements(Shape(x.begin() + 1, x.end()));
   for (int i = 1; i < 5; ++i) {
     if (!IsFloating(c.in_dtype(i))) {
       return c.Fail("input ", i, " (", kNames[i], ") must be a floating-point tensor, is ", DTypeName(c.in_dtype(i)));

@@ -2,13 +2,14 @@
 // NHWC activations (its brgconv kernels: ~2x the NCHW gemm path here). This
 // pass runs each eligible op on NHWC tensors between a pair of Transposes,
 // pushes the NHWC->NCHW Transposes down through layout-agnostic elementwise
-// ops, Concat, Slice and reductions (their axes remapped), ShuffleNet's channel shuffle
+// ops, inference BatchNormalization (run channels-last), Concat, Slice and reductions (their axes remapped), ShuffleNet's channel shuffle
 // (Reshape-Transpose-Reshape, rewritten for NHWC) and Resize (its per-axis vectors permuted), cancels Transpose pairs that meet, and turns Transposes that only
 // move size-1 dims into free Reshapes. What remains is a Transpose at each
 // edge of a channels-last region.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "ops/op_registry.h"
@@ -195,8 +196,18 @@ HostTensorPtr Int64Vector(const std::vector<std::int64_t>& v) {
   return t;
 }
 
+// An inference BatchNormalization on a 4-D float32 tensor (one not folded
+// into a convolution: DenseNet's pre-activation BN after each Concat): its
+// kernel runs channels-last (kiln.nhwc, format version 14), the per-channel
+// parameters unchanged.
+bool MovableBatchNorm(const ir::Node& n) {
+  return n.op_type() == "BatchNormalization" && n.domain().empty() && !n.HasAttr(ops::kNhwcAttr) &&
+         n.num_outputs() == 1 && n.GetInt("spatial", 1) == 1 && n.GetInt("training_mode", 0) == 0 && n.input(0) &&
+         n.input(0)->shape().size() == 4 && n.input(0)->dtype() == DType::kFloat32;
+}
+
 bool LayoutAgnostic(const ir::Node& n) {
-  if (MovableResize(n) || MovableSlice(n) || MovableReduce(n)) return true;
+  if (MovableResize(n) || MovableSlice(n) || MovableReduce(n) || MovableBatchNorm(n)) return true;
   // DynamicQuantizeLinear: y elementwise, its scale and zero point from
   // the minimum and maximum (the same in any order).
   if (n.op_type() == "DynamicQuantizeLinear" && n.domain().empty() && n.output(0)->shape().size() == 4) return true;
@@ -221,7 +232,7 @@ bool LayoutAgnostic(const ir::Node& n) {
     return true;
   }
   static const std::set<std::string> kOps = {"Relu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
-                                             "LeakyRelu", "Add", "Sub", "Mul", "Div", "Concat"};
+                                             "LeakyRelu", "Add", "Sub", "Mul", "Div", "Concat", "Identity"};
   if (!n.domain().empty() || !kOps.count(n.op_type()) || n.num_outputs() != 1 ||
       n.output(0)->shape().size() != 4) {
     return false;
@@ -283,6 +294,17 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     }
     n->SetInput(0, n->input(0)->producer()->input(0));
     n->SetInput(3, g.AddConstant(n->name() + "_axes_nhwc", Int64Vector(axes)));
+    ir::Value* y = n->output(0);
+    ir::Value* yt = g.AddValue(y->name() + "_nhwc");
+    g.RebindOutput(n, 0, yt);
+    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+    KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+    return true;
+  }
+  if (MovableBatchNorm(*n)) {
+    if (!IsTranspose(n->input(0)->producer(), kToNchw)) return false;
+    n->SetInput(0, n->input(0)->producer()->input(0));
+    n->SetAttr(ops::kNhwcAttr, ir::Attribute::Int(1));
     ir::Value* y = n->output(0);
     ir::Value* yt = g.AddValue(y->name() + "_nhwc");
     g.RebindOutput(n, 0, yt);
@@ -389,11 +411,15 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
   // QLinearConv) it would only gain a Transpose on each side.
   bool any_conv = false;
   for (ir::Node* n : nodes) any_conv |= IsConvolution(*n) && Eligible(*n);
+  std::map<ir::Value*, ir::Value*> to_nhwc;  // one Transpose per value read by several such ops
   for (ir::Node* n : nodes) {
     if (!Eligible(*n) || (!IsConvolution(*n) && !any_conv)) continue;
     ir::Value* x = n->input(0);
-    ir::Value* xt = g.AddValue(x->name() + "_nhwc");
-    KILN_RETURN_IF_ERROR(AddTranspose(g, x, xt, kToNhwc).status());
+    ir::Value*& xt = to_nhwc[x];
+    if (!xt) {
+      xt = g.AddValue(x->name() + "_nhwc");
+      KILN_RETURN_IF_ERROR(AddTranspose(g, x, xt, kToNhwc).status());
+    }
     n->SetInput(0, xt);
     ir::Value* y = n->output(0);
     ir::Value* yt = g.AddValue(y->name() + "_nhwc");

@@ -37,12 +37,12 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 13  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+FORMAT_VERSION = 14  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
                     # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
                     # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul;
                     # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger,
-                    #     "kiln.dequantize" on QLinearMatMul)
+                    #     "kiln.dequantize" on QLinearMatMul; 14: "kiln.nhwc" on BatchNormalization)
 
 
 def align(v, a):
@@ -797,6 +797,37 @@ def generate(ctx):
     crafted("dequantize", "not_one", lambda j: node(j, qname)["attrs"].update({"kiln.dequantize": {"kind": "int", "v": 3}}),
             [f"QLinearMatMul node '{qname}'", "attribute 'kiln.dequantize' must be 0 or 1, found 3"],
             inspect=False, base=jq, weights=wq_)
+    # Channels-last BatchNormalization (format version 14): one no
+    # convolution absorbs (after a Relu) runs with "kiln.nhwc" = 1; the
+    # loader's inference checks the value and what it needs.
+    bn_onnx = os.path.join(d, "bn_nhwc.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"], name="relu"),
+         helper.make_node("BatchNormalization", ["r", "s", "bb", "m", "v"], ["out"], name="bn")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 4, 5])],
+        [numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array([1.0, 0.5, 2.0], np.float32), "s"),
+         numpy_helper.from_array(np.array([0.1, -0.2, 0.3], np.float32), "bb"),
+         numpy_helper.from_array(np.array([0.0, 0.5, -0.5], np.float32), "m"),
+         numpy_helper.from_array(np.array([1.0, 2.0, 0.5], np.float32), "v")]),
+        opset_imports=[helper.make_opsetid("", 13)]), bn_onnx)
+    bn_kiln = os.path.join(d, "bn_nhwc.kiln")
+    rc, out = ctx.run(["compile", "--model", bn_onnx, "--output", bn_kiln])
+    assert rc == 0, out
+    jn, wn = read_kiln(bn_kiln)
+    assert node(jn, "bn")["attrs"].get("kiln.nhwc") == {"kind": "int", "v": 1}, node(jn, "bn")
+    # Without it the NHWC input [1,4,5,3] reads as 4 channels against 3 parameters.
+    crafted("bn_nhwc", "dropped", lambda j: node(j, "bn")["attrs"].pop("kiln.nhwc"),
+            ["BatchNormalization node 'bn'", "input 1 (scale) has shape [3], expected 4 values"],
+            inspect=False, base=jn, weights=wn)
+    crafted("bn_nhwc", "not_one", lambda j: node(j, "bn")["attrs"].update({"kiln.nhwc": {"kind": "int", "v": 2}}),
+            ["BatchNormalization node 'bn'", "attribute 'kiln.nhwc' must be 0 or 1, found 2"],
+            inspect=False, base=jn, weights=wn)
+    crafted("bn_nhwc", "training_mode", lambda j: node(j, "bn")["attrs"].update({"training_mode": {"kind": "int", "v": 1}}),
+            ["BatchNormalization node 'bn'", "attribute 'kiln.nhwc' needs a 4-D X, spatial statistics, inference mode"],
+            inspect=False, base=jn, weights=wn)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

@@ -229,6 +229,74 @@ TEST(ChannelsLast, ChannelShuffleAndSplitStayChannelsLast) {
     }
 }
 
+// DenseNet's pre-activation block: Concat(Conv(x), Conv(x)) -> Pad (all
+// zeros, as PyTorch writes before an AvgPool2d) -> BatchNormalization (not
+// after a convolution: not folded) -> Relu -> Dropout (inference, no mask)
+// -> Conv 1x1. The zero Pad and the Dropout go (remove-no-ops), the
+// BatchNormalization runs channels-last (kiln.nhwc), so only the edges keep
+// a Transpose. Near miss: a Pad of 1 row at each end of H stays (and the
+// BatchNormalization after it on NCHW data); both against a double
+// reference.
+TEST(ChannelsLast, BatchNormAfterConcatRunsChannelsLast) {
+  const std::int64_t C = 4, H = 3, W = 5;
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "zero pad" : "pad 1 on H");
+    const std::int64_t ph = variant;
+    const std::vector<float> x = Wave(C * H * W, 0.3, 1.0), w0 = Wave(C * C, 0.8, 0.6), w1 = Wave(C * C, 1.9, 0.6),
+                             w2 = Wave(3 * 2 * C, 2.4, 0.5);
+    const std::vector<float> scale = Wave(2 * C, 0.5, 1.0), bias = Wave(2 * C, 1.5, 0.3), mean = Wave(2 * C, 2.5, 0.2);
+    std::vector<float> var = Wave(2 * C, 3.5, 0.5);
+    for (float& v : var) v = v * v + 0.1f;
+    const float eps = 1e-3f;
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, C, H, W});
+    g->inputs().push_back(xv);
+    ir::Value *a = g->AddValue("a"), *b = g->AddValue("b"), *cat = g->AddValue("cat"), *pd = g->AddValue("pd"),
+              *bn = g->AddValue("bn"), *r = g->AddValue("r"), *dr = g->AddValue("dr"), *y = g->AddValue("y");
+    g->AddNode("Conv", "c0", {xv, g->AddConstant("w0", test::F32({C, C, 1, 1}, w0))}, {a});
+    g->AddNode("Conv", "c1", {xv, g->AddConstant("w1", test::F32({C, C, 1, 1}, w1))}, {b});
+    g->AddNode("Concat", "cat", {a, b}, {cat})->SetAttr("axis", ir::Attribute::Int(1));
+    g->AddNode("Pad", "pad", {cat, g->AddConstant("pads", test::I64({8}, {0, 0, ph, 0, 0, 0, ph, 0}))}, {pd});
+    g->AddNode("BatchNormalization", "bn",
+               {pd, g->AddConstant("s", test::F32({2 * C}, scale)), g->AddConstant("bb", test::F32({2 * C}, bias)),
+                g->AddConstant("m", test::F32({2 * C}, mean)), g->AddConstant("v", test::F32({2 * C}, var))},
+               {bn})
+        ->SetAttr("epsilon", ir::Attribute::Float(eps));
+    g->AddNode("Relu", "relu", {bn}, {r});
+    g->AddNode("Dropout", "drop", {r, g->AddConstant("ratio", test::F32({}, {0.25f}))}, {dr});
+    g->AddNode("Conv", "c2", {dr, g->AddConstant("w2", test::F32({3, 2 * C, 1, 1}, w2))}, {y});
+    g->outputs().push_back(y);
+    test::SetLatestVersions(*g);
+    const std::int64_t Hp = H + 2 * ph;
+    T4 xd = Make(1, C, H, W);
+    for (std::size_t i = 0; i < x.size(); ++i) xd.v[i] = x[i];
+    const T4 ad = Conv(xd, w0, {}, C, 1), bd = Conv(xd, w1, {}, C, 1);
+    T4 rd = Make(1, 2 * C, Hp, W);
+    for (std::int64_t c = 0; c < 2 * C; ++c)
+      for (std::int64_t i = 0; i < Hp; ++i)
+        for (std::int64_t j = 0; j < W; ++j) {
+          const bool inside = i >= ph && i < ph + H;
+          const double v = !inside ? 0.0 : c < C ? ad.at(0, c, i - ph, j) : bd.at(0, c - C, i - ph, j);
+          const double n = (v - mean[c]) / std::sqrt(static_cast<double>(var[c]) + eps) * scale[c] + bias[c];
+          rd.at(0, c, i, j) = n > 0 ? n : 0;
+        }
+    const T4 yd = Conv(rd, w2, {}, 3, 1);
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(std::move(g), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(Count(cm, "Dropout"), 0);
+    EXPECT_EQ(Count(cm, "Pad"), variant == 0 ? 0 : 1);
+    for (auto& n : cm.graph->nodes()) {
+      if (n->op_type() == "BatchNormalization") EXPECT_EQ(n->GetInt("kiln.nhwc", 0), variant == 0 ? 1 : 0);
+    }
+    if (variant == 0) EXPECT_EQ(Count(cm, "Transpose"), 2);  // the input's and the output's
+    std::vector<float> out(3 * Hp * W);
+    ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, C, H, W})}, {TensorRef::Of(out.data(), {1, 3, Hp, W})}).ok());
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], yd.v[i], 1e-5 * (1 + std::fabs(yd.v[i]))) << i;
+  }
+}
+
 // A shuffle whose middle value is read elsewhere too (a near miss): left on
 // NCHW, still correct.
 TEST(ChannelsLast, ChannelShuffleReadElsewhereStaysNchw) {
