@@ -1,4 +1,5 @@
-// Fusions: Conv/ConvTranspose+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
+// Fusions: a zero Pad into the Conv / AveragePool after it,
+// Conv/ConvTranspose+BatchNormalization folding, and Conv/Gemm/MatMul + bias +
 // activation fusion into one kernel (oneDNN post-ops), SiLU (x * Sigmoid(x))
 // included as the Swish activation and x * HardSigmoid(x) (alpha 1/6, beta
 // 1/2) as HardSwish.
@@ -344,6 +345,61 @@ bool IsZeroScalar(const ir::Value* v) {
 }
 
 }  // namespace
+
+// Pad (constant mode, zero value, constant pads on the spatial dims only,
+// none negative) read only by a Conv or an AveragePool, as input 0: its pads
+// are added to the consumer's (PyTorch writes this for
+// count_include_pad=True average pooling in Inception; converters for
+// TensorFlow's explicit padding before convolutions). The AveragePool then
+// counts the padding (count_include_pad = 1), as it counted the Pad's zeros;
+// only without ceil_mode (whose extra windows could overhang the padded
+// extent) and where its own pads are 0 or already counted. Conv and
+// AveragePool with auto_pad stay as they are.
+Status FusePad(ir::Graph& g, const PassOptions&) {
+  std::vector<ir::Node*> pads;
+  for (auto& n : g.nodes()) {
+    if (n->op_type() == "Pad" && n->domain().empty()) pads.push_back(n.get());
+  }
+  for (ir::Node* pad : pads) {
+    ir::Value* x = pad->input(0);
+    ir::Value* y = pad->output(0);
+    if (!x || pad->num_outputs() != 1 || pad->GetString("mode", "constant") != "constant") continue;
+    if (!pad->input(1) || !pad->input(1)->is_constant()) continue;
+    if (pad->input(2) && !IsZeroScalar(pad->input(2))) continue;
+    ir::Node* c = const_cast<ir::Node*>(SoleConsumer(g, y));
+    if (!c || !c->domain().empty() || c->input(0) != y || (c->op_type() != "Conv" && c->op_type() != "AveragePool")) continue;
+    for (int i = 1; i < c->num_inputs(); ++i) {
+      if (c->input(i) == y) c = nullptr;
+    }
+    if (!c) continue;
+    const std::size_t r = x->shape().size();
+    const std::vector<std::int64_t> p = pad->input(1)->constant()->ToInt64Vector();
+    if (r < 3 || p.size() != 2 * r || p[0] || p[1] || p[r] || p[r + 1]) continue;
+    const std::size_t sp = r - 2;
+    bool ok = true;
+    for (std::int64_t v : p) ok &= v >= 0;
+    const std::string auto_pad = c->GetString("auto_pad", "NOTSET");
+    if (!ok || (auto_pad != "NOTSET" && !auto_pad.empty())) continue;
+    std::vector<std::int64_t> cp = c->GetInts("pads");
+    if (cp.empty()) cp.assign(2 * sp, 0);
+    if (cp.size() != 2 * sp) continue;
+    if (c->op_type() == "AveragePool") {
+      bool zero = true;
+      for (std::int64_t v : cp) zero &= v == 0;
+      if (c->GetInt("ceil_mode", 0) != 0 || (!zero && c->GetInt("count_include_pad", 0) == 0)) continue;
+      c->SetAttr("count_include_pad", ir::Attribute::Int(1));
+    }
+    for (std::size_t i = 0; i < sp; ++i) {
+      cp[i] += p[2 + i];
+      cp[sp + i] += p[r + 2 + i];
+    }
+    c->SetAttr("pads", ir::Attribute::Ints(cp));
+    c->SetInput(0, x);
+    g.RemoveNode(pad);
+  }
+  g.RemoveUnusedValues();
+  return Status::Ok();
+}
 
 // ConvInteger / MatMulInteger -> Cast(to float32) -> Mul(S) [-> Add(constant
 // bias B)] [-> Relu / LeakyRelu / Clip], as ONNX Runtime's dynamic

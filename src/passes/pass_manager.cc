@@ -12,6 +12,7 @@ PassManager PassManager::Default() {
   pm.Add({"simplify-casts", "simplify", false, SimplifyCasts});
   pm.Add({"remove-no-ops", "simplify", false, RemoveNoOps});
   pm.Add({"dce", "simplify", false, EliminateDeadCode});
+  pm.Add({"fuse-pad", "fuse", false, FusePad});
   pm.Add({"fold-conv-bn", "fuse", false, FoldConvBatchNorm});
   pm.Add({"fuse-integer-rescale", "fuse", false, FuseIntegerRescale});
   pm.Add({"fuse-bias-activation", "fuse", false, FuseBiasActivation});

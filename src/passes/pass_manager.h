@@ -63,6 +63,7 @@ class PassManager {
 Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts);
 Status EliminateDeadCode(ir::Graph& g, const PassOptions& opts);
 Status FoldConvBatchNorm(ir::Graph& g, const PassOptions& opts);
+Status FusePad(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status FuseConvResidual(ir::Graph& g, const PassOptions& opts);
 Status FuseIntegerRescale(ir::Graph& g, const PassOptions& opts);

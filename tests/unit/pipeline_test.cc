@@ -966,6 +966,132 @@ TEST(Pipeline, LayerNormNearMissesDoNotFuse) {
   }
 }
 
+// Pad -> AveragePool (count_include_pad 0, as PyTorch writes an average
+// pool with count_include_pad=True) and Pad -> Conv: the Pad's spatial pads
+// join the consumer's (fuse-pad), the pool counting them. Results against a
+// double reference of the padded input; near misses keep their Pad: reflect
+// mode, a nonzero pad value, a pad on the channel dim, an AveragePool with
+// its own pads not counted, a Pad that is also an output.
+struct PadCase {
+  std::string what, mode = "constant", consumer = "AveragePool";
+  float value = 0;
+  std::vector<std::int64_t> pads = {0, 0, 1, 2, 0, 0, 1, 0};
+  std::int64_t own_pad = 0;
+  bool read_twice = false, fuses = true;
+};
+
+void CheckPad(const PadCase& pc) {
+  SCOPED_TRACE(pc.what);
+  const std::int64_t C = 2, H = 4, W = 5, K = 3;
+  std::vector<float> x(C * H * W), w(3 * C * K * K);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.7 * i) + 0.2);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::cos(0.3 * i));
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, C, H, W});
+  g->inputs().push_back(xv);
+  ir::Value *p = g->AddValue("p"), *y = g->AddValue("y");
+  std::vector<ir::Value*> pin = {xv, g->AddConstant("pads", test::I64({8}, pc.pads))};
+  if (pc.value != 0) pin.push_back(g->AddConstant("pv", test::F32({}, {pc.value})));
+  g->AddNode("Pad", "pad", pin, {p})->SetAttr("mode", ir::Attribute::String(pc.mode));
+  ir::Node* c;
+  const std::int64_t op = pc.own_pad;
+  if (pc.consumer == "Conv") {
+    c = g->AddNode("Conv", "c", {p, g->AddConstant("w", test::F32({3, C, K, K}, w))}, {y});
+  } else {
+    c = g->AddNode("AveragePool", "c", {p}, {y});
+  }
+  c->SetAttr("kernel_shape", ir::Attribute::Ints({K, K}));
+  c->SetAttr("pads", ir::Attribute::Ints({op, op, op, op}));
+  g->outputs().push_back(y);
+  if (pc.read_twice) g->outputs().push_back(p);
+  test::SetLatestVersions(*g);
+  // Reference: the padded input (constant mode; reflect for that case), then
+  // the consumer with its own zero pads (pools divide by the taps inside
+  // the padded input: the explicit Pad's values count).
+  const std::int64_t pt = pc.pads[2], pl = pc.pads[3], pb = pc.pads[6], pr = pc.pads[7], pcb = pc.pads[1];
+  const std::int64_t Cp = C + pcb + pc.pads[5], Hp = H + pt + pb, Wp = W + pl + pr;
+  auto padded = [&](std::int64_t ch, std::int64_t i, std::int64_t j) -> double {
+    std::int64_t cc = ch - pcb, ii = i - pt, jj = j - pl;
+    if (pc.mode == "reflect") {
+      ii = ii < 0 ? -ii : ii >= H ? 2 * (H - 1) - ii : ii;
+      jj = jj < 0 ? -jj : jj >= W ? 2 * (W - 1) - jj : jj;
+    }
+    if (cc < 0 || cc >= C || ii < 0 || ii >= H || jj < 0 || jj >= W) return pc.value;
+    return x[(cc * H + ii) * W + jj];
+  };
+  const std::int64_t oc = pc.consumer == "Conv" ? 3 : Cp;
+  const std::int64_t Ho = Hp + 2 * op - K + 1, Wo = Wp + 2 * op - K + 1;
+  std::vector<double> want(static_cast<std::size_t>(oc * Ho * Wo));
+  for (std::int64_t o = 0; o < oc; ++o)
+    for (std::int64_t i = 0; i < Ho; ++i)
+      for (std::int64_t j = 0; j < Wo; ++j) {
+        double s = 0, n = 0;
+        for (std::int64_t ci = 0; ci < (pc.consumer == "Conv" ? Cp : 1); ++ci)
+          for (std::int64_t u = 0; u < K; ++u)
+            for (std::int64_t t = 0; t < K; ++t) {
+              const std::int64_t a = i + u - op, b = j + t - op;
+              if (a < 0 || b < 0 || a >= Hp || b >= Wp) continue;
+              if (pc.consumer == "Conv") {
+                s += padded(ci, a, b) * w[((o * C + ci) * K + u) * K + t];
+              } else {
+                s += padded(o, a, b);
+                n += 1;
+              }
+            }
+        want[(o * Ho + i) * Wo + j] = pc.consumer == "Conv" ? s : s / n;
+      }
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  int pads_left = 0;
+  for (auto& n : cm.graph->nodes()) pads_left += n->op_type() == "Pad";
+  EXPECT_EQ(pads_left, pc.fuses ? 0 : 1);
+  std::vector<float> out(want.size()), pout(static_cast<std::size_t>(Cp * Hp * Wp));
+  std::vector<TensorRef> outs = {TensorRef::Of(out.data(), {1, oc, Ho, Wo})};
+  if (pc.read_twice) outs.push_back(TensorRef::Of(pout.data(), {1, Cp, Hp, Wp}));
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, C, H, W})}, outs).ok());
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+}
+
+TEST(Pipeline, ZeroPadFusesIntoTheConvOrAveragePool) {
+  CheckPad({"pad -> average pool"});
+  PadCase conv;
+  conv.what = "pad -> conv";
+  conv.consumer = "Conv";
+  conv.own_pad = 1;
+  CheckPad(conv);
+}
+
+TEST(Pipeline, PadNearMissesDoNotFuse) {
+  PadCase reflect;
+  reflect.what = "reflect mode";
+  reflect.mode = "reflect";
+  reflect.pads = {0, 0, 1, 2, 0, 0, 1, 1};
+  reflect.fuses = false;
+  CheckPad(reflect);
+  PadCase value;
+  value.what = "pad value 2";
+  value.value = 2;
+  value.fuses = false;
+  CheckPad(value);
+  PadCase channel;
+  channel.what = "a pad on C";
+  channel.pads = {0, 1, 1, 0, 0, 0, 0, 1};
+  channel.fuses = false;
+  CheckPad(channel);
+  PadCase own;
+  own.what = "the pool's own pads not counted";
+  own.own_pad = 1;
+  own.fuses = false;
+  CheckPad(own);
+  PadCase twice;
+  twice.what = "the Pad also an output";
+  twice.read_twice = true;
+  twice.fuses = false;
+  CheckPad(twice);
+}
+
 TEST(Pipeline, UnknownPassNameIsRejected) {
   auto g = ConvBnRelu();
   test::SetLatestVersions(*g);
