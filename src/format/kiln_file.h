@@ -93,10 +93,13 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // int32 sums or quantized values, so it must refuse the file.
 // 14: a BatchNormalization may carry "kiln.nhwc" = 1 (the layout pass runs
 // an inference BatchNormalization that no convolution absorbed channels-last:
-// X and Y are NHWC, one parameter per value of the last dim). Checked by the
+// X and Y are NHWC, one parameter per value of the last dim), checked by the
 // loader's inference (0 or 1; with 1 a 4-D X, spatial statistics, inference
-// mode, one output, parameters sized by the last dim); a runtime before 14
-// would normalise NHWC data per NCHW channel, so it must refuse the file.
+// mode, one output, parameters sized by the last dim), and a fused
+// activation (kiln.activation Relu, LeakyRelu or Clip with kiln.act_alpha /
+// kiln.act_beta; another fails kernel creation, naming the node). A runtime
+// before 14 would normalise NHWC data per NCHW channel or skip the
+// activation, so it must refuse the file.
 inline constexpr std::uint32_t kFormatVersion = 14;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;

@@ -201,8 +201,20 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
     // epilogue).
     const bool matmul = op->op_type() == "MatMul" && op->domain().empty() && IsF32Const(op->input(1)) &&
                         op->input(1)->shape().size() == 2 && op->input(0)->shape().size() >= 2;
-    if ((op->op_type() != "Conv" && op->op_type() != "Gemm" && !matmul) || !op->domain().empty()) continue;
+    // An inference BatchNormalization no convolution absorbed (DenseNet's
+    // BN -> Relu before each 1x1 convolution): Relu, LeakyRelu and Clip
+    // applied by its kernel as it writes (format version 14).
+    const bool bn = op->op_type() == "BatchNormalization" && op->num_outputs() == 1 &&
+                    op->GetInt("training_mode", 0) == 0 && op->GetInt("spatial", 1) == 1;
+    if ((op->op_type() != "Conv" && op->op_type() != "Gemm" && !matmul && !bn) || !op->domain().empty()) continue;
     if (op->HasAttr(kActAttr) || op->output(0)->dtype() != DType::kFloat32) continue;
+    if (bn) {
+      const ir::Node* act_c = SoleConsumer(g, op->output(0));
+      if (!act_c || !act_c->domain().empty() ||
+          (act_c->op_type() != "Relu" && act_c->op_type() != "LeakyRelu" && act_c->op_type() != "Clip")) {
+        continue;
+      }
+    }
     // SiLU / Swish, x * Sigmoid(x) (EfficientNet, YOLO): the output feeds
     // exactly a Sigmoid and the Mul of the two.
     if (ir::Node* mul = GatedMul(g, op->output(0), "Sigmoid")) {

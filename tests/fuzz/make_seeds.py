@@ -210,14 +210,16 @@ def models():
         [init("wq", (np.arange(54) % 11 - 5).astype(np.int8).reshape(3, 2, 3, 3)), init("wz", np.array(0, np.int8)),
          init("ws", np.array([0.01, 0.02, 0.03], np.float32).reshape(3, 1, 1)),
          init("b", np.array([0.5, -0.25, 1.0], np.float32).reshape(3, 1, 1))])
-    # A BatchNormalization no convolution absorbs runs channels-last
-    # (kiln.nhwc, format version 14); a Dropout whose mask is an output stays
+    # A BatchNormalization no convolution absorbs runs channels-last with the
+    # Relu after it (kiln.nhwc, kiln.activation: format version 14); a
+    # Dropout whose mask is an output stays
     # (its ratio and training_mode inputs reach the verifier).
     out["bn_nhwc_dropout"] = model(
         [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
          helper.make_node("Relu", ["c"], ["r"], name="relu"),
          helper.make_node("BatchNormalization", ["r", "s", "bb", "m", "v"], ["n"], name="bn"),
-         helper.make_node("Dropout", ["n", "ratio", "train"], ["y", "mask"], name="drop")],
+         helper.make_node("Relu", ["n"], ["rn"], name="relu2"),
+         helper.make_node("Dropout", ["rn", "ratio", "train"], ["y", "mask"], name="drop")],
         [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 3, 4, 4]), vi("mask", TensorProto.BOOL, [1, 3, 4, 4])],
         [init("w", (np.arange(54) % 7 - 3).astype(np.float32).reshape(3, 2, 3, 3)),
          init("s", np.array([1.0, 0.5, 2.0], np.float32)), init("bb", np.array([0.1, -0.2, 0.3], np.float32)),

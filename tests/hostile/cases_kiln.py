@@ -42,7 +42,7 @@ FORMAT_VERSION = 14  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: pl
                     # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
                     # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul;
                     # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger,
-                    #     "kiln.dequantize" on QLinearMatMul; 14: "kiln.nhwc" on BatchNormalization)
+                    #     "kiln.dequantize" on QLinearMatMul; 14: "kiln.nhwc" and "kiln.activation" on BatchNormalization)
 
 
 def align(v, a):
@@ -824,6 +824,10 @@ def generate(ctx):
             inspect=False, base=jn, weights=wn)
     crafted("bn_nhwc", "not_one", lambda j: node(j, "bn")["attrs"].update({"kiln.nhwc": {"kind": "int", "v": 2}}),
             ["BatchNormalization node 'bn'", "attribute 'kiln.nhwc' must be 0 or 1, found 2"],
+            inspect=False, base=jn, weights=wn)
+    crafted("bn_nhwc", "activation_unknown",
+            lambda j: node(j, "bn")["attrs"].update({"kiln.activation": {"kind": "string", "v": "Swish"}}),
+            ["BatchNormalization node 'bn'", "fused activation 'Swish' is not one a BatchNormalization applies"],
             inspect=False, base=jn, weights=wn)
     crafted("bn_nhwc", "training_mode", lambda j: node(j, "bn")["attrs"].update({"training_mode": {"kind": "int", "v": 1}}),
             ["BatchNormalization node 'bn'", "attribute 'kiln.nhwc' needs a 4-D X, spatial statistics, inference mode"],

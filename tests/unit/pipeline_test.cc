@@ -1092,6 +1092,121 @@ TEST(Pipeline, PadNearMissesDoNotFuse) {
   CheckPad(twice);
 }
 
+// BatchNormalization (one no convolution absorbs) -> Relu / LeakyRelu / Clip:
+// the activation joins the BatchNormalization (kiln.activation), on NCHW
+// data (no convolution in the graph) and channels-last (between
+// convolutions: Conv -> Relu -> BN -> act -> Conv). Near misses keep the
+// activation apart: a Sigmoid, and a BN output that is also a model output.
+// Against a double reference, with a NaN input (alone: it stays NaN except
+// through Relu, which makes it 0 fused or not).
+void CheckBnActivation(const std::string& act, bool convs, bool bn_out_too, bool fuses) {
+  SCOPED_TRACE(act + (convs ? " between convolutions" : " alone") + (bn_out_too ? ", BN output also an output" : ""));
+  const std::int64_t C = 10, H = 4, W = 5;  // channels-last rows: one 8-wide vector and a tail of 2
+  std::vector<float> x(C * H * W);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.9 * i) * 2);
+  if (!convs) x[7] = std::numeric_limits<float>::quiet_NaN();  // (oneDNN's fused Relu in conv0 would not keep it)
+  std::vector<float> sc(C), sh(C), mu(C), var(C);
+  for (std::int64_t c = 0; c < C; ++c) {
+    sc[c] = static_cast<float>(1.5 * std::cos(0.7 * c));
+    sh[c] = static_cast<float>(0.3 * std::sin(1.1 * c));
+    mu[c] = static_cast<float>(0.2 * std::cos(1.7 * c));
+    var[c] = static_cast<float>(0.5 + 0.1 * c);
+  }
+  std::vector<float> w0(C * C), w1(C * C);
+  for (std::size_t i = 0; i < w0.size(); ++i) w0[i] = static_cast<float>(std::cos(0.4 * i)), w1[i] = static_cast<float>(std::sin(0.6 * i + 1));
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, C, H, W});
+  g->inputs().push_back(xv);
+  ir::Value *in = xv, *n = g->AddValue("n"), *a = g->AddValue("a"), *y = a;
+  if (convs) {
+    ir::Value *c0 = g->AddValue("c0"), *r0 = g->AddValue("r0");
+    g->AddNode("Conv", "conv0", {xv, g->AddConstant("w0", test::F32({C, C, 1, 1}, w0))}, {c0});
+    g->AddNode("Relu", "relu0", {c0}, {r0});
+    in = r0;
+  }
+  g->AddNode("BatchNormalization", "bn",
+             {in, g->AddConstant("s", test::F32({C}, sc)), g->AddConstant("b", test::F32({C}, sh)),
+              g->AddConstant("m", test::F32({C}, mu)), g->AddConstant("v", test::F32({C}, var))},
+             {n});
+  ir::Node* an = g->AddNode(act, "act", {n}, {a});
+  if (act == "LeakyRelu") an->SetAttr("alpha", ir::Attribute::Float(0.1f));
+  if (act == "Clip") an->AddInput(g->AddConstant("lo", test::F32({}, {-0.5f}))), an->AddInput(g->AddConstant("hi", test::F32({}, {0.7f})));
+  if (convs) {
+    y = g->AddValue("y");
+    g->AddNode("Conv", "conv1", {a, g->AddConstant("w1", test::F32({C, C, 1, 1}, w1))}, {y});
+  }
+  g->outputs().push_back(y);
+  if (bn_out_too) g->outputs().push_back(n);
+  test::SetLatestVersions(*g);
+  auto ref_act = [&](double v) {  // Kiln's Relu turns NaN into 0 (as oneDNN's and ONNX Runtime's do)
+    if (act == "Relu") return v > 0 ? v : 0.0;
+    if (std::isnan(v)) return v;
+    if (act == "LeakyRelu") return v < 0 ? 0.1 * v : v;
+    if (act == "Clip") return v < -0.5 ? -0.5 : v > 0.7 ? 0.7 : v;
+    return 1 / (1 + std::exp(-v));
+  };
+  std::vector<double> want(x.size()), bnv(x.size());
+  for (std::int64_t c = 0; c < C; ++c)
+    for (std::int64_t i = 0; i < H * W; ++i) {
+      double v = x[c * H * W + i];
+      if (convs) {
+        double s = 0;
+        for (std::int64_t k = 0; k < C; ++k) s += w0[c * C + k] * static_cast<double>(x[k * H * W + i]);
+        v = std::isnan(s) ? s : s < 0 ? 0 : s;
+      }
+      bnv[c * H * W + i] = (v - mu[c]) / std::sqrt(static_cast<double>(var[c]) + 1e-5) * sc[c] + sh[c];
+      want[c * H * W + i] = ref_act(bnv[c * H * W + i]);
+    }
+  if (convs) {
+    std::vector<double> z(want.size());
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t i = 0; i < H * W; ++i) {
+        double s = 0;
+        for (std::int64_t k = 0; k < C; ++k) s += w1[c * C + k] * want[k * H * W + i];
+        z[c * H * W + i] = s;
+      }
+    want = z;
+  }
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  int acts = 0;
+  for (auto& nd : cm.graph->nodes()) {
+    acts += nd->op_type() == act;
+    if (nd->op_type() == "BatchNormalization") {
+      EXPECT_EQ(nd->GetString("kiln.activation", ""), fuses ? act : "");
+      EXPECT_EQ(nd->GetInt("kiln.nhwc", 0), convs ? 1 : 0);
+    }
+  }
+  EXPECT_EQ(acts, fuses ? 0 : 1);
+  std::vector<float> out(want.size()), nout(want.size());
+  std::vector<TensorRef> outs = {TensorRef::Of(out.data(), {1, C, H, W})};
+  if (bn_out_too) outs.push_back(TensorRef::Of(nout.data(), {1, C, H, W}));
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, C, H, W})}, outs).ok());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+      continue;
+    }
+    ASSERT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+    if (bn_out_too && !std::isnan(bnv[i])) ASSERT_NEAR(nout[i], bnv[i], 1e-5 * (1 + std::fabs(bnv[i]))) << i;
+  }
+}
+
+TEST(Pipeline, BatchNormActivationFuses) {
+  for (bool convs : {false, true}) {
+    for (const char* act : {"Relu", "LeakyRelu", "Clip"}) CheckBnActivation(act, convs, false, true);
+  }
+}
+
+TEST(Pipeline, BatchNormActivationNearMissesDoNotFuse) {
+  for (bool convs : {false, true}) {
+    CheckBnActivation("Sigmoid", convs, false, false);
+    CheckBnActivation("Relu", convs, true, false);
+  }
+}
+
 TEST(Pipeline, UnknownPassNameIsRejected) {
   auto g = ConvBnRelu();
   test::SetLatestVersions(*g);

@@ -49,28 +49,69 @@ void StoreParams(void* p, DType t, const std::vector<double>& v) {
   }
 }
 
-// Channels-last rows: y[r][c] = x[r][c] * s[c] + t[c] for rows [b, e) of p
-// channels (a multiply, then an add: the same rounding as the NCHW loop).
-// x may be y (in place).
+// The activation fuse-bias-activation gives a BatchNormalization
+// (kiln.activation: Relu, LeakyRelu or Clip; format version 14), applied
+// as the values are written, each exactly as the separate op's kernel
+// (activation.cc) computes it: Relu's v > 0 ? v : 0 (a NaN becomes 0, as
+// oneDNN's fused Relu makes it), LeakyRelu's and Clip's comparisons.
+struct BnAct {
+  enum Kind { kNone, kRelu, kLeakyRelu, kClip } kind = kNone;
+  float alpha = 0, beta = 0;
+  template <typename T>
+  T operator()(T v) const {
+    switch (kind) {
+      case kRelu: return v > T(0) ? v : T(0);
+      case kLeakyRelu: return v >= T(0) ? v : static_cast<T>(alpha) * v;
+      case kClip: {
+        const T lo = static_cast<T>(alpha), hi = static_cast<T>(beta), w = v < lo ? lo : v;
+        return w > hi ? hi : w;
+      }
+      default: return v;
+    }
+  }
+};
+
+Result<BnAct> BnActivation(const ir::Node& node) {
+  BnAct a;
+  const ir::Attribute* at = node.FindAttr(ops::kActAttr);
+  if (!at) return a;
+  a.alpha = node.GetFloat(ops::kActAlphaAttr, 0.f);
+  a.beta = node.GetFloat(ops::kActBetaAttr, 0.f);
+  if (at->s == "Relu") a.kind = BnAct::kRelu;
+  else if (at->s == "LeakyRelu") a.kind = BnAct::kLeakyRelu;
+  else if (at->s == "Clip") a.kind = BnAct::kClip;
+  else return Error(StatusCode::kInvalidArgument, node.Describe(), ": fused activation '", at->s,
+                    "' is not one a BatchNormalization applies (Relu, LeakyRelu, Clip)");
+  return a;
+}
+
+// Channels-last rows: y[r][c] = act(x[r][c] * s[c] + t[c]) for rows [b, e)
+// of p channels (a multiply, then an add: the same rounding as the NCHW
+// loop). x may be y (in place).
 template <typename T>
-void BnRows(const T* x, T* y, const T* s, const T* t, std::int64_t p, std::int64_t b, std::int64_t e) {
+void BnRows(const T* x, T* y, const T* s, const T* t, std::int64_t p, std::int64_t b, std::int64_t e, BnAct act) {
   for (std::int64_t r = b; r < e; ++r) {
-    for (std::int64_t c = 0; c < p; ++c) y[r * p + c] = x[r * p + c] * s[c] + t[c];
+    for (std::int64_t c = 0; c < p; ++c) y[r * p + c] = act(x[r * p + c] * s[c] + t[c]);
   }
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+// Without an activation or with Relu (max_ps(v, 0): 0 where v is NaN, as
+// BnAct's).
 __attribute__((target("avx2"))) void BnRowsAvx2(const float* x, float* y, const float* s, const float* t,
-                                                std::int64_t p, std::int64_t b, std::int64_t e) {
+                                                std::int64_t p, std::int64_t b, std::int64_t e, BnAct act) {
+  const bool relu = act.kind == BnAct::kRelu;
+  const __m256 zero = _mm256_setzero_ps();
   for (std::int64_t r = b; r < e; ++r) {
     const float* xr = x + r * p;
     float* yr = y + r * p;
     std::int64_t c = 0;
     for (; c + 8 <= p; c += 8) {
-      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + c), _mm256_loadu_ps(s + c));
-      _mm256_storeu_ps(yr + c, _mm256_add_ps(v, _mm256_loadu_ps(t + c)));
+      __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + c), _mm256_loadu_ps(s + c)), _mm256_loadu_ps(t + c));
+      if (relu) v = _mm256_max_ps(v, zero);
+      _mm256_storeu_ps(yr + c, v);
     }
-    for (; c < p; ++c) yr[c] = xr[c] * s[c] + t[c];
+    for (; c < p; ++c) yr[c] = act(xr[c] * s[c] + t[c]);
   }
 }
 #endif
@@ -78,7 +119,7 @@ __attribute__((target("avx2"))) void BnRowsAvx2(const float* x, float* y, const 
 template <typename T>
 class BatchNormKernel : public Kernel {
  public:
-  explicit BatchNormKernel(const KernelInit& init) : init_(init) {
+  BatchNormKernel(const KernelInit& init, BnAct act) : init_(init), act_(act) {
     const ir::Node& node = *init.node;
     const Shape& x = init.inputs[0].shape;
     const bool spatial = node.GetInt("spatial", 1) != 0;
@@ -123,10 +164,10 @@ class BatchNormKernel : public Kernel {
       ParallelFor(n_ * inner, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(p, 1)), [&](std::int64_t b, std::int64_t e) {
 #if defined(__x86_64__) || defined(__i386__)
         if constexpr (std::is_same_v<T, float>) {
-          if (avx2) return BnRowsAvx2(x, y, s, t, p, b, e);
+          if (avx2 && (act_.kind == BnAct::kNone || act_.kind == BnAct::kRelu)) return BnRowsAvx2(x, y, s, t, p, b, e, act_);
         }
 #endif
-        BnRows(x, y, s, t, p, b, e);
+        BnRows(x, y, s, t, p, b, e, act_);
       });
       return Status::Ok();
     }
@@ -135,7 +176,7 @@ class BatchNormKernel : public Kernel {
         const T s = scale_[r % p], t = shift_[r % p];
         const T* xr = x + r * inner;
         T* yr = y + r * inner;
-        for (std::int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * s + t;
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = act_(xr[i] * s + t);
       }
     });
     return Status::Ok();
@@ -201,6 +242,7 @@ class BatchNormKernel : public Kernel {
   std::int64_t n_ = 0, p_ = 0, inner_ = 0;
   double eps_ = 1e-5, momentum_ = 0.9;
   bool training_ = false, fixed_ = false, nhwc_ = false;
+  BnAct act_;
   std::vector<T> scale_, shift_;
 };
 
@@ -348,8 +390,9 @@ Result<std::unique_ptr<Kernel>> MakeFloatKernel(const KernelInit& init) {
 void RegisterNormKernels(KernelRegistry& r) {
   r.Register("BatchNormalization", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
     std::unique_ptr<Kernel> k;
+    KILN_ASSIGN_OR_RETURN(const BnAct act, BnActivation(*init.node));
     KILN_RETURN_IF_ERROR(DispatchFloat(init.inputs[0].dtype, [&](auto tag) -> Status {
-      k = std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(init);
+      k = std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(init, act);
       return Status::Ok();
     }));
     return k;
