@@ -8,7 +8,8 @@
 Models (default: all of them):
   torchvision, 1x3x224x224 (tools/export_torchvision.py): resnet18, resnet50, mobilenet_v2,
     mobilenet_v3_small, mobilenet_v3_large, efficientnet_b0, squeezenet1_1, shufflenet_v2_x1_0,
-    regnet_y_400mf; and any other torchvision.models name given as tv_NAME (e.g. tv_densenet121:
+    regnet_y_400mf; and any other torchvision.models name given as tv_NAME (e.g. tv_densenet121,
+    or tv_segmentation.lraspp_mobilenet_v3_large for a segmentation model's "out" map:
     architectures outside the default set, for checking that a change generalises)
   bench/suite_export.py: bert_base (seq 128), bert_small (batch 2, seq 32), gpt2 (decoder stack,
     seq 128), db_fpn (640x640), unet (1024x1024), nhwc_resnet18 / nhwc_mobilenet_v3_large /

@@ -28,8 +28,25 @@ except ImportError as e:  # pragma: no cover
     sys.exit(f"error: {e}; run this with Debian's /usr/bin/python3 (has torch/torchvision)")
 
 
+class SegmentationOut(torch.nn.Module):
+    """A torchvision segmentation model's "out" map alone (its forward returns a dict)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
 def build_model(name):
     models = torchvision.models
+    if name.startswith("segmentation."):  # e.g. segmentation.lraspp_mobilenet_v3_large
+        ctor = getattr(models.segmentation, name.split(".", 1)[1], None)
+        if ctor is None or not callable(ctor):
+            known = sorted(n for n in dir(models.segmentation) if n[:1].islower() and "_" in n)
+            sys.exit(f"error: unknown torchvision segmentation model {name!r}; known: {', '.join(known)}")
+        return SegmentationOut(ctor(weights=None, weights_backbone=None))
     def is_model(n):
         return (n[:1].islower() and not n.startswith(("get_", "list_"))
                 and callable(getattr(models, n, None)))
@@ -65,7 +82,9 @@ def randomize_batchnorm(model, gen):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="torchvision.models name, e.g. resnet18")
+    ap.add_argument("--model", required=True,
+                    help="torchvision.models name, e.g. resnet18, or segmentation.NAME (e.g. "
+                         "segmentation.deeplabv3_mobilenet_v3_large: its 'out' map)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--opset", type=int, default=13)
     ap.add_argument("--seed", type=int, default=0)

@@ -3,6 +3,9 @@
 // older versions' forms, and error messages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "node_runner.h"
 
 namespace kiln {
@@ -87,6 +90,64 @@ TEST(Resize, LinearHalfPixelAndAlignCorners) {
   NodeRunner p = Resize13(F32T({4}, {3, 5, 7, 9}), nullptr, I64T({1}, {1}));
   p.Attr("mode", Str("linear")).Attr("coordinate_transformation_mode", Str("pytorch_half_pixel"));
   ExpectFloats(p.Run(), {3});
+}
+
+// Linear resizes of rank 3-4 tensors (the float32 one-pass route for up to
+// two resized axes: channels-last and NCHW images, one axis, downscaling;
+// three axes go the separable double route), against ONNX's definition
+// written out here in double: per axis, x_orig from the coordinate
+// transformation, the two neighbours clamped to the edge, weights 1 - r and
+// r. By sizes, so axes of equal size must be recognised as unchanged.
+TEST(Resize, LinearOnePassMatchesADoubleReference) {
+  struct Case {
+    Shape x, y;
+  };
+  const std::vector<Case> cases = {{{1, 5, 7, 11}, {1, 9, 13, 11}}, {{2, 3, 5, 7}, {2, 3, 9, 13}}, {{2, 6, 4}, {2, 11, 4}},
+                                   {{1, 9, 8, 3}, {1, 4, 5, 3}}, {{2, 3, 4}, {3, 5, 7}}};
+  for (const char* ct : {"half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(ct) + " " + ShapeToString(c.x) + " -> " + ShapeToString(c.y));
+      const std::size_t r = c.x.size();
+      std::vector<float> x(static_cast<std::size_t>(NumElements(c.x)));
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.37 * i) * 3 + 0.1 * i);
+      // One axis at a time, in double.
+      std::vector<double> cur(x.begin(), x.end());
+      Shape cs = c.x;
+      for (std::size_t d = 0; d < r; ++d) {
+        const std::int64_t in = cs[d], out = c.y[d];
+        std::int64_t outer = 1, inner = 1;
+        for (std::size_t k = 0; k < r; ++k) {
+          if (k < d) outer *= cs[k];
+          if (k > d) inner *= cs[k];
+        }
+        const double scale = static_cast<double>(out) / static_cast<double>(in);
+        std::vector<double> next(static_cast<std::size_t>(outer * out * inner));
+        for (std::int64_t o = 0; o < out; ++o) {
+          const std::string m = ct;
+          const double s = m == "align_corners"        ? (out == 1 ? 0.0 : o * static_cast<double>(in - 1) / static_cast<double>(out - 1))
+                           : m == "asymmetric"         ? o / scale
+                           : m == "pytorch_half_pixel" ? (out == 1 ? -0.5 : (o + 0.5) / scale - 0.5)
+                                                       : (o + 0.5) / scale - 0.5;
+          const double f = std::floor(s), rr = s - f;
+          const std::int64_t i0 = std::clamp<std::int64_t>(static_cast<std::int64_t>(f), 0, in - 1);
+          const std::int64_t i1 = std::clamp<std::int64_t>(static_cast<std::int64_t>(f) + 1, 0, in - 1);
+          for (std::int64_t a = 0; a < outer; ++a)
+            for (std::int64_t q = 0; q < inner; ++q)
+              next[(a * out + o) * inner + q] = (1 - rr) * cur[(a * in + i0) * inner + q] + rr * cur[(a * in + i1) * inner + q];
+        }
+        cur.swap(next);
+        cs[d] = out;
+      }
+      std::vector<std::int64_t> sizes(c.y.begin(), c.y.end());
+      NodeRunner n = Resize13(F32T(c.x, x), nullptr, I64T({static_cast<std::int64_t>(r)}, sizes));
+      n.Attr("mode", Str("linear")).Attr("coordinate_transformation_mode", Str(ct));
+      auto res = n.Run();
+      ASSERT_TRUE(res.ok()) << res.status().ToString();
+      const std::vector<float> got = Values<float>(res.value()[0]);
+      ASSERT_EQ(got.size(), cur.size());
+      for (std::size_t i = 0; i < cur.size(); ++i) ASSERT_NEAR(got[i], cur[i], 1e-5 * (1 + std::fabs(cur[i]))) << i;
+    }
+  }
 }
 
 TEST(Resize, CubicWeightsAndExcludeOutside) {
