@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,6 +74,15 @@ Result<std::string> ReadRegularFile(const std::string& path, std::string_view wh
   std::string data(static_cast<std::size_t>(f.size), '\0');
   KILN_RETURN_IF_ERROR(PreadExact(f.fd.get(), data.data(), f.size, 0, StrCat(what, " '", path, "'")));
   return data;
+}
+
+void* MapReadOnly(int fd, std::uint64_t size, bool shared) {
+  void* p = mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, shared ? MAP_SHARED : MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const int saved = errno;
+  (void)madvise(p, static_cast<std::size_t>(size), MADV_NOHUGEPAGE);  // advice only: failure changes nothing
+  errno = saved;
+  return p;
 }
 
 }  // namespace kiln

@@ -48,4 +48,15 @@ Result<std::string> ReadRegularFile(const std::string& path, std::string_view wh
 // (short file, I/O error with errno text).
 Status PreadExact(int fd, void* dst, std::int64_t n, std::int64_t offset, std::string_view what);
 
+// mmap(PROT_READ) of `size` bytes of `fd` (MAP_SHARED when `shared`, else
+// MAP_PRIVATE); nullptr with errno set on failure. The mapping is advised
+// MADV_NOHUGEPAGE: page-cache folios mapped by 2 MiB PMDs get their accessed
+// bits cleared by memory monitors (DAMON, reclaim aging) with a TLB flush of
+// the whole process each time, which measured 1.2-2.8x slower runs of kernels
+// touching only anonymous memory, in periodic bursts (bench/RESULTS.md,
+// "File-mapped weights and periodic slow runs"). Weights read in place from
+// the mapping are streamed once per run, where 4 KiB entries cost nothing
+// measurable.
+void* MapReadOnly(int fd, std::uint64_t size, bool shared);
+
 }  // namespace kiln

@@ -255,9 +255,8 @@ Result<LoadedFile> ReadModelFile(const std::string& path, const ReadOptions& opt
       return Error(StatusCode::kCorrupt, "model file '", path, "': too small to be a .kiln file (", size, " bytes)");
     }
     auto map = std::make_shared<Mapping>();
-    map->addr = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, opened.value().fd.get(), 0);
-    if (map->addr == MAP_FAILED) {
-      map->addr = nullptr;
+    map->addr = MapReadOnly(opened.value().fd.get(), size, /*shared=*/false);
+    if (map->addr == nullptr) {
       return Error(StatusCode::kIoError, "cannot map model file '", path, "' (", size, " bytes): ", std::strerror(errno));
     }
     map->size = size;

@@ -165,8 +165,8 @@ struct WeightManager::Impl {
     ++stats.files_opened;
     if (map) {
       if (b->size > 0) {
-        void* p = mmap(nullptr, b->size, PROT_READ, MAP_SHARED, fd.get(), 0);
-        if (p == MAP_FAILED) return Error(StatusCode::kIoError, what, ": cannot map '", path.string(), "': ", std::strerror(errno));
+        void* p = MapReadOnly(fd.get(), b->size, /*shared=*/true);
+        if (p == nullptr) return Error(StatusCode::kIoError, what, ": cannot map '", path.string(), "': ", std::strerror(errno));
         b->data = p;
         b->mapped = true;
       }

@@ -66,6 +66,17 @@ TEST_F(FormatTest, RoundTripRunsWithHandComputedResult) {
   EXPECT_EQ(y, (std::vector<float>{0, 2, 13, 0, 5, 16}));
 }
 
+TEST_F(FormatTest, ConstantsReadInPlaceFromAMappingWithoutHugePages) {
+  auto model = Model::Load(path_, {});
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  // b is read in place by the Add kernel: it points into the file mapping,
+  // which MapReadOnly advised MADV_NOHUGEPAGE ("nh").
+  const void* b = (*model)->ConstantData("b");
+  ASSERT_NE(b, nullptr);
+  const std::string flags = test::VmFlagsOf(b);
+  EXPECT_NE(flags.find(" nh"), std::string::npos) << flags;
+}
+
 TEST_F(FormatTest, WeightsPartitionIsPageAligned) {
   auto f = format::ReadModelFile(path_);
   ASSERT_TRUE(f.ok());

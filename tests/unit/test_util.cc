@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <cstdio>
+#include <fstream>
+
 #include "runtime/devices.h"
 
 #include "ops/op_registry.h"
@@ -15,6 +18,22 @@ void SetLatestVersions(ir::Graph& g) {
       if (a.g) SetLatestVersions(*a.g);
     }
   }
+}
+
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    if (std::sscanf(line.c_str(), "%lx%c%lx", &lo, &dash, &hi) == 3 && dash == '-') {
+      inside = a >= lo && a < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
 }
 
 bool DefaultDeviceMapsHostMemory() {

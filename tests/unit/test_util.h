@@ -53,6 +53,10 @@ void SetLatestVersions(ir::Graph& g);
 // memory in place (mapped weight files): false on sim.
 bool DefaultDeviceMapsHostMemory();
 
+// The VmFlags line of /proc/self/smaps for the mapping holding `p` (e.g.
+// "VmFlags: rd mr mw me nh"), "" when no mapping holds it.
+std::string VmFlagsOf(const void* p);
+
 // Compiles `g` (latest op versions), writes dir/m.kiln and loads it back;
 // `keep` receives the compiled model if given; `load` are the load options.
 Result<std::unique_ptr<Model>> CompileAndLoad(std::unique_ptr<ir::Graph> g, const TempDir& dir,

@@ -1058,6 +1058,9 @@ TEST_F(ExternalWeightsTest, MapUsesTheFileInPlace) {
     // The constant lives in a mapping of its weight file, at its offset.
     EXPECT_NE(MappingOf(p).find(w.location), std::string::npos) << MappingOf(p);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 4096, w.offset % 4096);
+    // Advised MADV_NOHUGEPAGE (common/file.h MapReadOnly: PMD-mapped page
+    // cache slowed the whole process in periodic bursts).
+    EXPECT_NE(test::VmFlagsOf(p).find(" nh"), std::string::npos) << test::VmFlagsOf(p);
     const WeightStats st = s.weight_stats();
     EXPECT_EQ(st.bytes_read, 0u);
     EXPECT_GT(st.bytes_mapped, 0u);
