@@ -106,6 +106,27 @@ TEST(Transpose, LargeInt8MatrixUsesTiles) {
   }
 }
 
+// A channels-last map back to NCHW ([1, 40, 50, 21] -> [1, 21, 40, 50]):
+// 21 rows of 2000 columns, one row tile, so the copy splits its columns
+// into blocks (768, 768, 464) shared among threads; at 1 and 2 threads,
+// against y[c][h][w] = x[h][w][c].
+TEST(Transpose, FewRowsOfManyColumnsSplitIntoBlocks) {
+  const std::int64_t H = 40, W = 50, C = 21;
+  std::vector<float> x(static_cast<std::size_t>(H * W * C));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  for (int threads : {1, 2}) {
+    cpu::UseThreads(threads);
+    NodeRunner r("Transpose", 13, {F32T({1, H, W, C}, x)});
+    r.Attr("perm", Ints({0, 3, 1, 2}));
+    auto out = r.Run();
+    cpu::UseThreads(1);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const std::vector<float> y = Values<float>(out.value()[0]);
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t i = 0; i < H * W; ++i) ASSERT_EQ(y[c * H * W + i], x[i * C + c]) << threads << " threads";
+  }
+}
+
 // Swapping the last two dims where the new last one is short (2-8): the
 // interleaving copy (ShuffleNet's channel shuffle on channels-last data).
 // float32 with 2 and 3 columns (the AVX2 interleaves, their 8-wide bodies

@@ -219,9 +219,19 @@ void StridedCopy(const StridedView& v, const E* in, E* out) {
   }
   constexpr std::int64_t kTile = 32;  // 2-D tiles keep transposes cache friendly
   const std::int64_t row_tiles = (rows + kTile - 1) / kTile;
-  ParallelFor(outer * row_tiles, std::max<std::int64_t>(1, 16384 / (kTile * cols)), [&](std::int64_t b, std::int64_t e) {
+  // Work items: (outer index, row tile, block of columns); a transposing
+  // copy splits its columns into blocks of about 16K values per item, so
+  // few rows of many columns (a 21-channel NHWC map back to NCHW: one row
+  // tile) still spread over the threads.
+  const std::int64_t tile_rows = std::min(rows, kTile);
+  const std::int64_t block = sc == 1 ? cols : std::max(kTile, 16384 / std::max<std::int64_t>(tile_rows, 1) / kTile * kTile);
+  const std::int64_t col_blocks = (cols + block - 1) / block;
+  ParallelFor(outer * row_tiles * col_blocks, std::max<std::int64_t>(1, 16384 / (tile_rows * std::min(cols, block))),
+              [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t w = b; w < e; ++w) {
-      const std::int64_t o = w / row_tiles, i0 = (w % row_tiles) * kTile, i1 = std::min(rows, i0 + kTile);
+      const std::int64_t cb = w % col_blocks, t = w / col_blocks;
+      const std::int64_t o = t / row_tiles, i0 = (t % row_tiles) * kTile, i1 = std::min(rows, i0 + kTile);
+      const std::int64_t c0 = cb * block, c1 = std::min(cols, c0 + block);
       std::int64_t base = 0;
       for (std::int64_t d = static_cast<std::int64_t>(r) - 3, rem = o; d >= 0; --d) {
         base += rem % v.dims[d] * v.strides[d];
@@ -233,8 +243,8 @@ void StridedCopy(const StridedView& v, const E* in, E* out) {
         for (std::int64_t i = i0; i < i1; ++i) std::memcpy(dst + i * cols, src + i * sr, cols * sizeof(E));
         continue;
       }
-      for (std::int64_t j0 = 0; j0 < cols; j0 += kTile) {
-        const std::int64_t j1 = std::min(cols, j0 + kTile);
+      for (std::int64_t j0 = c0; j0 < c1; j0 += kTile) {
+        const std::int64_t j1 = std::min(c1, j0 + kTile);
         for (std::int64_t i = i0; i < i1; ++i) {
           for (std::int64_t j = j0; j < j1; ++j) dst[i * cols + j] = src[i * sr + j * sc];
         }
