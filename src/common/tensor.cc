@@ -35,24 +35,26 @@ void* HostTensor::mutable_data() {
   return owned_->data();
 }
 
-double HostTensor::GetAsDouble(std::int64_t i) const {
-  switch (dtype_) {
-    case DType::kFloat32: return data_as<float>()[i];
-    case DType::kFloat64: return data_as<double>()[i];
-    case DType::kFloat16: return HalfToFloat(data_as<std::uint16_t>()[i]);
-    case DType::kBFloat16: return BFloat16ToFloat(data_as<std::uint16_t>()[i]);
-    case DType::kInt8: return data_as<std::int8_t>()[i];
-    case DType::kUInt8: return data_as<std::uint8_t>()[i];
-    case DType::kBool: return data_as<std::uint8_t>()[i] != 0;
-    case DType::kInt16: return data_as<std::int16_t>()[i];
-    case DType::kUInt16: return data_as<std::uint16_t>()[i];
-    case DType::kInt32: return data_as<std::int32_t>()[i];
-    case DType::kUInt32: return data_as<std::uint32_t>()[i];
-    case DType::kInt64: return static_cast<double>(data_as<std::int64_t>()[i]);
-    case DType::kUInt64: return static_cast<double>(data_as<std::uint64_t>()[i]);
+double ElementAsDouble(DType dtype, const void* data, std::int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: return static_cast<const float*>(data)[i];
+    case DType::kFloat64: return static_cast<const double*>(data)[i];
+    case DType::kFloat16: return HalfToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::kBFloat16: return BFloat16ToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::kInt8: return static_cast<const std::int8_t*>(data)[i];
+    case DType::kUInt8: return static_cast<const std::uint8_t*>(data)[i];
+    case DType::kBool: return static_cast<const std::uint8_t*>(data)[i] != 0;
+    case DType::kInt16: return static_cast<const std::int16_t*>(data)[i];
+    case DType::kUInt16: return static_cast<const std::uint16_t*>(data)[i];
+    case DType::kInt32: return static_cast<const std::int32_t*>(data)[i];
+    case DType::kUInt32: return static_cast<const std::uint32_t*>(data)[i];
+    case DType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
+    case DType::kUInt64: return static_cast<double>(static_cast<const std::uint64_t*>(data)[i]);
     default: return 0;
   }
 }
+
+double HostTensor::GetAsDouble(std::int64_t i) const { return ElementAsDouble(dtype_, data_, i); }
 
 std::int64_t HostTensor::GetAsInt64(std::int64_t i) const {
   switch (dtype_) {

@@ -15,6 +15,10 @@
 namespace kiln {
 namespace device { class Device; }
 
+// Element i of a raw array of `dtype` as a double (bool: 0 or 1; types
+// without a numeric reading: 0). HostTensor::GetAsDouble reads through this.
+double ElementAsDouble(DType dtype, const void* data, std::int64_t i);
+
 class HostTensor {
  public:
   HostTensor() = default;

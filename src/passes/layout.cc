@@ -247,6 +247,18 @@ std::int64_t NhwcAxis(std::int64_t a) {
   return kMap[a < 0 ? a + 4 : a];
 }
 
+// `n` (its inputs already rewired to channels-last values) now computes
+// channels-last: its output becomes a new `_nhwc` value, inferred, and a
+// NHWC->NCHW Transpose gives the old output value (and its readers) the
+// layout they had.
+Status OutputThroughNchwTranspose(ir::Graph& g, ir::Node* n) {
+  ir::Value* y = n->output(0);
+  ir::Value* yt = g.AddValue(y->name() + "_nhwc");
+  g.RebindOutput(n, 0, yt);
+  KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+  return AddTranspose(g, yt, y, kToNchw).status();
+}
+
 // Moves NHWC->NCHW Transposes below `n` when all its tensor inputs come
 // through one. Returns whether it rewrote.
 Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
@@ -294,22 +306,14 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     }
     n->SetInput(0, n->input(0)->producer()->input(0));
     n->SetInput(3, g.AddConstant(n->name() + "_axes_nhwc", Int64Vector(axes)));
-    ir::Value* y = n->output(0);
-    ir::Value* yt = g.AddValue(y->name() + "_nhwc");
-    g.RebindOutput(n, 0, yt);
-    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-    KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+    KILN_RETURN_IF_ERROR(OutputThroughNchwTranspose(g, n));
     return true;
   }
   if (MovableBatchNorm(*n)) {
     if (!IsTranspose(n->input(0)->producer(), kToNchw)) return false;
     n->SetInput(0, n->input(0)->producer()->input(0));
     n->SetAttr(ops::kNhwcAttr, ir::Attribute::Int(1));
-    ir::Value* y = n->output(0);
-    ir::Value* yt = g.AddValue(y->name() + "_nhwc");
-    g.RebindOutput(n, 0, yt);
-    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-    KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+    KILN_RETURN_IF_ERROR(OutputThroughNchwTranspose(g, n));
     return true;
   }
   if (MovableReduce(*n)) {
@@ -326,11 +330,7 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
       KILN_RETURN_IF_ERROR(ops::InferNode(*n));
       return true;
     }
-    ir::Value* y = n->output(0);
-    ir::Value* yt = g.AddValue(y->name() + "_nhwc");
-    g.RebindOutput(n, 0, yt);
-    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-    KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+    KILN_RETURN_IF_ERROR(OutputThroughNchwTranspose(g, n));
     return true;
   }
   const bool resize = MovableResize(*n);
@@ -351,11 +351,7 @@ Result<bool> PushDown(ir::Graph& g, ir::Node* n) {
     }
     n->SetInput(i, in->producer()->input(0));
   }
-  ir::Value* y = n->output(0);
-  ir::Value* yt = g.AddValue(y->name() + "_nhwc");
-  g.RebindOutput(n, 0, yt);
-  KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-  KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+  KILN_RETURN_IF_ERROR(OutputThroughNchwTranspose(g, n));
   return true;
 }
 
@@ -392,11 +388,7 @@ Result<bool> PushDownShuffle(ir::Graph& g, ir::Node* r1) {
   t->SetAttr("perm", ir::Attribute::Ints({0, 1, 2, 4, 3}));
   KILN_RETURN_IF_ERROR(ops::InferNode(*t));
   r2->SetInput(1, g.AddConstant(r2->name() + "_shape_nhwc", Int64Vector({n, h, w, c})));
-  ir::Value* y = r2->output(0);
-  ir::Value* yt = g.AddValue(y->name() + "_nhwc");
-  g.RebindOutput(r2, 0, yt);
-  KILN_RETURN_IF_ERROR(ops::InferNode(*r2));
-  KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+  KILN_RETURN_IF_ERROR(OutputThroughNchwTranspose(g, r2));
   return true;
 }
 
@@ -421,12 +413,8 @@ Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts) {
       KILN_RETURN_IF_ERROR(AddTranspose(g, x, xt, kToNhwc).status());
     }
     n->SetInput(0, xt);
-    ir::Value* y = n->output(0);
-    ir::Value* yt = g.AddValue(y->name() + "_nhwc");
-    g.RebindOutput(n, 0, yt);
     n->SetAttr(ops::kNhwcAttr, ir::Attribute::Int(1));
-    KILN_RETURN_IF_ERROR(ops::InferNode(*n));
-    KILN_RETURN_IF_ERROR(AddTranspose(g, yt, y, kToNchw).status());
+    KILN_RETURN_IF_ERROR(OutputThroughNchwTranspose(g, n));
   }
   KILN_RETURN_IF_ERROR(g.TopologicalSort());
   // Push NHWC->NCHW transposes down through elementwise ops, to a fixpoint.

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels/act_elem.h"
 #include "backends/cpu/kernels/util.h"
 #include "backends/cpu/kernels/vec_math.h"
 
@@ -50,7 +51,7 @@ Result<std::unique_ptr<Kernel>> MakeRelu(const KernelInit& init) {
       const T* x = a.in_as<T>(0);
       T* y = a.out_as<T>(0);
       ParallelFor(n, 32768, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+        for (std::int64_t i = b; i < e; ++i) y[i] = ReluElem(x[i]);
       });
       return Status::Ok();
     });
@@ -60,15 +61,11 @@ Result<std::unique_ptr<Kernel>> MakeRelu(const KernelInit& init) {
   return k;
 }
 
-// Branch-free (compare and blend: vectorizes); NaN fails both comparisons
-// and passes through, as ONNX's reference does. Bounds by value: a store
-// through y could otherwise alias them. x may be y (in place).
+// ClipElem (act_elem.h). Bounds by value: a store through y could otherwise
+// alias them. x may be y (in place).
 template <typename T>
 void ClipRun(const T* x, T* y, std::int64_t n, T lo, T hi) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T v = x[i] < lo ? lo : x[i];
-    y[i] = v > hi ? hi : v;  // lo > hi: hi everywhere, as NumPy's clip
-  }
+  for (std::int64_t i = 0; i < n; ++i) y[i] = ClipElem(x[i], lo, hi);
 }
 
 Result<std::unique_ptr<Kernel>> MakeClip(const KernelInit& init) {
@@ -272,7 +269,7 @@ void RegisterActivationKernels(KernelRegistry& r) {
   r.Register("LeakyRelu", FloatUnary([](const ir::Node& node, auto tag) {
     using T = typename decltype(tag)::type;
     const T alpha = node.GetFloat("alpha", 0.01f);
-    return [alpha](T x) { return x >= T(0) ? x : alpha * x; };
+    return [alpha](T x) { return LeakyReluElem(x, alpha); };
   }));
 }
 

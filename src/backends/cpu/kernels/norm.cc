@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backends/cpu/kernels/act_elem.h"
 #include "backends/cpu/kernels/util.h"
 #include "backends/cpu/kernels/vec_math.h"
 #include "ops/fused_attrs.h"
@@ -59,13 +60,10 @@ struct BnAct {
   float alpha = 0, beta = 0;
   template <typename T>
   T operator()(T v) const {
-    switch (kind) {
-      case kRelu: return v > T(0) ? v : T(0);
-      case kLeakyRelu: return v >= T(0) ? v : static_cast<T>(alpha) * v;
-      case kClip: {
-        const T lo = static_cast<T>(alpha), hi = static_cast<T>(beta), w = v < lo ? lo : v;
-        return w > hi ? hi : w;
-      }
+    switch (kind) {  // the separate kernels' element functions (act_elem.h)
+      case kRelu: return ReluElem(v);
+      case kLeakyRelu: return LeakyReluElem(v, static_cast<T>(alpha));
+      case kClip: return ClipElem(v, static_cast<T>(alpha), static_cast<T>(beta));
       default: return v;
     }
   }

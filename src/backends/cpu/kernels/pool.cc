@@ -282,15 +282,7 @@ __attribute__((target("avx2"))) inline void MaxTapsF32(const float* const* taps,
     acc[v] = _mm256_loadu_ps(taps[0] + q + 8 * v);
     nan[v] = _mm256_setzero_ps();
   }
-  std::int64_t t = 1;
-  for (; t + 2 <= n; t += 2) {  // taps in pairs: one unordered compare finds a NaN in either
-    for (int v = 0; v < kVecs; ++v) {
-      const __m256 x = _mm256_loadu_ps(taps[t] + q + 8 * v), z = _mm256_loadu_ps(taps[t + 1] + q + 8 * v);
-      acc[v] = _mm256_max_ps(z, _mm256_max_ps(x, acc[v]));
-      nan[v] = _mm256_or_ps(nan[v], _mm256_cmp_ps(x, z, _CMP_UNORD_Q));
-    }
-  }
-  if (t < n) {
+  for (std::int64_t t = 1; t < n; ++t) {
     for (int v = 0; v < kVecs; ++v) {
       const __m256 x = _mm256_loadu_ps(taps[t] + q + 8 * v);
       acc[v] = _mm256_max_ps(x, acc[v]);

@@ -59,16 +59,6 @@ Result<std::unique_ptr<Kernel>> MakeCopy(const KernelInit& init) {
 // surely inference ones views first; this runs the rest. A ratio or
 // training_mode given at run time is checked here: training mode with a
 // nonzero ratio is refused (it would drop values at random).
-double ScalarAsDouble(const void* p, DType t) {
-  switch (t) {
-    case DType::kFloat64: return *static_cast<const double*>(p);
-    case DType::kFloat16: return HalfToFloat(*static_cast<const std::uint16_t*>(p));
-    case DType::kBFloat16: return BFloat16ToFloat(*static_cast<const std::uint16_t*>(p));
-    case DType::kBool: return *static_cast<const std::uint8_t*>(p) != 0;
-    default: return *static_cast<const float*>(p);
-  }
-}
-
 Result<std::unique_ptr<Kernel>> MakeDropout(const KernelInit& init) {
   const std::size_t bytes = init.outputs[0].bytes();
   const bool mask = init.outputs.size() > 1 && init.outputs[1].present();
@@ -79,15 +69,15 @@ Result<std::unique_ptr<Kernel>> MakeDropout(const KernelInit& init) {
   const bool has_mode = v12 && init.inputs.size() > 2 && init.inputs[2].present();
   const DType rt = has_ratio ? init.inputs[1].dtype : DType::kFloat32;
   return MakeFn([bytes, mask, mt, n, has_ratio, has_mode, rt](const KernelArgs& a) -> Status {
-    if (has_mode && ScalarAsDouble(a.in(2), DType::kBool) != 0) {
-      const double ratio = has_ratio ? ScalarAsDouble(a.in(1), rt) : 0.5;
+    if (has_mode && ElementAsDouble(DType::kBool, a.in(2), 0) != 0) {
+      const double ratio = has_ratio ? ElementAsDouble(rt, a.in(1), 0) : 0.5;
       if (ratio != 0) {
         return Error(StatusCode::kInvalidArgument, "training_mode is true with ratio ", ratio,
                      ": a training-time Dropout drops values at random, and Kiln runs inference only");
       }
     }
     if (has_ratio) {
-      const double ratio = ScalarAsDouble(a.in(1), rt);
+      const double ratio = ElementAsDouble(rt, a.in(1), 0);
       if (!(ratio >= 0 && ratio < 1)) return Error(StatusCode::kInvalidArgument, "ratio = ", ratio, " is outside [0, 1)");
     }
     if (a.out(0) != a.in(0)) ParallelCopy(a.out(0), a.in(0), bytes);
