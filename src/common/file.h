@@ -50,11 +50,11 @@ Status PreadExact(int fd, void* dst, std::int64_t n, std::int64_t offset, std::s
 
 // mmap(PROT_READ) of `size` bytes of `fd` (MAP_SHARED when `shared`, else
 // MAP_PRIVATE); nullptr with errno set on failure. The mapping is advised
-// MADV_NOHUGEPAGE: page-cache folios mapped by 2 MiB PMDs get their accessed
-// bits cleared by memory monitors (DAMON, reclaim aging) with a TLB flush of
-// the whole process each time, which measured 1.2-2.8x slower runs of kernels
-// touching only anonymous memory, in periodic bursts (bench/RESULTS.md,
-// "File-mapped weights and periodic slow runs"). Weights read in place from
+// MADV_NOHUGEPAGE: with page-cache folios mapped by 2 MiB PMDs, on a host
+// running a memory monitor (DAMON), kernels touching only anonymous memory
+// ran 1.2-2.8x slower in periodic bursts (likely: clearing a PMD's accessed
+// bit flushes the whole process's TLB; bench/RESULTS.md, "File-mapped
+// weights and periodic slow runs"). Weights read in place from
 // the mapping are streamed once per run, where 4 KiB entries cost nothing
 // measurable.
 void* MapReadOnly(int fd, std::uint64_t size, bool shared);
