@@ -56,8 +56,9 @@ enum class Residual { kNone, kBinary, kSum, kSeparate };
 // size limits keep the transformed weights (4x the filter) where they are
 // used often enough. Where oneDNN would run its AVX-512 brgconv, the same
 // AVX2 code still wins on layers with 32+ channels in and out and 64+ tiles
-// (0.62-0.73 per layer on a Zen 5; 0.82-0.96 whole models), not on few tiles
-// or 8-16 channels, so only those. $KILN_CONV_WINOGRAD=off disables it;
+// (0.62-0.73 per layer on a Zen 5; 0.82-0.96 whole models), and with 25-63
+// tiles mostly inside the map and 64+ channels, not on few tiles or 8-16
+// channels, so only those. $KILN_CONV_WINOGRAD=off disables it;
 // $KILN_CONV_WINOGRAD_AVX512=off keeps brgconv's layers on oneDNN.
 std::optional<WinogradAct> WinogradActivation(const ir::Node& node) {
   const ir::Attribute* a = node.FindAttr(ops::kActAttr);
@@ -87,11 +88,27 @@ bool UseWinograd(const ir::Node& node, bool nhwc, std::int64_t group, const Dnnl
     return false;
   }
   // Transformed weights of more than 16 MiB (beyond 256 x 256 channels)
-  // only for 64+ tiles: the 4x weights pay for themselves in compute there,
-  // and a VGG-style stack of 512-channel layers at 14x14-28x28 keeps its
-  // memory.
-  if (packed * 4 > (std::int64_t{16} << 20) && tiles < 64) return false;
-  if (avx512 && (x[1] < 32 || y[1] < 32 || tiles < 64)) return false;
+  // only for 49+ tiles (a 28x28 map): the 4x weights pay for themselves in
+  // compute there (0.64-0.65 of brgconv's time at 512 and 2048 -> 512
+  // channels, 1 and 2 threads), and a stack of 512-channel layers at 14x14
+  // keeps its memory.
+  if (packed * 4 > (std::int64_t{16} << 20) && tiles < 49) return false;
+  if (avx512) {
+    // Against brgconv (Zen 5, bench/winograd_bench, 1 / 2 threads): 64+
+    // tiles with 32+ channels win; with 25-63 tiles only where the tiles
+    // are mostly real outputs (computed 4x4 blocks at least 80% inside the
+    // map) and 64+ channels: 28x28 0.62-0.70 / 0.65-0.75, 20x20 0.76 /
+    // 0.72, 18x18 0.90 / 0.91; lost: 14x14 (16 tiles, 77% inside)
+    // 1.01-1.12, 32 channels at 28x28 at 2 threads 1.52.
+    std::int64_t hw = 0, inside = 0, inside5 = 0, computed4 = 0;  // output pixels, of tiles * 16 computed
+    if (!CheckedMul(y[2], y[3], &hw) || !CheckedMul(y[0], hw, &inside) || !CheckedMul(inside, 5, &inside5) ||
+        !CheckedMul(tiles, 64, &computed4)) {
+      return false;
+    }
+    const bool dense = inside5 >= computed4;
+    if (x[1] < 32 || y[1] < 32) return false;
+    if (tiles < 64 && (tiles < 25 || !dense || x[1] < 64 || y[1] < 64)) return false;
+  }
   return tiles >= 16 && WinogradActivation(node).has_value();
 }
 
