@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -144,6 +145,31 @@ Status Guard(const Task& t, F&& f) {
 
 }  // namespace
 
+// (executor.h) Whether a node's operands (inputs, constants included, and outputs) total
+// under $KILN_SMALL_TASK_BYTES (default 64 KiB; 0: never), all of static
+// shape: such a task takes a few microseconds, about what handing half of it
+// to a second thread and joining costs, so it runs on one thread (as ONNX
+// Runtime's thread pool declines to split work its cost model calls small).
+bool SmallTask(const ir::Node& node) {
+  const char* env = std::getenv("KILN_SMALL_TASK_BYTES");  // read per plan: a load-time switch
+  const std::int64_t limit = env ? std::max<std::int64_t>(0, std::atoll(env)) : std::int64_t{64} << 10;
+  std::int64_t total = 0;
+  auto add = [&](const ir::Value* v) {
+    if (!v) return true;
+    if (v->varying_mask() != 0) return false;
+    auto b = CheckedTensorBytes(v->dtype(), v->shape(), "operand");
+    return b.ok() && CheckedAdd(total, b.value(), &total) && total < limit;
+  };
+  if (limit == 0) return false;
+  for (const ir::Value* v : node.inputs()) {
+    if (!add(v)) return false;
+  }
+  for (const ir::Value* v : node.outputs()) {
+    if (!add(v)) return false;
+  }
+  return true;
+}
+
 // The replay's first launch: the kernel thread count of the thread that runs
 // the list, from the context (so the per-task launches need not set it).
 static Status LaunchSetThreads(void*, const void*, const device::ExecContext& ctx) {
@@ -156,7 +182,9 @@ Status Executor::LaunchKernelTask(void* obj, const void* args, const device::Exe
   device::KernelArgs a{static_cast<void* const*>(args), t.num_inputs};
   a.ctx = &ctx;  // the replay's context carries this executor's device workspace
   a.host_ptrs = t.host_args;
+  if (t.one_thread) cpu::UseThreads(1);
   Status st = Guard(t, [&] { return t.kernel->Run(a); });  // one named result: no copy on the hot path
+  if (t.one_thread) cpu::UseThreads(ctx.threads);
   if (!st.ok()) st = st.WithContext(t.node->Describe());
   return st;
 }
@@ -614,15 +642,26 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     if (is_if) {
       KILN_ASSIGN_OR_RETURN(task.if_task, make_if(node));
       if (task.dyn) task.dyn->if_task = task.if_task.get();
-    } else if (task.on_host) {  // the CPU's kernel library, outside the device's op window
-      KILN_ASSIGN_OR_RETURN(task.kernel, CpuDevice().CreateKernel(init));
-    } else if (!task.dyn) {
-      // Kernel preparation (weight prepacking) is a device operation: it may
-      // read weights resident in device memory.
-      KILN_RETURN_IF_ERROR(dev.RunPrepare([&]() -> Status {
-        KILN_ASSIGN_OR_RETURN(task.kernel, dev.CreateKernel(init));
-        return Status::Ok();
-      }));
+    } else {
+      // A small task's kernel is created, and later run, on one thread
+      // (oneDNN fixes a primitive's parallelism when it is created).
+      task.one_thread = !task.dyn && opts.threads > 1 && SmallTask(node);
+      if (task.one_thread) cpu::UseThreads(1);
+      Status made = Status::Ok();
+      if (task.on_host) {  // the CPU's kernel library, outside the device's op window
+        auto k = CpuDevice().CreateKernel(init);
+        if (k.ok()) task.kernel = std::move(k).value();
+        else made = k.status();
+      } else if (!task.dyn) {
+        // Kernel preparation (weight prepacking) is a device operation: it may
+        // read weights resident in device memory.
+        made = dev.RunPrepare([&]() -> Status {
+          KILN_ASSIGN_OR_RETURN(task.kernel, dev.CreateKernel(init));
+          return Status::Ok();
+        });
+      }
+      if (task.one_thread) cpu::UseThreads(opts.threads);
+      KILN_RETURN_IF_ERROR(made);
     }
     const std::size_t block_bytes = block.host.size() == 0 ? 1 : block.host.size();
     block.host_task = task.on_host;

@@ -101,6 +101,12 @@ struct DynamicTask {
   bool have_last = false;
 };
 
+// Whether `node` is small enough to run on one kernel thread when the model
+// runs on several: its operands (inputs, constants included, and outputs),
+// all of static shape, total under $KILN_SMALL_TASK_BYTES (default 64 KiB; 0
+// or "off": never). Read when a plan's kernels are created.
+bool SmallTask(const ir::Node& node);
+
 struct Task {
   Executor* exec = nullptr;
   std::unique_ptr<DynamicTask> dyn;     // data-dependent shapes (else null)
@@ -113,6 +119,7 @@ struct Task {
   // (Kernel::reads_host_addresses); else null, as KernelArgs::host_ptrs.
   void* const* host_args = nullptr;
   bool on_host = false;                 // placed on the CPU (ir::kPlaceAttr): a host launch
+  bool one_thread = false;              // small operands: runs on one kernel thread (SmallTask)
   device::LaunchFn timed = nullptr;     // profiling: the launch function the timer wraps
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // profiling: (start, duration) ns per run
   const ir::Node* node = nullptr;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -12,6 +14,7 @@
 #include "kiln/runtime.h"
 #include "kiln/stream.h"
 #include "ops/common_infer.h"
+#include "runtime/executor.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -235,6 +238,75 @@ TEST(AsyncModelLifetime, LoadDoesNotTouchTheArena) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ASSERT_GE((*model)->arena_bytes(), static_cast<std::uint64_t>(kN * 4));
   EXPECT_LT(ResidentBytes() - before, kN * 4 / 2) << "loading touched the arena";
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Small tasks run on one kernel thread (runtime::SmallTask): operand bytes,
+// constants included, against $KILN_SMALL_TASK_BYTES (default 64 KiB).
+TEST(Executor, SmallTaskCountsEveryOperandsBytes) {
+  ir::Graph g;
+  auto add = [&](const std::string& name, Shape shape, bool constant_b = false) {
+    ir::Value* a = g.AddValue(name + "_a", DType::kFloat32, shape);
+    ir::Value* b = constant_b ? g.AddConstant(name + "_b", test::F32(shape, std::vector<float>(NumElements(shape), 1.f)))
+                              : g.AddValue(name + "_b", DType::kFloat32, shape);
+    ir::Value* y = g.AddValue(name + "_y", DType::kFloat32, shape);
+    return g.AddNode("Add", name, {a, b}, {y});
+  };
+  ::unsetenv("KILN_SMALL_TASK_BYTES");
+  EXPECT_TRUE(runtime::SmallTask(*add("tiny", {4, 4})));            // 3 x 64 bytes
+  EXPECT_TRUE(runtime::SmallTask(*add("under", {32, 128})));        // 3 x 16 KiB = 48 KiB
+  EXPECT_TRUE(runtime::SmallTask(*add("just_under", {64, 85})));   // 3 x 21760 = 65280 < 65536
+  EXPECT_FALSE(runtime::SmallTask(*add("just_over", {64, 86})));   // 3 x 22016 = 66048
+  EXPECT_FALSE(runtime::SmallTask(*add("large", {128, 128})));      // 3 x 64 KiB
+  EXPECT_FALSE(runtime::SmallTask(*add("weights", {32, 192}, true)));  // 3 x 24 KiB, one a constant: 72 KiB
+  ir::Node* sym = add("symbolic", {4, 4});
+  sym->input(0)->set_symbolic_mask(1);
+  EXPECT_FALSE(runtime::SmallTask(*sym));  // a dim that varies: its size is not known here
+  ::setenv("KILN_SMALL_TASK_BYTES", "0", 1);
+  EXPECT_FALSE(runtime::SmallTask(*add("off", {4, 4})));
+  ::setenv("KILN_SMALL_TASK_BYTES", "1000000", 1);
+  EXPECT_TRUE(runtime::SmallTask(*add("raised", {128, 128})));
+  ::unsetenv("KILN_SMALL_TASK_BYTES");
+}
+
+// A model mixing small and large tasks gives at 2 threads what it gives at 1.
+TEST(Executor, SmallTasksOnOneThreadGiveTheSameResults) {
+  std::vector<float> xv = {-2, -1, 0, 1, 2, 3, -4, 5}, bv(256 * 512);
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<float>(static_cast<int>(i % 97) - 48);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {1, 8});
+    ir::Value* big = g->AddValue("big", DType::kFloat32, {256, 512});
+    g->inputs().push_back(x);
+    g->inputs().push_back(big);
+    ir::Value* r = g->AddValue("r");
+    ir::Value* s = g->AddValue("s");
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("Relu", "small_relu", {x}, {r});  // small: one thread at 2
+    g->AddNode("Neg", "big_neg", {big}, {s});    // 512 KiB each side: both threads
+    g->AddNode("Abs", "big_abs", {s}, {y});
+    g->outputs().push_back(r);
+    g->outputs().push_back(y);
+    test::TempDir d;
+    LoadOptions lo;
+    lo.threads = threads;
+    auto m = test::CompileAndLoad(std::move(g), d, nullptr, {}, lo);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    std::vector<float> rv(8, 7), yv(bv.size(), 7);
+    for (int run = 0; run < 2; ++run) {
+      ASSERT_TRUE((*m)->Execute({TensorRef::Of(xv.data(), {1, 8}), TensorRef::Of(bv.data(), {256, 512})},
+                                {TensorRef::Of(rv.data(), {1, 8}), TensorRef::Of(yv.data(), {256, 512})})
+                      .ok());
+      EXPECT_EQ(rv, (std::vector<float>{0, 0, 0, 1, 2, 3, 0, 5}));
+      for (std::size_t i = 0; i < bv.size(); ++i) ASSERT_EQ(yv[i], std::abs(bv[i])) << i;
+    }
+  }
 }
 
 }  // namespace
