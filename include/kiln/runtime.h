@@ -207,6 +207,12 @@ struct PlanStats {
   std::uint64_t hits = 0;     // runs (and OutputShapes calls) that found their plan made
   std::uint64_t cached = 0;   // plans held now
   double last_plan_us = 0;    // time to make the latest plan (inference, memory plan, kernels)
+  // Its parts: copying and specializing the graph (shape inference,
+  // folding), the memory plan, and the executor (kernels, argument blocks,
+  // the recorded task list).
+  double last_specialize_us = 0;
+  double last_memory_plan_us = 0;
+  double last_executor_us = 0;
   std::uint64_t gears = 0;    // plans made at load for the model's gears (kept, never evicted)
   // Arena bytes the held plans use: a bounded model's plans share one arena
   // (counted once); a plan that needs more than it, or of an unbounded

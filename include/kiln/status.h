@@ -2,9 +2,13 @@
 // boundary; every fallible function returns one of these.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -62,11 +66,40 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+namespace strcat_internal {
+// Appends `v` as `std::ostream << v` would write it: strings and characters
+// as they are, integers in decimal, floating point as %g (the stream's
+// default, 6 significant digits), anything else through a stream. Strings
+// are built on every planning path (names, layout keys), so the common
+// kinds skip the stream and its locale.
+template <typename T>
+void Append(std::string& out, const T& v) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_same_v<U, char> || std::is_same_v<U, signed char> || std::is_same_v<U, unsigned char>) {
+    out.push_back(static_cast<char>(v));
+  } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    out.append(std::string_view(v));
+  } else if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool>) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    out.append(buf, r.ptr);
+  } else if constexpr (std::is_floating_point_v<U>) {
+    char buf[48];
+    const int n = std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(v));
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n) < sizeof(buf) ? static_cast<std::size_t>(n) : sizeof(buf) - 1);
+  } else {
+    std::ostringstream os;
+    os << v;
+    out += os.str();
+  }
+}
+}  // namespace strcat_internal
+
 template <typename... Args>
 std::string StrCat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
+  std::string out;
+  (strcat_internal::Append(out, args), ...);
+  return out;
 }
 
 template <typename... Args>

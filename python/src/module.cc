@@ -209,6 +209,9 @@ class PyModel {
     d["hits"] = s.hits;
     d["cached"] = s.cached;
     d["last_plan_us"] = s.last_plan_us;
+    d["last_specialize_us"] = s.last_specialize_us;
+    d["last_memory_plan_us"] = s.last_memory_plan_us;
+    d["last_executor_us"] = s.last_executor_us;
     d["gears"] = s.gears;
     d["arena_bytes"] = s.arena_bytes;
     d["packed_weights_made"] = s.packed_weights_made;

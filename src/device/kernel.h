@@ -87,6 +87,13 @@ struct KernelInit {
   std::vector<TensorDesc> outputs;
   // Data of inputs that are compile-time constants (weights), else null.
   std::vector<const HostTensor*> const_inputs;
+  // The kernel is one of many made for the same node at other extents: a
+  // plan of a model with symbolic dims made at run time, or a task whose
+  // extents depend on data. Where a library generates code per shape
+  // (oneDNN's brgemm), a kernel may then prefer one that serves every
+  // extent of the dims that can vary with equal speed, so that a new shape
+  // costs no code generation (see the MatMul kernel).
+  bool varying_shapes = false;
   const HostTensor* const_input(int i) const {
     return i < static_cast<int>(const_inputs.size()) ? const_inputs[i] : nullptr;
   }

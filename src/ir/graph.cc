@@ -105,12 +105,17 @@ std::string Graph::UniqueName(const std::string& base) {
 
 Value* Graph::AddValue(const std::string& name, DType dtype, Shape shape) {
   auto v = std::make_unique<Value>();
-  v->name_ = by_name_.count(name) || name.empty() ? UniqueName(name) : name;
+  Value* raw = v.get();
   v->dtype_ = dtype;
   v->shape_ = std::move(shape);
   v->owner_ = this;
-  Value* raw = v.get();
-  by_name_[raw->name_] = raw;
+  // One lookup for a name not taken yet (as every value of a cloned graph).
+  if (!name.empty() && by_name_.try_emplace(name, raw).second) {
+    v->name_ = name;
+  } else {
+    v->name_ = UniqueName(name);
+    by_name_[raw->name_] = raw;
+  }
   values_.push_back(std::move(v));
   return raw;
 }
@@ -461,6 +466,7 @@ std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_m
 
 std::unique_ptr<Graph> CloneGraph(const Graph& g) {
   std::unordered_map<const Value*, Value*> map;
+  map.reserve(g.values().size() * 2);
   return CloneInto(g, g.parent(), map);
 }
 

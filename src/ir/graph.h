@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/dtype.h"
@@ -309,7 +310,7 @@ class Graph {
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> inputs_, outputs_;
-  std::map<std::string, Value*> by_name_;
+  std::unordered_map<std::string, Value*> by_name_;  // lookup only, never iterated
   std::map<std::string, int> name_counter_;
 };
 

@@ -580,6 +580,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     device::KernelInit init;
     init.node = &node;
     init.prepack_cache = opts.prepack_cache.get();
+    init.varying_shapes = opts.varying_shapes;
     auto bind = [&](const ir::Value* v, std::uint32_t slot, bool output) -> Status {
       KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
       slots[slot] = ex->Address(b);
@@ -959,6 +960,7 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
           init.inputs.push_back(v ? device::TensorDesc{v->dtype(), v->shape()} : device::TensorDesc{});
         }
         init.const_inputs = d.const_inputs;
+        init.varying_shapes = true;  // one kernel per extents the data gives
         for (std::size_t j = 0; j < outs.size(); ++j) init.outputs.push_back({c.output(static_cast<int>(j))->dtype(), outs[j]});
         // Inside this task's launch: a device operation for the device's
         // tasks, host work for CPU-placed ones.
@@ -969,7 +971,7 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
       }
       device::KernelArgs args{slots, t.num_inputs, outs.data(), key.data()};
       args.ctx = &ctx;
-      KILN_RETURN_IF_ERROR(it->second->Run(args).WithContext(t.node->Describe()));
+      if (Status st = it->second->Run(args); !st.ok()) return st.WithContext(t.node->Describe());
     }
     KILN_RETURN_IF_ERROR(check(outs));
   }

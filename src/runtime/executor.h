@@ -173,6 +173,9 @@ struct ExecutorOptions {
   // Repacked weights shared between the kernels of one model's plans (see
   // device::PrepackCache); null: each kernel packs its own.
   std::shared_ptr<device::PrepackCache> prepack_cache;
+  // The plan is one of a model's plans for signatures of input shapes met
+  // at run time (device::KernelInit::varying_shapes for its kernels).
+  bool varying_shapes = false;
 };
 
 // Specializes a graph whose inputs have been given one signature's shapes

@@ -399,8 +399,13 @@ class ModelImpl final : public Model {
   // Specializes a copy of the model's graph for `shapes`: every node's
   // shapes inferred again from the inputs', memory planned, kernels created
   // and the task list recorded.
+  // `gear`: a plan made at load for one of the model's gears (its kernels
+  // exactly for its shapes, made once); else one made when a run met a new
+  // signature, whose kernels avoid per-shape code generation
+  // (runtime::ExecutorOptions::varying_shapes).
   Result<std::shared_ptr<Plan>> MakePlan(std::vector<Shape> shapes,
-                                         const std::vector<std::vector<std::uint8_t>>& values = {}) {
+                                         const std::vector<std::vector<std::uint8_t>>& values = {},
+                                         bool gear = false) {
     const auto t0 = std::chrono::steady_clock::now();
     auto plan = std::make_shared<Plan>();
     plan->graph = ir::CloneGraph(*state_->model.graph);
@@ -423,12 +428,15 @@ class ModelImpl final : public Model {
     plan->input_values = values;
     const std::string what = StrCat("planning '", name_, "' for input shapes ", sig);
     KILN_RETURN_IF_ERROR(runtime::SpecializeGraph(g).WithContext(what));
+    const auto t1 = std::chrono::steady_clock::now();
     auto mp = plan::PlanMemory(g);
     if (!mp.ok()) return mp.status().WithContext(what);
+    const auto t2 = std::chrono::steady_clock::now();
     plan->arena_size = mp.value().arena_size;
     runtime::ExecutorOptions eo = state_->exec_options;
     eo.threads = threads_;
     eo.load_stream = nullptr;
+    eo.varying_shapes = !gear;
     if (state_->shared_arena_size > 0 && plan->arena_size <= state_->shared_arena_size) {
       if (!state_->shared_arena) {
         // If the largest signature's arena cannot be had, this plan gets
@@ -445,12 +453,16 @@ class ModelImpl final : public Model {
     }
     auto ex = runtime::Executor::Create(g, mp.value(), eo);
     if (!ex.ok()) return ex.status().WithContext(what);
+    const auto t3 = std::chrono::steady_clock::now();
     plan->executor = std::move(ex).value();
     plan->input_shapes = std::move(shapes);
     for (const ir::Value* v : g.outputs()) plan->output_shapes.push_back(v->shape());
     ++state_->stats.created;
-    state_->stats.last_plan_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    using Us = std::chrono::duration<double, std::micro>;
+    state_->stats.last_plan_us = Us(std::chrono::steady_clock::now() - t0).count();
+    state_->stats.last_specialize_us = Us(t1 - t0).count();
+    state_->stats.last_memory_plan_us = Us(t2 - t1).count();
+    state_->stats.last_executor_us = Us(t3 - t2).count();
     return plan;
   }
 
@@ -645,7 +657,7 @@ class ModelImpl final : public Model {
       if (bounded && !m->shape_inputs_ && !opts.check_bounds) m->state_->shared_arena_size = m->state_->model.plan.arena_size;
       m->state_->gears_only = g.gears_only();
       for (std::size_t k = 0; k < g.gears().size(); ++k) {
-        auto plan = m->MakePlan(g.gears()[k]);
+        auto plan = m->MakePlan(g.gears()[k], {}, /*gear=*/true);
         if (!plan.ok()) return plan.status().WithContext(StrCat("loading '", path, "' (gear ", k, ")"));
         m->state_->gear_plans.push_back(std::move(plan).value());
       }

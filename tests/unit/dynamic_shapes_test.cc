@@ -114,6 +114,11 @@ TEST(DynamicShapes, AlternatingShapesPlanOncePerSignature) {
   EXPECT_EQ(s.evicted, 0u);
   EXPECT_EQ(s.cached, 3u);
   EXPECT_GT(s.last_plan_us, 0);
+  // Its parts, each timed, within the whole.
+  EXPECT_GT(s.last_specialize_us, 0);
+  EXPECT_GT(s.last_memory_plan_us, 0);
+  EXPECT_GT(s.last_executor_us, 0);
+  EXPECT_LE(s.last_specialize_us + s.last_memory_plan_us + s.last_executor_us, s.last_plan_us);
 }
 
 TEST(DynamicShapes, LeastRecentlyUsedPlansAreDropped) {

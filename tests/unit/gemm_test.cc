@@ -4,12 +4,16 @@
 // of 1024), where it does not (N < 64), with Gemm's transB, alpha and beta.
 // Inputs are multiples of 1/4 below 4 in magnitude, so every sum is exact in
 // float32 whatever order the kernel adds in. A packed weight read from a
-// mapped .kiln leaves no resident copy of its source pages behind.
+// mapped .kiln leaves no resident copy of its source pages behind. Kernels
+// for plans of varying shapes take A's rows at run time and share B's packed
+// copy between row counts.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "backends/cpu/kernel.h"
+#include "ops/fused_attrs.h"
 #include "node_runner.h"
 #include "test_util.h"
 
@@ -154,6 +158,65 @@ TEST(Gemm, PackedWeightReleasesItsMappedSourcePages) {
     std::vector<float> y(static_cast<std::size_t>(m * n));
     ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {m, k})}, {TensorRef::Of(y.data(), {m, n})}).ok());
     ExpectEqual(y, MatMulRef(x, w, 1, m, k, n));
+  }
+}
+
+
+// Plans of a model with symbolic dims (KernelInit::varying_shapes): MatMul
+// with a constant B (with a fused bias and Relu) and Gemm with transB and a
+// bias C, at several row counts, each kernel made as a new plan would make
+// it, all sharing one PrepackCache: results as the loops in double, and B
+// packed once for every row count.
+TEST(Gemm, VaryingShapesTakeRowsAtRunTimeAndShareThePackedB) {
+  const std::int64_t k = 19, n = 96;
+  const std::vector<float> w = Quarters(k * n, 5), bias = Quarters(n, 6);
+  for (bool gemm : {false, true}) {
+    SCOPED_TRACE(gemm ? "Gemm, transB, C" : "MatMul, bias, Relu");
+    device::PrepackCache cache;
+    std::vector<float> wt(static_cast<std::size_t>(k * n));  // [n, k] for transB
+    for (std::int64_t i = 0; i < k; ++i)
+      for (std::int64_t j = 0; j < n; ++j) wt[j * k + i] = w[i * n + j];
+    auto wc = gemm ? F32T({n, k}, wt) : F32T({k, n}, w);
+    auto bc = F32T({n}, bias);
+    std::vector<std::unique_ptr<cpu::Kernel>> held;  // as the cached plans hold theirs
+    for (std::int64_t rows : {1, 5, 37, 3}) {
+      SCOPED_TRACE(rows);
+      // MatMul: A [rows/... , k] as [1, rows, k]; Gemm: [rows, k].
+      const Shape a_shape = gemm ? Shape{rows, k} : Shape{1, rows, k};
+      const Shape y_shape = gemm ? Shape{rows, n} : Shape{1, rows, n};
+      const std::vector<float> a = Quarters(rows * k, static_cast<int>(rows));
+      NodeRunner r(gemm ? "Gemm" : "MatMul", 13, {In(DType::kFloat32, a_shape), wc, bc});
+      if (gemm) {
+        r.Attr("transB", Int(1));
+      } else {
+        r.Attr(ops::kBiasAttr, Int(1));
+        r.Attr(ops::kActAttr, ir::Attribute::String("Relu"));
+      }
+      cpu::KernelInit init;
+      init.node = &r.node();
+      init.inputs = {{DType::kFloat32, a_shape}, {DType::kFloat32, wc->shape()}, {DType::kFloat32, {n}}};
+      init.outputs = {{DType::kFloat32, y_shape}};
+      init.const_inputs = {nullptr, wc.get(), bc.get()};
+      init.prepack_cache = &cache;
+      init.varying_shapes = true;
+      auto kernel = cpu::CreateKernel(init);
+      ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+      std::vector<float> y(static_cast<std::size_t>(rows * n), -1.f);
+      std::vector<void*> ptrs = {const_cast<float*>(a.data()), const_cast<void*>(wc->data()),
+                                 const_cast<void*>(bc->data()), y.data()};
+      ASSERT_TRUE(kernel.value()->Run({ptrs.data(), 3}).ok());
+      std::vector<double> want = MatMulRef(a, w, 1, rows, k, n);
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          double& v = want[i * n + j];
+          v += bias[j];
+          if (!gemm) v = std::max(v, 0.0);
+        }
+      ExpectEqual(y, want);
+      held.push_back(std::move(kernel).value());
+    }
+    EXPECT_EQ(cache.made(), 1u);
+    EXPECT_EQ(cache.shared(), 3u);
   }
 }
 

@@ -150,7 +150,7 @@ static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel_ref, const ir:
   std::vector<Shape> out_shapes;
   for (auto& d : init.outputs) out_shapes.push_back(d.shape);
   KernelArgs args{ptrs.data(), static_cast<int>(inputs.size()), out_shapes.data()};
-  KILN_RETURN_IF_ERROR(RunKernel(*kernel, args, node).WithContext(node.Describe()));
+  if (Status st = RunKernel(*kernel, args, node); !st.ok()) return st.WithContext(node.Describe());
   for (std::size_t j = 0; j < outs.size(); ++j) {
     if (out_shapes[j] == outs[j]->shape()) continue;
     // A data-dependent extent: keep the dense prefix the kernel wrote.

@@ -7,6 +7,15 @@
 // (BERT's 768x3072 FFN: 46 GFLOP/s -> 96). The packed copy is shared through
 // the model's PrepackCache; Gemm's alpha is folded into it. Constant C
 // becomes the primitive's bias.
+//
+// Kernels for plans of models with symbolic dims made at run time
+// (KernelInit::varying_shapes) take A's rows as a run-time dim where B is a
+// constant matrix: one primitive (oneDNN's gemm on the plain packed copy)
+// then serves every row count, made once per model (oneDNN's primitive
+// cache) instead of generating brgemm code for each new shape. Measured on
+// Zen 5 (AVX-512), both run at the same speed for such MatMuls (BERT-base
+// within 1-3%, either way; bench/RESULTS.md, "Dynamic shapes"); the
+// exact-shape path is kept for static models and gears.
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -44,10 +53,13 @@ class MatMulKernel : public Kernel {
   // a_md/b_md/dst_md describe the (rank-equal) operands; `b_const` (with
   // `alpha` applied), which b_md describes, is packed when given. `bias`
   // (already scaled, dims broadcastable to dst) becomes the primitive's bias
-  // when given.
+  // when given. `runtime_rows` (2-D plain a_md and dst_md, constant B, a
+  // bias of one row): the primitive takes any row count (its rows a
+  // run-time dim), B packed plain.
   Status Init(const ir::Node& node, const memory::desc& a_md, const memory::desc& b_md,
               const memory::desc& dst_md, const HostTensor* b_const, float alpha,
-              const HostTensor* bias, const Shape& bias_dims, device::PrepackCache* cache) {
+              const HostTensor* bias, const Shape& bias_dims, device::PrepackCache* cache,
+              bool runtime_rows = false) {
     dnnl::post_ops po;
     KILN_RETURN_IF_ERROR(AppendFusedActivation(node, po));
     dnnl::primitive_attr attr;
@@ -57,7 +69,12 @@ class MatMulKernel : public Kernel {
       memory::desc bias_md = bias ? PlainDesc(bias_dims) : memory::desc();
       const memory::dims bdims = b_md.dims();
       memory::desc w_md = b_md;
-      if (b_const) {
+      memory::desc pa_md = a_md, pdst_md = dst_md;
+      if (runtime_rows) {
+        w_md = PaddedDesc(bdims, PaddedRowStride(bdims.back()));
+        pa_md = memory::desc({DNNL_RUNTIME_DIM_VAL, a_md.dims()[1]}, memory::data_type::f32, memory::format_tag::ab);
+        pdst_md = memory::desc({DNNL_RUNTIME_DIM_VAL, dst_md.dims()[1]}, memory::data_type::f32, memory::format_tag::ab);
+      } else if (b_const) {
         // The layout oneDNN prefers; a plain answer gets the padded stride.
         dnnl::matmul::desc any(a_md, memory::desc(bdims, memory::data_type::f32, memory::format_tag::any), bias_md, dst_md);
         w_md = dnnl::matmul::primitive_desc(any, attr, DnnlEngine()).weights_desc();
@@ -65,11 +82,11 @@ class MatMulKernel : public Kernel {
           w_md = PaddedDesc(bdims, PaddedRowStride(bdims.back()));
         }
       }
-      dnnl::matmul::desc d(a_md, w_md, bias_md, dst_md);
+      dnnl::matmul::desc d(pa_md, w_md, bias_md, pdst_md);
       dnnl::matmul::primitive_desc pd(d, attr, DnnlEngine());
       prim_ = dnnl::matmul(pd);
-      a_ = memory(pd.src_desc(), DnnlEngine(), nullptr);
-      dst_ = memory(pd.dst_desc(), DnnlEngine(), nullptr);
+      a_ = memory(runtime_rows ? a_md : pd.src_desc(), DnnlEngine(), nullptr);
+      dst_ = memory(runtime_rows ? dst_md : pd.dst_desc(), DnnlEngine(), nullptr);
       if (b_const) {
         auto pack = [&] {
           auto packed = std::make_shared<memory>(pd.weights_desc(), DnnlEngine());
@@ -166,7 +183,9 @@ class GemmKernel : public Kernel {
       c_shape_ = init.inputs[2].shape;
       plan_ = MakeBroadcastPlan({m_, n_}, c_shape_, {m_, n_});
     }
-    return mm_.Init(node, a_md, b_md, y_md, bc, bc ? alpha_ : 1.f, bias.get(), bias_dims, init.prepack_cache);
+    const bool runtime_rows = init.varying_shapes && bc && !ta && (!bias || bias_dims[0] == 1);
+    return mm_.Init(node, a_md, b_md, y_md, bc, bc ? alpha_ : 1.f, bias.get(), bias_dims, init.prepack_cache,
+                    runtime_rows);
   }
 
   Status Run(const KernelArgs& a) override {
@@ -232,6 +251,19 @@ Result<std::unique_ptr<Kernel>> MakeMatMul(const KernelInit& init) {
     bias_dims.back() = y.back();
   }
   auto k = std::make_unique<MatMulKernel>();
+  // A constant matrix B (leading dims 1) in a plan of varying shapes: A's
+  // leading dims and rows are one run-time row count.
+  bool b_matrix = init.varying_shapes && init.const_input(1) != nullptr;
+  for (std::size_t i = 0; i + 2 < b.size(); ++i) b_matrix = b_matrix && b[i] == 1;
+  if (b_matrix) {
+    const std::int64_t rows = NumElements(a) / a.back();
+    Shape bias2;
+    if (bias) bias2 = {1, y.back()};
+    KILN_RETURN_IF_ERROR(k->Init(*init.node, PlainDesc({rows, a.back()}), PlainDesc({b[b.size() - 2], b.back()}),
+                                 PlainDesc({rows, y.back()}), init.const_input(1), 1.f, bias, bias2,
+                                 init.prepack_cache, /*runtime_rows=*/true));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
   KILN_RETURN_IF_ERROR(k->Init(*init.node, PlainDesc(a), PlainDesc(b), PlainDesc(y), init.const_input(1), 1.f, bias,
                                bias_dims, init.prepack_cache));
   return std::unique_ptr<Kernel>(std::move(k));
