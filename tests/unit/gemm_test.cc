@@ -164,7 +164,7 @@ TEST(Gemm, PackedWeightReleasesItsMappedSourcePages) {
 
 // Plans of a model with symbolic dims (KernelInit::varying_shapes): MatMul
 // with a constant B (with a fused bias and Relu) and Gemm with transB and a
-// bias C, at several row counts, each kernel made as a new plan would make
+// bias C and alpha, at several row counts, each kernel made as a new plan would make
 // it, all sharing one PrepackCache: results as the loops in double, and B
 // packed once for every row count.
 TEST(Gemm, VaryingShapesTakeRowsAtRunTimeAndShareThePackedB) {
@@ -187,7 +187,7 @@ TEST(Gemm, VaryingShapesTakeRowsAtRunTimeAndShareThePackedB) {
       const std::vector<float> a = Quarters(rows * k, static_cast<int>(rows));
       NodeRunner r(gemm ? "Gemm" : "MatMul", 13, {In(DType::kFloat32, a_shape), wc, bc});
       if (gemm) {
-        r.Attr("transB", Int(1));
+        r.Attr("transB", Int(1)).Attr("alpha", ir::Attribute::Float(0.5f));  // alpha folded into the packed B
       } else {
         r.Attr(ops::kBiasAttr, Int(1));
         r.Attr(ops::kActAttr, ir::Attribute::String("Relu"));
@@ -209,6 +209,7 @@ TEST(Gemm, VaryingShapesTakeRowsAtRunTimeAndShareThePackedB) {
       for (std::int64_t i = 0; i < rows; ++i)
         for (std::int64_t j = 0; j < n; ++j) {
           double& v = want[i * n + j];
+          if (gemm) v *= 0.5;
           v += bias[j];
           if (!gemm) v = std::max(v, 0.0);
         }
