@@ -150,9 +150,12 @@ Status Guard(const Task& t, F&& f) {
 // shape: such a task takes a few microseconds, about what handing half of it
 // to a second thread and joining costs, so it runs on one thread (as ONNX
 // Runtime's thread pool declines to split work its cost model calls small).
-bool SmallTask(const ir::Node& node) {
-  const char* env = std::getenv("KILN_SMALL_TASK_BYTES");  // read per plan: a load-time switch
-  const std::int64_t limit = env ? std::max<std::int64_t>(0, std::atoll(env)) : std::int64_t{64} << 10;
+std::int64_t SmallTaskBytes() {
+  const char* env = std::getenv("KILN_SMALL_TASK_BYTES");
+  return env ? std::max<std::int64_t>(0, std::atoll(env)) : std::int64_t{64} << 10;
+}
+
+bool SmallTask(const ir::Node& node, std::int64_t limit) {
   std::int64_t total = 0;
   auto add = [&](const ir::Value* v) {
     if (!v) return true;
@@ -280,6 +283,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   ex->device_ = opts.device ? opts.device : &CpuDevice();
   device::Device& dev = *ex->device_;
   const device::Capabilities& caps = dev.caps();
+  // (SmallTask's limit, read once here rather than per node.)
+  const std::int64_t small_task_bytes = opts.threads > 1 ? SmallTaskBytes() : 0;
   if (opts.parent_stream) {
     ex->stream_ = opts.parent_stream;
   } else {
@@ -646,7 +651,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     } else {
       // A small task's kernel is created, and later run, on one thread
       // (oneDNN fixes a primitive's parallelism when it is created).
-      task.one_thread = !task.dyn && opts.threads > 1 && SmallTask(node);
+      task.one_thread = !task.dyn && small_task_bytes > 0 &&
+                        (task.on_host || caps.launches_run_on_host) && SmallTask(node, small_task_bytes);
       if (task.one_thread) cpu::UseThreads(1);
       Status made = Status::Ok();
       if (task.on_host) {  // the CPU's kernel library, outside the device's op window

@@ -104,8 +104,10 @@ struct DynamicTask {
 // Whether `node` is small enough to run on one kernel thread when the model
 // runs on several: its operands (inputs, constants included, and outputs),
 // all of static shape, total under $KILN_SMALL_TASK_BYTES (default 64 KiB; 0
-// or "off": never). Read when a plan's kernels are created.
-bool SmallTask(const ir::Node& node);
+// or "off": never), read once per Executor::Create (SmallTaskBytes). Only
+// tasks whose launches run on the host (the CPU's kernels) use it.
+std::int64_t SmallTaskBytes();
+bool SmallTask(const ir::Node& node, std::int64_t limit = SmallTaskBytes());
 
 struct Task {
   Executor* exec = nullptr;

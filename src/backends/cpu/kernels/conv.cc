@@ -100,13 +100,13 @@ bool UseWinograd(const ir::Node& node, bool nhwc, std::int64_t group, const Dnnl
     // map) and 64+ channels: 28x28 0.62-0.70 / 0.65-0.75, 20x20 0.76 /
     // 0.72, 18x18 0.90 / 0.91; lost: 14x14 (16 tiles, 77% inside)
     // 1.01-1.12, 32 channels at 28x28 at 2 threads 1.52.
+    if (x[1] < 32 || y[1] < 32) return false;
     std::int64_t hw = 0, inside = 0, inside5 = 0, computed4 = 0;  // output pixels, of tiles * 16 computed
     if (!CheckedMul(y[2], y[3], &hw) || !CheckedMul(y[0], hw, &inside) || !CheckedMul(inside, 5, &inside5) ||
         !CheckedMul(tiles, 64, &computed4)) {
       return false;
     }
     const bool dense = inside5 >= computed4;
-    if (x[1] < 32 || y[1] < 32) return false;
     if (tiles < 64 && (tiles < 25 || !dense || x[1] < 64 || y[1] < 64)) return false;
   }
   return tiles >= 16 && WinogradActivation(node).has_value();
