@@ -110,6 +110,19 @@ class Value {
   // ops::InferNode (compile and load); not written to .kiln.
   bool value_dims() const { return value_dims_; }
   void set_value_dims(bool b) { value_dims_ = b; }
+  // Shape arithmetic (a value of at most 64 elements that gets a bound
+  // value): which elements may follow from symbolic dims (bit i: element
+  // i), where ops::InferNode could tell from the op (Shape, Gather,
+  // Concat, Unsqueeze, ...), so that probing perturbs those elements
+  // together with the symbolic dims and leaves fixed ones (BERT's hidden
+  // size in a Reshape target) fixed. Unknown (false): every element may.
+  // Compile-time only, not written to .kiln.
+  bool symbolic_elems_known() const { return symbolic_elems_known_; }
+  std::uint64_t symbolic_elems() const { return symbolic_elems_; }
+  void set_symbolic_elems(bool known, std::uint64_t elems) {
+    symbolic_elems_known_ = known;
+    symbolic_elems_ = known ? elems : 0;
+  }
 
   Node* producer() const { return producer_; }
   const std::vector<Use>& uses() const { return uses_; }
@@ -130,6 +143,8 @@ class Value {
   std::vector<std::string> dim_params_;
   bool shape_input_ = false;
   bool value_dims_ = false;
+  bool symbolic_elems_known_ = false;
+  std::uint64_t symbolic_elems_ = 0;
   Node* producer_ = nullptr;
   std::vector<Use> uses_;
   HostTensorPtr constant_;

@@ -4,6 +4,7 @@
 #include "ir/shape_values.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 namespace kiln::ops {
@@ -71,15 +72,44 @@ std::uint64_t AllDims(std::size_t rank) {
   return rank >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << rank) - 1;
 }
 
+// A copy of integer tensor `t` with the elements `elems` marks (bit i:
+// element i) set to extent(element); null for other types. Values near the
+// type's limits (INT64_MAX as "to the end") are left as they are.
+HostTensorPtr PerturbedElems(const HostTensor& t, std::uint64_t elems, std::int64_t (*extent)(std::int64_t)) {
+  if ((t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32) || t.numel() > 64) return nullptr;
+  auto c = std::make_shared<HostTensor>(t.dtype(), t.shape());
+  std::memcpy(c->mutable_data(), t.data(), t.nbytes());
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (!(elems >> i & 1)) continue;
+    if (t.dtype() == DType::kInt64) {
+      std::int64_t& v = c->mutable_data_as<std::int64_t>()[i];
+      if (v > -(std::int64_t{1} << 62) && v < (std::int64_t{1} << 62)) v = extent(v);
+    } else {
+      std::int32_t& v = c->mutable_data_as<std::int32_t>()[i];
+      if (v > -(1 << 29) && v < (1 << 29)) v = static_cast<std::int32_t>(extent(v));
+    }
+  }
+  return c;
+}
+
 // Runs the op's inference on a copy of `node` whose dynamic input dims are
 // set by `extent(bound)`; returns the copy's output shapes, or an error.
-// `symbolic`: the symbolic dims instead (Value::symbolic_mask).
+// `symbolic`: the symbolic dims instead (Value::symbolic_mask); `joint`
+// too: the elements of bound-valued inputs that follow from symbolic dims
+// (Value::symbolic_elems) get the same extent function, so that a Reshape
+// whose target is [batch, seq, 128] computed from Shape sees [b+1, s+1,
+// 128] with an input of [b+1, s+1, 4, 32], as a run at other extents would.
 Result<std::vector<Shape>> Probe(const ir::Node& node, const OpDef& def,
-                                 std::int64_t (*extent)(std::int64_t), bool symbolic) {
+                                 std::int64_t (*extent)(std::int64_t), bool symbolic, bool joint = false) {
   ir::Graph scratch;
   ir::Node* c = scratch.AddCopyOf(node);
   for (int i = 0; i < node.num_inputs(); ++i) {
     const ir::Value* v = node.input(i);
+    if (joint && v && !v->is_constant() && v->bound_value() && v->symbolic_elems()) {
+      HostTensorPtr p = PerturbedElems(*v->bound_value(), v->symbolic_elems(), extent);
+      if (!p) return Error(StatusCode::kInternal, "no joint probe for '", v->name(), "'");
+      c->input(i)->set_bound_value(std::move(p));
+    }
     const std::uint64_t mask = v ? (symbolic ? v->symbolic_mask() : v->dynamic_mask()) : 0;
     if (!mask) continue;
     Shape s = v->shape();
@@ -96,8 +126,8 @@ Result<std::vector<Shape>> Probe(const ir::Node& node, const OpDef& def,
 }
 
 // Marks the output dims that change when the dynamic (or, `symbolic`, the
-// symbolic) input dims change.
-Status PropagateDynamic(ir::Node& node, const OpDef& def, bool symbolic) {
+// symbolic) input dims change (`joint`: see Probe).
+Status PropagateDynamic(ir::Node& node, const OpDef& def, bool symbolic, bool joint = false) {
   // Extents to try for every dynamic input dim. Larger than the bound and a
   // small one must infer (else every output dim is dynamic); 0, 1 and
   // bound - 1 catch functions that are flat elsewhere (Slice [:1], starts
@@ -116,7 +146,7 @@ Status PropagateDynamic(ir::Node& node, const OpDef& def, bool symbolic) {
   };
   std::vector<std::uint64_t> masks(node.num_outputs(), 0);
   for (const Try& t : tries) {
-    auto probed = Probe(node, def, t.extent, symbolic);
+    auto probed = Probe(node, def, t.extent, symbolic, joint);
     if (!probed.ok() && !t.failure_marks_all) continue;
     for (int j = 0; j < node.num_outputs(); ++j) {
       const Shape& s = node.output(j)->shape();
@@ -176,10 +206,16 @@ Status PropagateBound(ir::Node& node, const OpDef& def) {
   for (int which = 0; which < node.num_inputs(); ++which) {
     const ir::Value* bv = node.input(which);
     if (!bv || bv->is_constant() || !bv->bound_value()) continue;
+    // Elements known not to follow from symbols stay (none: nothing to mark).
+    const bool known = bv->symbolic_elems_known();
+    if (known && bv->symbolic_elems() == 0) continue;
     for (std::int64_t k : {1, 2}) {
       ir::Graph scratch;
       ir::Node* c = scratch.AddCopyOf(node);
-      HostTensorPtr changed = Perturbed(*bv->bound_value(), k);
+      HostTensorPtr changed =
+          known ? PerturbedElems(*bv->bound_value(), bv->symbolic_elems(),
+                                 k == 1 ? +[](std::int64_t v) { return v + 1; } : +[](std::int64_t v) { return v + 2; })
+                : Perturbed(*bv->bound_value(), k);
       bool ok = changed != nullptr;
       c->input(which)->set_bound_value(std::move(changed));
       InferContext ctx(*c);
@@ -201,6 +237,108 @@ Status PropagateBound(ir::Node& node, const OpDef& def) {
     node.output(j)->set_symbolic_mask(node.output(j)->symbolic_mask() | masks[j]);
   }
   return Status::Ok();
+}
+
+// Value::symbolic_elems of `v` as an input of shape arithmetic: constants
+// have none; false where unknown.
+bool ElemsOf(const ir::Value* v, std::uint64_t* elems) {
+  if (!v) return false;
+  if (v->is_constant()) {
+    *elems = 0;
+    return true;
+  }
+  if (!v->symbolic_elems_known()) return false;
+  *elems = v->symbolic_elems();
+  return true;
+}
+
+// Small static 0-D / 1-D values (at most 64 elements): element counts.
+std::int64_t SmallCount(const ir::Value* v) {
+  if (!v || v->shape().size() > 1 || v->varying_mask()) return -1;
+  for (std::int64_t d : v->shape()) {
+    if (d < 0) return -1;
+  }
+  const std::int64_t n = NumElements(v->shape());
+  return n <= 64 ? n : -1;
+}
+
+// Values read from a constant, or from a bound value none of whose
+// elements follow from symbols: fixed indices (Gather's).
+bool FixedInts(const ir::Value* v, std::vector<std::int64_t>* out) {
+  std::uint64_t e = 0;
+  if (!v || !ElemsOf(v, &e) || e != 0) return false;
+  const HostTensorPtr& t = v->is_constant() ? v->constant() : v->bound_value();
+  if (!t || (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32) || t->numel() > 64) return false;
+  *out = t->ToInt64Vector();
+  return true;
+}
+
+// Sets Value::symbolic_elems of the node's output (shape arithmetic: Shape,
+// element-preserving ops, Gather of a 1-D value, Concat, elementwise
+// arithmetic); unknown for every other op and value.
+void SetSymbolicElems(ir::Node& node) {
+  for (ir::Value* o : node.outputs()) {
+    if (o) o->set_symbolic_elems(false, 0);
+  }
+  ir::Value* out = node.num_outputs() == 1 ? node.output(0) : nullptr;
+  const std::int64_t n = SmallCount(out);
+  if (n < 0 || !node.domain().empty() || node.num_inputs() < 1) return;
+  const std::string& op = node.op_type();
+  const ir::Value* in0 = node.input(0);
+  std::uint64_t elems = 0, e0 = 0;
+  if (op == "Shape") {
+    if (!in0) return;
+    const auto rank = static_cast<std::int64_t>(in0->shape().size());
+    std::int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<std::int64_t>(start, 0, rank);
+    end = std::clamp<std::int64_t>(end, 0, rank);
+    if (end - start != n) return;
+    for (std::int64_t d = start; d < end; ++d) {
+      if (d >= 64 || (in0->varying_mask() >> d & 1)) elems |= std::uint64_t{1} << (d - start);
+    }
+  } else if (op == "Identity" || op == "Cast" || op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" ||
+             op == "Flatten") {
+    if (SmallCount(in0) != n || !ElemsOf(in0, &e0)) return;
+    elems = e0;
+  } else if (op == "Gather") {
+    std::vector<std::int64_t> idx;
+    const std::int64_t m = SmallCount(in0);
+    if (m < 0 || in0->shape().size() != 1 || (node.GetInt("axis", 0) != 0 && node.GetInt("axis", 0) != -1) ||
+        !ElemsOf(in0, &e0) ||
+        node.num_inputs() < 2 || !FixedInts(node.input(1), &idx) || static_cast<std::int64_t>(idx.size()) != n) {
+      return;
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::int64_t k = idx[j] < 0 ? idx[j] + m : idx[j];
+      if (k < 0 || k >= m) return;
+      if (e0 >> k & 1) elems |= std::uint64_t{1} << j;
+    }
+  } else if (op == "Concat") {
+    std::int64_t at = 0;
+    for (const ir::Value* v : node.inputs()) {
+      const std::int64_t m = SmallCount(v);
+      std::uint64_t e = 0;
+      if (m < 0 || v->shape().size() != 1 || !ElemsOf(v, &e)) return;
+      if (at + m > 64) return;
+      elems |= (m == 64 ? e : (e & ((std::uint64_t{1} << m) - 1))) << at;
+      at += m;
+    }
+    if (at != n) return;
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Max" || op == "Min" ||
+             op == "Mod") {
+    for (const ir::Value* v : node.inputs()) {
+      const std::int64_t m = SmallCount(v);
+      std::uint64_t e = 0;
+      if (m < 0 || (m != 1 && m != n) || !ElemsOf(v, &e)) return;
+      if (m == 1 && n > 0) e = (e & 1) ? (n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1) : 0;
+      elems |= e;
+    }
+  } else {
+    return;
+  }
+  out->set_symbolic_elems(true, elems);
 }
 
 // Whether a model input may be a shape input: small, static, int32/int64 or
@@ -397,7 +535,22 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
   KILN_RETURN_IF_ERROR(CheckOutputShapes(node));
   if (dyn_in && !ctx.sets_dynamic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, false));
   if (mode == Mode::kConcrete) return Status::Ok();
-  if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true));
+  // Joint probing (see Probe) where every bound-valued input says which of
+  // its elements follow from symbols.
+  bool joint = false;
+  if (sym_in) {
+    bool any_bound = false, all_known = true;
+    for (const ir::Value* v : node.inputs()) {
+      if (!v || v->is_constant() || !v->bound_value()) continue;
+      any_bound = true;
+      const DType t = v->bound_value()->dtype();
+      all_known = all_known && v->symbolic_elems_known() && (t == DType::kInt64 || t == DType::kInt32) &&
+                  v->bound_value()->numel() <= 64;
+    }
+    joint = any_bound && all_known;
+  }
+  if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true, joint));
+  SetSymbolicElems(node);
   // Dims decided by shape-input values, and everything computed from them:
   // only the rank is known here, so every dim is symbolic (probing extents
   // around the probe would miss dims that vary only at other values).
@@ -416,6 +569,7 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
     o->set_value_dims(value_dims);
     if (value_dims) o->set_symbolic_mask(AllDims(o->shape().size()));
   }
+  if (joint) return Status::Ok();  // the bound inputs' symbolic elements were probed with the dims
   for (int i = 0; i < node.num_inputs(); ++i) {
     const ir::Value* v = node.input(i);
     if (v && !v->is_constant() && v->bound_value()) return PropagateBound(node, *def);

@@ -298,6 +298,70 @@ TEST(DynamicShapes, ShapeArithmeticFollowsEachSignature) {
   }
 }
 
+// Exported attention merges heads with Reshape(x, [batch, seq, 8]) where
+// batch and seq come from Shape(x) and 8 is a constant: the compiler probes
+// the target's symbolic elements together with x's symbolic dims, so the
+// last dim stays static (LayerNorm and other fusions need it fixed), while a
+// target with -1 ([batch, -1]: seq * 8) keeps its inferred dim symbolic.
+// Both run at several signatures against the plain loop.
+TEST(DynamicShapes, ReshapeTargetsFromShapeKeepTheirFixedElements) {
+  for (bool inferred : {false, true}) {
+    SCOPED_TRACE(inferred ? "[batch, -1]" : "[batch, seq, 8]");
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* x = g->AddValue("x", DType::kFloat32, {-1, -1, 4, 2});
+    x->dim_params() = {"batch", "seq", "", ""};
+    g->inputs().push_back(x);
+    auto i64 = [&](const std::string& name, std::vector<std::int64_t> v, Shape shape) {
+      auto t = std::make_shared<HostTensor>(DType::kInt64, shape);
+      for (std::size_t i = 0; i < v.size(); ++i) t->mutable_data_as<std::int64_t>()[i] = v[i];
+      return g->AddConstant(name, t);
+    };
+    ir::Value* s = g->AddValue("s");
+    g->AddNode("Shape", "shape", {x}, {s});
+    std::vector<ir::Value*> parts;
+    for (int d = 0; d < (inferred ? 1 : 2); ++d) {
+      ir::Value* e = g->AddValue("e" + std::to_string(d));
+      ir::Value* u = g->AddValue("u" + std::to_string(d));
+      g->AddNode("Gather", "gather" + std::to_string(d), {s, i64("i" + std::to_string(d), {d}, {})}, {e});
+      g->AddNode("Unsqueeze", "unsqueeze" + std::to_string(d), {e, i64("axes" + std::to_string(d), {0}, {1})}, {u});
+      parts.push_back(u);
+    }
+    parts.push_back(i64("last", {inferred ? -1 : 8}, {1}));
+    ir::Value* target = g->AddValue("target");
+    g->AddNode("Concat", "concat", parts, {target})->SetAttr("axis", ir::Attribute::Int(0));
+    ir::Value* r = g->AddValue("r");
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("Reshape", "merge", {x, target}, {r});
+    g->AddNode("Relu", "relu", {r}, {y});
+    g->outputs() = {y};
+    test::TempDir dir;
+    auto model = CompileAndLoad(std::move(g), dir);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    Model& m = **model;
+    const std::vector<DimInfo>& dims = m.outputs()[0].dims;
+    if (inferred) {
+      ASSERT_EQ(dims.size(), 2u);
+      EXPECT_EQ(dims[1].value, -1);  // seq * 8: follows from seq
+    } else {
+      ASSERT_EQ(dims.size(), 3u);
+      EXPECT_EQ(dims[0].value, -1);
+      EXPECT_EQ(dims[1].value, -1);
+      EXPECT_EQ(dims[2].value, 8);  // the constant element: fixed
+    }
+    for (auto [batch, seq] : {std::pair<std::int64_t, std::int64_t>{2, 3}, {1, 7}, {3, 1}}) {
+      std::vector<float> xs(static_cast<std::size_t>(batch * seq * 8)), ys(xs.size(), -7);
+      for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 5) - 2;
+      const Shape ys_shape = inferred ? Shape{batch, seq * 8} : Shape{batch, seq, 8};
+      auto shapes = m.OutputShapes({{batch, seq, 4, 2}});
+      ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+      EXPECT_EQ(shapes.value(), (std::vector<Shape>{ys_shape}));
+      Status st = m.Execute({TensorRef::Of(xs.data(), {batch, seq, 4, 2})}, {TensorRef::Of(ys.data(), ys_shape)});
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      for (std::size_t i = 0; i < xs.size(); ++i) EXPECT_EQ(ys[i], std::max(xs[i], 0.f)) << batch << "x" << seq << " " << i;
+    }
+  }
+}
+
 // A shape computed from a symbolic dim that a Reshape of a constant-shaped
 // tensor cannot take fails at that signature, naming the node.
 TEST(DynamicShapes, ShapeArithmeticErrorsNameTheNode) {
