@@ -74,7 +74,11 @@ test:
 	cmake --build $(BUILD) -j $(JOBS)
 	$(MAKE) build-asan
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	@# intercept_tls_get_addr=0: Clang 14's __tls_get_addr interceptor takes a dynamic TLS
+	@# block that malloc happened to place 16 bytes past a page boundary for a glibc 2.19
+	@# header and hands LeakSanitizer a garbage range; its tracer then dies with SIGSEGV at
+	@# exit ("Tracer caught signal 11", fixed in LLVM 17). Leak checking stays on.
+	ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -L unit
 	$(MAKE) test-tsan
 	$(MAKE) build-rt
