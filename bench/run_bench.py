@@ -3,7 +3,7 @@
 
   /usr/bin/python3 bench/run_bench.py --kiln build/kiln --work DIR
       [--models LIST] [--threads 1,2] [--runs 50] [--warmup 5] [--rounds 3]
-      [--round-ms 1500] [--out bench/RESULTS.md]
+      [--round-ms 1500] [--pin-cpu N] [--out bench/RESULTS.md]
 
 Models (default: all of them):
   torchvision, 1x3x224x224 (tools/export_torchvision.py): resnet18, resnet50, mobilenet_v2,
@@ -24,7 +24,10 @@ For each model: export (cached in DIR/<model>/), `kiln compile`, then
     rtol 1e-3, atol 1e-4 x max|ref| (integer outputs: equal); ok when worst <= 1;
   * Transposes: in the source graph and in the compiled one (`kiln inspect --json`);
   * latency: for each thread count, `kiln bench --json` and bench/ort_bench.js interleaved
-    (kiln, ort, kiln, ort, ...) for --rounds rounds so machine noise hits both. Timed runs per
+    (kiln, ort, kiln, ort, ...) for --rounds rounds so machine noise hits both; 1-thread runs of
+    both pinned to one CPU (--pin-cpu, default the highest in this process's affinity; -1: not
+    pinned), since the vCPUs of a shared host can run at very different speeds and an unpinned
+    pair may put the two engines on different ones. Timed runs per
     round: --runs, fewer for slow models (about --round-ms per round, at least 5). median/p90 =
     median over rounds of each round's value;
   * peak RSS of each bench process (its VmHWM, reported by kiln bench and ort_bench.js; ONNX
@@ -289,7 +292,9 @@ def render(args, rows, info, ort_version, node_rss, errors):
            "graphOptimizationLevel all, sequential, interOpNumThreads 1)",
            "- Models and method: `bench/run_bench.py`'s docstring (random weights, randomised norms; "
            f"{args.rounds} interleaved rounds, about {args.round_ms} ms of timed runs per round, at most "
-           f"{args.runs}; median/p90 = median over rounds). Ratio < 1: Kiln is faster. Peak RSS: the "
+           f"{args.runs}; median/p90 = median over rounds; "
+           + (f"1-thread runs of both pinned to CPU {args.pin_cpu}" if args.pin_cpu >= 0 else "not pinned")
+           + "). Ratio < 1: Kiln is faster. Peak RSS: the "
            f"bench process's (ONNX Runtime's includes node itself: {fmt_bytes(node_rss)} for node with "
            "onnxruntime-node loaded and no session). Load + first: Kiln's Model::Load and first run; "
            "ONNX Runtime's session creation and first run.",
@@ -408,6 +413,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved kiln/ort rounds")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "RESULTS.md"))
     ap.add_argument("--node", default="node", help="node executable for bench/ort_bench.js")
+    ap.add_argument("--pin-cpu", type=int, default=max(os.sched_getaffinity(0)),
+                    help="CPU both engines' 1-thread runs are pinned to (taskset); -1: not pinned")
     args = ap.parse_args()
 
     kiln = os.path.abspath(args.kiln)
@@ -451,8 +458,9 @@ def main():
         warmup = min(args.warmup, max(1, runs // 5))
         for threads in args.threads:
             common = given + ["--runs", str(runs), "--warmup", str(warmup), "--threads", str(threads)]
-            cmds = {"kiln": [kiln, "bench", kfile] + common + ["--json"],
-                    "ort": [args.node, ORT_BENCH, onnx_file] + common}
+            pin = ["taskset", "-c", str(args.pin_cpu)] if threads == 1 and args.pin_cpu >= 0 else []
+            cmds = {"kiln": pin + [kiln, "bench", kfile] + common + ["--json"],
+                    "ort": pin + [args.node, ORT_BENCH, onnx_file] + common}
             st = bench_rounds(cmds, model, threads, args.rounds, errors)
             if st["ort"] and st["ort"].get("version"):
                 ort_version = st["ort"]["version"]
