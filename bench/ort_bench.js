@@ -2,13 +2,16 @@
 // ONNX Runtime (CPU, onnxruntime-node) latency baseline for Kiln benchmarks.
 //
 //   node bench/ort_bench.js MODEL.onnx [--input NAME=FILE.npy ...] [--threads T]
-//        [--runs N] [--warmup W] [--seed S] [--output-dir DIR]
+//        [--runs N] [--warmup W] [--seed S] [--output-dir DIR] [--profile PREFIX]
 //
 // Prints one JSON line: {median_ms, p90_ms, min_ms, mean_ms, max_ms, runs, warmup,
 // threads, load_ms, first_ms, peak_rss_bytes, ort_version}; first_ms is the first session.run
 // (warm-up or timed), peak_rss_bytes the process's VmHWM. Inputs not given are seeded random (fixed shapes only).
 // --input also accepts an input index (0=FILE.npy), like `kiln run`.
 // --output-dir writes output_<i>.npy (outputs of the last run) for cross-checking.
+// --profile turns on ONNX Runtime's session profiler (PREFIX_<date>.json, every run's node
+// spans, warm-up included); the JSON line names the file as profile_file. bench/ort_ops.py sums
+// it per op type (each node's median over runs), like `kiln bench --profile`'s table.
 // Install the runtime first with scripts/install_ort.sh. Keep command lines short:
 // onnxruntime-node has been seen to crash with command lines over ~28 KB.
 'use strict';
@@ -23,7 +26,7 @@ function die(msg) {
 
 function usage() {
   return 'usage: node bench/ort_bench.js MODEL.onnx [--input NAME=FILE.npy ...] ' +
-         '[--threads T] [--runs N] [--warmup W] [--seed S] [--output-dir DIR]';
+         '[--threads T] [--runs N] [--warmup W] [--seed S] [--output-dir DIR] [--profile PREFIX]';
 }
 
 function parseArgs(argv) {
@@ -49,6 +52,7 @@ function parseArgs(argv) {
     else if (k === '--warmup') a.warmup = intArg(k, next(), 0);
     else if (k === '--seed') a.seed = intArg(k, next(), 0);
     else if (k === '--output-dir') a.outputDir = next();
+    else if (k === '--profile') a.profile = next();
     else if (k === '-h' || k === '--help') { console.log(usage()); process.exit(0); }
     else if (k.startsWith('-')) die(`unknown option ${k}\n${usage()}`);
     else if (a.model === null) a.model = k;
@@ -195,6 +199,10 @@ async function main() {
     graphOptimizationLevel: 'all',
     logSeverityLevel: 3,
   };
+  if (args.profile) {
+    opts.enableProfiling = true;
+    opts.profileFilePrefix = args.profile;
+  }
   const t0 = process.hrtime.bigint();
   const session = await ort.InferenceSession.create(args.model, opts);
   const loadMs = Number(process.hrtime.bigint() - t0) / 1e6;
@@ -242,6 +250,15 @@ async function main() {
     session.outputNames.forEach((name, i) =>
       writeNpy(path.join(args.outputDir, `output_${i}.npy`), out[name]));
   }
+  let profileFile = null;
+  if (args.profile) {
+    await session.endProfiling();
+    // The profiler names its file PREFIX_<date and time>.json: the newest such file is this run's.
+    const dir = path.dirname(path.resolve(args.profile)), base = path.basename(args.profile) + '_';
+    const found = fs.readdirSync(dir).filter(f => f.startsWith(base) && f.endsWith('.json'))
+                    .map(f => path.join(dir, f)).sort((x, y) => fs.statSync(y).mtimeMs - fs.statSync(x).mtimeMs);
+    profileFile = found.length ? found[0] : null;
+  }
   const sorted = times.slice().sort((x, y) => x - y);
   const r = x => Math.round(x * 1000) / 1000;
   console.log(JSON.stringify({
@@ -250,6 +267,7 @@ async function main() {
     runs: args.runs, warmup: args.warmup, threads: args.threads, load_ms: r(loadMs), first_ms: r(firstMs),
     peak_rss_bytes: peakRssBytes(),
     ort_version: version,
+    ...(args.profile ? {profile_file: profileFile} : {}),
   }));
   await session.release();
 }
