@@ -46,7 +46,7 @@ const ir::Node* FindOp(const format::CompiledModel& cm, const std::string& op) {
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-enum class Act { kNone, kRelu, kClip };
+enum class Act { kNone, kRelu, kClip, kLeakyRelu };
 
 struct RescaleCase {
   std::int64_t c = 192, m = 12, group = 1;
@@ -105,6 +105,8 @@ void CheckRescaledConvInteger(const RescaleCase& rc) {
     ir::Value* a = g->AddValue("act");
     if (rc.act == Act::kRelu) {
       g->AddNode("Relu", "relu", {cur}, {a});
+    } else if (rc.act == Act::kLeakyRelu) {
+      g->AddNode("LeakyRelu", "leaky", {cur}, {a})->SetAttr("alpha", ir::Attribute::Float(0.1f));
     } else {
       g->AddNode("Clip", "clip",
                  {cur, g->AddConstant("lo", Tensor(DType::kFloat32, {}, std::vector<float>{lo})),
@@ -128,7 +130,7 @@ void CheckRescaledConvInteger(const RescaleCase& rc) {
   EXPECT_EQ(fused->GetInt(ops::kNhwcAttr, 0), rc.channels_last ? 1 : 0);
   EXPECT_EQ(CountOp(cm, "Cast"), 0);
   EXPECT_EQ(CountOp(cm, "Mul"), 1);  // x_scale * w_scale, computed per run
-  EXPECT_EQ(CountOp(cm, "Add") + CountOp(cm, "Relu") + CountOp(cm, "Clip"), 0);
+  EXPECT_EQ(CountOp(cm, "Add") + CountOp(cm, "Relu") + CountOp(cm, "Clip") + CountOp(cm, "LeakyRelu"), 0);
 
   const std::int64_t oh = h, ow = w;
   for (auto [zp, xscale] : {std::pair<std::uint8_t, float>{0, 0.0123f}, {131, 0.5f}, {255, 3.25e-2f}}) {
@@ -159,6 +161,10 @@ void CheckRescaledConvInteger(const RescaleCase& rc) {
             float want = v;
             if (rc.act == Act::kRelu) want = want < 0.f ? 0.f : want;
             if (rc.act == Act::kClip) want = std::min(std::max(want, lo), hi);
+            if (rc.act == Act::kLeakyRelu && want < 0.f) {
+              const volatile float leak = 0.1f * want;
+              want = leak;
+            }
             const float got = out[((b * m + oc) * oh + i) * ow + j];
             ASSERT_TRUE(SameBits(got, want) || (want == 0.f && got == 0.f))
                 << "zp " << int(zp) << " at " << b << "," << oc << "," << i << "," << j << ": " << got << " vs "
@@ -183,6 +189,14 @@ TEST(ConvInteger, RescaledOneScaleNoBiasClipGroupedScaleFirst) {
   rc.bias = false;
   rc.act = Act::kClip;
   rc.scale_after = true;
+  CheckRescaledConvInteger(rc);
+}
+TEST(ConvInteger, RescaledLeakyReluNchw) {
+  RescaleCase rc;
+  rc.act = Act::kLeakyRelu;
+  rc.channels_last = false;
+  CheckRescaledConvInteger(rc);
+  rc.channels_last = true;
   CheckRescaledConvInteger(rc);
 }
 TEST(ConvInteger, RescaledDepthwise) {

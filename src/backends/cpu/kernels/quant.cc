@@ -726,6 +726,125 @@ void Requantize(DType t, const float* acc, void* y, std::int64_t outer, std::int
   else RequantizeRows(acc, static_cast<std::int8_t*>(y), outer, channels, inner, scales, zp);
 }
 
+// y = act(y * s + b) over the first n - n % 8 values, in AVX (no FMA: the
+// multiply and the add round separately, as the graph's Mul and Add do).
+// s and b: per value (`per`) or one value each at s[0] and b[0]; b null: no
+// add. act: 0 none, 1 Relu, 2 LeakyRelu(al), 3 Clip(al, be), each as the
+// scalar loops compute it (NaN passes through: maxps/minps return their
+// second operand, here the value, when either is NaN). Returns the count done.
+__attribute__((target("avx"))) std::int64_t RescaleAvx(float* y, const float* s, const float* b, bool per,
+                                                       std::int64_t n, int act, float al, float be) {
+  const __m256 s1 = _mm256_set1_ps(s[0]), b1 = _mm256_set1_ps(b ? b[0] : 0.f);
+  const __m256 zero = _mm256_setzero_ps(), va = _mm256_set1_ps(al), vb = _mm256_set1_ps(be);
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(y + i), per ? _mm256_loadu_ps(s + i) : s1);
+    if (b) v = _mm256_add_ps(v, per ? _mm256_loadu_ps(b + i) : b1);
+    if (act == 1) {
+      v = _mm256_max_ps(zero, v);  // v < 0 ? 0 : v
+    } else if (act == 2) {
+      v = _mm256_blendv_ps(v, _mm256_mul_ps(va, v), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    } else if (act == 3) {
+      v = _mm256_min_ps(vb, _mm256_max_ps(va, v));  // min(max(v, al), be)
+    }
+    _mm256_storeu_ps(y + i, v);
+  }
+  return i;
+}
+
+// kiln.rescale's epilogue after the exact sums: act(float(sum) * S + B), the
+// graph's Cast, Mul, Add and activation in their order, each step its own
+// loop (rounded as the graph's op rounds it; no fused multiply-add). S
+// (input 4) and B (input 5) are one value or one per channel, read at each
+// run.
+class RescaleEpilogue {
+ public:
+  Status Init(const KernelInit& init) {
+    scale_per_ = NumElements(init.inputs[4].shape) != 1;
+    bias_per_ = init.inputs.size() > 5 && init.inputs[5].present() ? (NumElements(init.inputs[5].shape) != 1 ? 1 : 0) : -1;
+    const std::string act = init.node->GetString(ops::kActAttr, "");
+    alpha_ = init.node->GetFloat(ops::kActAlphaAttr, 0.f);
+    beta_ = init.node->GetFloat(ops::kActBetaAttr, 0.f);
+    if (act.empty()) act_ = Act::kNone;
+    else if (act == "Relu") act_ = Act::kRelu;
+    else if (act == "LeakyRelu") act_ = Act::kLeakyRelu;
+    else if (act == "Clip") act_ = Act::kClip;
+    else return Error(StatusCode::kUnimplemented, init.node->Describe(), ": fused activation '", act,
+                      "' is not supported after kiln.rescale (Relu, LeakyRelu or Clip)");
+    return Status::Ok();
+  }
+  bool has_bias() const { return bias_per_ >= 0; }
+  // This run's scale and bias, one per channel (a single value broadcast),
+  // so the loops below run with unit strides and vectorize.
+  void Load(const KernelArgs& a, std::int64_t channels, std::vector<float>& sv, std::vector<float>& bv) const {
+    const float* sc = a.in_as<float>(4);
+    const float* b = has_bias() ? a.in_as<float>(5) : nullptr;
+    sv.resize(static_cast<std::size_t>(channels));
+    bv.resize(static_cast<std::size_t>(channels));
+    for (std::int64_t c = 0; c < channels; ++c) {
+      sv[c] = sc[scale_per_ ? c : 0];
+      bv[c] = b ? b[bias_per_ ? c : 0] : 0.f;
+    }
+  }
+  // In place over float sums: channels-last rows (y[i, c], `rows` rows of
+  // `channels`) or planes (y[o, c, i], `inner` values per channel).
+  void ApplyInPlace(float* y, const float* s, const float* b, std::int64_t outer, std::int64_t channels,
+                    std::int64_t inner, bool channels_last) const {
+    if (channels_last) {
+      const std::int64_t rows = outer * inner;
+      ParallelFor(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, channels)),
+                  [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) Span(y + r * channels, s, b, true, channels);
+      });
+      return;
+    }
+    ParallelFor(outer * channels, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, inner)),
+                [&](std::int64_t p0, std::int64_t p1) {
+      for (std::int64_t p = p0; p < p1; ++p) Span(y + p * inner, s + p % channels, b + p % channels, false, inner);
+    });
+  }
+  // One span: per-value s and b (`per`), or s[0] and b[0] for all of it.
+  void Span(float* y, const float* s, const float* b, bool per, std::int64_t n) const {
+    static const bool avx = __builtin_cpu_supports("avx");
+    const float* bb = has_bias() ? b : nullptr;
+    const std::int64_t done = avx ? RescaleAvx(y, s, bb, per, n, static_cast<int>(act_), alpha_, beta_) : 0;
+    y += done;
+    n -= done;
+    if (per) {
+      s += done;
+      b += done;
+    }
+    for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] * s[per ? i : 0];
+    if (bb) {
+      for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] + b[per ? i : 0];
+    }
+    Activate(y, n);
+  }
+  // The activation as its own kernel computes it.
+  void Activate(float* v, std::int64_t n) const {
+    const float al = alpha_, be = beta_;
+    switch (act_) {
+      case Act::kNone: return;
+      case Act::kRelu:
+        for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.f ? 0.f : v[i];
+        return;
+      case Act::kLeakyRelu:
+        for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.f ? al * v[i] : v[i];
+        return;
+      case Act::kClip:
+        for (std::int64_t i = 0; i < n; ++i) v[i] = std::min(std::max(v[i], al), be);
+        return;
+    }
+  }
+
+ private:
+  enum class Act { kNone = 0, kRelu = 1, kLeakyRelu = 2, kClip = 3 };  // RescaleAvx's act codes
+  bool scale_per_ = false;
+  int bias_per_ = -1;  // -1 none, 0 one value, 1 per channel
+  Act act_ = Act::kNone;
+  float alpha_ = 0.f, beta_ = 0.f;
+};
+
 // QLinearConv on oneDNN's int8 convolution (VNNI where the CPU has it):
 // dst = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - x_zp) *
 // w + B)) + y_zp), oneDNN's output scales, source and destination zero
@@ -741,11 +860,15 @@ class DnnlQConvKernel : public Kernel {
   // ConvInteger (x, w, x_zp?, w_zp?): the int32 sums themselves, with x's
   // zero point read at run time (DynamicQuantizeLinear computes it).
   // `rescale` (with `integer`, kiln.rescale): a float32 output,
-  // act(float(sum) * S + B), S (input 4) and B (input 5) read at each run,
-  // on oneDNN's float32 destination and binary post-ops: it converts the
-  // exact int32 sum to float32 once and multiplies, adds and clamps in the
-  // graph's order, so the result is the unfused graph's bit for bit
-  // (`QuantKernels.RescaledConvIntegerIsTheGraphsBitForBit`).
+  // act(float(sum) * S + B), S (input 4) and B (input 5) read at each run:
+  // oneDNN's float32 destination holds float(sum), the exact int32 sum
+  // converted once, and RescaleEpilogue multiplies, adds and clamps it in
+  // place in the graph's order, so the result is the unfused graph's bit
+  // for bit (`ConvInteger.Rescaled*`). Not oneDNN's binary post-ops, which
+  // did the same: per-channel binary post-ops cost oneDNN 2.6's int8
+  // convolutions more than the convolution itself (dynamic MobileNetV2's
+  // 16 -> 96 1x1 at 112x112: 178 us without them, 560 with the multiply
+  // and the add; the 52 convolutions 1.7 ms against 3.3, 1 thread, Zen 5).
   Result<bool> Init(const KernelInit& init, bool integer = false, bool rescale = false) {
     using dt = dnnl::memory::data_type;
     const int wi = integer ? 1 : 3;
@@ -782,8 +905,11 @@ class DnnlQConvKernel : public Kernel {
     if (integer && !rescale && !SumsFitFloat(*w, u8w, cout)) return false;
     rescale_ = rescale;
     if (rescale) {
-      scale_per_ = NumElements(init.inputs[4].shape) != 1;
-      bias_per_ = init.inputs.size() > 5 && init.inputs[5].present() ? (NumElements(init.inputs[5].shape) != 1 ? 1 : 0) : -1;
+      if (!epilogue_.Init(init).ok()) return false;  // the fallback names the activation
+      y_outer_ = y[0];
+      y_inner_ = NumElements(y) / std::max<std::int64_t>(1, y[0] * y[1]);
+      cout_ = cout;
+      nhwc_ = nhwc;
     }
     std::vector<float> scales;
     if (!integer) {
@@ -833,21 +959,6 @@ class DnnlQConvKernel : public Kernel {
         attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
         if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
       }
-      if (rescale) {  // float(sum) * S [+ B] [act], S and B bound at each run
-        dnnl::post_ops po;
-        dnnl::memory::dims one(y.size(), 1);
-        dnnl::memory::dims per = one;
-        per[1] = cout;
-        scale_md_ = PlainDesc(Shape(scale_per_ ? per.begin() : one.begin(), scale_per_ ? per.end() : one.end()));
-        po.append_binary(dnnl::algorithm::binary_mul, scale_md_);
-        if (bias_per_ >= 0) {
-          bias_md_ = PlainDesc(Shape(bias_per_ ? per.begin() : one.begin(), bias_per_ ? per.end() : one.end()));
-          po.append_binary(dnnl::algorithm::binary_add, bias_md_);
-        }
-        const Status act = AppendFusedActivation(*init.node, po);
-        if (!act.ok()) throw dnnl::error(dnnl_unimplemented, "fused activation");
-        attr.set_post_ops(po);
-      }
       attr = UserScratchpad(attr);
       const dnnl::memory::desc b_md = has_bias ? PlainDesc({cout}, f32_ ? dt::f32 : dt::s32) : dnnl::memory::desc();
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
@@ -889,14 +1000,6 @@ class DnnlQConvKernel : public Kernel {
       if (has_bias) {
         args_[DNNL_ARG_BIAS] = dnnl::memory(b_md, DnnlEngine(), f32_ ? static_cast<void*>(fbias_.data()) : bias_.data());
       }
-      if (rescale) {
-        scale_mem_ = dnnl::memory(scale_md_, DnnlEngine(), nullptr);
-        args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = scale_mem_;
-        if (bias_per_ >= 0) {
-          bias_mem_ = dnnl::memory(bias_md_, DnnlEngine(), nullptr);
-          args_[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] = bias_mem_;
-        }
-      }
       if (src_md_ != src_plain_) to_src_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), src_plain_, DnnlEngine(), src_md_));
       if (dst_md_ != dst_plain_) from_dst_ = dnnl::reorder(dnnl::reorder::primitive_desc(DnnlEngine(), dst_md_, DnnlEngine(), dst_plain_));
       ok = true;
@@ -907,10 +1010,6 @@ class DnnlQConvKernel : public Kernel {
 
   Status Run(const KernelArgs& a) override {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
-    if (rescale_) {
-      scale_mem_.set_data_handle(const_cast<void*>(a.in(4)));
-      if (bias_per_ >= 0) bias_mem_.set_data_handle(const_cast<void*>(a.in(5)));
-    }
     // Channels-last copies of the activations: per thread, reused.
     thread_local std::vector<std::uint8_t> src_buf, dst_buf;
     // The float32 route's centred input and float sums.
@@ -947,6 +1046,11 @@ class DnnlQConvKernel : public Kernel {
       from_dst_.execute(s, dst_, plain);
     }
     s.wait();
+    if (rescale_) {  // float(sum) -> act(float(sum) * S + B), in place
+      thread_local std::vector<float> sv, bv;
+      epilogue_.Load(a, cout_, sv, bv);
+      epilogue_.ApplyInPlace(a.out_as<float>(0), sv.data(), bv.data(), y_outer_, cout_, y_inner_, nhwc_);
+    }
     if (f32_) {
       if (nhwc_) Requantize(out_type_, yf.data(), a.out(0), y_batch_ * y_inner_, cout_, 1, scales_, static_cast<float>(dst_zp_));
       else Requantize(out_type_, yf.data(), a.out(0), y_batch_, cout_, y_inner_, scales_, static_cast<float>(dst_zp_));
@@ -960,12 +1064,11 @@ class DnnlQConvKernel : public Kernel {
   dnnl::reorder to_src_, from_dst_;
   dnnl::memory::desc src_md_, dst_md_, src_plain_, dst_plain_;
   dnnl::memory src_, dst_, src_zp_mem_, dst_zp_mem_;
-  // kiln.rescale: the scale's and bias's post-op operands (bias_per_: -1
-  // none, 0 one value, 1 per channel).
-  bool rescale_ = false, scale_per_ = false;
-  int bias_per_ = -1;
-  dnnl::memory::desc scale_md_, bias_md_;
-  dnnl::memory scale_mem_, bias_mem_;
+  // kiln.rescale: the epilogue and the output's extents (batch, positions
+  // per channel; cout_, nhwc_ below).
+  bool rescale_ = false;
+  RescaleEpilogue epilogue_;
+  std::int64_t y_outer_ = 0;
   std::shared_ptr<dnnl::memory> packed_;
   std::vector<std::int32_t> bias_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
@@ -1440,18 +1543,7 @@ class RescaledIntegerKernel : public Kernel {
     inner_count_ = 1;
     for (std::size_t i = axis + 1; i < y.size(); ++i) inner_count_ *= y[i];
     count_ = NumElements(y);
-    scale_per_ = NumElements(init.inputs[4].shape) != 1;
-    bias_per_ = init.inputs.size() > 5 && init.inputs[5].present() ? (NumElements(init.inputs[5].shape) != 1 ? 1 : 0) : -1;
-    const std::string act = init.node->GetString(ops::kActAttr, "");
-    alpha_ = init.node->GetFloat(ops::kActAlphaAttr, 0.f);
-    beta_ = init.node->GetFloat(ops::kActBetaAttr, 0.f);
-    if (act.empty()) act_ = Act::kNone;
-    else if (act == "Relu") act_ = Act::kRelu;
-    else if (act == "LeakyRelu") act_ = Act::kLeakyRelu;
-    else if (act == "Clip") act_ = Act::kClip;
-    else return Error(StatusCode::kUnimplemented, init.node->Describe(), ": fused activation '", act,
-                      "' is not supported after kiln.rescale (Relu, LeakyRelu or Clip)");
-    return Status::Ok();
+    return epilogue_.Init(init);
   }
 
   Status Run(const KernelArgs& a) override {
@@ -1473,23 +1565,14 @@ class RescaledIntegerKernel : public Kernel {
     ia.num_inputs = 4;
     KILN_RETURN_IF_ERROR(inner_->Run(ia));
     const std::int32_t* s32 = acc.data();
-    const float* sc = a.in_as<float>(4);
-    const float* b = bias_per_ >= 0 ? a.in_as<float>(5) : nullptr;
     float* y = a.out_as<float>(0);
     const std::int64_t cn = channels_, inner = inner_count_;
-    // Per-channel scale and bias (one value broadcast), so every loop below
-    // runs with unit strides and vectorizes. The pointers, not the
-    // thread_local vectors, go to the workers.
+    // The pointers, not the thread_local vectors, go to the workers.
     thread_local std::vector<float> sv, bv;
-    sv.resize(static_cast<std::size_t>(cn));
-    bv.resize(static_cast<std::size_t>(cn));
-    for (std::int64_t c = 0; c < cn; ++c) {
-      sv[c] = sc[scale_per_ ? c : 0];
-      bv[c] = b ? b[bias_per_ ? c : 0] : 0.f;
-    }
+    epilogue_.Load(a, cn, sv, bv);
     const float* svp = sv.data();
     const float* bvp = bv.data();
-    const bool has_b = b != nullptr;
+    const bool has_b = epilogue_.has_bias();
     ParallelFor(outer_, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, cn * inner)),
                 [&](std::int64_t o0, std::int64_t o1) {
       for (std::int64_t o = o0; o < o1; ++o) {
@@ -1504,7 +1587,7 @@ class RescaledIntegerKernel : public Kernel {
             if (has_b) {
               for (std::int64_t i = 0; i < inner; ++i) yr[i] = yr[i] + bia;
             }
-            Activate(yr, inner);
+            epilogue_.Activate(yr, inner);
           }
         } else {  // channels-last output y[o, i, c] from the NCHW sums
           for (std::int64_t i = 0; i < inner; ++i) {
@@ -1513,7 +1596,7 @@ class RescaledIntegerKernel : public Kernel {
             if (has_b) {
               for (std::int64_t c = 0; c < cn; ++c) yr[c] = yr[c] + bvp[c];
             }
-            Activate(yr, cn);
+            epilogue_.Activate(yr, cn);
           }
         }
       }
@@ -1523,7 +1606,6 @@ class RescaledIntegerKernel : public Kernel {
   std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
 
  private:
-  enum class Act { kNone, kRelu, kLeakyRelu, kClip };
   // float(sum) * scale [+ bias] over `n` channels, then the activation:
   // each step its own loop (rounded as the graph's op; no contraction).
   void Row(const std::int32_t* a, const float* s, const float* b, float* y, std::int64_t n) const {
@@ -1531,32 +1613,13 @@ class RescaledIntegerKernel : public Kernel {
     if (b) {
       for (std::int64_t c = 0; c < n; ++c) y[c] = y[c] + b[c];
     }
-    Activate(y, n);
-  }
-  // The activation as its own kernel computes it.
-  void Activate(float* v, std::int64_t n) const {
-    const float al = alpha_, be = beta_;
-    switch (act_) {
-      case Act::kNone: return;
-      case Act::kRelu:
-        for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.f ? 0.f : v[i];
-        return;
-      case Act::kLeakyRelu:
-        for (std::int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.f ? al * v[i] : v[i];
-        return;
-      case Act::kClip:
-        for (std::int64_t i = 0; i < n; ++i) v[i] = std::min(std::max(v[i], al), be);
-        return;
-    }
+    epilogue_.Activate(y, n);
   }
   std::unique_ptr<Kernel> inner_;
   bool nhwc_ = false;
   Shape x_;  // nhwc_: the NHWC input's shape
   std::int64_t outer_ = 0, channels_ = 0, inner_count_ = 0, count_ = 0;
-  bool scale_per_ = false;
-  int bias_per_ = -1;
-  Act act_ = Act::kNone;
-  float alpha_ = 0.f, beta_ = 0.f;
+  RescaleEpilogue epilogue_;
 };
 
 // MatMulInteger / ConvInteger: oneDNN's int8 primitive where it is exact and
