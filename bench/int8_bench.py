@@ -13,7 +13,8 @@ Layers of ResNet/MobileNet shapes, batch 1, random weights (seeded): a float32 C
 and a QLinearConv model (uint8 activations with zero points, int8 per-channel weights,
 int32 bias: the form ONNX Runtime's quantizer writes). Each runs with `kiln bench` and
 bench/ort_bench.js, interleaved round by round; reported: median over rounds of each
-round's median. Writes the section between <!-- bench:int8:begin --> and
+round's median; 1-thread runs all pinned to one CPU (--pin-cpu: a shared host's vCPUs can run
+at very different speeds). Writes the section between <!-- bench:int8:begin --> and
 <!-- bench:int8:end --> in --out.
 """
 import argparse
@@ -155,6 +156,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "bench", "RESULTS.md"))
     ap.add_argument("--node", default="node")
+    ap.add_argument("--pin-cpu", type=int, default=max(os.sched_getaffinity(0)),
+                    help="CPU every 1-thread run is pinned to (taskset), as in run_bench.py; -1: not pinned")
     args = ap.parse_args()
     kiln = os.path.abspath(args.kiln)
     d = os.path.abspath(os.path.join(args.work, "int8_bench"))
@@ -188,8 +191,9 @@ def main():
                     p = paths[kind]
                     common = [*input_args(p), "--runs", str(args.runs), "--warmup",
                               str(args.warmup), "--threads", str(threads)]
-                    cmd = ([kiln, "bench", p[:-5] + ".kiln"] + common + ["--json"] if eng == "kiln"
-                           else [args.node, ORT_BENCH, p] + common)
+                    pin = ["taskset", "-c", str(args.pin_cpu)] if threads == 1 and args.pin_cpu >= 0 else []
+                    cmd = pin + ([kiln, "bench", p[:-5] + ".kiln"] + common + ["--json"] if eng == "kiln"
+                                 else [args.node, ORT_BENCH, p] + common)
                     what = f"{eng} {name} {kind} threads={threads} round {r + 1}"
                     try:
                         j = parse_json(run(cmd, what), what)
@@ -219,7 +223,8 @@ def main():
            "(zero points 120 / 100), int8 per-channel weights, int32 bias. Kiln runs QLinearConv on oneDNN's "
            "int8 convolution (NCHW uint8 in and out, reordered to its channels-last layout inside the kernel).",
            f"- {args.rounds} interleaved rounds, each {args.runs} timed runs after {args.warmup} warm-up runs; "
-           "median over rounds of each round's median, in ms.", "",
+           "median over rounds of each round's median, in ms; "
+           + (f"1-thread runs pinned to CPU {args.pin_cpu}." if args.pin_cpu >= 0 else "not pinned."), "",
            "| layer | threads | Kiln fp32 | Kiln int8 | Kiln int8/fp32 | ORT fp32 | ORT int8 | Kiln int8 / ORT int8 |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, threads, m in rows:

@@ -330,7 +330,10 @@ Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
       std::memset(y, 0, static_cast<std::size_t>(n));
       return Status::Ok();
     }
-    ParallelFor(n, 16384, [&](std::int64_t b, std::int64_t e) { QuantizeRun(x + b, y + b, e - b, scale, zp); });
+    // Split only where the range pass was split too: a fork for a tensor
+    // that small cost more than it saved (MobileNetV2's 14x14x384 at 2
+    // threads: 12.1 us on one thread, 14.4-16.4 on two).
+    ParallelFor(n, 65536, [&](std::int64_t b, std::int64_t e) { QuantizeRun(x + b, y + b, e - b, scale, zp); });
     return Status::Ok();
   });
 }
@@ -790,15 +793,16 @@ class RescaleEpilogue {
   // `channels`) or planes (y[o, c, i], `inner` values per channel).
   void ApplyInPlace(float* y, const float* s, const float* b, std::int64_t outer, std::int64_t channels,
                     std::int64_t inner, bool channels_last) const {
+    constexpr std::int64_t kGrain = 65536;  // values per thread at least: a fork costs several us
     if (channels_last) {
       const std::int64_t rows = outer * inner;
-      ParallelFor(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, channels)),
+      ParallelFor(rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, channels)),
                   [&](std::int64_t r0, std::int64_t r1) {
         for (std::int64_t r = r0; r < r1; ++r) Span(y + r * channels, s, b, true, channels);
       });
       return;
     }
-    ParallelFor(outer * channels, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, inner)),
+    ParallelFor(outer * channels, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, inner)),
                 [&](std::int64_t p0, std::int64_t p1) {
       for (std::int64_t p = p0; p < p1; ++p) Span(y + p * inner, s + p % channels, b + p % channels, false, inner);
     });
