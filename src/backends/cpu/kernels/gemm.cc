@@ -291,7 +291,7 @@ Result<std::unique_ptr<Kernel>> MakeMatMul(const KernelInit& init) {
   if (NumElements(y) == 0 || a.back() == 0) {
     const std::size_t bytes = init.outputs[0].bytes();
     return MakeFn([bytes](const KernelArgs& args) {
-      std::memset(args.out(0), 0, bytes);
+      if (bytes != 0) std::memset(args.out(0), 0, bytes);  // an empty output has no buffer (null)
       return Status::Ok();
     });
   }
