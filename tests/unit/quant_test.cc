@@ -126,6 +126,19 @@ void CheckQLinearConv(const QConvCase& q) {
 }
 
 TEST(QLinearConv, Int8WeightsPerChannelOnOneDnn) { CheckQLinearConv({}); }
+// 1x1 convolutions on both sides of AmxPaysForOneByOne (quant.cc): with
+// AMX the first runs on oneDNN's AMX 1x1 kernel (64 channels a side, 16M
+// multiply-adds), the second on its VNNI one; either way the same exact sums.
+TEST(QLinearConv, OneByOneLargeEnoughForAmx) {
+  QConvCase q;
+  q.cin = 64, q.cout = 64, q.h = 64, q.w = 64, q.k = 1, q.pad = 0;
+  CheckQLinearConv(q);
+}
+TEST(QLinearConv, OneByOneFewChannelsSkipsAmx) {
+  QConvCase q;
+  q.cin = 32, q.cout = 16, q.h = 28, q.w = 28, q.k = 1, q.pad = 0;
+  CheckQLinearConv(q);
+}
 TEST(QLinearConv, Uint8WeightsZeroPoint128PerTensorOnOneDnn) {
   QConvCase q;
   q.u8_weights = true;

@@ -22,6 +22,7 @@
 
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
+#include "common/checked.h"
 #include "ops/fused_attrs.h"
 #include "ops/op_registry.h"
 #include "ops/window.h"
@@ -858,6 +859,45 @@ class RescaleEpilogue {
 // above. oneDNN's fast kernels want channels-last activations: the plain
 // NCHW input and output are reordered around the primitive (1 byte per
 // element) when its chosen layout differs.
+//
+// Where the CPU has AMX, oneDNN 2.6 lists its AMX int8 convolutions first.
+// With a window of 3x3 or more they run at 1/4 to 1/2 of its VNNI kernels'
+// time (ResNet-18's, Sapphire Rapids, 1 and 2 threads), but its AMX 1x1
+// kernel (jit_1x1:avx512_core_amx_int8) costs some 40 us a call whatever
+// the size, and with fewer than 64 channels a side it leaves the tiles'
+// 64-byte rows part empty: MobileNetV2's 1x1 convolutions ran 1.0-4.5x
+// slower on it than on brgconv_1x1:avx512_core_vnni (the model at 2
+// threads 2.65 ms against 1.80). A 1x1 convolution keeps AMX only with 64
+// or more input and output channels and 16M or more multiply-adds (ResNet-50's
+// bottleneck 1x1s: AMX 0.44-0.72 of VNNI at 1 thread, 0.51-0.95 at 2).
+bool AmxPaysForOneByOne(std::int64_t cin_per_group, std::int64_t cout, std::int64_t out_elems) {
+  constexpr std::int64_t kMinChannels = 64, kMinMacs = std::int64_t{16} << 20;
+  std::int64_t macs = 0;
+  if (!CheckedMul(out_elems, cin_per_group, &macs)) return true;  // huge: AMX
+  return cin_per_group >= kMinChannels && cout >= kMinChannels && macs >= kMinMacs;
+}
+
+// `pd` moved past oneDNN's AMX implementations to the next jit one, for a
+// 1x1 convolution that AmxPaysForOneByOne says runs faster without them.
+// Unchanged where the CPU has no AMX or no jit implementation follows.
+template <typename Pd, typename Desc>
+void SkipAmxWhereItLoses(Pd* pd, const Desc& d, const dnnl::primitive_attr& attr, const Shape& w, std::int64_t group,
+                         std::int64_t out_elems) {
+  auto amx = [](const Pd& p) { return std::string(p.impl_info_str()).find("amx") != std::string::npos; };
+  if (!amx(*pd) || group != 1 || w.size() < 3) return;
+  for (std::size_t i = 2; i < w.size(); ++i) {
+    if (w[i] != 1) return;
+  }
+  if (AmxPaysForOneByOne(w[1], w[0], out_elems)) return;
+  Pd alt(d, attr, DnnlEngine());
+  while (alt.next_impl()) {
+    const std::string impl = alt.impl_info_str();
+    if (impl.find("amx") != std::string::npos) continue;
+    if (impl.rfind("jit", 0) == 0 || impl.rfind("brg", 0) == 0) *pd = alt;
+    return;
+  }
+}
+
 class DnnlQConvKernel : public Kernel {
  public:
   // False (and no error) when the node does not fit this kernel. `integer`:
@@ -969,6 +1009,7 @@ class DnnlQConvKernel : public Kernel {
                                         f32_ && nhwc ? src_plain_ : any(x, xt), any(wg, wt), b_md,
                                         f32_ && nhwc ? dst_plain_ : any(y, yt), strides, dil, pl, pr);
       dnnl::convolution_forward::primitive_desc pd(d, attr, DnnlEngine());
+      if (!f32_) SkipAmxWhereItLoses(&pd, d, attr, ws, group, NumElements(y));
       prim_ = dnnl::convolution_forward(pd);
       src_md_ = pd.src_desc();
       dst_md_ = pd.dst_desc();
