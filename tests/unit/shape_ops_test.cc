@@ -106,6 +106,42 @@ TEST(Transpose, LargeInt8MatrixUsesTiles) {
   }
 }
 
+// NCHW <-> NHWC of 1-, 2-, 4- and 8-byte elements: the tiled copy's square
+// blocks (16x16 bytes, 8x8 of 2 and 4 bytes) with remainders on both sides
+// (37 channels, 9x11 pixels) and whole blocks (32 channels, 16x16), at 1
+// and 2 threads; against y[n][h][w][c] = x[n][c][h][w] and back.
+template <typename T>
+void CheckLayoutTransposes(DType dt) {
+  for (const Shape& shape : {Shape{2, 37, 9, 11}, Shape{1, 32, 16, 16}}) {
+    const std::int64_t N = shape[0], C = shape[1], H = shape[2], W = shape[3];
+    std::vector<T> x(static_cast<std::size_t>(N * C * H * W));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(i * 2654435761u >> 7);
+    for (int threads : {1, 2}) {
+      cpu::UseThreads(threads);
+      NodeRunner to_nhwc("Transpose", 13, {test::Tensor<T>(dt, shape, x)});
+      to_nhwc.Attr("perm", Ints({0, 2, 3, 1}));
+      auto a = to_nhwc.Run();
+      NodeRunner to_nchw("Transpose", 13, {test::Tensor<T>(dt, {N, H, W, C}, a.ok() ? Values<T>(a.value()[0]) : x)});
+      to_nchw.Attr("perm", Ints({0, 3, 1, 2}));
+      auto b = to_nchw.Run();
+      cpu::UseThreads(1);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      const std::vector<T> y = Values<T>(a.value()[0]), z = Values<T>(b.value()[0]);
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t c = 0; c < C; ++c)
+          for (std::int64_t i = 0; i < H * W; ++i) {
+            ASSERT_EQ(y[(n * H * W + i) * C + c], x[(n * C + c) * H * W + i]) << "NHWC, " << threads << " threads";
+          }
+      ASSERT_EQ(z, x) << "back to NCHW, " << threads << " threads";
+    }
+  }
+}
+TEST(Transpose, LayoutOfBytes) { CheckLayoutTransposes<std::uint8_t>(DType::kUInt8); }
+TEST(Transpose, LayoutOfHalves) { CheckLayoutTransposes<std::uint16_t>(DType::kFloat16); }
+TEST(Transpose, LayoutOfInt32) { CheckLayoutTransposes<std::int32_t>(DType::kInt32); }
+TEST(Transpose, LayoutOfInt64) { CheckLayoutTransposes<std::int64_t>(DType::kInt64); }
+
 // A channels-last map back to NCHW ([1, 40, 50, 21] -> [1, 21, 40, 50]):
 // 21 rows of 2000 columns, one row tile, so the copy splits its columns
 // into blocks (768, 768, 464) shared among threads; at 1 and 2 threads,

@@ -184,6 +184,102 @@ bool InterleaveCopy(const E* in, E* out, std::int64_t outer, std::int64_t rows, 
   return true;
 }
 
+// Square block transposes for the tiled copy below: out[m * ldo + k] =
+// in[k * ldi + m] for m, k < the block's side. Registers only move bits
+// (unpacks and shuffles), so any 1-, 2- or 4-byte values pass unchanged.
+// 32-bit elements, 8x8 (AVX).
+__attribute__((target("avx"))) void Block8x8x32(const std::uint32_t* in, std::int64_t ldi, std::uint32_t* out,
+                                                std::int64_t ldo) {
+  __m256 r[8], t[8], u[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(reinterpret_cast<const float*>(in + k * ldi));
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+    u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+    u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + m * ldo), _mm256_permute2f128_ps(u[m], u[m + 4], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + (m + 4) * ldo), _mm256_permute2f128_ps(u[m], u[m + 4], 0x31));
+  }
+}
+// 16-bit elements, 8x8 (SSE2).
+void Block8x8x16(const std::uint16_t* in, std::int64_t ldi, std::uint16_t* out, std::int64_t ldo) {
+  __m128i a[8], b[8], c[8];
+  for (int k = 0; k < 8; ++k) a[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + k * ldi));
+  for (int k = 0; k < 8; k += 2) {
+    b[k] = _mm_unpacklo_epi16(a[k], a[k + 1]);  // columns 0-3 of rows k, k+1
+    b[k + 1] = _mm_unpackhi_epi16(a[k], a[k + 1]);  // columns 4-7
+  }
+  for (int k = 0; k < 8; k += 4) {
+    c[k] = _mm_unpacklo_epi32(b[k], b[k + 2]);  // columns 0, 1 of rows k..k+3
+    c[k + 1] = _mm_unpackhi_epi32(b[k], b[k + 2]);  // 2, 3
+    c[k + 2] = _mm_unpacklo_epi32(b[k + 1], b[k + 3]);  // 4, 5
+    c[k + 3] = _mm_unpackhi_epi32(b[k + 1], b[k + 3]);  // 6, 7
+  }
+  for (int m = 0; m < 4; ++m) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * m) * ldo), _mm_unpacklo_epi64(c[m], c[m + 4]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * m + 1) * ldo), _mm_unpackhi_epi64(c[m], c[m + 4]));
+  }
+}
+// 8-bit elements, 16x16 (SSE2).
+void Block16x16x8(const std::uint8_t* in, std::int64_t ldi, std::uint8_t* out, std::int64_t ldo) {
+  __m128i a[16], b[16], c[16], d[16];
+  for (int k = 0; k < 16; ++k) a[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + k * ldi));
+  for (int k = 0; k < 16; k += 2) {
+    b[k] = _mm_unpacklo_epi8(a[k], a[k + 1]);  // columns 0-7 of rows k, k+1
+    b[k + 1] = _mm_unpackhi_epi8(a[k], a[k + 1]);  // columns 8-15
+  }
+  for (int k = 0; k < 16; k += 4) {
+    c[k] = _mm_unpacklo_epi16(b[k], b[k + 2]);  // columns 0-3 of rows k..k+3
+    c[k + 1] = _mm_unpackhi_epi16(b[k], b[k + 2]);  // 4-7
+    c[k + 2] = _mm_unpacklo_epi16(b[k + 1], b[k + 3]);  // 8-11
+    c[k + 3] = _mm_unpackhi_epi16(b[k + 1], b[k + 3]);  // 12-15
+  }
+  for (int k = 0; k < 16; k += 8) {
+    for (int q = 0; q < 4; ++q) {
+      d[k + 2 * q] = _mm_unpacklo_epi32(c[k + q], c[k + q + 4]);  // columns 4q, 4q+1 of rows k..k+7
+      d[k + 2 * q + 1] = _mm_unpackhi_epi32(c[k + q], c[k + q + 4]);  // 4q+2, 4q+3
+    }
+  }
+  for (int m = 0; m < 8; ++m) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * m) * ldo), _mm_unpacklo_epi64(d[m], d[m + 8]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (2 * m + 1) * ldo), _mm_unpackhi_epi64(d[m], d[m + 8]));
+  }
+}
+// One tile of the transposing copy, dst[i * ldo + j] = src[j * ldi + i] for
+// i in [i0, i1), j in [j0, j1), in square blocks where the element size has
+// one, the rest element by element.
+template <typename E>
+void TransposeTile(const E* src, std::int64_t ldi, E* dst, std::int64_t ldo, std::int64_t i0, std::int64_t i1,
+                   std::int64_t j0, std::int64_t j1) {
+  static const bool avx = __builtin_cpu_supports("avx");
+  constexpr std::int64_t kB = sizeof(E) == 1 ? 16 : sizeof(E) <= 4 ? 8 : 0;
+  std::int64_t i = i0;
+  if constexpr (kB > 0) {
+    if (sizeof(E) != 4 || avx) {
+      for (; i + kB <= i1; i += kB) {
+        std::int64_t j = j0;
+        for (; j + kB <= j1; j += kB) {
+          if constexpr (sizeof(E) == 1) Block16x16x8(src + j * ldi + i, ldi, dst + i * ldo + j, ldo);
+          else if constexpr (sizeof(E) == 2) Block8x8x16(src + j * ldi + i, ldi, dst + i * ldo + j, ldo);
+          else Block8x8x32(src + j * ldi + i, ldi, dst + i * ldo + j, ldo);
+        }
+        for (std::int64_t ii = i; ii < i + kB; ++ii) {
+          for (std::int64_t jj = j; jj < j1; ++jj) dst[ii * ldo + jj] = src[jj * ldi + ii];
+        }
+      }
+    }
+  }
+  for (; i < i1; ++i) {
+    for (std::int64_t j = j0; j < j1; ++j) dst[i * ldo + j] = src[j * ldi + i];
+  }
+}
+
 template <typename E>
 void StridedCopy(const StridedView& v, const E* in, E* out) {
   const std::size_t r = v.dims.size();
@@ -235,6 +331,10 @@ void StridedCopy(const StridedView& v, const E* in, E* out) {
       }
       for (std::int64_t j0 = c0; j0 < c1; j0 += kTile) {
         const std::int64_t j1 = std::min(c1, j0 + kTile);
+        if (sr == 1) {  // a plain 2-D transpose (NCHW <-> NHWC): square blocks
+          TransposeTile(src, sc, dst, cols, i0, i1, j0, j1);
+          continue;
+        }
         for (std::int64_t i = i0; i < i1; ++i) {
           for (std::int64_t j = j0; j < j1; ++j) dst[i * cols + j] = src[i * sr + j * sc];
         }
