@@ -8,6 +8,9 @@ Usage: /usr/bin/python3 bench/ab_env.py MODEL.kiln THREADS PAIRS VAR
 created (at load).
 """
 import sys, os, time, statistics, numpy as np
+if len(sys.argv) != 5 or sys.argv[1] in ("-h", "--help"):
+    print(__doc__)
+    sys.exit(0 if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help") else 2)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'build', 'python'))
 import kiln
 path, threads, n, var = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -28,20 +28,20 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
 import convert_half  # noqa: E402
 from results_md import write_section  # noqa: E402
-from run_bench import (ORT_BENCH, BenchError, ensure_export, int_list, log, machine_info,  # noqa: E402
+from run_bench import (ORT_BENCH, BenchError, int_list, log, machine_info,  # noqa: E402
                        parse_json, run)
+from run_bench import prepare as export_model  # noqa: E402
 
 BEGIN, END = "<!-- bench:half:begin -->", "<!-- bench:half:end -->"
 VARIANTS = [("kiln", "float32"), ("kiln", "float16"), ("kiln", "bfloat16"), ("ort", "float32"), ("ort", "float16")]
 
 
 def prepare(kiln, model, work):
-    mdir = os.path.abspath(os.path.join(work, model))
-    os.makedirs(mdir, exist_ok=True)
-    ensure_export(model, mdir)
+    # The suite's export (cached), as run_bench.py makes it: one image input.
+    mdir, inputs, _ = export_model(model, os.path.abspath(work))
     src = os.path.join(mdir, "model.onnx")
-    x = np.load(os.path.join(mdir, "input.npy"))
-    files = {"float32": (src, os.path.join(mdir, "input.npy"))}
+    x = np.load(inputs[0])
+    files = {"float32": (src, inputs[0])}
     m = onnx.load(src)
     for dt in ("float16", "bfloat16"):
         hdir = os.path.join(mdir, "bench_" + dt)
