@@ -2,6 +2,7 @@
 
 #include "common/checked.h"
 #include "ir/shape_values.h"
+#include "ops/shape_ops.h"
 
 #include <algorithm>
 #include <cstring>
@@ -289,14 +290,10 @@ void SetSymbolicElems(ir::Node& node) {
   if (op == "Shape") {
     if (!in0) return;
     const auto rank = static_cast<std::int64_t>(in0->shape().size());
-    std::int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
-    if (start < 0) start += rank;
-    if (end < 0) end += rank;
-    start = std::clamp<std::int64_t>(start, 0, rank);
-    end = std::clamp<std::int64_t>(end, 0, rank);
-    if (end - start != n) return;
-    for (std::int64_t d = start; d < end; ++d) {
-      if (d >= 64 || (in0->varying_mask() >> d & 1)) elems |= std::uint64_t{1} << (d - start);
+    const DimSpan span = ShapeSpan(rank, node.GetInt("start", 0), node.GetInt("end", rank));
+    if (span.size() != n) return;
+    for (std::int64_t d = span.start; d < span.end; ++d) {
+      if (d >= 64 || (in0->varying_mask() >> d & 1)) elems |= std::uint64_t{1} << (d - span.start);
     }
   } else if (op == "Identity" || op == "Cast" || op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" ||
              op == "Flatten") {

@@ -16,6 +16,14 @@
 
 namespace kiln::ops {
 
+DimSpan ShapeSpan(std::int64_t rank, std::int64_t start, std::int64_t end) {
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<std::int64_t>(start, 0, rank);
+  end = std::clamp<std::int64_t>(end, start, rank);  // before the start: empty
+  return {start, end};
+}
+
 Result<Shape> ReshapeTarget(const Shape& in, const std::vector<std::int64_t>& spec, bool allowzero) {
   Shape out(spec.size());
   int infer_at = -1;
@@ -302,12 +310,8 @@ Status InferConstant(InferContext& c) {
 
 Status InferShape(InferContext& c) {
   const auto r = static_cast<std::int64_t>(c.in_shape(0).size());
-  std::int64_t start = c.node().GetInt("start", 0), end = c.node().GetInt("end", r);
-  if (start < 0) start += r;
-  if (end < 0) end += r;
-  start = std::clamp<std::int64_t>(start, 0, r);
-  end = std::clamp<std::int64_t>(end, 0, r);
-  c.SetOutput(0, DType::kInt64, {std::max<std::int64_t>(end - start, 0)});
+  const DimSpan span = ShapeSpan(r, c.node().GetInt("start", 0), c.node().GetInt("end", r));
+  c.SetOutput(0, DType::kInt64, {span.size()});
   return Status::Ok();
 }
 

@@ -20,6 +20,17 @@ Result<Shape> SqueezeShape(const Shape& in, const std::vector<std::int64_t>* axe
 // Unsqueeze's output shape: a 1 at each of `axes` (of the output rank).
 Result<Shape> UnsqueezeShape(const Shape& in, const std::vector<std::int64_t>& axes);
 
+// The dims [start, end) that ONNX Shape (version 15's start / end attributes)
+// reads of a rank-`rank` input: negative values count from the end, both
+// are clamped to [0, rank], and an end before the start gives an empty span
+// (end == start). Shape's inference, folding, bound values, symbolic
+// elements and kernel all take it from here.
+struct DimSpan {
+  std::int64_t start = 0, end = 0;
+  std::int64_t size() const { return end - start; }
+};
+DimSpan ShapeSpan(std::int64_t rank, std::int64_t start, std::int64_t end);
+
 // Slice: per input dim, the first element, the step and the output length.
 struct SliceDim {
   std::int64_t start = 0, step = 1, len = 0;

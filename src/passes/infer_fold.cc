@@ -10,6 +10,7 @@
 #include "common/checked.h"
 #include "custom/registry.h"
 #include "ops/op_registry.h"
+#include "ops/shape_ops.h"
 #include "passes/pass_manager.h"
 
 namespace kiln::passes {
@@ -28,12 +29,8 @@ HostTensorPtr FoldShape(const ir::Node& n) {
   if (!in || !IsStatic(in->shape())) return nullptr;
   const auto& s = in->shape();
   auto rank = static_cast<std::int64_t>(s.size());
-  std::int64_t start = n.GetInt("start", 0), end = n.GetInt("end", rank);
-  if (start < 0) start += rank;
-  if (end < 0) end += rank;
-  start = std::clamp<std::int64_t>(start, 0, rank);
-  end = std::clamp<std::int64_t>(end, 0, rank);
-  std::int64_t len = std::max<std::int64_t>(end - start, 0);
+  const ops::DimSpan span = ops::ShapeSpan(rank, n.GetInt("start", 0), n.GetInt("end", rank));
+  const std::int64_t start = span.start, end = span.end, len = span.size();
   for (std::int64_t d = start; d < end && d < 64; ++d) {
     if (in->varying_mask() >> d & 1) return nullptr;  // data-dependent or symbolic: known at run time only
   }

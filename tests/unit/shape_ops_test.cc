@@ -522,6 +522,25 @@ TEST(Shape, StartAndEnd) {
   EXPECT_EQ(Values<std::int64_t>(out.value()[0]), (std::vector<std::int64_t>{3, 4}));
 }
 
+// Start / end out of range are clamped and an end before the start gives
+// an empty shape (ONNX's shape_clip_* and start-after-end cases), through
+// inference and the kernel; rank 4.
+TEST(Shape, ClampedAndEmptySpans) {
+  struct Case {
+    std::int64_t start, end;
+    std::vector<std::int64_t> want;
+  };
+  for (const Case& c : {Case{-10, 2, {2, 3}}, Case{1, 10, {3, 4, 5}}, Case{3, 1, {}}, Case{-1, -3, {}},
+                        Case{10, 20, {}}, Case{-2, 4, {4, 5}}}) {
+    NodeRunner r("Shape", 15, {Iota({2, 3, 4, 5})});
+    r.Attr("start", Int(c.start)).Attr("end", Int(c.end));
+    auto out = r.Run();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(r.out_shape(), (Shape{static_cast<std::int64_t>(c.want.size())})) << c.start << ".." << c.end;
+    EXPECT_EQ(Values<std::int64_t>(out.value()[0]), c.want) << c.start << ".." << c.end;
+  }
+}
+
 TEST(IdentityAndConstant, CopyValues) {
   NodeRunner id("Identity", 16, {I64T({2}, {7, -7})});
   auto a = id.Run();

@@ -1,6 +1,7 @@
 #include "backends/cpu/kernel.h"
 
 #include "ir/shape_values.h"
+#include "ops/shape_ops.h"
 
 #include <algorithm>
 #include <cstring>
@@ -98,15 +99,12 @@ Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes) {
     const ir::Value* in = node.input(0);
     if (!in || !IsStatic(in->shape())) return false;
     const auto rank = static_cast<std::int64_t>(in->shape().size());
-    std::int64_t start = node.GetInt("start", 0), end = node.GetInt("end", rank);
-    if (start < 0) start += rank;
-    if (end < 0) end += rank;
-    start = std::clamp<std::int64_t>(start, 0, rank);
-    end = std::clamp<std::int64_t>(end, 0, rank);
+    const ops::DimSpan span = ops::ShapeSpan(rank, node.GetInt("start", 0), node.GetInt("end", rank));
+    const std::int64_t start = span.start, end = span.end;
     for (std::int64_t d = start; d < end && d < 64; ++d) {
       if (in->dynamic_mask() >> d & 1) return false;
     }
-    auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{std::max<std::int64_t>(end - start, 0)});
+    auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{span.size()});
     for (std::int64_t d = start; d < end; ++d) t->mutable_data_as<std::int64_t>()[d - start] = in->shape()[d];
     node.output(0)->set_bound_value(std::move(t));
     return true;

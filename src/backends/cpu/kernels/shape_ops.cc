@@ -512,12 +512,8 @@ Result<std::unique_ptr<Kernel>> MakeGather(const KernelInit& init) {
 Result<std::unique_ptr<Kernel>> MakeShape(const KernelInit& init) {
   const Shape& x = init.inputs[0].shape;
   const auto r = static_cast<std::int64_t>(x.size());
-  std::int64_t start = init.node->GetInt("start", 0), end = init.node->GetInt("end", r);
-  if (start < 0) start += r;
-  if (end < 0) end += r;
-  start = std::clamp<std::int64_t>(start, 0, r);
-  end = std::clamp<std::int64_t>(end, 0, r);
-  std::vector<std::int64_t> dims(x.begin() + start, x.begin() + std::max(start, end));
+  const ops::DimSpan span = ops::ShapeSpan(r, init.node->GetInt("start", 0), init.node->GetInt("end", r));
+  std::vector<std::int64_t> dims(x.begin() + span.start, x.begin() + span.end);
   return MakeFn([dims](const KernelArgs& a) {
     if (!dims.empty()) std::memcpy(a.out(0), dims.data(), dims.size() * sizeof(std::int64_t));
     return Status::Ok();
