@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cpu/kernels/quant.h"
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
 #include "node_runner.h"
@@ -133,6 +134,18 @@ TEST(QLinearConv, OneByOneLargeEnoughForAmx) {
   QConvCase q;
   q.cin = 64, q.cout = 64, q.h = 64, q.w = 64, q.k = 1, q.pad = 0;
   CheckQLinearConv(q);
+}
+// The limits themselves, hand-set: 64 channels a side and 2^24
+// multiply-adds (output values x input channels), at and just past each.
+TEST(QLinearConv, AmxOneByOneLimits) {
+  EXPECT_TRUE(cpu::AmxPaysForOneByOne(64, 64, 64 * 64 * 64));        // 2^24 exactly
+  EXPECT_FALSE(cpu::AmxPaysForOneByOne(64, 64, 64 * 64 * 64 - 1));   // one short
+  EXPECT_FALSE(cpu::AmxPaysForOneByOne(63, 1024, 1024 * 56 * 56));   // few input channels
+  EXPECT_FALSE(cpu::AmxPaysForOneByOne(1024, 63, 63 * 56 * 56 * 8));  // few output channels
+  EXPECT_TRUE(cpu::AmxPaysForOneByOne(2048, 512, 512 * 7 * 7));      // ResNet-50's last 1x1: 51M
+  EXPECT_FALSE(cpu::AmxPaysForOneByOne(32, 16, 16 * 112 * 112));     // MobileNetV2's first 1x1
+  EXPECT_FALSE(cpu::AmxPaysForOneByOne(192, 64, 64 * 14 * 14));      // MobileNetV2's 14x14 1x1: 2.4M
+  EXPECT_TRUE(cpu::AmxPaysForOneByOne(std::int64_t{1} << 40, 64, std::int64_t{1} << 40));  // overflows: large
 }
 TEST(QLinearConv, OneByOneFewChannelsSkipsAmx) {
   QConvCase q;

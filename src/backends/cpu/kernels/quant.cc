@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels/quant.h"
 #include "backends/cpu/kernels/util.h"
 #include "common/checked.h"
 #include "ops/fused_attrs.h"
@@ -28,6 +29,14 @@
 #include "ops/window.h"
 
 namespace kiln::cpu {
+
+bool AmxPaysForOneByOne(std::int64_t cin, std::int64_t cout, std::int64_t out_elems) {
+  constexpr std::int64_t kMinChannels = 64, kMinMacs = std::int64_t{16} << 20;
+  std::int64_t macs = 0;
+  if (!CheckedMul(out_elems, cin, &macs)) return true;  // huge: AMX
+  return cin >= kMinChannels && cout >= kMinChannels && macs >= kMinMacs;
+}
+
 namespace {
 
 // A small quantization parameter (scale or zero point) read at run time:
@@ -870,13 +879,8 @@ class RescaleEpilogue {
 // threads 2.65 ms against 1.80). A 1x1 convolution keeps AMX only with 64
 // or more input and output channels and 16M or more multiply-adds (ResNet-50's
 // bottleneck 1x1s: AMX 0.44-0.72 of VNNI at 1 thread, 0.51-0.95 at 2).
-bool AmxPaysForOneByOne(std::int64_t cin_per_group, std::int64_t cout, std::int64_t out_elems) {
-  constexpr std::int64_t kMinChannels = 64, kMinMacs = std::int64_t{16} << 20;
-  std::int64_t macs = 0;
-  if (!CheckedMul(out_elems, cin_per_group, &macs)) return true;  // huge: AMX
-  return cin_per_group >= kMinChannels && cout >= kMinChannels && macs >= kMinMacs;
-}
-
+// AmxPaysForOneByOne (quant.h) holds the limits.
+//
 // `pd` moved past oneDNN's AMX implementations to the next jit one, for a
 // 1x1 convolution that AmxPaysForOneByOne says runs faster without them.
 // Unchanged where the CPU has no AMX or no jit implementation follows.
