@@ -765,6 +765,14 @@ __attribute__((target("avx"))) std::int64_t RescaleAvx(float* y, const float* s,
   return i;
 }
 
+// RescaleAvx over `rows` channels-last rows of `channels` values (a multiple
+// of 8), per-channel s and b: one call for a block of rows rather than one
+// per row (a 112x112 map of 16 channels is 12544 rows of two vectors each).
+__attribute__((target("avx"))) void RescaleRowsAvx(float* y, const float* s, const float* b, std::int64_t rows,
+                                                   std::int64_t channels, int act, float al, float be) {
+  for (std::int64_t r = 0; r < rows; ++r) RescaleAvx(y + r * channels, s, b, true, channels, act, al, be);
+}
+
 // kiln.rescale's epilogue after the exact sums: act(float(sum) * S + B), the
 // graph's Cast, Mul, Add and activation in their order, each step its own
 // loop (rounded as the graph's op rounds it; no fused multiply-add). S
@@ -806,8 +814,15 @@ class RescaleEpilogue {
     constexpr std::int64_t kGrain = 65536;  // values per thread at least: a fork costs several us
     if (channels_last) {
       const std::int64_t rows = outer * inner;
+      static const bool avx = __builtin_cpu_supports("avx");
+      const bool blocks = avx && channels % 8 == 0;
       ParallelFor(rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, channels)),
                   [&](std::int64_t r0, std::int64_t r1) {
+        if (blocks) {
+          RescaleRowsAvx(y + r0 * channels, s, has_bias() ? b : nullptr, r1 - r0, channels, static_cast<int>(act_),
+                         alpha_, beta_);
+          return;
+        }
         for (std::int64_t r = r0; r < r1; ++r) Span(y + r * channels, s, b, true, channels);
       });
       return;
