@@ -24,6 +24,16 @@ DimSpan ShapeSpan(std::int64_t rank, std::int64_t start, std::int64_t end) {
   return {start, end};
 }
 
+HostTensorPtr ShapeValueOf(const Shape& dims, std::int64_t start, std::int64_t end, std::uint64_t unknown) {
+  const DimSpan span = ShapeSpan(static_cast<std::int64_t>(dims.size()), start, end);
+  for (std::int64_t d = span.start; d < span.end && d < 64; ++d) {
+    if (unknown >> d & 1) return nullptr;
+  }
+  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{span.size()});
+  for (std::int64_t d = span.start; d < span.end; ++d) t->mutable_data_as<std::int64_t>()[d - span.start] = dims[d];
+  return t;
+}
+
 Result<Shape> ReshapeTarget(const Shape& in, const std::vector<std::int64_t>& spec, bool allowzero) {
   Shape out(spec.size());
   int infer_at = -1;

@@ -30,6 +30,11 @@ struct DimSpan {
   std::int64_t size() const { return end - start; }
 };
 DimSpan ShapeSpan(std::int64_t rank, std::int64_t start, std::int64_t end);
+// Shape's int64 value for an input of static extents `dims` and its start /
+// end attributes, or null where a dim of the span is marked in `unknown`
+// (bit d: dim d is data-dependent or symbolic; dims from 64 on count as
+// known): what folding and bound evaluation compute without data.
+HostTensorPtr ShapeValueOf(const Shape& dims, std::int64_t start, std::int64_t end, std::uint64_t unknown);
 
 // Slice: per input dim, the first element, the step and the output length.
 struct SliceDim {

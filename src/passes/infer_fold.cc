@@ -27,16 +27,9 @@ constexpr std::int64_t kSymbolProbe = 64;
 HostTensorPtr FoldShape(const ir::Node& n) {
   const ir::Value* in = n.input(0);
   if (!in || !IsStatic(in->shape())) return nullptr;
-  const auto& s = in->shape();
-  auto rank = static_cast<std::int64_t>(s.size());
-  const ops::DimSpan span = ops::ShapeSpan(rank, n.GetInt("start", 0), n.GetInt("end", rank));
-  const std::int64_t start = span.start, end = span.end, len = span.size();
-  for (std::int64_t d = start; d < end && d < 64; ++d) {
-    if (in->varying_mask() >> d & 1) return nullptr;  // data-dependent or symbolic: known at run time only
-  }
-  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{len});
-  for (std::int64_t i = 0; i < len; ++i) t->mutable_data_as<std::int64_t>()[i] = s[start + i];
-  return t;
+  const auto rank = static_cast<std::int64_t>(in->shape().size());
+  // Null where a requested dim is data-dependent or symbolic: known at run time only.
+  return ops::ShapeValueOf(in->shape(), n.GetInt("start", 0), n.GetInt("end", rank), in->varying_mask());
 }
 
 }  // namespace

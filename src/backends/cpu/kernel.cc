@@ -99,13 +99,9 @@ Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes) {
     const ir::Value* in = node.input(0);
     if (!in || !IsStatic(in->shape())) return false;
     const auto rank = static_cast<std::int64_t>(in->shape().size());
-    const ops::DimSpan span = ops::ShapeSpan(rank, node.GetInt("start", 0), node.GetInt("end", rank));
-    const std::int64_t start = span.start, end = span.end;
-    for (std::int64_t d = start; d < end && d < 64; ++d) {
-      if (in->dynamic_mask() >> d & 1) return false;
-    }
-    auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{span.size()});
-    for (std::int64_t d = start; d < end; ++d) t->mutable_data_as<std::int64_t>()[d - start] = in->shape()[d];
+    HostTensorPtr t = ops::ShapeValueOf(in->shape(), node.GetInt("start", 0), node.GetInt("end", rank),
+                                        in->dynamic_mask());
+    if (!t) return false;
     node.output(0)->set_bound_value(std::move(t));
     return true;
   }
