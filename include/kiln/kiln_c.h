@@ -278,6 +278,12 @@ KILN_C_EXPORT kiln_status kiln_model_output_info(const kiln_model* model, size_t
  * (bind it in host memory), and output shapes follow them
  * (kiln_model_output_shape_for_inputs); else 0. */
 KILN_C_EXPORT kiln_status kiln_model_input_is_shape_input(const kiln_model* model, size_t index, int* out);
+/* `*count` = the number of shapes output `index` may take when its rank
+ * depends on the data (an If whose branches yield different ranks): its
+ * described rank and dims are those of the largest (bind a buffer of
+ * `bytes`), and kiln_model_output_shape gives each run's rank and dims.
+ * 0 for an output of fixed rank. */
+KILN_C_EXPORT kiln_status kiln_model_output_rank_alternatives(const kiln_model* model, size_t index, size_t* count);
 /* Binds a caller buffer to input/output `index` (checked at the next run);
  * a buffer whose address changed since the last run is rebound by address
  * refresh, nothing is copied. */

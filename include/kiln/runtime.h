@@ -62,6 +62,13 @@ struct TensorInfo {
   // signature of input shapes and of these inputs' values, which are read
   // on the host before each run (pass them in host memory).
   bool shape_input = false;
+  // An output whose rank depends on the data (an If whose branches yield
+  // different ranks, and what is computed from it elementwise): each entry
+  // is one shape it may take, data-dependent dims at their bound; `shape`
+  // is the one of most bytes (bind a buffer of that shape, every dim in
+  // dynamic_dims) and Model::output_shape gives each run's. Empty for every
+  // other tensor.
+  std::vector<Shape> rank_alternatives;
 };
 
 // A caller-owned buffer with its claimed type and shape (checked against the

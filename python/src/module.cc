@@ -78,10 +78,11 @@ struct PyTensorInfo {
   std::size_t nbytes = 0;
   std::vector<kiln::DimInfo> dims;  // per dim: value (-1: varies), min, max (-1: unbounded), symbol
   bool shape_input = false;         // its values decide shapes (kiln::TensorInfo::shape_input)
+  std::vector<std::vector<std::int64_t>> rank_alternatives;  // kiln::TensorInfo::rank_alternatives
 };
 
 PyTensorInfo Describe(const kiln::TensorInfo& t) {
-  PyTensorInfo p{t.name, kiln::DTypeName(t.dtype), t.shape, {}, t.bytes, t.dims, t.shape_input};
+  PyTensorInfo p{t.name, kiln::DTypeName(t.dtype), t.shape, {}, t.bytes, t.dims, t.shape_input, t.rank_alternatives};
   for (std::size_t d = 0; d < t.shape.size() && d < 64; ++d) {
     if (t.dynamic_dims >> d & 1) p.dynamic_dims.push_back(static_cast<int>(d));
   }
@@ -493,6 +494,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def_readonly("nbytes", &PyTensorInfo::nbytes)
       .def_readonly("dims", &PyTensorInfo::dims)
       .def_readonly("shape_input", &PyTensorInfo::shape_input)
+      .def_readonly("rank_alternatives", &PyTensorInfo::rank_alternatives)
       .def("__repr__", [](const PyTensorInfo& t) {
         return "TensorInfo('" + t.name + "', " + t.dtype + kiln::ShapeToString(t.shape) + ")";
       });

@@ -435,6 +435,7 @@ std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_m
     n->set_shape_input(v->shape_input());
     n->set_value_dims(v->value_dims());
     n->set_symbolic_elems(v->symbolic_elems_known(), v->symbolic_elems());
+    n->set_rank_alternatives(v->rank_alternatives());
     if (v->is_constant()) n->set_constant(v->constant());
     n->set_bound_value(v->bound_value());
     map[v.get()] = n;

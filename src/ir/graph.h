@@ -52,8 +52,16 @@ struct Use {
   int index;  // input slot of `node`
 };
 
+inline constexpr std::size_t kMaxShapeAlternatives = 16;  // Value::rank_alternatives
 inline constexpr std::uint64_t kShapeInputLimitBytes = 64 * 1024;  // = cpu::kBoundValueLimit
 inline constexpr std::int64_t kShapeInputFloatElements = 64;       // = cpu::kBoundFloatElements
+
+// One shape a rank-varying value may take (see Value::rank_alternatives).
+struct ShapeAlternative {
+  Shape shape;
+  std::uint64_t dynamic_mask = 0;  // its data-dependent dims, as Value::dynamic_mask
+  bool operator==(const ShapeAlternative&) const = default;
+};
 
 class Value {
  public:
@@ -124,6 +132,18 @@ class Value {
     symbolic_elems_ = known ? elems : 0;
   }
 
+  // A value whose rank depends on the data: the output of an If whose
+  // branches yield different ranks, and what elementwise-like consumers
+  // compute from it. Each entry is one shape it may take (one per way the
+  // producers can go, at most kMaxShapeAlternatives); shape() is the entry
+  // of the most bytes (memory is planned for it) and every dim is in
+  // dynamic_mask(). Empty for every other value (then the rank is fixed).
+  // Not written to .kiln: the compiler's and the loader's inference derive
+  // it from the If's branches (ops::InferNode).
+  const std::vector<ShapeAlternative>& rank_alternatives() const { return rank_alternatives_; }
+  void set_rank_alternatives(std::vector<ShapeAlternative> a) { rank_alternatives_ = std::move(a); }
+  bool rank_varies() const { return !rank_alternatives_.empty(); }
+
   Node* producer() const { return producer_; }
   const std::vector<Use>& uses() const { return uses_; }
   // Constant data (weights, folded values); null for computed values.
@@ -145,6 +165,7 @@ class Value {
   bool value_dims_ = false;
   bool symbolic_elems_known_ = false;
   std::uint64_t symbolic_elems_ = 0;
+  std::vector<ShapeAlternative> rank_alternatives_;
   Node* producer_ = nullptr;
   std::vector<Use> uses_;
   HostTensorPtr constant_;

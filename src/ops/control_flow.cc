@@ -4,9 +4,11 @@
 // its branches capture, in the order of the branches' graph inputs. Each
 // branch (attributes then_branch / else_branch) yields one value per output.
 // With a constant cond only the taken branch is inferred (the infer-and-fold
-// pass inlines it); otherwise both are: they must agree on element type and
-// rank, and an extent they disagree on (or that is data-dependent in either)
-// becomes a data-dependent extent of the If's output, bounded by the larger.
+// pass inlines it); otherwise both are: they must agree on element type; an
+// extent they disagree on (or that is data-dependent in
+// either) becomes a data-dependent extent of the If's output, bounded by the
+// larger, and a rank they disagree on a data-dependent rank (the output's
+// ir::Value::rank_alternatives, memory for the branch of more bytes).
 #include <algorithm>
 
 #include "ops/common_infer.h"
@@ -80,6 +82,7 @@ Status InferIf(InferContext& c) {
       const ir::Value* o = br[taken]->outputs()[j];
       c.SetOutput(j, o->dtype(), o->shape());
       c.SetOutputDynamic(j, o->dynamic_mask());
+      if (o->rank_varies()) c.SetOutputAlternatives(j, o->rank_alternatives());
       continue;
     }
     const ir::Value* t = br[0]->outputs()[j];
@@ -90,23 +93,20 @@ Status InferIf(InferContext& c) {
     }
     // Branches that disagree on an extent (or yield a data-dependent one)
     // make it data-dependent: memory for the larger, the run reports which.
-    Shape s = t->shape();
-    if (s.size() != e->shape().size()) {
-      return c.Fail("output ", j, ": then_branch yields rank ", s.size(), " ", ShapeToString(t->shape()),
-                    ", else_branch rank ", e->shape().size(), " ", ShapeToString(e->shape()),
-                    " (the branches must agree on the rank)");
-    }
-    std::uint64_t mask = t->dynamic_mask() | e->dynamic_mask();
-    for (std::size_t d = 0; d < s.size(); ++d) {
-      if (s[d] < 0 || e->shape()[d] < 0) {
-        s[d] = -1;
-      } else if (s[d] != e->shape()[d]) {
-        s[d] = std::max(s[d], e->shape()[d]);
-        if (d < 64) mask |= std::uint64_t{1} << d;
+    // Branches of different ranks make the rank data-dependent (see
+    // ir::Value::rank_alternatives): memory for the branch of more bytes.
+    std::vector<ir::ShapeAlternative> shapes;
+    for (const ir::Value* o : {t, e}) {
+      if (o->rank_varies()) {
+        shapes.insert(shapes.end(), o->rank_alternatives().begin(), o->rank_alternatives().end());
+      } else {
+        shapes.push_back({o->shape(), o->dynamic_mask()});
       }
     }
-    c.SetOutput(j, t->dtype(), s);
-    c.SetOutputDynamic(j, mask);
+    KILN_ASSIGN_OR_RETURN(MergedShape m, MergeShapes(shapes, StrCat(n.Describe(), " output ", j)));
+    c.SetOutput(j, t->dtype(), std::move(m.shape));
+    c.SetOutputDynamic(j, m.dynamic_mask);
+    if (!m.alternatives.empty()) c.SetOutputAlternatives(j, std::move(m.alternatives));
   }
   return Status::Ok();
 }

@@ -448,6 +448,84 @@ Status CheckOutputShapes(const ir::Node& node) {
   return Status::Ok();
 }
 
+// A node fed a value of data-dependent rank (ir::Value::rank_alternatives):
+// inferred once per combination of the shapes its inputs may take, on
+// copies; the outputs get the merged result (MergeShapes). A combination
+// the op rejects is one the run would reject too (its inference at run
+// time names the node), so it only drops out of the bound; when every
+// combination is rejected, the first error stands.
+Status InferOverAlternatives(ir::Node& node, Mode mode) {
+  std::vector<std::vector<ir::ShapeAlternative>> choices;
+  std::size_t combinations = 1;
+  const ir::Value* varying = nullptr;
+  for (const ir::Value* v : node.inputs()) {
+    if (v && v->rank_varies()) {
+      choices.push_back(v->rank_alternatives());
+      if (!varying) varying = v;
+    } else {
+      choices.push_back({ir::ShapeAlternative{v ? v->shape() : Shape{}, v ? v->dynamic_mask() : 0}});
+    }
+    combinations *= choices.back().size();
+    if (combinations > 4 * ir::kMaxShapeAlternatives) {
+      return Error(StatusCode::kUnimplemented, node.Describe(), ": its inputs of data-dependent rank can take more ",
+                   "than ", 4 * ir::kMaxShapeAlternatives, " combinations of shapes");
+    }
+  }
+  std::vector<std::vector<ir::ShapeAlternative>> outs(node.num_outputs());
+  std::vector<std::uint64_t> symbolic(node.num_outputs(), 0);
+  std::vector<DType> types(node.num_outputs(), DType::kUndefined);
+  Status first = Status::Ok();
+  bool any = false;
+  std::vector<std::size_t> pick(choices.size(), 0);
+  for (std::size_t k = 0; k < combinations; ++k) {
+    ir::Graph scratch;
+    ir::Node* c = scratch.AddCopyOf(node);
+    for (int i = 0; i < node.num_inputs(); ++i) {
+      const ir::Value* v = node.input(i);
+      if (!v) continue;
+      const ir::ShapeAlternative& a = choices[i][pick[i]];
+      c->input(i)->set_shape(a.shape);
+      c->input(i)->set_dynamic_mask(a.dynamic_mask);
+      c->input(i)->set_symbolic_mask(v->rank_varies() ? 0 : v->symbolic_mask());
+    }
+    for (std::size_t i = 0; i < pick.size(); ++i) {  // next combination
+      if (++pick[i] < choices[i].size()) break;
+      pick[i] = 0;
+    }
+    Status st = CheckAndInfer(*c, mode);
+    if (!st.ok()) {
+      if (first.ok()) first = st;
+      continue;
+    }
+    any = true;
+    for (int j = 0; j < node.num_outputs(); ++j) {
+      const ir::Value* o = c->output(j);
+      types[j] = o->dtype();
+      symbolic[j] |= o->symbolic_mask();
+      if (o->rank_varies()) {
+        outs[j].insert(outs[j].end(), o->rank_alternatives().begin(), o->rank_alternatives().end());
+      } else {
+        outs[j].push_back({o->shape(), o->dynamic_mask()});
+      }
+    }
+  }
+  if (!any) {
+    return first.WithContext(StrCat("(input '", varying->name(), "' has a rank that depends on the data; this is ",
+                                    "the first of its shapes the node rejects)"));
+  }
+  for (int j = 0; j < node.num_outputs(); ++j) {
+    ir::Value* o = node.output(j);
+    KILN_ASSIGN_OR_RETURN(MergedShape m, MergeShapes(outs[j], StrCat(node.Describe(), " output '", o->name(), "'")));
+    o->set_dtype(types[j]);
+    o->set_shape(std::move(m.shape));
+    o->set_dynamic_mask(m.dynamic_mask);
+    o->set_symbolic_mask(m.alternatives.empty() ? symbolic[j] & AllDims(o->shape().size()) : 0);
+    o->set_rank_alternatives(std::move(m.alternatives));
+    o->set_bound_value(nullptr);
+  }
+  return CheckOutputShapes(node);
+}
+
 Status CheckAndInfer(ir::Node& node, Mode mode) {
   const OpDef* def = OpRegistry::Get().Find(node.op_type(), node.domain());
   if (!def) {
@@ -514,6 +592,19 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
                  "' has a data-dependent shape ", ShapeToString(dyn_in->shape(), dyn_in->dynamic_mask()),
                  ", which ", node.HasSubgraphs() ? "ops with subgraphs" : "custom ops", " do not accept");
   }
+  for (int i = 0; i < node.num_inputs(); ++i) {
+    const ir::Value* v = node.input(i);
+    if (!v || !v->rank_varies()) continue;
+    if (node.HasSubgraphs()) {
+      std::string shapes;
+      for (const ir::ShapeAlternative& a : v->rank_alternatives()) {
+        shapes += StrCat(shapes.empty() ? "" : " or ", ShapeToString(a.shape, a.dynamic_mask));
+      }
+      return Error(StatusCode::kUnimplemented, node.Describe(), ": input ", i, " '", v->name(),
+                   "' has a rank that depends on the data (", shapes, "), which ops with subgraphs do not accept");
+    }
+    return InferOverAlternatives(node, mode);
+  }
   const ir::Value* sym_in = nullptr;
   for (int i = 0; i < node.num_inputs() && !sym_in; ++i) {
     if (node.input(i) && node.input(i)->symbolic_mask()) sym_in = node.input(i);
@@ -526,6 +617,7 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
   for (ir::Value* o : node.outputs()) {
     o->set_dynamic_mask(0);
     o->set_symbolic_mask(0);
+    o->set_rank_alternatives({});
   }
   InferContext ctx(node);
   KILN_RETURN_IF_ERROR(def->infer(ctx));
@@ -594,6 +686,47 @@ Result<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
     }
   }
   return out;
+}
+
+Result<MergedShape> MergeShapes(const std::vector<ir::ShapeAlternative>& shapes, const std::string& what) {
+  std::vector<ir::ShapeAlternative> distinct;
+  for (const ir::ShapeAlternative& a : shapes) {
+    if (std::find(distinct.begin(), distinct.end(), a) == distinct.end()) distinct.push_back(a);
+  }
+  MergedShape m;
+  if (distinct.empty()) return Error(StatusCode::kInternal, what, ": no shape to merge");
+  bool one_rank = true;
+  for (const ir::ShapeAlternative& a : distinct) one_rank = one_rank && a.shape.size() == distinct[0].shape.size();
+  if (one_rank) {
+    m.shape = distinct[0].shape;
+    for (const ir::ShapeAlternative& a : distinct) {
+      m.dynamic_mask |= a.dynamic_mask;
+      for (std::size_t d = 0; d < m.shape.size(); ++d) {
+        if (m.shape[d] < 0 || a.shape[d] < 0) {
+          m.shape[d] = -1;
+        } else if (m.shape[d] != a.shape[d]) {
+          m.shape[d] = std::max(m.shape[d], a.shape[d]);
+          if (d < 64) m.dynamic_mask |= std::uint64_t{1} << d;
+        }
+      }
+    }
+    return m;
+  }
+  if (distinct.size() > ir::kMaxShapeAlternatives) {
+    return Error(StatusCode::kUnimplemented, what, ": its rank depends on the data, and it can take ",
+                 distinct.size(), " shapes (Kiln follows at most ", ir::kMaxShapeAlternatives, ")");
+  }
+  // The bound: the shape of the most elements (an unknown extent wins, so
+  // that the unresolved-dims check names it).
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < distinct.size(); ++i) {
+    const std::int64_t n = NumElements(distinct[i].shape), b = NumElements(distinct[best].shape);
+    if (b >= 0 && (n < 0 || n > b)) best = i;
+  }
+  m.shape = distinct[best].shape;
+  m.dynamic_mask = AllDims(m.shape.size());
+  m.alternatives = std::move(distinct);
+  return m;
 }
 
 }  // namespace kiln::ops

@@ -55,6 +55,12 @@ class InferContext {
     sets_dynamic_ = true;
   }
   bool sets_dynamic() const { return sets_dynamic_; }
+  // Output i's rank depends on the data (If): see ir::Value::rank_alternatives.
+  // The shape and dynamic mask come from MergeShapes.
+  void SetOutputAlternatives(int i, std::vector<ir::ShapeAlternative> alternatives) {
+    node_.output(i)->set_rank_alternatives(std::move(alternatives));
+    sets_dynamic_ = true;
+  }
   // An INVALID_ARGUMENT error that names the node.
   template <typename... Args>
   Status Fail(const Args&... args) const {
@@ -136,6 +142,19 @@ Status InferNodeConcrete(ir::Node& node);
 
 // Common inference helpers.
 Result<Shape> BroadcastShapes(const Shape& a, const Shape& b);
+
+// The shapes a value may take, as one value's shape: alternatives of one
+// rank merge into their largest extents, with the dims where they differ
+// made data-dependent (`alternatives` left empty); of several ranks they
+// stay alternatives (at most ir::kMaxShapeAlternatives, duplicates
+// dropped), `shape` the one of the most elements with every dim
+// data-dependent. `what` names the value in errors.
+struct MergedShape {
+  Shape shape;
+  std::uint64_t dynamic_mask = 0;
+  std::vector<ir::ShapeAlternative> alternatives;
+};
+Result<MergedShape> MergeShapes(const std::vector<ir::ShapeAlternative>& shapes, const std::string& what);
 
 // Registration hooks, one per op family file.
 void RegisterElementwiseOps(OpRegistry& r);

@@ -331,6 +331,18 @@ kiln_status kiln_model_input_is_shape_input(const kiln_model* model, size_t inde
   return KILN_OK;
 }
 
+kiln_status kiln_model_output_rank_alternatives(const kiln_model* model, size_t index, size_t* count) {
+  KILN_C_REQUIRE(model);
+  KILN_C_REQUIRE(count);
+  const auto& outs = model->m->outputs();
+  if (index >= outs.size()) {
+    return Fail(KILN_INVALID_ARGUMENT,
+                kiln::StrCat(__func__, ": output index ", index, " out of range (the model has ", outs.size(), ")"));
+  }
+  *count = outs[index].rank_alternatives.size();
+  return KILN_OK;
+}
+
 kiln_status kiln_model_bind_input(kiln_model* model, size_t index, const kiln_tensor* tensor) {
   KILN_C_REQUIRE(model);
   KILN_C_REQUIRE(tensor);

@@ -622,6 +622,7 @@ class ModelImpl final : public Model {
         }
         t.dims.push_back(std::move(di));
       }
+      for (const ir::ShapeAlternative& a : v->rank_alternatives()) t.rank_alternatives.push_back(a.shape);
       return t;
     };
     for (ir::Value* v : g.inputs()) {

@@ -345,9 +345,33 @@ json DimsJson(const kiln::ir::Value& v, const kiln::ir::Graph& g) {
   return dims;
 }
 
+// Outputs whose rank depends on the data (kiln::TensorInfo::
+// rank_alternatives), by output index: not recorded in the file, so found
+// by inferring a copy of the graph as the loader does; only where some
+// output has every dim data-dependent, and best effort (nothing where that
+// inference needs what inspect does not load, such as external weights).
+std::map<std::size_t, std::vector<kiln::Shape>> RankAlternatives(const kiln::ir::Graph& g) {
+  bool candidate = false;
+  for (const auto* v : g.outputs()) {
+    const std::size_t r = v->shape().size();
+    candidate = candidate || (r > 0 && r < 64 && v->dynamic_mask() == (std::uint64_t{1} << r) - 1);
+  }
+  std::map<std::size_t, std::vector<kiln::Shape>> out;
+  if (!candidate) return out;
+  auto c = kiln::ir::CloneGraph(g);
+  for (auto& n : c->nodes()) {
+    if (!kiln::ops::InferNode(*n).ok()) return out;
+  }
+  for (std::size_t i = 0; i < c->outputs().size(); ++i) {
+    for (const auto& a : c->outputs()[i]->rank_alternatives()) out[i].push_back(a.shape);
+  }
+  return out;
+}
+
 json InspectJson(const kiln::format::LoadedFile& f) {
   const auto& g = *f.model.graph;
   const auto& p = f.model.plan;
+  const auto alternatives = RankAlternatives(g);
   json ins = json::array(), outs = json::array(), nodes = json::array();
   std::map<std::string, int> counts;
   for (auto* v : g.inputs()) {
@@ -361,6 +385,8 @@ json InspectJson(const kiln::format::LoadedFile& f) {
     }
     outs.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()},
                     {"dynamic_dims", dyn}, {"dims", DimsJson(*v, g)}});
+    auto a = alternatives.find(outs.size() - 1);
+    if (a != alternatives.end()) outs.back()["rank_alternatives"] = a->second;
   }
   json symbols = json::object();  // name -> {min, max}; max -1: unbounded
   for (auto& [name, r] : g.symbols()) symbols[name] = {{"min", r.min}, {"max", r.max}};
@@ -447,8 +473,13 @@ int Inspect(const std::string& path, bool as_json) {
       }
       std::cout << "  " << t["name"].get<std::string>() << " " << t["dtype"].get<std::string>() << shape << "]"
                 << (t.value("shape_input", false) ? "  (shape input: its values decide shapes; plans are made per value)"
-                                                   : "")
-                << "\n";
+                                                   : "");
+      if (t.contains("rank_alternatives")) {  // "(rank depends on the data: [3,4] or [24])"
+        std::string alts;
+        for (auto& a : t["rank_alternatives"]) alts += (alts.empty() ? "" : " or ") + kiln::ShapeToString(a.get<kiln::Shape>());
+        std::cout << "  (rank depends on the data: " << alts << ")";
+      }
+      std::cout << "\n";
     }
   }
   if (!j["gears"].empty()) {  // "gears: [1,128] [1,128] | [4,512] [4,512]"

@@ -491,6 +491,52 @@ static void shape_input_model(void) {
   kiln_model_free(m);
 }
 
+/* if_rank.onnx: y = c ? x : x flattened. Output 0 may take 2 shapes; each
+ * run reports its own rank. */
+static void if_rank_model(void) {
+  char b1[1024], b2[1024];
+  kiln_model* m = NULL;
+  size_t count = 99, rank = 0;
+  int64_t dims[4] = {0};
+  kiln_tensor_info info;
+  OK(kiln_compile(path(b1, model_dir, "if_rank.onnx"), path(b2, work_dir, "if_rank.kiln"), NULL, NULL));
+  OK(kiln_model_load(path(b2, work_dir, "if_rank.kiln"), NULL, &m));
+  if (!m) return;
+  OK(kiln_model_output_rank_alternatives(m, 0, &count));
+  CHECK(count == 2);
+  FAILS(kiln_model_output_rank_alternatives(m, 1, &count), KILN_INVALID_ARGUMENT, "output index 1 out of range");
+  OK(kiln_model_output_info(m, 0, &info));
+  CHECK(info.bytes == 6 * sizeof(float));
+  {
+    float xs[6] = {1, -2, 3, -4, 5, -6}, ys[6] = {0};
+    int64_t xshape[2] = {2, 3};
+    for (int r = 0; r < 2; ++r) {
+      uint8_t c = (uint8_t)(r == 0);
+      kiln_tensor x = {xs, KILN_DTYPE_FLOAT32, xshape, 2, KILN_MEMORY_HOST};
+      kiln_tensor ct = {&c, KILN_DTYPE_BOOL, NULL, 0, KILN_MEMORY_HOST};
+      kiln_tensor y = {ys, KILN_DTYPE_FLOAT32, dims, info.rank, KILN_MEMORY_HOST};
+      for (size_t d = 0; d < info.rank; ++d) dims[d] = info.dims[d].max; /* the described (largest) shape */
+      OK(kiln_model_bind_input(m, 0, &x));
+      OK(kiln_model_bind_input(m, 1, &ct));
+      OK(kiln_model_bind_output(m, 0, &y));
+      OK(kiln_model_execute(m));
+      OK(kiln_model_output_shape(m, 0, dims, 4, &rank));
+      if (c) CHECK(rank == 2 && dims[0] == 2 && dims[1] == 3);
+      else CHECK(rank == 1 && dims[0] == 6);
+      for (int i = 0; i < 6; ++i) CHECK(ys[i] == xs[i]);
+    }
+  }
+  kiln_model_free(m);
+  {
+    kiln_model* add = NULL;
+    OK(kiln_model_load(path(b2, work_dir, "reshape.kiln"), NULL, &add));
+    if (!add) return;
+    OK(kiln_model_output_rank_alternatives(add, 0, &count));
+    CHECK(count == 0);
+    kiln_model_free(add);
+  }
+}
+
 int main(int argc, char** argv) {
   char combined[256] = {0};
   if (argc != 3) {
@@ -508,6 +554,7 @@ int main(int argc, char** argv) {
   symbol_model();
   symbolic_model();
   shape_input_model();
+  if_rank_model();
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;

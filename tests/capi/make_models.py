@@ -49,6 +49,17 @@ g = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["y"], name="resh
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "reshape.onnx"))
 
+# If of two ranks: c picks y = x (float32[2, 3]) or Flatten-like Reshape(x, [-1]) ([6]).
+then_g = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [],
+                           [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+else_g = helper.make_graph([helper.make_node("Reshape", ["x", "flat"], ["e"])], "else", [],
+                           [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+                           [numpy_helper.from_array(np.array([-1], np.int64), "flat")])
+g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "if_rank",
+                      [x, helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "if_rank.onnx"))
+
 # The input the CLI test runs with (the C test has the same values).
 np.save(os.path.join(out, "x.npy"), np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
 

@@ -393,12 +393,23 @@ class CliBadInput(unittest.TestCase):
                                "x=" + os.path.join(WORK, "if_x.npy"), "--output-dir", os.path.join(WORK, "if_o"))
                 self.assertEqual(rc, 0, out)
                 np.testing.assert_array_equal(np.load(os.path.join(WORK, "if_o", "output_0.npy")), want)
-        # Branches of different rank: a clear error naming the node.
+        # Branches of different rank: the taken branch decides the output's rank.
         m = self.if_model([helper.make_node("Constant", [], ["ax"], name="t_ax",
                                             value=numpy_helper.from_array(np.array([0], np.int64))),
                            helper.make_node("Unsqueeze", ["x", "ax"], ["t"], name="t_unsq")], "t")
-        rc, out = kiln("compile", "--model", save(m, "if_rank.onnx"), "--output", os.path.join(WORK, "ir.kiln"))
-        self.assertCleanError(rc, out, "If node 'branchy'", "then_branch yields rank 2 [1,2], else_branch rank 1 [2]")
+        kr = os.path.join(WORK, "ir.kiln")
+        rc, out = kiln("compile", "--model", save(m, "if_rank.onnx"), "--output", kr)
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", kr)
+        self.assertIn("(rank depends on the data: [1,2] or [2])", out)
+        for c, want in ((True, np.array([[1, 2]], np.float32)), (False, np.array([1, 2], np.float32))):
+            np.save(os.path.join(WORK, "if_c.npy"), np.array(c))
+            rc, out = kiln("run", kr, "--input", "c=" + os.path.join(WORK, "if_c.npy"), "--input",
+                           "x=" + os.path.join(WORK, "if_x.npy"), "--output-dir", os.path.join(WORK, "if_o"))
+            self.assertEqual(rc, 0, out)
+            got = np.load(os.path.join(WORK, "if_o", "output_0.npy"))
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_array_equal(got, want)
 
     def test_failed_compile_keeps_existing_output(self):
         good = save(relu_model(), "keep.onnx")

@@ -100,6 +100,20 @@ def models():
          helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
          helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
         [vi("x", F, [1, 4])], [vi("y", F, [1, 4])], [init("zero", np.array(0, np.float32))])
+    # Branches of different rank: the If's output, and the Relu after it,
+    # get rank alternatives ([2,3] or [6]); Shape of it a data-dependent extent.
+    then_g = helper.make_graph([helper.make_node("Identity", ["x"], ["t"], name="then_id")], "then",
+                               [], [vi("t", F, [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Reshape", ["x", "flat"], ["e"], name="else_flat")], "else",
+                               [], [vi("e", F, [6])], [init("flat", np.array([-1], np.int64))])
+    out["if_rank"] = model(
+        [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+         helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+         helper.make_node("Relu", ["y"], ["z"], name="relu"),
+         helper.make_node("Shape", ["z"], ["n"], name="shape"),
+         helper.make_node("ReduceMax", ["z"], ["m"], name="max", keepdims=0)],
+        [vi("x", F, [2, 3])], [vi("n", I64, [None]), vi("m", F, [])], [init("zero", np.array(0, np.float32))])
     out["pool_norm"] = model(
         [helper.make_node("AveragePool", ["x"], ["a"], name="ap", kernel_shape=[2, 2]),
          helper.make_node("InstanceNormalization", ["a", "s", "b"], ["n"], name="in"),

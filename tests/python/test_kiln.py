@@ -277,6 +277,37 @@ def test_data_dependent_output_has_its_actual_shape(tmp_path):
     np.testing.assert_array_equal(m.run({"x": v})["y"], np.array(np.nonzero(v)))
 
 
+def test_if_branches_of_different_rank(tmp_path):
+    """An If whose condition (a model input) picks a [3,4] or a flattened
+    [24] path; Relu after it. Compared with NumPy."""
+    from onnx import numpy_helper
+
+    def branch(name, nodes, out, inits):
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    then_g = branch("then", [helper.make_node("Mul", ["x", "two"], ["t"])], "t",
+                    [numpy_helper.from_array(np.array(2, np.float32), "two")])
+    else_g = branch("else", [helper.make_node("Concat", ["x", "x"], ["xx"], axis=0),
+                             helper.make_node("Reshape", ["xx", "flat"], ["e"])], "e",
+                    [numpy_helper.from_array(np.array([-1], np.int64), "flat")])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Relu", ["y"], ["z"])], "if_rank",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "if.onnx"))
+    kiln.compile(tmp_path / "if.onnx", tmp_path / "if.kiln")
+    m = kiln.load(tmp_path / "if.kiln")
+    assert m.outputs[0].rank_alternatives == [[3, 4], [24]]
+    assert m.outputs[0].shape == [24]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    for c in (True, False, True):
+        want = np.maximum(x * 2 if c else np.concatenate([x, x]).reshape(-1), 0)
+        got = m.run({"x": x, "c": np.array(c)})["z"]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
 def test_file_id_weights_from_a_path_or_a_buffer():
     """file_id.kiln (tests/capi/make_file_id_model.cc): y = x + w, w a
     graph-API FileConstant "w-table" at offset 8 of w_table.bin; w[i] = 0.5 i
