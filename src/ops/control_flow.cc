@@ -61,11 +61,15 @@ Status InferIf(InferContext& c) {
       return c.Fail("attribute '", kBranches[b], "' has ", g.inputs().size(), " inputs, the node passes ",
                     n.num_inputs() - 1, " captured values");
     }
+    // A branch not taken (constant condition) is not inferred: its inputs
+    // need only agree in type (in a plan for other input shapes than the
+    // compiler's, its shapes are the compiler's; it never runs).
+    const bool skipped = taken >= 0 && taken != b;
     for (int i = 1; i < n.num_inputs(); ++i) {
       const ir::Value* in = n.input(i);
       const ir::Value* gi = g.inputs()[i - 1];
-      if (!in || in->dtype() != gi->dtype() || in->shape() != gi->shape() ||
-          in->dynamic_mask() != gi->dynamic_mask()) {
+      if (!in || in->dtype() != gi->dtype() ||
+          (!skipped && (in->shape() != gi->shape() || in->dynamic_mask() != gi->dynamic_mask()))) {
         return c.Fail("attribute '", kBranches[b], "' input ", i - 1, " '", gi->name(), "' is ",
                       DTypeName(gi->dtype()), ShapeToString(gi->shape(), gi->dynamic_mask()),
                       " but the node's input ", i, " is ",
@@ -73,7 +77,7 @@ Status InferIf(InferContext& c) {
                          : std::string("absent"));
       }
     }
-    if (taken >= 0 && taken != b) continue;
+    if (skipped) continue;
     br[b] = &g;
     KILN_RETURN_IF_ERROR(InferGraph(g).WithContext(StrCat(n.Describe(), " attribute '", kBranches[b], "'")));
   }
@@ -82,6 +86,7 @@ Status InferIf(InferContext& c) {
       const ir::Value* o = br[taken]->outputs()[j];
       c.SetOutput(j, o->dtype(), o->shape());
       c.SetOutputDynamic(j, o->dynamic_mask());
+      c.SetOutputSymbolic(j, o->symbolic_mask());
       if (o->rank_varies()) c.SetOutputAlternatives(j, o->rank_alternatives());
       continue;
     }
@@ -104,8 +109,15 @@ Status InferIf(InferContext& c) {
       }
     }
     KILN_ASSIGN_OR_RETURN(MergedShape m, MergeShapes(shapes, StrCat(n.Describe(), " output ", j)));
+    // Dims that follow the model's symbols in either branch follow them
+    // here (branches read values with symbolic dims).
+    std::uint64_t symbolic = t->symbolic_mask() | e->symbolic_mask();
+    if (!m.alternatives.empty() && symbolic) {  // of data-dependent rank: every dim
+      symbolic = m.shape.size() >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << m.shape.size()) - 1;
+    }
     c.SetOutput(j, t->dtype(), std::move(m.shape));
     c.SetOutputDynamic(j, m.dynamic_mask);
+    c.SetOutputSymbolic(j, symbolic);
     if (!m.alternatives.empty()) c.SetOutputAlternatives(j, std::move(m.alternatives));
   }
   return Status::Ok();

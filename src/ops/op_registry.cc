@@ -486,7 +486,10 @@ Status InferOverAlternatives(ir::Node& node, Mode mode) {
       const ir::ShapeAlternative& a = choices[i][pick[i]];
       c->input(i)->set_shape(a.shape);
       c->input(i)->set_dynamic_mask(a.dynamic_mask);
-      c->input(i)->set_symbolic_mask(v->rank_varies() ? 0 : v->symbolic_mask());
+      // A value of data-dependent rank in a model with symbolic dims: every
+      // dim of each of its shapes may follow the symbols.
+      c->input(i)->set_symbolic_mask(v->rank_varies() ? (v->symbolic_mask() ? AllDims(a.shape.size()) : 0)
+                                                      : v->symbolic_mask());
     }
     for (std::size_t i = 0; i < pick.size(); ++i) {  // next combination
       if (++pick[i] < choices[i].size()) break;
@@ -519,7 +522,9 @@ Status InferOverAlternatives(ir::Node& node, Mode mode) {
     o->set_dtype(types[j]);
     o->set_shape(std::move(m.shape));
     o->set_dynamic_mask(m.dynamic_mask);
-    o->set_symbolic_mask(m.alternatives.empty() ? symbolic[j] & AllDims(o->shape().size()) : 0);
+    o->set_symbolic_mask(m.alternatives.empty() ? symbolic[j] & AllDims(o->shape().size())
+                         : symbolic[j]          ? AllDims(o->shape().size())
+                                                : 0);
     o->set_rank_alternatives(std::move(m.alternatives));
     o->set_bound_value(nullptr);
   }
@@ -609,7 +614,7 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
   for (int i = 0; i < node.num_inputs() && !sym_in; ++i) {
     if (node.input(i) && node.input(i)->symbolic_mask()) sym_in = node.input(i);
   }
-  if (sym_in && node.HasSubgraphs()) {
+  if (sym_in && subgraph) {
     return Error(StatusCode::kUnimplemented, node.Describe(), ": input '", sym_in->name(), "' has symbolic dims ",
                  ShapeToString(sym_in->shape()), ", which ops with subgraphs do not accept yet; fix the model's "
                  "input shapes with --input-shape");
@@ -638,7 +643,7 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
     }
     joint = any_bound && all_known;
   }
-  if (sym_in) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true, joint));
+  if (sym_in && !ctx.sets_symbolic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, true, joint));
   SetSymbolicElems(node);
   // Dims decided by shape-input values, and everything computed from them:
   // only the rank is known here, so every dim is symbolic (probing extents

@@ -55,6 +55,13 @@ class InferContext {
     sets_dynamic_ = true;
   }
   bool sets_dynamic() const { return sets_dynamic_; }
+  // Ops with subgraphs (If): output i's symbolic dims as the branches say,
+  // instead of probing the node (see ir::Value::symbolic_mask).
+  void SetOutputSymbolic(int i, std::uint64_t mask) {
+    node_.output(i)->set_symbolic_mask(mask);
+    sets_symbolic_ = true;
+  }
+  bool sets_symbolic() const { return sets_symbolic_; }
   // Output i's rank depends on the data (If): see ir::Value::rank_alternatives.
   // The shape and dynamic mask come from MergeShapes.
   void SetOutputAlternatives(int i, std::vector<ir::ShapeAlternative> alternatives) {
@@ -72,6 +79,7 @@ class InferContext {
  private:
   ir::Node& node_;
   bool sets_dynamic_ = false;
+  bool sets_symbolic_ = false;
   mutable std::uint64_t missed_values_ = 0;
 };
 

@@ -130,6 +130,18 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
                  dims.empty() ? " (unknown rank)" : " (" + dims + ")", "; fix them with --input-shape \"",
                  in->name(), ":d0,d1,...\"");
   }
+  if (!top) {
+    // A branch of a model with symbolic input dims: shape arithmetic on
+    // them is evaluated at the probe here too (each plan folds it).
+    const ir::Graph* root = &g;
+    while (root->parent()) root = root->parent();
+    for (const ir::Value* in : root->inputs()) {
+      if (in->symbolic_mask() && symbolic.empty()) {
+        symbolic = "the model's symbolic input dims (every If branch is compiled there, whether the probe takes it "
+                   "or not)";
+      }
+    }
+  }
   std::deque<ir::Node*> work;
   for (auto& n : g.nodes()) work.push_back(n.get());
   bool inlined = false;

@@ -148,6 +148,12 @@ Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts) {
         } else {
           ir::Value* in = sg->AddValue(v->name(), v->dtype(), v->shape());
           in->set_dynamic_mask(v->dynamic_mask());  // a data-dependent value stays one inside
+          // So does a value with symbolic dims, or computed from them (its
+          // value at the probe: shape arithmetic inside the branch).
+          in->set_symbolic_mask(v->symbolic_mask());
+          in->set_bound_value(v->bound_value());
+          in->set_symbolic_elems(v->symbolic_elems_known(), v->symbolic_elems());
+          in->set_value_dims(v->value_dims());
           sg->inputs().push_back(in);
           map[v] = in;
         }

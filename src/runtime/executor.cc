@@ -458,10 +458,17 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       return Error(StatusCode::kUnimplemented, n.Describe(), ": If is not supported yet on device '", dev.spec(), "'");
     }
     auto it = std::make_unique<IfTask>();
+    // A constant condition (one that follows from shapes, in a plan made
+    // for input shapes) takes one branch: the other is not made.
+    const ir::Value* cv = n.input(0);
+    const int taken = cv && cv->is_constant() && cv->constant()->numel() == 1 && cv->dtype() == DType::kBool
+                          ? (*static_cast<const std::uint8_t*>(cv->constant()->data()) ? 0 : 1)
+                          : -1;
     for (int b = 0; b < 2; ++b) {
       const char* name = b == 0 ? "then_branch" : "else_branch";
       const ir::Attribute* a = n.FindAttr(name);
       if (!a || !a->g) return Error(StatusCode::kInvalidArgument, n.Describe(), ": attribute '", name, "' is missing");
+      if (taken >= 0 && taken != b) continue;
       it->graphs[b] = a->g;
       for (auto& sn : a->g->nodes()) {
         for (const ir::Value* v : sn->inputs()) {
@@ -884,6 +891,9 @@ Status Executor::RunIf(Task& t, void* const* slots, const device::ExecContext& c
   for (std::size_t j = n_cap; j < it.io.size(); ++j) it.io[j] = slots[t.num_inputs + (j - n_cap)];
   const int b = cond ? 0 : 1;
   const char* name = cond ? "then_branch" : "else_branch";
+  if (!it.children[b]) {  // a constant condition: never
+    return Error(StatusCode::kInternal, t.node->Describe(), ": ", name, " was not planned");
+  }
   Executor& child = *it.children[b];
   if (in_shapes) {  // data-dependent captured values: tell the branch their extents
     std::vector<Shape> shapes(in_shapes + 1, in_shapes + t.num_inputs);
@@ -1047,18 +1057,53 @@ Status Executor::Enqueue(device::Stream& stream, const std::vector<void*>& io, E
   return Status::Ok();
 }
 
+namespace {
+// An If in a graph being specialized: each branch it may take gets the
+// shapes (and, for shape arithmetic, the values) of the If's captured
+// inputs and is specialized in turn. A condition the specialization knows
+// (computed from shapes) leaves the other branch as compiled: it never runs
+// in this plan, and its nodes may not even admit these shapes.
+Status SpecializeBranches(ir::Node& n) {
+  const ir::Value* c = n.input(0);
+  const HostTensor* cond = !c ? nullptr : c->is_constant() ? c->constant().get() : c->bound_value().get();
+  const int taken = cond && cond->numel() == 1 && cond->dtype() == DType::kBool
+                        ? (*static_cast<const std::uint8_t*>(cond->data()) ? 0 : 1)
+                        : -1;
+  for (int b = 0; b < 2; ++b) {
+    const char* name = b == 0 ? "then_branch" : "else_branch";
+    ir::Attribute* a = n.FindAttr(name) ? &n.attrs()[name] : nullptr;
+    if (!a || !a->g || (taken >= 0 && taken != b)) continue;
+    ir::Graph& g = *a->g;
+    if (g.inputs().size() + 1 != static_cast<std::size_t>(n.num_inputs())) continue;  // InferIf names it
+    for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+      const ir::Value* in = n.input(static_cast<int>(i) + 1);
+      ir::Value* gi = g.inputs()[i];
+      if (!in || in->dtype() != gi->dtype()) continue;  // InferIf names it
+      gi->set_shape(in->shape());
+      gi->set_dynamic_mask(in->dynamic_mask());
+      gi->set_bound_value(in->is_constant() ? in->constant() : in->bound_value());
+    }
+    KILN_RETURN_IF_ERROR(SpecializeGraph(g).WithContext(StrCat(n.Describe(), " attribute '", name, "'")));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
 // (executor.h)
 Status SpecializeGraph(ir::Graph& g) {
   // Every extent is concrete here: no symbolic dims to track, and the
   // values the compiler (or loader) computed at the probe are stale.
+  // A branch's inputs keep the values its If passed (shape arithmetic).
+  const bool branch = g.parent() != nullptr;
   for (auto& v : g.values()) {
     v->set_symbolic_mask(0);
-    if (!v->is_constant() && !(v->shape_input() && g.IsGraphInput(v.get()))) v->set_bound_value(nullptr);
+    if (!v->is_constant() && !((v->shape_input() || branch) && g.IsGraphInput(v.get()))) v->set_bound_value(nullptr);
   }
   std::vector<ir::Node*> nodes;
   for (auto& n : g.nodes()) nodes.push_back(n.get());
   std::vector<ir::Node*> folded;
   for (ir::Node* n : nodes) {
+    if (n->op_type() == "If" && n->domain().empty()) KILN_RETURN_IF_ERROR(SpecializeBranches(*n));
     KILN_RETURN_IF_ERROR(ops::InferNodeConcrete(*n));
     for (const ir::Value* o : n->outputs()) {
       if (o && !IsStatic(o->shape())) {

@@ -55,10 +55,11 @@ bool HasSymbolicInputs(const ir::Graph& g) {
   return false;
 }
 
-Status ReinferGraph(ir::Graph& g, const std::string& path) {
+Status ReinferGraph(ir::Graph& g, const std::string& path, bool symbolic_model = false) {
   // Shape arithmetic on symbolic dims is evaluated at the recorded (probed)
-  // extents as the compiler did (cpu::EvalBound), for the nodes after it.
-  const bool bound = g.parent() == nullptr && HasSymbolicInputs(g);
+  // extents as the compiler did (cpu::EvalBound), for the nodes after it,
+  // in If branches too (their inputs get the values the If passes).
+  const bool bound = g.parent() == nullptr ? HasSymbolicInputs(g) : symbolic_model;
   // Shape inputs are found again by the inference below (ops::InferNode),
   // and must be the ones the file records.
   std::vector<bool> recorded_shape_inputs;
@@ -72,7 +73,17 @@ Status ReinferGraph(ir::Graph& g, const std::string& path) {
       if (a.g) subs.push_back(a.g);
       for (auto& sg : subs) {
         if (!sg) continue;
-        Status st = ReinferGraph(*sg, path);
+        if (bound && n->op_type() == "If" && sg->inputs().size() + 1 == static_cast<std::size_t>(n->num_inputs())) {
+          for (std::size_t i = 0; i < sg->inputs().size(); ++i) {
+            const ir::Value* in = n->input(static_cast<int>(i) + 1);
+            if (!in || in->is_constant()) continue;
+            ir::Value* gi = sg->inputs()[i];  // as lower-subgraphs passed them
+            gi->set_bound_value(in->bound_value());
+            gi->set_symbolic_elems(in->symbolic_elems_known(), in->symbolic_elems());
+            gi->set_value_dims(in->value_dims());
+          }
+        }
+        Status st = ReinferGraph(*sg, path, bound);
         if (!st.ok()) return st.WithContext(StrCat(n->Describe(), " attribute '", k, "'"));
       }
     }
@@ -607,14 +618,18 @@ class ModelImpl final : public Model {
           di.min = it->second.min;
           di.max = it->second.max;
         }
-        if (d < 64 && (v->dynamic_mask() >> d & 1)) {
+        const bool data = d < 64 && (v->dynamic_mask() >> d & 1);
+        if (data && !(v->symbolic_mask() >> d & 1)) {
           di = {-1, 0, e, di.symbol};  // data-dependent: 0..bound
         } else if ((it != g.symbols().end() && it->second.min != it->second.max) ||
                    (d < 64 && (v->symbolic_mask() >> d & 1))) {
           // Symbolic: given by each run's inputs (an input's range is its
           // symbol's; a dim that follows from symbols is 0.. unbounded
-          // unless it is named).
-          if (it == g.symbols().end()) di.min = 0, di.max = -1;
+          // unless it is named). Data-dependent and symbolic (a NonZero of
+          // a batch of inputs): its bound follows the symbols, so no bound
+          // is known before the run's input shapes
+          // (Model::OutputShapes gives it).
+          if (it == g.symbols().end() || data) di.min = 0, di.max = -1;
           di.value = -1;
           t.shape[d] = -1;
           t.bytes = 0;

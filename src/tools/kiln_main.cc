@@ -334,10 +334,12 @@ json DimsJson(const kiln::ir::Value& v, const kiln::ir::Graph& g) {
       hi = it->second.max;
     }
     std::string kind = "static";
-    if (d < 64 && (v.dynamic_mask() >> d & 1)) {
+    const bool data = d < 64 && (v.dynamic_mask() >> d & 1);
+    if (data && !(v.symbolic_mask() >> d & 1)) {
       value = -1, lo = 0, hi = e, kind = "data";
     } else if ((it != g.symbols().end() && lo != hi) || (d < 64 && (v.symbolic_mask() >> d & 1))) {
-      if (it == g.symbols().end()) lo = 0, hi = -1;  // follows from symbols, unnamed
+      // follows from symbols, unnamed (or data-dependent with a bound that does)
+      if (it == g.symbols().end() || data) lo = 0, hi = -1;
       value = -1, kind = "symbolic";  // each run's input shapes give it
     }
     dims.push_back({{"value", value}, {"min", lo}, {"max", hi}, {"symbol", sym}, {"kind", kind}});

@@ -308,6 +308,106 @@ def test_if_branches_of_different_rank(tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+def _if_model(path, cond_nodes, then_nodes, else_nodes, inits, then_inits=(), else_inits=()):
+    from onnx import numpy_helper
+    out = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+    then_g = helper.make_graph(then_nodes, "then", [], [out("t_out")],
+                               [numpy_helper.from_array(v, k) for k, v in then_inits])
+    else_g = helper.make_graph(else_nodes, "else", [], [out("e_out")],
+                               [numpy_helper.from_array(v, k) for k, v in else_inits])
+    g = helper.make_graph(
+        cond_nodes + [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+                      helper.make_node("Sigmoid", ["y"], ["z"])], "if_sym",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])], [out("z")],
+        [numpy_helper.from_array(v, k) for k, v in inits])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def _sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def test_if_over_symbolic_dims_with_shape_arithmetic_in_its_branches(tmp_path):
+    """x[N, 4], N symbolic; the condition is data (sum(x) > 0). then:
+    Reshape(x, [Shape(x)[0], 2, -1]) with Shape computed outside the If;
+    else: ReduceSum(Reshape(x, [Shape(x)[1], -1]), axis 1) computed inside.
+    Each N gets one plan; both branches run in it. Compared with NumPy."""
+    i64 = lambda *v: np.array(v, np.int64)
+    _if_model(tmp_path / "m.onnx",
+              [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("ReduceSum", ["x"], ["tot"], keepdims=0),
+               helper.make_node("Greater", ["tot", "fz"], ["c"])],
+              [helper.make_node("Gather", ["s", "zero"], ["n0"], axis=0),
+               helper.make_node("Unsqueeze", ["n0", "ax0"], ["n1"]),
+               helper.make_node("Concat", ["n1", "tail"], ["tgt"], axis=0),
+               helper.make_node("Reshape", ["x", "tgt"], ["t_out"])],
+              [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Slice", ["xs", "b1", "e2"], ["last"]),
+               helper.make_node("Concat", ["last", "m1"], ["tgt2"], axis=0),
+               helper.make_node("Reshape", ["x", "tgt2"], ["r2"]),
+               helper.make_node("ReduceSum", ["r2", "ax1"], ["e_out"], keepdims=0)],
+              [("fz", np.array(0, np.float32))],
+              [("zero", np.array(0, np.int64)), ("ax0", i64(0)), ("tail", i64(2, -1))],
+              [("b1", i64(1)), ("e2", i64(2)), ("m1", i64(-1)), ("ax1", i64(1))])
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    assert m.outputs[0].shape == [-1, -1, -1]
+    assert len(m.outputs[0].rank_alternatives) == 2
+    for n in (3, 1, 5, 3, 1):
+        for sign in (1, -1):
+            x = (np.arange(n * 4, dtype=np.float32) * 0.25 + 0.5).reshape(n, 4) * sign
+            want = _sigmoid(x.reshape(n, 2, -1) if sign > 0 else x.reshape(4, -1).sum(1))
+            got = m.run({"x": x})["z"]
+            assert got.shape == want.shape, (n, sign)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert m.plan_stats()["created"] == 3
+
+
+def test_if_whose_condition_follows_a_symbolic_dim(tmp_path):
+    """x[N, 4]; c = N > 1 (from Shape): then 2x [N, 4], else x flattened
+    [4]: each plan takes one branch, of its own rank. Compared with NumPy."""
+    _if_model(tmp_path / "m.onnx",
+              [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+               helper.make_node("Greater", ["n", "one"], ["c"])],
+              [helper.make_node("Mul", ["x", "two"], ["t_out"])],
+              [helper.make_node("Reshape", ["x", "flat"], ["e_out"])],
+              [("zero", np.array(0, np.int64)), ("one", np.array(1, np.int64))],
+              [("two", np.array(2, np.float32))], [("flat", np.array([-1], np.int64))])
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    for n in (1, 4, 1, 2):
+        x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) - 3
+        want = _sigmoid(2 * x if n > 1 else x.reshape(-1))
+        got = m.run({"x": x})["z"]
+        assert got.shape == want.shape, n
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert m.plan_stats()["created"] == 3
+
+
+def test_if_reading_a_value_shaped_by_a_shape_input(tmp_path):
+    """r = Reshape(x, t), t a model input (a shape input); If(c) reads r:
+    then -r, else 3r. One plan per target; compared with NumPy."""
+    from onnx import numpy_helper
+    out = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+    then_g = helper.make_graph([helper.make_node("Neg", ["r"], ["t_out"])], "then", [], [out("t_out")])
+    else_g = helper.make_graph([helper.make_node("Mul", ["r", "k"], ["e_out"])], "else", [], [out("e_out")],
+                               [numpy_helper.from_array(np.array(3, np.float32), "k")])
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "t"], ["r"]),
+         helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "if_shape_input",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+         helper.make_tensor_value_info("t", TensorProto.INT64, [2]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [out("y")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for t in ([3, 4], [6, 2], [12, 1], [3, 4]):
+        for c in (True, False):
+            got = m.run({"x": x, "t": np.array(t, np.int64), "c": np.array(c)})["y"]
+            np.testing.assert_array_equal(got, (-x if c else 3 * x).reshape(t))
+            assert got.shape == tuple(t)
+    assert m.plan_stats()["created"] == 3
+
+
 def test_file_id_weights_from_a_path_or_a_buffer():
     """file_id.kiln (tests/capi/make_file_id_model.cc): y = x + w, w a
     graph-API FileConstant "w-table" at offset 8 of w_table.bin; w[i] = 0.5 i
