@@ -341,8 +341,10 @@ void SetSymbolicElems(ir::Node& node) {
 // Whether a model input may be a shape input: small, static, int32/int64 or
 // float32/float64.
 bool SmallShapeInput(const ir::Value* v) {
+  // Symbolic dims are at their probe here (a batch of lengths, [batch]):
+  // each run's values are checked against the same limits (Model).
   const std::int64_t e = NumElements(v->shape());
-  if (e < 0 || v->varying_mask()) return false;
+  if (e < 0 || v->dynamic_mask()) return false;
   switch (v->dtype()) {
     case DType::kInt64:
     case DType::kInt32:

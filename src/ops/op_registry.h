@@ -131,8 +131,9 @@ class OpRegistry {
 // model input) becomes symbolic at extent kShapeInputProbe when that value
 // follows from small model inputs alone (kShapeInputLimitBytes of integers,
 // kShapeInputFloatElements floats; through nodes the host evaluates, in the
-// top-level graph): those model inputs get Value::shape_input, and the
-// runtime specializes the graph for each signature of their values (read as
+// top-level graph; at the probe, for inputs with symbolic dims, and at each
+// run): those model inputs get Value::shape_input, and the runtime
+// specializes the graph for each signature of their values (read as
 // constants then). Other unknown dims stay -1 (the compiler reports them).
 Status InferNode(ir::Node& node);
 inline constexpr std::int64_t kShapeInputProbe = 1;

@@ -405,11 +405,11 @@ Status VerifyGraphAt(const ir::Graph& g, const ir::Graph& root, int depth) {
         return Corrupt("value '", v->name(), "'", where, " is marked a shape input but is not an input of the "
                        "top-level graph");
       }
-      if (n < 0 || v->varying_mask() || !(integer || floating) ||
+      if (n < 0 || v->dynamic_mask() || !(integer || floating) ||
           (integer && static_cast<std::uint64_t>(n) * DTypeSize(v->dtype()) > ir::kShapeInputLimitBytes) ||
           (floating && n > ir::kShapeInputFloatElements)) {
         return Corrupt("input '", v->name(), "' is marked a shape input but is ", DTypeName(v->dtype()),
-                       ShapeToString(v->shape()), "; shape inputs are static int32/int64 tensors of at most ",
+                       ShapeToString(v->shape()), "; shape inputs are int32/int64 tensors of at most ",
                        ir::kShapeInputLimitBytes, " bytes or float32/float64 tensors of at most ",
                        ir::kShapeInputFloatElements, " elements");
       }

@@ -336,8 +336,19 @@ class ModelImpl final : public Model {
                      "' decides shapes (its values are read before the run): pass it in host memory, not in "
                      "memory of device '", state_->exec_options.device->spec(), "'");
       }
+      // An input with symbolic dims: its size is this run's (the compiler
+      // checked the probe's).
+      const std::int64_t n = NumElements(t.shape);
+      const bool integer = t.dtype == DType::kInt64 || t.dtype == DType::kInt32;
+      if (n < 0 || (integer ? static_cast<std::uint64_t>(n) * DTypeSize(t.dtype) > ir::kShapeInputLimitBytes
+                            : n > ir::kShapeInputFloatElements)) {
+        return Error(StatusCode::kInvalidArgument, "input ", i, " '", inputs_[i].name, "' decides shapes (its values ",
+                     "are read before the run), which limits it to ",
+                     integer ? StrCat(ir::kShapeInputLimitBytes, " bytes") : StrCat(ir::kShapeInputFloatElements, " elements"),
+                     "; it has shape ", ShapeToString(t.shape));
+      }
       const auto* p = static_cast<const std::uint8_t*>(t.data);
-      values[i].assign(p, p + static_cast<std::size_t>(NumElements(t.shape)) * DTypeSize(t.dtype));
+      values[i].assign(p, p + static_cast<std::size_t>(n) * DTypeSize(t.dtype));
     }
     auto matches = [&ins, &values](const Plan& p) {
       if (p.input_shapes.size() != ins.size()) return false;

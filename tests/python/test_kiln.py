@@ -408,6 +408,33 @@ def test_if_reading_a_value_shaped_by_a_shape_input(tmp_path):
     assert m.plan_stats()["created"] == 3
 
 
+def test_padding_mask_from_a_batch_of_lengths(tmp_path):
+    """A speech model's padding mask: lens[B] (B symbolic) -> Range(0,
+    max(lens)) < lens[:, None] -> mask[B, max(lens)]. lens decides shapes
+    (a shape input of symbolic size); compared with NumPy."""
+    from onnx import numpy_helper
+    g = helper.make_graph(
+        [helper.make_node("ReduceMax", ["lens"], ["mx"], keepdims=0),
+         helper.make_node("Range", ["z0", "mx", "o1"], ["r"]),
+         helper.make_node("Unsqueeze", ["lens", "ax1"], ["l2"]),
+         helper.make_node("Less", ["r", "l2"], ["mask"])], "pad_mask",
+        [helper.make_tensor_value_info("lens", TensorProto.INT64, ["B"])],
+        [helper.make_tensor_value_info("mask", TensorProto.BOOL, None)],
+        [numpy_helper.from_array(np.array(0, np.int64), "z0"), numpy_helper.from_array(np.array(1, np.int64), "o1"),
+         numpy_helper.from_array(np.array([1], np.int64), "ax1")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    assert m.inputs[0].shape_input and m.inputs[0].shape == [-1]
+    for lens in ([3, 1, 2], [5], [2, 2, 2, 2], [3, 1, 2], [1] * 200):
+        lv = np.array(lens, np.int64)
+        got = m.run({"lens": lv})["mask"]
+        np.testing.assert_array_equal(got, np.arange(lv.max())[None, :] < lv[:, None])
+    assert m.plan_stats()["created"] == 4
+    with pytest.raises(kiln.Error, match="'lens' decides shapes .* limits it to 65536 bytes; it has shape \\[9000\\]"):
+        m.run({"lens": np.ones(9000, np.int64)})
+
+
 def test_file_id_weights_from_a_path_or_a_buffer():
     """file_id.kiln (tests/capi/make_file_id_model.cc): y = x + w, w a
     graph-API FileConstant "w-table" at offset 8 of w_table.bin; w[i] = 0.5 i
