@@ -95,6 +95,17 @@ class Value {
   // constants for its own input shapes. Null for other values.
   const HostTensorPtr& bound_value() const { return bound_value_; }
   void set_bound_value(HostTensorPtr t) { bound_value_ = std::move(t); }
+  // Shape arithmetic on data-dependent extents (Shape of NonZero's output
+  // -> Gather -> ReduceMin -> TopK's K): a small integer tensor whose
+  // values are only known at run time, with an upper bound for each
+  // element, computed by the compiler and the loader (cpu::EvalUpperBound)
+  // through ops that never decrease when an input grows. The few shape
+  // slots that admit it (TopK's K, ConstantOfShape's shape, Expand's shape,
+  // Tile's repeats; see ops::InferContext::in_const) infer at the bound and
+  // make their outputs' dims data-dependent; the run reads the actual
+  // values. Not written to .kiln; null for other values.
+  const HostTensorPtr& value_upper_bound() const { return value_upper_bound_; }
+  void set_value_upper_bound(HostTensorPtr t) { value_upper_bound_ = std::move(t); }
   // Per-dim symbol names (empty string = none), parallel to shape, or empty
   // (no dim named). A name means "this dim equals symbol S" of the top-level
   // graph's symbol table (Graph::symbols). Set on model inputs from ONNX
@@ -170,6 +181,7 @@ class Value {
   std::vector<Use> uses_;
   HostTensorPtr constant_;
   HostTensorPtr bound_value_;
+  HostTensorPtr value_upper_bound_;
   Graph* owner_ = nullptr;
 };
 

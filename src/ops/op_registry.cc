@@ -19,6 +19,12 @@ Result<int> InferContext::Axis(std::int64_t axis, std::size_t rank, const char* 
   return static_cast<int>(axis < 0 ? axis + r : axis);
 }
 
+bool InferContext::UpperBoundSlot(const ir::Node& node, int i) {
+  if (!node.domain().empty()) return false;
+  const std::string& t = node.op_type();
+  return ((t == "TopK" || t == "Expand" || t == "Tile") && i == 1) || (t == "ConstantOfShape" && i == 0);
+}
+
 OpRegistry& OpRegistry::Get() {
   static OpRegistry* r = [] {
     auto* reg = new OpRegistry();
@@ -630,6 +636,13 @@ Status CheckAndInfer(ir::Node& node, Mode mode) {
   KILN_RETURN_IF_ERROR(def->infer(ctx));
   KILN_RETURN_IF_ERROR(CheckOutputShapes(node));
   if (dyn_in && !ctx.sets_dynamic()) KILN_RETURN_IF_ERROR(PropagateDynamic(node, *def, false));
+  if (ctx.read_upper_bounds()) {
+    // Inferred at the upper bounds of values the run computes: every dim
+    // is data-dependent, bounded by what the inference gave.
+    for (ir::Value* o : node.outputs()) {
+      if (o) o->set_dynamic_mask(o->dynamic_mask() | AllDims(o->shape().size()));
+    }
+  }
   if (mode == Mode::kConcrete) return Status::Ok();
   // Joint probing (see Probe) where every bound-valued input says which of
   // its elements follow from symbols.

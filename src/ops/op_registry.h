@@ -27,13 +27,25 @@ class InferContext {
   // Constant data of input i when known at compile time, else its bound
   // value (shape arithmetic on symbolic dims, at the probed extents: see
   // ir::Value::bound_value), else null.
+  // A slot whose shapes only grow with its values (TopK's K, ...; see
+  // ir::Value::value_upper_bound) gets the upper bound of a value computed
+  // from data-dependent extents: InferNode then makes the outputs' dims
+  // data-dependent.
   const HostTensor* in_const(int i) const {
     ir::Value* v = node_.input(i);
     if (!v) return nullptr;
     const HostTensor* t = v->constant() ? v->constant().get() : v->bound_value().get();
+    if (!t && v->value_upper_bound() && i < 64 && UpperBoundSlot(node_, i)) {
+      read_upper_bounds_ |= std::uint64_t{1} << i;
+      return v->value_upper_bound().get();
+    }
     if (!t && i < 64) missed_values_ |= std::uint64_t{1} << i;
     return t;
   }
+  std::uint64_t read_upper_bounds() const { return read_upper_bounds_; }
+  // Whether input `i` of `node` is a slot whose output extents never shrink
+  // when its values grow.
+  static bool UpperBoundSlot(const ir::Node& node, int i);
   // The inputs whose values the inference asked for and did not get (bit i:
   // input i): the output dims they decide are left -1.
   std::uint64_t missed_values() const { return missed_values_; }
@@ -80,6 +92,7 @@ class InferContext {
   ir::Node& node_;
   bool sets_dynamic_ = false;
   bool sets_symbolic_ = false;
+  mutable std::uint64_t read_upper_bounds_ = 0;
   mutable std::uint64_t missed_values_ = 0;
 };
 

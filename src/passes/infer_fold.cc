@@ -190,6 +190,7 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
       return Error(st.code(), st.message(), " (while compiling with input dims left symbolic, probed at: ", symbolic,
                    "; if the model admits only some extents, fix or bound them with --input-shape)");
     }
+    KILN_RETURN_IF_ERROR(cpu::EvalUpperBound(*n, cpu::kBoundValueLimit).status());
     if (opts.disabled.count("fold")) continue;
     std::vector<HostTensorPtr> folded;
     if (n->op_type() == "Shape" && n->domain().empty()) {

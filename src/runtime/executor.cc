@@ -449,6 +449,14 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       d->out_masks.push_back(v->dynamic_mask());
     }
     d->self_shaped = node.op_type() == "If" && node.domain().empty();
+    for (int i = 0; i < node.num_inputs(); ++i) {
+      const ir::Value* v = node.input(i);
+      if (v && !v->is_constant() && !v->bound_value() && v->value_upper_bound() &&
+          ops::InferContext::UpperBoundSlot(node, i)) {
+        d->value_inputs.push_back(i);
+      }
+    }
+    d->values.resize(d->value_inputs.size());
     return d;
   };
   // If: each branch is a self-contained graph (the lower-subgraphs pass made
@@ -923,6 +931,22 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
     if (d.in_ids[i] >= 0) v->set_shape(shapes_[d.in_ids[i]]);
     key.push_back(v->shape());
   }
+  // Values this run computed that decide shapes (small integer tensors, in
+  // memory the host reads during a launch on a host-run device): constants
+  // of the clone for its inference, and part of the key (as extra "shapes").
+  for (std::size_t k = 0; k < d.value_inputs.size(); ++k) {
+    const int i = d.value_inputs[k];
+    ir::Value* v = c.input(i);
+    const void* src = reinterpret_cast<void* const*>(blocks_[t.block].dev)[i];
+    auto val = std::make_shared<HostTensor>(v->dtype(), v->shape());
+    if (val->nbytes() > 0) {
+      if (!src) return Error(StatusCode::kInternal, t.node->Describe(), ": input ", i, " has no address");
+      std::memcpy(val->mutable_data(), src, val->nbytes());
+    }
+    key.push_back(val->ToInt64Vector());
+    v->set_constant(val);
+    d.values[k] = std::move(val);
+  }
   std::vector<Shape> outs = d.out_static;  // If: its branch reports the extents
   if (!d.self_shaped) {
     if (d.have_last && d.last_in == key) {
@@ -976,14 +1000,21 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
           init.inputs.push_back(v ? device::TensorDesc{v->dtype(), v->shape()} : device::TensorDesc{});
         }
         init.const_inputs = d.const_inputs;
+        for (std::size_t k = 0; k < d.value_inputs.size(); ++k) {  // this run's (the kernel reads them at run)
+          init.const_inputs[d.value_inputs[k]] = d.values[k].get();
+        }
         init.varying_shapes = true;  // one kernel per extents the data gives
         for (std::size_t j = 0; j < outs.size(); ++j) init.outputs.push_back({c.output(static_cast<int>(j))->dtype(), outs[j]});
         // Inside this task's launch: a device operation for the device's
         // tasks, host work for CPU-placed ones.
         auto k = (t.on_host ? CpuDevice() : *device_).CreateKernel(init);
         if (!k.ok()) return k.status().WithContext(StrCat(t.node->Describe(), " at run time"));
-        if (d.kernels.size() >= 16) d.kernels.clear();  // shapes keep changing: bound the cache
+        if (d.kernels.size() >= 16) {  // shapes keep changing: bound the cache
+          d.kernels.clear();
+          d.kernel_values.clear();
+        }
         it = d.kernels.emplace(key, std::move(k).value()).first;
+        if (!d.values.empty()) d.kernel_values[key] = d.values;  // a kernel may keep pointers to them
       }
       device::KernelArgs args{slots, t.num_inputs, outs.data(), key.data()};
       args.ctx = &ctx;
@@ -1105,6 +1136,7 @@ Status SpecializeGraph(ir::Graph& g) {
   for (ir::Node* n : nodes) {
     if (n->op_type() == "If" && n->domain().empty()) KILN_RETURN_IF_ERROR(SpecializeBranches(*n));
     KILN_RETURN_IF_ERROR(ops::InferNodeConcrete(*n));
+    KILN_RETURN_IF_ERROR(cpu::EvalUpperBound(*n, cpu::kBoundValueLimit).status());
     for (const ir::Value* o : n->outputs()) {
       if (o && !IsStatic(o->shape())) {
         std::string given;

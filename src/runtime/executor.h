@@ -91,6 +91,12 @@ struct DynamicTask {
   std::vector<Shape> out_static;       // compiled shapes of outputs with static extents
   std::vector<std::uint64_t> out_masks;
   std::vector<const HostTensor*> const_inputs;  // as the kernel reads them (host copies for CPU-placed nodes)
+  // Inputs whose values, computed by this run, decide the output shapes
+  // (ir::Value::value_upper_bound): read from memory before inference, and
+  // part of the kernel key. `values` holds each run's copies.
+  std::vector<int> value_inputs;
+  std::vector<HostTensorPtr> values;
+  std::map<std::vector<Shape>, std::vector<HostTensorPtr>> kernel_values;  // what each kernel was made with
   bool alias = false;                  // a view: shapes only, no kernel
   bool self_shaped = false;            // If: one kernel for all shapes; it reports its outputs' extents
   std::map<std::vector<Shape>, std::unique_ptr<device::Kernel>> kernels;  // by input shapes

@@ -102,6 +102,9 @@ Status ReinferGraph(ir::Graph& g, const std::string& path, bool symbolic_model =
     for (ir::Value* o : n->outputs()) declared.emplace_back(o->dtype(), o->shape());
     Status st = ops::InferNode(*n);
     if (!st.ok()) return st.WithContext(StrCat("model '", path, "'"));
+    if (auto ub = cpu::EvalUpperBound(*n, cpu::kBoundValueLimit); !ub.ok()) {
+      return ub.status().WithContext(StrCat("model '", path, "'"));
+    }
     if (bound) {
       auto r = cpu::EvalBound(*n, cpu::kBoundValueLimit);
       if (!r.ok()) return r.status().WithContext(StrCat("model '", path, "'"));

@@ -435,6 +435,49 @@ def test_padding_mask_from_a_batch_of_lengths(tmp_path):
         m.run({"lens": np.ones(9000, np.int64)})
 
 
+def test_topk_of_a_data_dependent_count(tmp_path):
+    """A detector's post-processing (torchvision's): the candidates above a
+    threshold (NonZero), K = min(5, their count) computed from Shape ->
+    Gather -> Concat -> ReduceMin, TopK with that K, and labels =
+    ConstantOfShape(Shape(top scores)). K's bound (5) sizes memory; each run
+    reads K. Compared with NumPy (a stable descending sort)."""
+    from onnx import numpy_helper
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64 if isinstance(v, (int, list)) else np.float32),
+                                                name)
+    g = helper.make_graph(
+        [helper.make_node("Greater", ["scores", "th"], ["m"]), helper.make_node("NonZero", ["m"], ["nz"]),
+         helper.make_node("Reshape", ["nz", "m1"], ["nzf"]),
+         helper.make_node("Gather", ["scores", "nzf"], ["s"], axis=0),
+         helper.make_node("Shape", ["s"], ["ss"]), helper.make_node("Gather", ["ss", "z"], ["n"], axis=0),
+         helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]), helper.make_node("Concat", ["n1", "five"], ["c"], axis=0),
+         helper.make_node("ReduceMin", ["c"], ["k0"], keepdims=0), helper.make_node("Reshape", ["k0", "one"], ["k"]),
+         helper.make_node("TopK", ["s", "k"], ["vals", "idx"]), helper.make_node("Shape", ["vals"], ["vs"]),
+         helper.make_node("ConstantOfShape", ["vs"], ["labels"],
+                          value=numpy_helper.from_array(np.array([7], np.int64)))], "topk_count",
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [20])],
+        [helper.make_tensor_value_info("vals", TensorProto.FLOAT, [None]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("labels", TensorProto.INT64, [None])],
+        [c("th", 0.5), c("m1", [-1]), c("z", 0), c("ax0", [0]), c("five", [5]), c("one", [1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    assert m.outputs[0].shape == [5] and m.outputs[0].dynamic_dims == [0]
+    rng = np.random.default_rng(0)
+    for t in range(12):
+        sc = rng.random(20).astype(np.float32)
+        if t % 4 == 0:
+            sc[:17] = 0  # 0 to 3 candidates: K below its bound
+        if t % 6 == 0:
+            sc[:] = 0.1  # none
+        s = sc[sc > 0.5]
+        order = np.argsort(-s, kind="stable")[:min(5, len(s))]
+        out = m.run({"scores": sc})
+        np.testing.assert_array_equal(out["vals"], s[order])
+        np.testing.assert_array_equal(out["idx"], order)
+        np.testing.assert_array_equal(out["labels"], np.full(len(order), 7))
+
+
 def test_file_id_weights_from_a_path_or_a_buffer():
     """file_id.kiln (tests/capi/make_file_id_model.cc): y = x + w, w a
     graph-API FileConstant "w-table" at offset 8 of w_table.bin; w[i] = 0.5 i

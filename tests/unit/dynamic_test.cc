@@ -184,9 +184,9 @@ TEST(Dynamic, EmptyExtentsReachGemmAndSliceWithoutError) {
   EXPECT_EQ(fv, (std::vector<std::int64_t>{1, 2}));
 }
 
-TEST(Dynamic, ShapeArithmeticOnADataDependentExtentNamesIt) {
-  // ConstantOfShape(Shape(NonZero(x))): the target shape is data: a compile
-  // error naming the NonZero output, not advice about input shapes.
+// x[4] -> NonZero -> idx[1,<=4] -> Shape -> shp (upper bound [1,4]) -> [Sub 0 ->]
+// ConstantOfShape -> y.
+std::unique_ptr<ir::Graph> FillOfNonZeroShape(bool sub) {
   auto g = std::make_unique<ir::Graph>();
   ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
   g->inputs().push_back(x);
@@ -195,10 +195,39 @@ TEST(Dynamic, ShapeArithmeticOnADataDependentExtentNamesIt) {
   ir::Value* y = g->AddValue("y");
   g->AddNode("NonZero", "nz", {x}, {idx});
   g->AddNode("Shape", "shape", {idx}, {shp});
+  if (sub) {  // not monotone: no upper bound follows
+    ir::Value* d = g->AddValue("d");
+    g->AddNode("Sub", "sub", {shp, g->AddConstant("zeros", test::I64({2}, {0, 0}))}, {d});
+    shp = d;
+  }
   g->AddNode("ConstantOfShape", "fill", {shp}, {y});
   g->outputs() = {y};
   test::SetLatestVersions(*g);
-  auto m = CompileGraph(std::move(g), {});
+  return g;
+}
+
+TEST(Dynamic, ConstantOfShapeOfADataDependentExtentRunsAtEachRunsShape) {
+  // The shape of NonZero's output is data with upper bounds [1,4]: the fill
+  // is planned for them and each run reads the actual shape.
+  test::TempDir dir;
+  auto model = CompileAndLoad(FillOfNonZeroShape(false), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{1, 4}));
+  EXPECT_EQ(m.outputs()[0].dynamic_dims, 0b11u);
+  std::vector<float> y(4, -1);
+  for (const auto& [x, n] : std::vector<std::pair<std::vector<float>, std::int64_t>>{
+           {{0, 3, 0, 5}, 2}, {{1, 1, 1, 1}, 4}, {{0, 0, 0, 0}, 0}, {{0, 0, 7, 0}, 1}}) {
+    ASSERT_TRUE(m.Execute({TensorRef::Of(x.data(), {4})}, {TensorRef::Of(y.data(), {1, 4})}).ok());
+    EXPECT_EQ(m.output_shape(0), (Shape{1, n}));
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], 0.0f);
+  }
+}
+
+TEST(Dynamic, ShapeArithmeticWithoutAnUpperBoundNamesTheExtent) {
+  // Sub gives no upper bound: a compile error naming the NonZero output,
+  // not advice about input shapes.
+  auto m = CompileGraph(FillOfNonZeroShape(true), {});
   ASSERT_FALSE(m.ok());
   const std::string msg = m.status().message();
   EXPECT_NE(msg.find("data-dependent extent of 'idx'"), std::string::npos) << msg;

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
+#include <string>
 
 #include <omp.h>
 
@@ -63,6 +66,75 @@ Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init) {
   }
   if (!k.ok()) return k.status().WithContext(init.node->Describe());
   return k;
+}
+
+Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
+  for (ir::Value* o : node.outputs()) {
+    if (o) o->set_value_upper_bound(nullptr);
+  }
+  if (node.HasSubgraphs() || !node.domain().empty() || node.num_outputs() != 1 || !node.output(0)) return false;
+  ir::Value* out = node.output(0);
+  const DType ot = out->dtype();
+  if ((ot != DType::kInt64 && ot != DType::kInt32) || !IsStatic(out->shape()) ||
+      static_cast<std::uint64_t>(NumElements(out->shape())) * DTypeSize(ot) > limit_bytes) {
+    return false;
+  }
+  const std::string& t = node.op_type();
+  if (t == "Shape" || t == "Size") {
+    const ir::Value* in = node.input(0);
+    if (!in || !in->is_dynamic() || !IsStatic(in->shape())) return false;
+    HostTensorPtr v;
+    if (t == "Size") {
+      auto size = std::make_shared<HostTensor>(DType::kInt64, Shape{});
+      *size->mutable_data_as<std::int64_t>() = NumElements(in->shape());
+      v = std::move(size);
+    } else {
+      const auto rank = static_cast<std::int64_t>(in->shape().size());
+      v = ops::ShapeValueOf(in->shape(), node.GetInt("start", 0), node.GetInt("end", rank), 0);
+    }
+    if (!v || v->shape() != out->shape()) return false;
+    out->set_value_upper_bound(std::move(v));
+    return true;
+  }
+  // Inputs after the first that must be constants (indices, axes, shapes).
+  static const std::map<std::string, int> kFixedAfterFirst = {
+      {"Gather", 1}, {"Unsqueeze", 1}, {"Squeeze", 1}, {"Reshape", 1}, {"Identity", 1}, {"Cast", 1},
+      {"ReduceMin", 1}, {"ReduceMax", 1}, {"ReduceSum", 1}, {"ReduceProd", 1}};
+  static const std::set<std::string> kAllBounded = {"Concat", "Min", "Max", "Add", "Mul"};
+  const bool fixed_tail = kFixedAfterFirst.count(t) != 0;
+  if (!fixed_tail && !kAllBounded.count(t)) return false;
+  const bool nonnegative = t == "Add" || t == "Mul" || t == "ReduceSum" || t == "ReduceProd";
+  std::vector<HostTensorPtr> ins;
+  bool any = false;
+  for (int i = 0; i < node.num_inputs(); ++i) {
+    const ir::Value* v = node.input(i);
+    if (!v) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    HostTensorPtr x;
+    if (v->is_constant()) {
+      if (v->constant()->device()) return false;
+      x = v->constant();
+    } else if (v->value_upper_bound() && (!fixed_tail || i == 0)) {
+      x = v->value_upper_bound();
+      any = true;
+    } else {
+      return false;
+    }
+    if (x->dtype() != DType::kInt64 && x->dtype() != DType::kInt32) return false;
+    if (nonnegative) {
+      for (std::int64_t e : x->ToInt64Vector()) {
+        if (e < 0) return false;
+      }
+    }
+    ins.push_back(std::move(x));
+  }
+  if (!any) return false;
+  KILN_ASSIGN_OR_RETURN(std::vector<HostTensorPtr> outs, EvalNode(node, ins));
+  if (outs.size() != 1 || !outs[0] || outs[0]->shape() != out->shape()) return false;
+  out->set_value_upper_bound(std::move(outs[0]));
+  return true;
 }
 
 static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel, const ir::Node& node,

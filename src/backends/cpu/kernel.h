@@ -69,6 +69,16 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
 // and nodes with non-integer outputs of more than kBoundFloatElements
 // elements are never evaluated.
 Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes);
+// Upper bounds of shape arithmetic on data-dependent extents (see
+// ir::Value::value_upper_bound): a Shape or Size of a value with
+// data-dependent dims gets its bound extents; Gather, Concat, Unsqueeze,
+// Squeeze, Reshape, Identity, Cast (to an integer type), Min, Max,
+// ReduceMin, ReduceMax and, on non-negative values, Add, Mul, ReduceSum and
+// ReduceProd of upper-bounded values (the other inputs constant; indices,
+// axes and shapes constant) get the node evaluated at those bounds: each
+// never decreases when an input element grows. Integer outputs of at most
+// `limit_bytes`. Returns whether it set one.
+Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes);
 // The limit the compiler, the loader and each plan use (the same, so that
 // all three compute the same bound values): shape tensors are tiny.
 inline constexpr std::uint64_t kBoundValueLimit = ir::kShapeInputLimitBytes;  // 64 KiB
