@@ -7,6 +7,11 @@
 #include "kiln/runtime.h"
 #include "kiln/stream.h"
 #include "test_util.h"
+#include "node_runner.h"
+
+#include <array>
+#include <cmath>
+#include <random>
 
 namespace kiln {
 namespace {
@@ -292,6 +297,95 @@ TEST(Dynamic, NonMaxSuppressionSelectsByHand) {
   ASSERT_EQ((*model)->output_shape(0), (Shape{4, 3}));
   EXPECT_EQ(std::vector<std::int64_t>(out.begin(), out.begin() + 12),
             (std::vector<std::int64_t>{0, 0, 0, 0, 0, 2, 0, 1, 1, 0, 1, 2}));
+}
+
+// ONNX's NonMaxSuppression, one pair at a time, as ONNX Runtime reads it:
+// per batch and class, candidates above the score threshold by descending
+// score (ties: lower index first); a candidate is dropped if its IoU with a
+// kept box exceeds the threshold; boxes that do not overlap, or have no
+// area, never suppress each other.
+std::vector<std::array<std::int64_t, 3>> NmsOneByOne(const std::vector<float>& boxes, const std::vector<float>& scores,
+                                                     int batches, int classes, int n, int max_out, float iou,
+                                                     float thr, bool center) {
+  auto corners = [&](int b, int i) {
+    const float* p = &boxes[(static_cast<std::size_t>(b) * n + i) * 4];
+    if (center) return std::array<float, 4>{p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2};
+    return std::array<float, 4>{std::min(p[0], p[2]), std::min(p[1], p[3]), std::max(p[0], p[2]),
+                                std::max(p[1], p[3])};
+  };
+  std::vector<std::array<std::int64_t, 3>> out;
+  for (int b = 0; b < batches; ++b) {
+    for (int c = 0; c < classes; ++c) {
+      const float* s = &scores[(static_cast<std::size_t>(b) * classes + c) * n];
+      std::vector<int> order;
+      for (int i = 0; i < n; ++i) {
+        if (s[i] > thr) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(), [s](int l, int r) { return s[l] > s[r]; });
+      std::vector<int> kept;
+      for (int i : order) {
+        if (static_cast<int>(kept.size()) >= max_out) break;
+        const auto a = corners(b, i);
+        bool keep = true;
+        for (int j : kept) {
+          const auto k = corners(b, j);
+          const float ih = std::min(k[2], a[2]) - std::max(k[0], a[0]);
+          const float iw = std::min(k[3], a[3]) - std::max(k[1], a[1]);
+          if (ih <= 0 || iw <= 0) continue;
+          const float inter = iw * ih;
+          const float area_k = (k[3] - k[1]) * (k[2] - k[0]), area_a = (a[3] - a[1]) * (a[2] - a[0]);
+          const float uni = area_k + area_a - inter;
+          if (inter <= 0 || area_k <= 0 || area_a <= 0 || uni <= 0) continue;
+          if (inter / uni > iou) {
+            keep = false;
+            break;
+          }
+        }
+        if (!keep) continue;
+        kept.push_back(i);
+        out.push_back({b, c, i});
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Dynamic, NonMaxSuppressionOfManyBoxesFollowsTheRuleOneBoxAtATime) {
+  // 1200 small boxes over a 40x40 field (hundreds kept per class: the
+  // kernel tests a candidate against the kept boxes in blocks of 256), a
+  // tenth of them with no area, some with flipped corners; scores with
+  // ties; both box formats.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> pos(0.f, 40.f), size(0.2f, 2.f), unit(0.f, 1.f);
+  const int n = 1200, classes = 2;
+  for (int center = 0; center < 2; ++center) {
+    std::vector<float> boxes(static_cast<std::size_t>(n) * 4), scores(static_cast<std::size_t>(classes) * n);
+    for (int i = 0; i < n; ++i) {
+      float* p = &boxes[static_cast<std::size_t>(i) * 4];
+      const float y = pos(rng), x = pos(rng), h = i % 10 == 3 ? 0.f : size(rng), w = size(rng);
+      if (center) {
+        p[0] = x, p[1] = y, p[2] = w, p[3] = h;
+      } else if (i % 7 == 2) {
+        p[0] = y + h, p[1] = x + w, p[2] = y, p[3] = x;  // the other diagonal
+      } else {
+        p[0] = y, p[1] = x, p[2] = y + h, p[3] = x + w;
+      }
+    }
+    for (float& v : scores) v = std::floor(unit(rng) * 64) / 64;  // ties
+    test::NodeRunner r("NonMaxSuppression", 11,
+                       {test::F32T({1, n, 4}, boxes), test::F32T({1, classes, n}, scores), test::I64T({1}, {1000}),
+                        test::F32T({1}, {0.3f}), test::F32T({1}, {0.05f})});
+    r.Attr("center_point_box", test::Int(center));
+    auto out = r.Run();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const auto want = NmsOneByOne(boxes, scores, 1, classes, n, 1000, 0.3f, 0.05f, center == 1);
+    ASSERT_GT(want.size(), 600u);  // several blocks of kept boxes per class
+    const HostTensor& got = *out.value()[0];
+    ASSERT_EQ(got.shape(), (Shape{static_cast<std::int64_t>(want.size()), 3})) << "center " << center;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      for (int f = 0; f < 3; ++f) ASSERT_EQ(got.data_as<std::int64_t>()[k * 3 + f], want[k][f]) << k << " " << f;
+    }
+  }
 }
 
 // x[4] -> NonZero -> idx[1,<=4]; If(c): then Identity(idx), else an empty

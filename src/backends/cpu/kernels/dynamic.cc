@@ -82,25 +82,76 @@ Result<std::unique_ptr<Kernel>> MakeNonZero(const KernelInit& init) {
   });
 }
 
-// ONNX Runtime's rule: boxes that do not overlap, or have no area, never
-// suppress each other; otherwise IoU > threshold suppresses.
-bool Suppresses(const float* a, const float* b, bool center, float iou_threshold) {
-  float ay0, ax0, ay1, ax1, by0, bx0, by1, bx1;
-  if (center) {  // [x_center, y_center, width, height]
-    ax0 = a[0] - a[2] / 2; ax1 = a[0] + a[2] / 2; ay0 = a[1] - a[3] / 2; ay1 = a[1] + a[3] / 2;
-    bx0 = b[0] - b[2] / 2; bx1 = b[0] + b[2] / 2; by0 = b[1] - b[3] / 2; by1 = b[1] + b[3] / 2;
-  } else {       // [y1, x1, y2, x2], either diagonal
-    ay0 = std::min(a[0], a[2]); ay1 = std::max(a[0], a[2]); ax0 = std::min(a[1], a[3]); ax1 = std::max(a[1], a[3]);
-    by0 = std::min(b[0], b[2]); by1 = std::max(b[0], b[2]); bx0 = std::min(b[1], b[3]); bx1 = std::max(b[1], b[3]);
+// Boxes as corners (y0 <= y1, x0 <= x1) and areas, one array per field,
+// so that one candidate is tested against many kept boxes in a loop the
+// compiler vectorizes.
+struct Corners {
+  std::vector<float> y0, x0, y1, x1, area;
+  void Clear() {
+    for (auto* v : {&y0, &x0, &y1, &x1, &area}) v->clear();
   }
-  const float ix0 = std::max(ax0, bx0), ix1 = std::min(ax1, bx1);
-  const float iy0 = std::max(ay0, by0), iy1 = std::min(ay1, by1);
-  if (ix1 <= ix0 || iy1 <= iy0) return false;
-  const float inter = (ix1 - ix0) * (iy1 - iy0);
-  const float area_a = (ax1 - ax0) * (ay1 - ay0), area_b = (bx1 - bx0) * (by1 - by0);
-  const float uni = area_a + area_b - inter;
-  if (inter <= 0 || area_a <= 0 || area_b <= 0 || uni <= 0) return false;
-  return inter / uni > iou_threshold;
+  void Add(const float* b, bool center) {
+    float by0, bx0, by1, bx1;
+    if (center) {  // [x_center, y_center, width, height]
+      bx0 = b[0] - b[2] / 2; bx1 = b[0] + b[2] / 2; by0 = b[1] - b[3] / 2; by1 = b[1] + b[3] / 2;
+    } else {       // [y1, x1, y2, x2], either diagonal
+      by0 = std::min(b[0], b[2]); by1 = std::max(b[0], b[2]); bx0 = std::min(b[1], b[3]); bx1 = std::max(b[1], b[3]);
+    }
+    y0.push_back(by0); x0.push_back(bx0); y1.push_back(by1); x1.push_back(bx1);
+    area.push_back((bx1 - bx0) * (by1 - by0));
+  }
+  void Append(const Corners& from, std::size_t k) {
+    y0.push_back(from.y0[k]); x0.push_back(from.x0[k]); y1.push_back(from.y1[k]); x1.push_back(from.x1[k]);
+    area.push_back(from.area[k]);
+  }
+};
+
+// ONNX Runtime's rule: boxes that do not overlap, or have no area, never
+// suppress each other; otherwise IoU > threshold suppresses. Whether the
+// box (a*) is suppressed by any of kept boxes [b, e): each pair is decided
+// by the same float operations as one at a time (no contraction), without
+// branches, so the loop vectorizes.
+__attribute__((always_inline)) inline int AnySuppresses(float ay0, float ax0, float ay1, float ax1, float area_a,
+                                                        const float* y0, const float* x0, const float* y1,
+                                                        const float* x1, const float* area, std::size_t b,
+                                                        std::size_t e, float iou_threshold) {
+  int hit = 0;
+  for (std::size_t j = b; j < e; ++j) {
+    // (Operands in the order of the kept box first, as the rule was first
+    // written: std::max/min keep their first operand on NaN.)
+    const float ix0 = std::max(x0[j], ax0), ix1 = std::min(x1[j], ax1);
+    const float iy0 = std::max(y0[j], ay0), iy1 = std::min(y1[j], ay1);
+    const float inter = (ix1 - ix0) * (iy1 - iy0);
+    const float uni = area[j] + area_a - inter;
+    hit |= static_cast<int>((ix1 > ix0) & (iy1 > iy0) & (inter > 0) & (area_a > 0) & (area[j] > 0) & (uni > 0) &
+                            (inter / uni > iou_threshold));
+  }
+  return hit;
+}
+
+__attribute__((target("avx2"))) int AnySuppressesAvx2(float ay0, float ax0, float ay1, float ax1, float area_a,
+                                                      const float* y0, const float* x0, const float* y1,
+                                                      const float* x1, const float* area, std::size_t b,
+                                                      std::size_t e, float iou_threshold) {
+  return AnySuppresses(ay0, ax0, ay1, ax1, area_a, y0, x0, y1, x1, area, b, e, iou_threshold);
+}
+
+// Whether box `k` of `all` is suppressed by any box of `kept`, tested in
+// blocks (a hit ends the scan).
+bool Suppressed(const Corners& all, std::size_t k, const Corners& kept, float iou_threshold) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  const float ay0 = all.y0[k], ax0 = all.x0[k], ay1 = all.y1[k], ax1 = all.x1[k], area_a = all.area[k];
+  const std::size_t n = kept.y0.size();
+  const float *y0 = kept.y0.data(), *x0 = kept.x0.data(), *y1 = kept.y1.data(), *x1 = kept.x1.data(),
+              *area = kept.area.data();
+  constexpr std::size_t kBlock = 256;
+  for (std::size_t b = 0; b < n; b += kBlock) {
+    const std::size_t e = std::min(n, b + kBlock);
+    const int hit = avx2 ? AnySuppressesAvx2(ay0, ax0, ay1, ax1, area_a, y0, x0, y1, x1, area, b, e, iou_threshold)
+                         : AnySuppresses(ay0, ax0, ay1, ax1, area_a, y0, x0, y1, x1, area, b, e, iou_threshold);
+    if (hit) return true;
+  }
+  return false;
 }
 
 Result<std::unique_ptr<Kernel>> MakeNonMaxSuppression(const KernelInit& init) {
@@ -119,8 +170,11 @@ Result<std::unique_ptr<Kernel>> MakeNonMaxSuppression(const KernelInit& init) {
     const float* scores = a.in_as<float>(1);
     I64* out = a.out_as<I64>(0);
     I64 selected_total = 0;
-    std::vector<I64> order, selected;
+    std::vector<I64> order;
+    Corners all, kept;
     for (I64 b = 0; b < batches && max_out > 0; ++b) {
+      all.Clear();
+      for (I64 i = 0; i < num_boxes; ++i) all.Add(boxes + (b * num_boxes + i) * 4, center);
       for (I64 c = 0; c < classes; ++c) {
         const float* s = scores + (b * classes + c) * num_boxes;
         order.clear();
@@ -129,19 +183,11 @@ Result<std::unique_ptr<Kernel>> MakeNonMaxSuppression(const KernelInit& init) {
         }
         // Highest score first; equal scores keep the lower index first.
         std::stable_sort(order.begin(), order.end(), [s](I64 l, I64 r) { return s[l] > s[r]; });
-        selected.clear();
+        kept.Clear();
         for (I64 i : order) {
-          if (static_cast<I64>(selected.size()) >= max_out) break;
-          const float* box = boxes + (b * num_boxes + i) * 4;
-          bool keep = true;
-          for (I64 j : selected) {
-            if (Suppresses(boxes + (b * num_boxes + j) * 4, box, center, iou)) {
-              keep = false;
-              break;
-            }
-          }
-          if (!keep) continue;
-          selected.push_back(i);
+          if (static_cast<I64>(kept.y0.size()) >= max_out) break;
+          if (Suppressed(all, static_cast<std::size_t>(i), kept, iou)) continue;
+          kept.Append(all, static_cast<std::size_t>(i));
           if (selected_total >= bound) {
             return Error(StatusCode::kInternal, "more than the planned ", bound, " selections");
           }
