@@ -101,7 +101,7 @@ class Value {
   // element, computed by the compiler and the loader (cpu::EvalUpperBound)
   // through ops that never decrease when an input grows. The few shape
   // slots that admit it (TopK's K, ConstantOfShape's shape, Expand's shape,
-  // Tile's repeats; see ops::InferContext::in_const) infer at the bound and
+  // Tile's repeats, Reshape's target; see ops::InferContext::in_const) infer at the bound and
   // make their outputs' dims data-dependent; the run reads the actual
   // values. Not written to .kiln; null for other values.
   const HostTensorPtr& value_upper_bound() const { return value_upper_bound_; }

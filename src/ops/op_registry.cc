@@ -22,7 +22,7 @@ Result<int> InferContext::Axis(std::int64_t axis, std::size_t rank, const char* 
 bool InferContext::UpperBoundSlot(const ir::Node& node, int i) {
   if (!node.domain().empty()) return false;
   const std::string& t = node.op_type();
-  return ((t == "TopK" || t == "Expand" || t == "Tile") && i == 1) || (t == "ConstantOfShape" && i == 0);
+  return ((t == "TopK" || t == "Expand" || t == "Tile" || t == "Reshape") && i == 1) || (t == "ConstantOfShape" && i == 0);
 }
 
 OpRegistry& OpRegistry::Get() {

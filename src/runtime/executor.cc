@@ -514,6 +514,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     const ir::Node& node = *node_ptr;
     if (node.GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
       if (auto d = make_dynamic(node)) {  // its extents still follow its input's
+        for (int i : d->value_inputs) {
+          KILN_ASSIGN_OR_RETURN(Binding b, binding(node.input(i), node));
+          d->value_bindings.push_back(std::move(b));
+        }
         // Where launches only queue device work (cuda), a CPU-placed view
         // publishes its extents as a host task in stream order.
         const bool host_view = !caps.launches_run_on_host && ir::IsHostPlaced(node);
@@ -658,6 +662,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       }
     }
     task.dyn = make_dynamic(node);
+    for (int i : task.dyn ? task.dyn->value_inputs : std::vector<int>{}) {
+      KILN_ASSIGN_OR_RETURN(Binding b, binding(node.input(i), node));
+      task.dyn->value_bindings.push_back(std::move(b));
+    }
     if (task.dyn) KILN_RETURN_IF_ERROR(refuse_recorded_dynamic(node, task.on_host));
     if (task.dyn) task.dyn->const_inputs = init.const_inputs;
     if (is_if) {
@@ -937,7 +945,7 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
   for (std::size_t k = 0; k < d.value_inputs.size(); ++k) {
     const int i = d.value_inputs[k];
     ir::Value* v = c.input(i);
-    const void* src = reinterpret_cast<void* const*>(blocks_[t.block].dev)[i];
+    const void* src = Address(d.value_bindings[k]);
     auto val = std::make_shared<HostTensor>(v->dtype(), v->shape());
     if (val->nbytes() > 0) {
       if (!src) return Error(StatusCode::kInternal, t.node->Describe(), ": input ", i, " has no address");

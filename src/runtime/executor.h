@@ -95,6 +95,7 @@ struct DynamicTask {
   // (ir::Value::value_upper_bound): read from memory before inference, and
   // part of the kernel key. `values` holds each run's copies.
   std::vector<int> value_inputs;
+  std::vector<Binding> value_bindings;  // where each lives (a view task has no argument block)
   std::vector<HostTensorPtr> values;
   std::map<std::vector<Shape>, std::vector<HostTensorPtr>> kernel_values;  // what each kernel was made with
   bool alias = false;                  // a view: shapes only, no kernel

@@ -439,8 +439,9 @@ def test_topk_of_a_data_dependent_count(tmp_path):
     """A detector's post-processing (torchvision's): the candidates above a
     threshold (NonZero), K = min(5, their count) computed from Shape ->
     Gather -> Concat -> ReduceMin, TopK with that K, and labels =
-    ConstantOfShape(Shape(top scores)). K's bound (5) sizes memory; each run
-    reads K. Compared with NumPy (a stable descending sort)."""
+    ConstantOfShape(Shape(top scores)), and the candidates reshaped to
+    [count, 1] (a view whose target the run computes). K's bound (5) sizes
+    memory; each run reads K. Compared with NumPy (a stable descending sort)."""
     from onnx import numpy_helper
     c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64 if isinstance(v, (int, list)) else np.float32),
                                                 name)
@@ -453,11 +454,15 @@ def test_topk_of_a_data_dependent_count(tmp_path):
          helper.make_node("ReduceMin", ["c"], ["k0"], keepdims=0), helper.make_node("Reshape", ["k0", "one"], ["k"]),
          helper.make_node("TopK", ["s", "k"], ["vals", "idx"]), helper.make_node("Shape", ["vals"], ["vs"]),
          helper.make_node("ConstantOfShape", ["vs"], ["labels"],
-                          value=numpy_helper.from_array(np.array([7], np.int64)))], "topk_count",
+                          value=numpy_helper.from_array(np.array([7], np.int64))),
+         # A view whose target follows the count: Reshape(s, [n, 1]).
+         helper.make_node("Concat", ["n1", "one"], ["col"], axis=0),
+         helper.make_node("Reshape", ["s", "col"], ["s_col"])], "topk_count",
         [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [20])],
         [helper.make_tensor_value_info("vals", TensorProto.FLOAT, [None]),
          helper.make_tensor_value_info("idx", TensorProto.INT64, [None]),
-         helper.make_tensor_value_info("labels", TensorProto.INT64, [None])],
+         helper.make_tensor_value_info("labels", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("s_col", TensorProto.FLOAT, [None, 1])],
         [c("th", 0.5), c("m1", [-1]), c("z", 0), c("ax0", [0]), c("five", [5]), c("one", [1])])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
     kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
@@ -476,6 +481,7 @@ def test_topk_of_a_data_dependent_count(tmp_path):
         np.testing.assert_array_equal(out["vals"], s[order])
         np.testing.assert_array_equal(out["idx"], order)
         np.testing.assert_array_equal(out["labels"], np.full(len(order), 7))
+        np.testing.assert_array_equal(out["s_col"], s.reshape(-1, 1))
 
 
 def test_file_id_weights_from_a_path_or_a_buffer():
