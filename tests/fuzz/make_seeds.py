@@ -2,7 +2,8 @@
 """Writes the seed corpora of Kiln's fuzz targets (tests/fuzz/README.md):
 
   OUT/onnx/  small ONNX models (onnx.helper), one per pattern the compiler
-             treats specially (fusions, folding, views, dynamic extents, If)
+             treats specially (fusions, folding, views, dynamic extents, If,
+             data-dependent rank, shape arithmetic on data-dependent counts)
   OUT/kiln/  those models compiled by `kiln compile`, some with external
              weights (in OUT/kiln_weights)
   OUT/npy/   .npy files: dtypes, header versions 1-3, orders, empty, scalar
@@ -114,6 +115,22 @@ def models():
          helper.make_node("Shape", ["z"], ["n"], name="shape"),
          helper.make_node("ReduceMax", ["z"], ["m"], name="max", keepdims=0)],
         [vi("x", F, [2, 3])], [vi("n", I64, [None]), vi("m", F, [])], [init("zero", np.array(0, np.float32))])
+    # TopK's K and a Reshape target from a data-dependent count (upper
+    # bounds on shape arithmetic, read from memory at run time).
+    out["topk_count"] = model(
+        [helper.make_node("Greater", ["x", "th"], ["m"], name="gt_th"),
+         helper.make_node("NonZero", ["m"], ["nz"], name="nz"),
+         helper.make_node("Reshape", ["nz", "m1"], ["nzf"], name="flat"),
+         helper.make_node("Gather", ["x", "nzf"], ["s"], name="pick", axis=0),
+         helper.make_node("Shape", ["s"], ["ss"], name="shape"),
+         helper.make_node("Concat", ["ss", "three"], ["c"], name="cat", axis=0),
+         helper.make_node("ReduceMin", ["c"], ["k"], name="kmin", keepdims=1),
+         helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk"),
+         helper.make_node("Concat", ["k", "one"], ["t"], name="cat2", axis=0),
+         helper.make_node("Reshape", ["v", "t"], ["y"], name="col")],
+        [vi("x", F, [8])], [vi("y", F, [None, 1]), vi("i", I64, [None])],
+        [init("th", np.array(0.5, np.float32)), init("m1", np.array([-1], np.int64)),
+         init("three", np.array([3], np.int64)), init("one", np.array([1], np.int64))])
     out["pool_norm"] = model(
         [helper.make_node("AveragePool", ["x"], ["a"], name="ap", kernel_shape=[2, 2]),
          helper.make_node("InstanceNormalization", ["a", "s", "b"], ["n"], name="in"),
