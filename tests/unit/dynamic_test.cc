@@ -189,9 +189,9 @@ TEST(Dynamic, EmptyExtentsReachGemmAndSliceWithoutError) {
   EXPECT_EQ(fv, (std::vector<std::int64_t>{1, 2}));
 }
 
-// x[4] -> NonZero -> idx[1,<=4] -> Shape -> shp (upper bound [1,4]) -> [Sub 0 ->]
-// ConstantOfShape -> y.
-std::unique_ptr<ir::Graph> FillOfNonZeroShape(bool sub) {
+// x[4] -> NonZero -> idx[1,<=4] -> Shape -> shp (upper bound [1,4]) -> [op
+// with a constant ->] ConstantOfShape -> y.
+std::unique_ptr<ir::Graph> FillOfNonZeroShape(const std::string& op = "", std::vector<std::int64_t> k = {}) {
   auto g = std::make_unique<ir::Graph>();
   ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
   g->inputs().push_back(x);
@@ -200,9 +200,9 @@ std::unique_ptr<ir::Graph> FillOfNonZeroShape(bool sub) {
   ir::Value* y = g->AddValue("y");
   g->AddNode("NonZero", "nz", {x}, {idx});
   g->AddNode("Shape", "shape", {idx}, {shp});
-  if (sub) {  // not monotone: no upper bound follows
+  if (!op.empty()) {
     ir::Value* d = g->AddValue("d");
-    g->AddNode("Sub", "sub", {shp, g->AddConstant("zeros", test::I64({2}, {0, 0}))}, {d});
+    g->AddNode(op, "arith", {shp, g->AddConstant("k", test::I64({2}, std::move(k)))}, {d});
     shp = d;
   }
   g->AddNode("ConstantOfShape", "fill", {shp}, {y});
@@ -215,7 +215,7 @@ TEST(Dynamic, ConstantOfShapeOfADataDependentExtentRunsAtEachRunsShape) {
   // The shape of NonZero's output is data with upper bounds [1,4]: the fill
   // is planned for them and each run reads the actual shape.
   test::TempDir dir;
-  auto model = CompileAndLoad(FillOfNonZeroShape(false), dir);
+  auto model = CompileAndLoad(FillOfNonZeroShape(), dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   Model& m = **model;
   EXPECT_EQ(m.outputs()[0].shape, (Shape{1, 4}));
@@ -230,14 +230,33 @@ TEST(Dynamic, ConstantOfShapeOfADataDependentExtentRunsAtEachRunsShape) {
 }
 
 TEST(Dynamic, ShapeArithmeticWithoutAnUpperBoundNamesTheExtent) {
-  // Sub gives no upper bound: a compile error naming the NonZero output,
-  // not advice about input shapes.
-  auto m = CompileGraph(FillOfNonZeroShape(true), {});
-  ASSERT_FALSE(m.ok());
-  const std::string msg = m.status().message();
-  EXPECT_NE(msg.find("data-dependent extent of 'idx'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("NonZero node 'nz'"), std::string::npos) << msg;
-  EXPECT_EQ(msg.find("--input-shape"), std::string::npos) << msg;
+  // Sub gives no upper bound, nor a product past any tensor's extent (it
+  // would wrap): a compile error naming the NonZero output, not advice
+  // about input shapes.
+  for (const auto& [op, k] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
+           {"Sub", {0, 0}}, {"Mul", {std::int64_t{1} << 40, 1}}}) {
+    auto m = CompileGraph(FillOfNonZeroShape(op, k), {});
+    ASSERT_FALSE(m.ok()) << op;
+    const std::string msg = m.status().message();
+    EXPECT_NE(msg.find("data-dependent extent of 'idx'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("NonZero node 'nz'"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("--input-shape"), std::string::npos) << msg;
+  }
+}
+
+TEST(Dynamic, AddOnADataDependentExtentKeepsItsUpperBound) {
+  // shp + [0, 1]: the fill is [1, n + 1], bounded by [1, 5].
+  test::TempDir dir;
+  auto model = CompileAndLoad(FillOfNonZeroShape("Add", {0, 1}), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{1, 5}));
+  std::vector<float> y(5, -1);
+  for (const auto& [x, n] : std::vector<std::pair<std::vector<float>, std::int64_t>>{
+           {{0, 3, 0, 5}, 2}, {{1, 1, 1, 1}, 4}, {{0, 0, 0, 0}, 0}}) {
+    ASSERT_TRUE(m.Execute({TensorRef::Of(x.data(), {4})}, {TensorRef::Of(y.data(), {1, 5})}).ok());
+    EXPECT_EQ(m.output_shape(0), (Shape{1, n + 1}));
+  }
 }
 
 TEST(Dynamic, ReshapeToAFixedShapeFailsAtRunTimeNamingTheNode) {

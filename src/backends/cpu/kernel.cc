@@ -1,5 +1,7 @@
 #include "backends/cpu/kernel.h"
 
+#include "common/checked.h"
+
 #include "ir/shape_values.h"
 #include "ops/shape_ops.h"
 
@@ -131,6 +133,30 @@ Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
     ins.push_back(std::move(x));
   }
   if (!any) return false;
+  if (nonnegative) {
+    // What the result's elements can reach (checked: a bound the kernels'
+    // wrapping arithmetic would have wrapped is no bound), at most a tensor
+    // extent: Add the sum of each input's largest, Mul their product,
+    // ReduceSum the largest times the count, ReduceProd its power.
+    const bool reduce = t == "ReduceSum" || t == "ReduceProd";
+    std::int64_t reach = t == "Add" || t == "ReduceSum" ? 0 : 1;
+    bool fits = true;
+    for (std::size_t i = 0; i < ins.size() && fits && (!reduce || i == 0); ++i) {
+      if (!ins[i]) continue;
+      const std::vector<std::int64_t> v = ins[i]->ToInt64Vector();
+      const std::int64_t most = v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+      if (t == "Add") {
+        fits = CheckedAdd(reach, most, &reach);
+      } else if (t == "Mul") {
+        fits = CheckedMul(reach, most, &reach);
+      } else if (t == "ReduceSum") {
+        fits = CheckedMul(most, static_cast<std::int64_t>(v.size()), &reach);
+      } else {
+        for (std::size_t k = 0; k < v.size() && fits; ++k) fits = CheckedMul(reach, most, &reach) && reach <= kMaxTensorBytes;
+      }
+    }
+    if (!fits || reach > kMaxTensorBytes) return false;
+  }
   KILN_ASSIGN_OR_RETURN(std::vector<HostTensorPtr> outs, EvalNode(node, ins));
   if (outs.size() != 1 || !outs[0] || outs[0]->shape() != out->shape()) return false;
   out->set_value_upper_bound(std::move(outs[0]));
