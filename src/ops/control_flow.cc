@@ -101,19 +101,14 @@ Status InferIf(InferContext& c) {
     // Branches of different ranks make the rank data-dependent (see
     // ir::Value::rank_alternatives): memory for the branch of more bytes.
     std::vector<ir::ShapeAlternative> shapes;
-    for (const ir::Value* o : {t, e}) {
-      if (o->rank_varies()) {
-        shapes.insert(shapes.end(), o->rank_alternatives().begin(), o->rank_alternatives().end());
-      } else {
-        shapes.push_back({o->shape(), o->dynamic_mask()});
-      }
-    }
+    AppendShapes(*t, shapes);
+    AppendShapes(*e, shapes);
     KILN_ASSIGN_OR_RETURN(MergedShape m, MergeShapes(shapes, StrCat(n.Describe(), " output ", j)));
     // Dims that follow the model's symbols in either branch follow them
     // here (branches read values with symbolic dims).
     std::uint64_t symbolic = t->symbolic_mask() | e->symbolic_mask();
     if (!m.alternatives.empty() && symbolic) {  // of data-dependent rank: every dim
-      symbolic = m.shape.size() >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << m.shape.size()) - 1;
+      symbolic = AllDims(m.shape.size());
     }
     c.SetOutput(j, t->dtype(), std::move(m.shape));
     c.SetOutputDynamic(j, m.dynamic_mask);

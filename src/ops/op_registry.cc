@@ -75,10 +75,6 @@ namespace {
 enum class Mode { kShapesOnly, kFull, kConcrete };
 Status CheckAndInfer(ir::Node& node, Mode mode);
 
-std::uint64_t AllDims(std::size_t rank) {
-  return rank >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << rank) - 1;
-}
-
 // A copy of integer tensor `t` with the elements `elems` marks (bit i:
 // element i) set to extent(element); null for other types. Values near the
 // type's limits (INT64_MAX as "to the end") are left as they are.
@@ -513,11 +509,7 @@ Status InferOverAlternatives(ir::Node& node, Mode mode) {
       const ir::Value* o = c->output(j);
       types[j] = o->dtype();
       symbolic[j] |= o->symbolic_mask();
-      if (o->rank_varies()) {
-        outs[j].insert(outs[j].end(), o->rank_alternatives().begin(), o->rank_alternatives().end());
-      } else {
-        outs[j].push_back({o->shape(), o->dynamic_mask()});
-      }
+      AppendShapes(*o, outs[j]);
     }
   }
   if (!any) {
@@ -706,6 +698,14 @@ Result<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
     }
   }
   return out;
+}
+
+void AppendShapes(const ir::Value& v, std::vector<ir::ShapeAlternative>& out) {
+  if (v.rank_varies()) {
+    out.insert(out.end(), v.rank_alternatives().begin(), v.rank_alternatives().end());
+  } else {
+    out.push_back({v.shape(), v.dynamic_mask()});
+  }
 }
 
 Result<MergedShape> MergeShapes(const std::vector<ir::ShapeAlternative>& shapes, const std::string& what) {

@@ -165,6 +165,14 @@ Status InferNodeConcrete(ir::Node& node);
 // Common inference helpers.
 Result<Shape> BroadcastShapes(const Shape& a, const Shape& b);
 
+// Bits 0..rank-1 (every dim of a mask such as ir::Value::dynamic_mask).
+inline std::uint64_t AllDims(std::size_t rank) {
+  return rank >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << rank) - 1;
+}
+
+// Appends the shapes `v` may take: its rank alternatives, else its shape.
+void AppendShapes(const ir::Value& v, std::vector<ir::ShapeAlternative>& out);
+
 // The shapes a value may take, as one value's shape: alternatives of one
 // rank merge into their largest extents, with the dims where they differ
 // made data-dependent (`alternatives` left empty); of several ranks they

@@ -459,6 +459,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     d->values.resize(d->value_inputs.size());
     return d;
   };
+  // Where a dynamic task's value inputs live (read by address at run time:
+  // a view task has no argument block).
+  auto bind_values = [&](DynamicTask& d, const ir::Node& node) -> Status {
+    for (int i : d.value_inputs) {
+      KILN_ASSIGN_OR_RETURN(Binding b, binding(node.input(i), node));
+      d.value_bindings.push_back(std::move(b));
+    }
+    return Status::Ok();
+  };
   // If: each branch is a self-contained graph (the lower-subgraphs pass made
   // every captured value an input), planned and recorded as a child executor.
   auto make_if = [&](const ir::Node& n) -> Result<std::unique_ptr<IfTask>> {
@@ -514,10 +523,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     const ir::Node& node = *node_ptr;
     if (node.GetInt(plan::kAliasAttr, 0) == 1) {  // view: shares its input's bytes
       if (auto d = make_dynamic(node)) {  // its extents still follow its input's
-        for (int i : d->value_inputs) {
-          KILN_ASSIGN_OR_RETURN(Binding b, binding(node.input(i), node));
-          d->value_bindings.push_back(std::move(b));
-        }
+        KILN_RETURN_IF_ERROR(bind_values(*d, node));
         // Where launches only queue device work (cuda), a CPU-placed view
         // publishes its extents as a host task in stream order.
         const bool host_view = !caps.launches_run_on_host && ir::IsHostPlaced(node);
@@ -662,10 +668,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       }
     }
     task.dyn = make_dynamic(node);
-    for (int i : task.dyn ? task.dyn->value_inputs : std::vector<int>{}) {
-      KILN_ASSIGN_OR_RETURN(Binding b, binding(node.input(i), node));
-      task.dyn->value_bindings.push_back(std::move(b));
-    }
+    if (task.dyn) KILN_RETURN_IF_ERROR(bind_values(*task.dyn, node));
     if (task.dyn) KILN_RETURN_IF_ERROR(refuse_recorded_dynamic(node, task.on_host));
     if (task.dyn) task.dyn->const_inputs = init.const_inputs;
     if (is_if) {

@@ -407,6 +407,15 @@ TEST(Dynamic, NonMaxSuppressionOfManyBoxesFollowsTheRuleOneBoxAtATime) {
   }
 }
 
+void SetBranches(ir::Node* iff, std::shared_ptr<ir::Graph> then_b, std::shared_ptr<ir::Graph> else_b) {
+  ir::Attribute t, e;
+  t.kind = e.kind = ir::Attribute::Kind::kGraph;
+  t.g = std::move(then_b);
+  e.g = std::move(else_b);
+  iff->SetAttr("then_branch", t);
+  iff->SetAttr("else_branch", e);
+}
+
 // x[4] -> NonZero -> idx[1,<=4]; If(c): then Identity(idx), else an empty
 // int64[1,0] constant. The If's output is [1,<=4]: the taken branch decides.
 std::unique_ptr<ir::Graph> IfOverNonZero() {
@@ -428,12 +437,7 @@ std::unique_ptr<ir::Graph> IfOverNonZero() {
   else_b->set_parent(g.get());
   else_b->outputs().push_back(else_b->AddConstant("empty", test::I64({1, 0}, {})));
   ir::Node* iff = g->AddNode("If", "if_nz", {c}, {y});
-  ir::Attribute t, e;
-  t.kind = e.kind = ir::Attribute::Kind::kGraph;
-  t.g = then_b;
-  e.g = else_b;
-  iff->SetAttr("then_branch", t);
-  iff->SetAttr("else_branch", e);
+  SetBranches(iff, then_b, else_b);
   g->outputs() = {y};
   return g;
 }
@@ -491,12 +495,7 @@ std::unique_ptr<ir::Graph> IfOfTwoRanks(const std::string& consumer = "", HostTe
   ir::Value* w = g->AddValue("w");
   ir::Value* sh = g->AddValue("s");
   ir::Node* iff = g->AddNode("If", "if_rank", {c}, {y});
-  ir::Attribute t, e;
-  t.kind = e.kind = ir::Attribute::Kind::kGraph;
-  t.g = then_b;
-  e.g = else_b;
-  iff->SetAttr("then_branch", t);
-  iff->SetAttr("else_branch", e);
+  SetBranches(iff, then_b, else_b);
   g->AddNode("Relu", "relu", {y}, {z});
   g->AddNode("Add", "add1", {z, g->AddConstant("one", test::F32({}, {1}))}, {w});
   g->AddNode("Shape", "shape", {w}, {sh});
@@ -604,12 +603,7 @@ TEST(Dynamic, ARankVaryingValueIntoASubgraphOpIsRefusedByName) {
   };
   ir::Value* v = g->AddValue("v");
   ir::Node* iff = g->AddNode("If", "if_again", {c}, {v});
-  ir::Attribute t, e;
-  t.kind = e.kind = ir::Attribute::Kind::kGraph;
-  t.g = br("then2");
-  e.g = br("else2");
-  iff->SetAttr("then_branch", t);
-  iff->SetAttr("else_branch", e);
+  SetBranches(iff, br("then2"), br("else2"));
   g->outputs().push_back(v);
   test::SetLatestVersions(*g);
   auto m = CompileGraph(std::move(g), {});
