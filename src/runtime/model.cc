@@ -768,6 +768,11 @@ class ModelImpl final : public Model {
       }
     });
     for (auto& fc : fcs) {
+      if (fc.second->num_outputs() != 1 || !fc.second->output(0) || fc.second->num_inputs() != 0) {
+        return Error(StatusCode::kCorrupt, "model file '", path, "': ", fc.second->Describe(), " has ",
+                     fc.second->num_inputs(), " inputs and ", fc.second->num_outputs(),
+                     " outputs; a FileConstant has none and one");
+      }
       // The one decoder checks every attribute (length == dtype size x
       // shape, location a weight_<sha256> or <name>_weight_combined name)
       // before any file is touched.
