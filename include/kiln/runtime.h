@@ -243,6 +243,11 @@ struct TaskProfile {
   std::string shapes;  // e.g. "float32[1,3,224,224] float32[64,3,7,7]"
   double flops = 0;    // per run, for Conv/ConvTranspose/MatMul/Gemm (0: not counted)
   std::vector<std::pair<double, double>> spans_us;  // (start, duration)
+  // The executor's estimate of the task's time on one thread (static shapes;
+  // 0: not estimated), and whether it therefore runs on one kernel thread
+  // when the model runs on several (tasks under $KILN_SMALL_TASK_US).
+  double cost_us = 0;
+  bool one_thread = false;
 };
 
 class Model {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <unordered_map>
 
 #include "backends/cpu/kernel.h"
@@ -145,32 +146,127 @@ Status Guard(const Task& t, F&& f) {
 
 }  // namespace
 
-// (executor.h) Whether a node's operands (inputs, constants included, and outputs) total
-// under $KILN_SMALL_TASK_BYTES (default 64 KiB; 0: never), all of static
-// shape: such a task takes a few microseconds, about what handing half of it
-// to a second thread and joining costs, so it runs on one thread (as ONNX
-// Runtime's thread pool declines to split work its cost model calls small).
-std::int64_t SmallTaskBytes() {
-  const char* env = std::getenv("KILN_SMALL_TASK_BYTES");
-  return env ? std::max<std::int64_t>(0, std::atoll(env)) : std::int64_t{64} << 10;
+// (executor.h) A task's estimated time on one thread, from its static shapes:
+// bytes moved (a constant's bytes cost more: weights are read from beyond the
+// caches, activations mostly from L2), per-element work of the ops that do
+// more than move values, and multiply-adds of the contractions. Calibrated on
+// per-task profiles (2-vCPU Xeon and Zen 5, `kiln bench --profile` with every
+// task split against none): a task that takes under about 12 us on one thread
+// runs no faster split over two (a fork and join, and half the caches, cost
+// what the second thread saves), whatever kind of op it is.
+namespace {
+constexpr double kNsPerActivationByte = 0.015;  // ~65 GB/s: L2-resident operands
+constexpr double kNsPerConstantByte = 0.055;    // ~18 GB/s: weights streamed from L3 / DRAM
+constexpr double kNsPerMac = 0.015;             // float32 (half types are computed in it): ~130 GFLOP/s
+constexpr double kNsPerIntMac = 0.003;          // 8-bit integer (VNNI or AMX dot products)
+constexpr double kNsPerDepthwiseMac = 0.03;     // one input channel per group, any type: little reuse
+
+// Per-element cost (ns per element of input 0 or the outputs, the larger) of ops that compute more than a
+// load, an arithmetic op and a store per value.
+double ElementNs(const std::string& op) {
+  static const std::map<std::string, double> kCost = {
+      {"Gelu", 0.4}, {"Erf", 0.4}, {"Exp", 0.3}, {"Log", 0.3}, {"Tanh", 0.3}, {"Sigmoid", 0.3},
+      {"Softmax", 0.4}, {"LogSoftmax", 0.4}, {"Softplus", 0.4}, {"Elu", 0.3}, {"Selu", 0.3}, {"Pow", 0.4},
+      {"LayerNormalization", 0.3}, {"InstanceNormalization", 0.3}, {"QLinearSigmoid", 0.3},
+      {"ReduceLogSumExp", 0.4}, {"DynamicQuantizeLinear", 0.25}, {"QuantizeLinear", 0.2}, {"Div", 0.1},
+      {"Resize", 0.2}, {"Upsample", 0.2}, {"GatherElements", 0.2}, {"GatherND", 0.2}, {"ScatterND", 0.2},
+      {"CumSum", 0.1}, {"TopK", 0.5}, {"Transpose", 0.1},
+      // Reductions and pools: per element read (ElementCount below).
+      {"GlobalAveragePool", 0.1}, {"GlobalMaxPool", 0.1}, {"ReduceMean", 0.1}, {"ReduceSum", 0.1},
+      {"ReduceMax", 0.1}, {"ReduceMin", 0.1}, {"ReduceSumSquare", 0.1}, {"ReduceProd", 0.1},
+      {"QLinearGlobalAveragePool", 0.1}};
+  auto it = kCost.find(op);
+  return it == kCost.end() ? 0.0 : it->second;
 }
 
-bool SmallTask(const ir::Node& node, std::int64_t limit) {
-  std::int64_t total = 0;
-  auto add = [&](const ir::Value* v) {
-    if (!v) return true;
-    if (v->varying_mask() != 0) return false;
-    auto b = CheckedTensorBytes(v->dtype(), v->shape(), "operand");
-    return b.ok() && CheckedAdd(total, b.value(), &total) && total < limit;
-  };
-  if (limit == 0) return false;
+// Through the checked helpers: a shape whose size overflows costs "infinity"
+// (never small; the loader has refused such shapes before this runs).
+constexpr double kHuge = 1e30;
+double Elements(const ir::Value* v) {
+  if (!v) return 0.0;
+  auto n = CheckedNumElements(v->shape(), "operand");
+  return n.ok() ? static_cast<double>(n.value()) : kHuge;
+}
+double Bytes(const ir::Value* v) {
+  if (!v) return 0.0;
+  auto n = CheckedTensorBytes(v->dtype(), v->shape(), "operand");
+  return n.ok() ? static_cast<double>(n.value()) : kHuge;
+}
+bool Int8(const ir::Value* v) { return v && (v->dtype() == DType::kUInt8 || v->dtype() == DType::kInt8); }
+
+// Multiply-adds of the contractions, and the ns each costs.
+double MacNs(const ir::Node& n) {
+  const std::string& op = n.op_type();
+  auto in = [&](int i) { return i < n.num_inputs() ? n.input(i) : nullptr; };
+  const ir::Value* y = n.num_outputs() > 0 ? n.output(0) : nullptr;
+  if (!y) return 0;
+  const bool conv = op == "Conv" || op == "ConvInteger" || op == "QLinearConv" || op == "ConvTranspose";
+  if (conv) {
+    const ir::Value* x = in(0);
+    const ir::Value* w = in(op == "QLinearConv" ? 3 : 1);
+    if (!x || !w || w->shape().empty() || w->shape()[0] <= 0 || x->shape().size() < 2) return 0;
+    const double per = Elements(w) / static_cast<double>(w->shape()[0]);  // contraction depth
+    const double macs = per * Elements(op == "ConvTranspose" ? x : y);
+    // Depthwise: one input channel per group (W [OC, 1, k...]; the test
+    // holds in either layout).
+    const bool depthwise = n.GetInt("group", 1) > 1 && w->shape().size() > 1 && w->shape()[1] == 1;
+    return macs * (depthwise ? kNsPerDepthwiseMac : Int8(x) ? kNsPerIntMac : kNsPerMac);
+  }
+  if (op == "MatMul" || op == "MatMulInteger" || op == "QLinearMatMul" || op == "Gemm") {
+    const ir::Value* a = in(0);
+    if (!a || a->shape().empty()) return 0;
+    const bool ta = op == "Gemm" && n.GetInt("transA", 0) != 0 && a->shape().size() >= 2;
+    const double k = static_cast<double>(ta ? a->shape()[a->shape().size() - 2] : a->shape().back());
+    return Elements(y) * k * (Int8(a) ? kNsPerIntMac : kNsPerMac);
+  }
+  if (op == "LSTM" || op == "GRU" || op == "RNN") {  // W [dirs, G*H, I], R [dirs, G*H, H], X [seq, batch, I]
+    const ir::Value* x = in(0);
+    const ir::Value* w = in(1);
+    const ir::Value* r = in(2);
+    if (!x || !w || !r || x->shape().size() < 2) return 0;
+    const double steps = static_cast<double>(x->shape()[0] * x->shape()[1]);
+    return steps * (Elements(w) + Elements(r)) * kNsPerMac;
+  }
+  return 0;
+}
+}  // namespace
+
+double TaskCostNs(const ir::Node& node) {
+  double act = 0, constant = 0;
   for (const ir::Value* v : node.inputs()) {
-    if (!add(v)) return false;
+    if (!v) continue;
+    (v->is_constant() ? constant : act) += Bytes(v);
+  }
+  double out_elems = 0;
+  for (const ir::Value* v : node.outputs()) {
+    if (!v) continue;
+    act += Bytes(v);
+    out_elems += Elements(v);
+  }
+  // Per-element work counts the larger of the first input and the outputs
+  // (a reduction's work is in what it reads).
+  const double elems = std::max(out_elems, node.num_inputs() > 0 ? Elements(node.input(0)) : 0.0);
+  return act * kNsPerActivationByte + constant * kNsPerConstantByte + elems * ElementNs(node.op_type()) +
+         MacNs(node);
+}
+
+// Whether a node runs on one kernel thread when the model runs on several:
+// all its operands of static shape and its estimated time under
+// $KILN_SMALL_TASK_US (default 12; 0 or "off": never).
+double SmallTaskNs() {
+  const char* env = std::getenv("KILN_SMALL_TASK_US");
+  return env ? std::max(0.0, std::atof(env)) * 1e3 : 12e3;
+}
+
+bool SmallTask(const ir::Node& node, double limit_ns) {
+  if (limit_ns <= 0) return false;
+  for (const ir::Value* v : node.inputs()) {
+    if (v && v->varying_mask() != 0) return false;
   }
   for (const ir::Value* v : node.outputs()) {
-    if (!add(v)) return false;
+    if (v && v->varying_mask() != 0) return false;
   }
-  return true;
+  return TaskCostNs(node) < limit_ns;
 }
 
 // The replay's first launch: the kernel thread count of the thread that runs
@@ -259,6 +355,8 @@ std::vector<TaskProfile> Executor::Profile() const {
       p.flops = 2 * numel(n.output(0)->shape()) * k;
     }
     for (const auto& [start, dur] : t.spans) p.spans_us.emplace_back(start / 1e3, dur / 1e3);
+    if (!t.dyn) p.cost_us = TaskCostNs(n) / 1e3;
+    p.one_thread = t.one_thread;
     out.push_back(std::move(p));
   }
   return out;
@@ -284,7 +382,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
   device::Device& dev = *ex->device_;
   const device::Capabilities& caps = dev.caps();
   // (SmallTask's limit, read once here rather than per node.)
-  const std::int64_t small_task_bytes = opts.threads > 1 ? SmallTaskBytes() : 0;
+  const double small_task_ns = opts.threads > 1 ? SmallTaskNs() : 0;
   if (opts.parent_stream) {
     ex->stream_ = opts.parent_stream;
   } else {
@@ -677,8 +775,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     } else {
       // A small task's kernel is created, and later run, on one thread
       // (oneDNN fixes a primitive's parallelism when it is created).
-      task.one_thread = !task.dyn && small_task_bytes > 0 &&
-                        (task.on_host || caps.launches_run_on_host) && SmallTask(node, small_task_bytes);
+      task.one_thread = !task.dyn && small_task_ns > 0 &&
+                        (task.on_host || caps.launches_run_on_host) && SmallTask(node, small_task_ns);
       if (task.one_thread) cpu::UseThreads(1);
       Status made = Status::Ok();
       if (task.on_host) {  // the CPU's kernel library, outside the device's op window

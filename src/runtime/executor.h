@@ -108,13 +108,17 @@ struct DynamicTask {
   bool have_last = false;
 };
 
+// A task's estimated time on one thread, in ns, from its static shapes
+// (bytes moved, per-element work, multiply-adds; executor.cc has the model).
+double TaskCostNs(const ir::Node& node);
 // Whether `node` is small enough to run on one kernel thread when the model
-// runs on several: its operands (inputs, constants included, and outputs),
-// all of static shape, total under $KILN_SMALL_TASK_BYTES (default 64 KiB; 0
-// or "off": never), read once per Executor::Create (SmallTaskBytes). Only
-// tasks whose launches run on the host (the CPU's kernels) use it.
-std::int64_t SmallTaskBytes();
-bool SmallTask(const ir::Node& node, std::int64_t limit = SmallTaskBytes());
+// runs on several: all its operands of static shape and its estimated time
+// under $KILN_SMALL_TASK_US (default 12 us; 0 or "off": never), read once per
+// Executor::Create (SmallTaskNs). Split over two threads, such a task runs no
+// faster: the fork and join cost what the second thread saves. Only tasks
+// whose launches run on the host (the CPU's kernels) use it.
+double SmallTaskNs();
+bool SmallTask(const ir::Node& node, double limit_ns = SmallTaskNs());
 
 struct Task {
   Executor* exec = nullptr;

@@ -622,7 +622,7 @@ class ModelImpl final : public Model {
     auto info = [&g, &m](const ir::Value* v) {
       TensorInfo t{v->name(), v->dtype(), v->shape(),
                    static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype()),
-                   v->dynamic_mask(), {}};
+                   v->dynamic_mask(), {}, false, {}};
       const auto& names = v->dim_params();
       for (std::size_t d = 0; d < v->shape().size(); ++d) {
         const std::int64_t e = v->shape()[d];

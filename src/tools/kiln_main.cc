@@ -613,7 +613,12 @@ Status WriteProfile(const kiln::Model& model, const std::string& file, int warmu
       const auto& [start, dur] = t.spans_us[r];
       durs.push_back(dur);
       events.push_back({{"name", t.node}, {"cat", t.op}, {"ph", "X"}, {"ts", start}, {"dur", dur}, {"pid", 1},
-                        {"tid", 1}, {"args", {{"op", t.op}, {"shapes", t.shapes}, {"run", r - warmup}}}});
+                        {"tid", 1}, {"args",
+                         {{"op", t.op},
+                          {"shapes", t.shapes},
+                          {"run", r - warmup},
+                          {"cost_us", t.cost_us},
+                          {"one_thread", t.one_thread}}}});
     }
     if (durs.empty()) continue;
     std::sort(durs.begin(), durs.end());

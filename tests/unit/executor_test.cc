@@ -246,32 +246,65 @@ TEST(AsyncModelLifetime, LoadDoesNotTouchTheArena) {
 namespace kiln {
 namespace {
 
-// Small tasks run on one kernel thread (runtime::SmallTask): operand bytes,
-// constants included, against $KILN_SMALL_TASK_BYTES (default 64 KiB).
-TEST(Executor, SmallTaskCountsEveryOperandsBytes) {
+// Small tasks run on one kernel thread (runtime::SmallTask): the executor's
+// estimate of a task's time on one thread (runtime::TaskCostNs: 0.015 ns per
+// activation byte, 0.055 per constant byte, per-element cost of the ops that
+// compute more than arithmetic, 0.015 ns per float multiply-add, 0.003 per
+// 8-bit one, 0.03 per depthwise one) against $KILN_SMALL_TASK_US (default
+// 12). The expected costs below are worked out by hand from those rates.
+TEST(Executor, SmallTaskEstimatesATasksTimeOnOneThread) {
   ir::Graph g;
-  auto add = [&](const std::string& name, Shape shape, bool constant_b = false) {
-    ir::Value* a = g.AddValue(name + "_a", DType::kFloat32, shape);
-    ir::Value* b = constant_b ? g.AddConstant(name + "_b", test::F32(shape, std::vector<float>(NumElements(shape), 1.f)))
-                              : g.AddValue(name + "_b", DType::kFloat32, shape);
-    ir::Value* y = g.AddValue(name + "_y", DType::kFloat32, shape);
-    return g.AddNode("Add", name, {a, b}, {y});
+  auto value = [&](const std::string& name, DType t, Shape shape) { return g.AddValue(name, t, shape); };
+  auto weight = [&](const std::string& name, DType t, Shape shape) {
+    auto w = std::make_shared<HostTensor>(t, shape);
+    std::memset(w->mutable_data(), 0, w->nbytes());
+    return g.AddConstant(name, w);
   };
-  ::unsetenv("KILN_SMALL_TASK_BYTES");
-  EXPECT_TRUE(runtime::SmallTask(*add("tiny", {4, 4})));            // 3 x 64 bytes
-  EXPECT_TRUE(runtime::SmallTask(*add("under", {32, 128})));        // 3 x 16 KiB = 48 KiB
-  EXPECT_TRUE(runtime::SmallTask(*add("just_under", {64, 85})));   // 3 x 21760 = 65280 < 65536
-  EXPECT_FALSE(runtime::SmallTask(*add("just_over", {64, 86})));   // 3 x 22016 = 66048
-  EXPECT_FALSE(runtime::SmallTask(*add("large", {128, 128})));      // 3 x 64 KiB
-  EXPECT_FALSE(runtime::SmallTask(*add("weights", {32, 192}, true)));  // 3 x 24 KiB, one a constant: 72 KiB
+  auto add = [&](const std::string& name, Shape shape, bool constant_b = false) {
+    ir::Value* a = value(name + "_a", DType::kFloat32, shape);
+    ir::Value* b = constant_b ? weight(name + "_b", DType::kFloat32, shape) : value(name + "_b", DType::kFloat32, shape);
+    return g.AddNode("Add", name, {a, b}, {value(name + "_y", DType::kFloat32, shape)});
+  };
+  // Moving values: 3 operands x 64 KiB x 0.015 ns.
+  EXPECT_NEAR(runtime::TaskCostNs(*add("add", {128, 128})), 3 * 65536 * 0.015, 1e-6);
+  // A constant operand costs 0.055 per byte.
+  EXPECT_NEAR(runtime::TaskCostNs(*add("weights", {128, 128}, true)), 2 * 65536 * 0.015 + 65536 * 0.055, 1e-6);
+  // Gelu: 0.4 ns per output element on top of its bytes.
+  ir::Node* gelu = g.AddNode("Gelu", "gelu", {value("g_x", DType::kFloat32, {16, 512})},
+                             {value("g_y", DType::kFloat32, {16, 512})});
+  EXPECT_NEAR(runtime::TaskCostNs(*gelu), 2 * 32768 * 0.015 + 8192 * 0.4, 1e-6);
+  // MatMul [32,128] x W[128,512]: 32 x 512 x 128 multiply-adds.
+  ir::Node* mm = g.AddNode("MatMul", "mm", {value("m_a", DType::kFloat32, {32, 128}), weight("m_w", DType::kFloat32, {128, 512})},
+                           {value("m_y", DType::kFloat32, {32, 512})});
+  EXPECT_NEAR(runtime::TaskCostNs(*mm), (16384 + 65536) * 0.015 + 262144 * 0.055 + 32 * 512 * 128 * 0.015, 1e-6);
+  // The same in 8 bits: 0.003 per multiply-add.
+  ir::Node* mmi = g.AddNode("MatMulInteger", "mmi",
+                            {value("i_a", DType::kUInt8, {32, 128}), weight("i_w", DType::kInt8, {128, 512})},
+                            {value("i_y", DType::kInt32, {32, 512})});
+  EXPECT_NEAR(runtime::TaskCostNs(*mmi), (4096 + 65536) * 0.015 + 65536 * 0.055 + 32 * 512 * 128 * 0.003, 1e-6);
+  // A depthwise Conv: group == input channels, 9 multiply-adds per output at 0.03.
+  ir::Node* dw = g.AddNode("Conv", "dw",
+                           {value("d_x", DType::kFloat32, {1, 116, 14, 14}), weight("d_w", DType::kFloat32, {116, 1, 3, 3})},
+                           {value("d_y", DType::kFloat32, {1, 116, 14, 14})});
+  dw->SetAttr("group", ir::Attribute::Int(116));
+  EXPECT_NEAR(runtime::TaskCostNs(*dw),
+              2 * 116 * 196 * 4 * 0.015 + 116 * 9 * 4 * 0.055 + 116 * 196 * 9 * 0.03, 1e-6);
+
+  ::unsetenv("KILN_SMALL_TASK_US");
+  EXPECT_TRUE(runtime::SmallTask(*add("tiny", {4, 4})));
+  EXPECT_TRUE(runtime::SmallTask(*add("just_under", {256, 260})));   // 3 x 266240 x 0.015 = 11980.8 ns
+  EXPECT_FALSE(runtime::SmallTask(*add("just_over", {256, 261})));   // 3 x 267264 x 0.015 = 12026.9 ns
+  EXPECT_TRUE(runtime::SmallTask(*gelu));                            // 4.3 us
+  EXPECT_FALSE(runtime::SmallTask(*mm));                             // 47.1 us: worth a second thread
+  EXPECT_TRUE(runtime::SmallTask(*mmi));                             // 10.9 us
   ir::Node* sym = add("symbolic", {4, 4});
   sym->input(0)->set_symbolic_mask(1);
   EXPECT_FALSE(runtime::SmallTask(*sym));  // a dim that varies: its size is not known here
-  ::setenv("KILN_SMALL_TASK_BYTES", "0", 1);
+  ::setenv("KILN_SMALL_TASK_US", "0", 1);
   EXPECT_FALSE(runtime::SmallTask(*add("off", {4, 4})));
-  ::setenv("KILN_SMALL_TASK_BYTES", "1000000", 1);
-  EXPECT_TRUE(runtime::SmallTask(*add("raised", {128, 128})));
-  ::unsetenv("KILN_SMALL_TASK_BYTES");
+  ::setenv("KILN_SMALL_TASK_US", "100", 1);
+  EXPECT_TRUE(runtime::SmallTask(*mm));
+  ::unsetenv("KILN_SMALL_TASK_US");
 }
 
 // A model mixing small and large tasks gives at 2 threads what it gives at 1.
