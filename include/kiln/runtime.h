@@ -230,6 +230,11 @@ struct PlanStats {
   // when they want the same layout, as plans at other extents usually do.
   std::uint64_t packed_weights_made = 0;
   std::uint64_t packed_weights_shared = 0;
+  // A model with symbolic dims: kernels of its static part (nodes whose
+  // shapes and inputs no symbol decides), made by the first plan that needs
+  // each and reused by later plans, as a static model's are.
+  std::uint64_t static_kernels_made = 0;
+  std::uint64_t static_kernels_shared = 0;
 };
 
 class Stream;

@@ -217,6 +217,8 @@ class PyModel {
     d["arena_bytes"] = s.arena_bytes;
     d["packed_weights_made"] = s.packed_weights_made;
     d["packed_weights_shared"] = s.packed_weights_shared;
+    d["static_kernels_made"] = s.static_kernels_made;
+    d["static_kernels_shared"] = s.static_kernels_shared;
     return d;
   }
   std::vector<PyTensorInfo> outputs() const {

@@ -269,6 +269,33 @@ bool SmallTask(const ir::Node& node, double limit_ns) {
   return TaskCostNs(node) < limit_ns;
 }
 
+// (executor.h) Nodes of the model's graph whose kernel is the same in every
+// plan: every input and output of fixed shape (no symbolic or data-dependent
+// dim, no rank alternatives), and every input a constant or a value whose
+// contents no symbol decides (no probe value: shape arithmetic is folded
+// into each plan's constants, which a kernel may read when it is made; no
+// shape input). Ops with subgraphs are excluded (their branches have their
+// own executors), and so are names that repeat.
+std::unordered_set<std::string> StaticNodes(const ir::Graph& g) {
+  std::unordered_set<std::string> out, seen, repeated;
+  for (const auto& n : g.nodes()) {
+    if (!seen.insert(n->name()).second) repeated.insert(n->name());
+    if (n->HasSubgraphs()) continue;
+    bool ok = true;
+    for (const ir::Value* v : n->inputs()) {
+      if (!v) continue;
+      ok = ok && v->varying_mask() == 0 && v->rank_alternatives().empty() &&
+           (v->is_constant() || (!v->bound_value() && !v->shape_input()));
+    }
+    for (const ir::Value* v : n->outputs()) {
+      ok = ok && v && v->varying_mask() == 0 && v->rank_alternatives().empty();
+    }
+    if (ok) out.insert(n->name());
+  }
+  for (const std::string& r : repeated) out.erase(r);
+  return out;
+}
+
 // The replay's first launch: the kernel thread count of the thread that runs
 // the list, from the context (so the per-task launches need not set it).
 static Status LaunchSetThreads(void*, const void*, const device::ExecContext& ctx) {
@@ -601,6 +628,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       co.parent_stream = &stream;
       co.shared_arena = nullptr;  // a branch runs while its parent's arena holds live values
       co.shared_arena_size = 0;
+      co.static_kernels = nullptr;  // keyed by top-level node names
+      co.graph_keepalive = nullptr;
       auto child = Executor::Create(*a->g, it->plans[b], co);
       if (!child.ok()) return child.status().WithContext(StrCat(n.Describe(), " attribute '", name, "'"));
       it->children[b] = std::move(child).value();
@@ -779,7 +808,17 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
                         (task.on_host || caps.launches_run_on_host) && SmallTask(node, small_task_ns);
       if (task.one_thread) cpu::UseThreads(1);
       Status made = Status::Ok();
-      if (task.on_host) {  // the CPU's kernel library, outside the device's op window
+      // The static part of a model with symbolic dims: the kernel an earlier
+      // plan made for this node, if any (StaticKernelCache).
+      std::string static_key;
+      if (!task.dyn && opts.static_kernels && &dev == &CpuDevice() && opts.static_kernels->Eligible(node.name())) {
+        static_key = StrCat(node.name(), "|", opts.threads, "|", opts.varying_shapes ? 1 : 0);
+        task.kernel = opts.static_kernels->Find(static_key);
+      }
+      const bool found = task.kernel != nullptr;
+      if (found) {
+        // made by an earlier plan
+      } else if (task.on_host) {  // the CPU's kernel library, outside the device's op window
         auto k = CpuDevice().CreateKernel(init);
         if (k.ok()) task.kernel = std::move(k).value();
         else made = k.status();
@@ -790,6 +829,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
           KILN_ASSIGN_OR_RETURN(task.kernel, dev.CreateKernel(init));
           return Status::Ok();
         });
+      }
+      if (!found && made.ok() && task.kernel && !static_key.empty()) {
+        opts.static_kernels->Put(static_key, task.kernel, opts.graph_keepalive);
       }
       if (task.one_thread) cpu::UseThreads(opts.threads);
       KILN_RETURN_IF_ERROR(made);

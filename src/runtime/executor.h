@@ -25,9 +25,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <unordered_map>
+#include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backends/cpu/kernel.h"
@@ -123,7 +125,7 @@ bool SmallTask(const ir::Node& node, double limit_ns = SmallTaskNs());
 struct Task {
   Executor* exec = nullptr;
   std::unique_ptr<DynamicTask> dyn;     // data-dependent shapes (else null)
-  std::unique_ptr<device::Kernel> kernel;  // built-in
+  std::shared_ptr<device::Kernel> kernel;  // built-in (shared with other plans: StaticKernelCache)
   std::unique_ptr<IfTask> if_task;      // If (executor construct)
   std::unique_ptr<device::Recording> custom;  // a custom op's recorded launches
   int block = -1;                       // built-in argument block
@@ -165,6 +167,57 @@ struct IoCopies {
   std::vector<IoCopy> out;  // device -> host, after it
 };
 
+// Kernels of the static part of a model with symbolic dims: nodes whose
+// inputs and outputs have the same shapes in every plan (no symbolic or
+// data-dependent dim) and whose inputs are constants or values no shape
+// arithmetic decides. The first plan that needs such a kernel makes it;
+// later plans (other signatures) use the same kernel, as a static model
+// would. Plans of one model never run at the same time (a Model runs one
+// Execute at a time; queued runs run in order on its stream), so sharing a
+// kernel is sharing it in turn. An entry keeps what the kernel may point
+// into (the graph of the plan that made it: nodes, constants) alive.
+class StaticKernelCache {
+ public:
+  // `eligible`: the names of the model's top-level nodes that qualify.
+  explicit StaticKernelCache(std::unordered_set<std::string> eligible) : eligible_(std::move(eligible)) {}
+  bool Eligible(const std::string& node) const { return eligible_.count(node) != 0; }
+  std::shared_ptr<device::Kernel> Find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return nullptr;
+    ++shared_;
+    return it->second.kernel;
+  }
+  void Put(const std::string& key, std::shared_ptr<device::Kernel> k, std::shared_ptr<const void> keepalive) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_[key] = {std::move(k), std::move(keepalive)};
+    ++made_;
+  }
+  std::uint64_t made() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return made_;
+  }
+  std::uint64_t shared() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shared_;
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<device::Kernel> kernel;
+    std::shared_ptr<const void> keepalive;
+  };
+  const std::unordered_set<std::string> eligible_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::uint64_t made_ = 0, shared_ = 0;
+};
+
+// The names of `g`'s top-level nodes whose kernels a StaticKernelCache may
+// share between plans (see there); `g` is the model's graph as loaded, its
+// symbolic dims and probe values still marked.
+std::unordered_set<std::string> StaticNodes(const ir::Graph& g);
+
 struct ExecutorOptions {
   device::Device* device = nullptr;  // null: cpu
   // Kernel threads the model runs with: kernels are created with it (oneDNN
@@ -189,6 +242,11 @@ struct ExecutorOptions {
   // The plan is one of a model's plans for signatures of input shapes met
   // at run time (device::KernelInit::varying_shapes for its kernels).
   bool varying_shapes = false;
+  // A model with symbolic dims: its static part's kernels, shared between
+  // its plans (CPU device only; never passed to If branches' executors);
+  // `graph_keepalive` owns the graph being planned (kept by a cache entry).
+  std::shared_ptr<StaticKernelCache> static_kernels;
+  std::shared_ptr<const void> graph_keepalive;
 };
 
 // Specializes a graph whose inputs have been given one signature's shapes

@@ -167,7 +167,9 @@ struct Plan {
   // plan was made for, by input index (empty for other inputs).
   std::vector<std::vector<std::uint8_t>> input_values;
   std::vector<Shape> output_shapes;
-  std::unique_ptr<ir::Graph> graph;  // null: the model's own graph (the plan made at load)
+  // Null: the model's own graph (the plan made at load). Shared: a kernel
+  // the static part's cache holds may point into it (StaticKernelCache).
+  std::shared_ptr<ir::Graph> graph;
   std::uint64_t arena_size = 0;
   bool shared_arena = false;  // runs in the model's shared arena
   // Declared after the graph: destroyed before it.
@@ -207,6 +209,13 @@ struct ModelState {
   Event last_async;
   const void* last_async_stream = nullptr;
   PlanStats stats;
+  // Plans first: their executors may hold kernels that the static part's
+  // cache (exec_options.static_kernels) keeps the graphs of.
+  ~ModelState() {
+    last.reset();
+    plans.clear();
+    gear_plans.clear();
+  }
 };
 
 // What a queued run keeps alive: the model's state and the run's plan
@@ -273,6 +282,10 @@ class ModelImpl final : public Model {
     if (const auto& pc = state_->exec_options.prepack_cache) {
       s.packed_weights_made = pc->made();
       s.packed_weights_shared = pc->shared();
+    }
+    if (const auto& sk = state_->exec_options.static_kernels) {
+      s.static_kernels_made = sk->made();
+      s.static_kernels_shared = sk->shared();
     }
     return s;
   }
@@ -462,6 +475,7 @@ class ModelImpl final : public Model {
     eo.threads = threads_;
     eo.load_stream = nullptr;
     eo.varying_shapes = !gear;
+    eo.graph_keepalive = plan->graph;
     if (state_->shared_arena_size > 0 && plan->arena_size <= state_->shared_arena_size) {
       if (!state_->shared_arena) {
         // If the largest signature's arena cannot be had, this plan gets
@@ -678,6 +692,11 @@ class ModelImpl final : public Model {
     // plan is only for the extents the compiler probed with), and its
     // gears' plans now.
     if (m->state_->symbolic) {
+      // Its static part's kernels are made once and shared by its plans.
+      if (!opts.check_bounds) {
+        m->state_->exec_options.static_kernels =
+            std::make_shared<runtime::StaticKernelCache>(runtime::StaticNodes(g));
+      }
       bool bounded = true;
       for (const TensorInfo& t : m->inputs_) {
         for (const DimInfo& d : t.dims) bounded = bounded && !(d.value < 0 && d.max < 0);

@@ -361,6 +361,42 @@ def test_if_over_symbolic_dims_with_shape_arithmetic_in_its_branches(tmp_path):
     assert m.plan_stats()["created"] == 3
 
 
+def test_static_part_of_a_symbolic_model_keeps_its_kernels(tmp_path):
+    """img [1, 4, 6, 6] is static: Conv + Relu + GlobalAveragePool + Flatten
+    -> p [1, 8]; x [N, 5] is symbolic: y = x @ V + p. Each N gets a plan;
+    the static part's kernels are made by the first and reused by the
+    others. Compared with NumPy at each N."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    v = rng.standard_normal((5, 8)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["img", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("GlobalAveragePool", ["r"], ["gp"]), helper.make_node("Flatten", ["gp"], ["p"]),
+         helper.make_node("MatMul", ["x", "v"], ["m"]), helper.make_node("Add", ["m", "p"], ["y"])], "static_part",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 4, 6, 6]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(v, "v")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    img = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    pad = np.pad(img[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    conv = np.zeros((8, 6, 6))
+    for o in range(8):
+        for i in range(6):
+            for j in range(6):
+                conv[o, i, j] = np.sum(pad[:, i:i + 3, j:j + 3] * w[o])
+    p = np.maximum(conv, 0).mean(axis=(1, 2))[None, :]
+    for n in (1, 3, 7, 3):
+        x = rng.standard_normal((n, 5)).astype(np.float32)
+        np.testing.assert_allclose(m.run({"img": img, "x": x})["y"], x.astype(np.float64) @ v + p, rtol=1e-4, atol=1e-4)
+    s = m.plan_stats()
+    assert s["created"] == 3, s
+    # Each static kernel made once (by the plan for N = 1), reused by the two others.
+    assert s["static_kernels_made"] >= 2 and s["static_kernels_shared"] == 2 * s["static_kernels_made"], s
+
+
 def test_if_whose_condition_follows_a_symbolic_dim(tmp_path):
     """x[N, 4]; c = N > 1 (from Shape): then 2x [N, 4], else x flattened
     [4]: each plan takes one branch, of its own rank. Compared with NumPy."""

@@ -928,13 +928,15 @@ TEST(DynamicShapes, ShapeFromLargeInputDataIsRefused) {
   EXPECT_NE(model.status().message().find("reshape"), std::string::npos) << model.status().message();
 }
 
-// Plans of one model share the weights a convolution repacks at load
-// (device::PrepackCache). y = conv(x, w) + 0 * sum-free path: x [1,4,8,8] is
-// static and z [batch] symbolic, so the convolution has the same shapes in
-// every plan and each new plan must reuse the packed copy; at other image
-// sizes (x symbolic) plans share it where oneDNN wants the same layout.
+// Plans of one model share what their kernels prepare. y = conv(x, w) and
+// zz = -z: with x [1,4,8,8] static and z [batch] symbolic, the convolution
+// is the model's static part: its kernel is made by the first plan and
+// reused by the others (runtime::StaticKernelCache), also after the plan
+// that made it is evicted (max_plans 1). With x symbolic, plans at other
+// image sizes make their own convolution kernels and share the weights it
+// repacks (device::PrepackCache) where oneDNN wants the same layout.
 // Results against direct loops.
-TEST(DynamicShapes, PlansShareRepackedConvolutionWeights) {
+TEST(DynamicShapes, PlansShareTheStaticPartsKernelsAndRepackedWeights) {
   constexpr int kC = 4;
   std::vector<float> w(kC * kC * 9);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.125f * static_cast<float>(static_cast<int>(i % 11) - 5);
@@ -986,8 +988,28 @@ TEST(DynamicShapes, PlansShareRepackedConvolutionWeights) {
     for (std::int64_t batch : {2, 3, 5}) ASSERT_TRUE(run(**model, 8, batch).ok());
     const PlanStats s = (*model)->plan_stats();
     EXPECT_EQ(s.created, 3u);
-    EXPECT_EQ(s.packed_weights_made, 1u);  // one packed copy for three plans
-    EXPECT_EQ(s.packed_weights_shared, 2u);
+    EXPECT_EQ(s.static_kernels_made, 1u);  // the convolution's, for three plans
+    EXPECT_EQ(s.static_kernels_shared, 2u);
+    EXPECT_EQ(s.packed_weights_made, 1u);  // packed once, by the one kernel
+    EXPECT_EQ(s.packed_weights_shared, 0u);
+  }
+  {
+    // One plan held at a time: each new batch evicts the last plan, whose
+    // graph the shared kernel was made from.
+    test::TempDir dir;
+    LoadOptions lo;
+    lo.max_plans = 1;
+    auto model = CompileAndLoad(graph(false), dir, nullptr, {}, lo);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    for (std::int64_t batch : {2, 3, 5, 2}) {
+      Status st = run(**model, 8, batch);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    }
+    const PlanStats s = (*model)->plan_stats();
+    EXPECT_EQ(s.created, 4u);
+    EXPECT_EQ(s.evicted, 3u);
+    EXPECT_EQ(s.static_kernels_made, 1u);
+    EXPECT_EQ(s.static_kernels_shared, 3u);
   }
   test::TempDir dir;
   auto model = CompileAndLoad(graph(true), dir);
