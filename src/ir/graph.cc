@@ -474,6 +474,43 @@ std::unique_ptr<Graph> CloneGraph(const Graph& g) {
   return CloneInto(g, g.parent(), map);
 }
 
+namespace {
+// Every value `g` (and graphs nested in it) reads or yields, mapped to itself:
+// CloneInto then maps the values the graphs own to their copies, and the
+// rest (an enclosing graph's) stay shared.
+void MapReadValues(const Graph& g, std::unordered_map<const Value*, Value*>& map) {
+  for (const auto& n : g.nodes()) {
+    for (const Value* v : n->inputs()) {
+      if (v) map.emplace(v, const_cast<Value*>(v));
+    }
+    for (const auto& [k, a] : n->attrs()) {
+      if (a.g) MapReadValues(*a.g, map);
+      for (const auto& sg : a.graphs) {
+        if (sg) MapReadValues(*sg, map);
+      }
+    }
+  }
+  for (const Value* v : g.outputs()) {
+    if (v) map.emplace(v, const_cast<Value*>(v));
+  }
+}
+}  // namespace
+
+bool HasSubgraphNodes(const Graph& g) {
+  for (const auto& n : g.nodes()) {
+    if (n->HasSubgraphs()) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<Graph> CloneSubgraph(const Graph& g) {
+  std::unordered_map<const Value*, Value*> map;
+  MapReadValues(g, map);
+  // CloneInto maps g's own values (and nested graphs') to their copies
+  // before any node reads them.
+  return CloneInto(g, g.parent(), map);
+}
+
 }  // namespace kiln::ir
 
 namespace kiln::ir {

@@ -368,6 +368,13 @@ class Graph {
 // symbol table. The runtime specializes such a copy for one signature of
 // input shapes.
 std::unique_ptr<Graph> CloneGraph(const Graph& g);
+// A copy of a subgraph that may read values of enclosing graphs (an If
+// branch before lower-subgraphs): those stay shared (the copy's nodes use
+// them too); the values the subgraph owns are copied. Its parent is g's.
+// A copy dropped unused must first let go of its inputs (its nodes' uses).
+std::unique_ptr<Graph> CloneSubgraph(const Graph& g);
+// Whether some node of g has a subgraph (an If nested in a branch).
+bool HasSubgraphNodes(const Graph& g);
 
 // Calls fn on `g`, then on every subgraph of its nodes' attributes (If
 // branches, Loop bodies), depth first, recursively.

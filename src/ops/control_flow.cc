@@ -120,6 +120,14 @@ Status InferIf(InferContext& c) {
 
 }  // namespace
 
+int IfBranchNotTaken(const ir::Node& n) {
+  if (n.op_type() != "If" || !n.domain().empty() || n.num_inputs() < 1 || !n.input(0)) return -1;
+  const ir::Value* c = n.input(0);
+  const HostTensor* cv = c->is_constant() ? c->constant().get() : c->bound_value().get();
+  if (!cv || cv->dtype() != DType::kBool || NumElements(cv->shape()) != 1) return -1;
+  return *static_cast<const std::uint8_t*>(cv->data()) ? 1 : 0;
+}
+
 void RegisterControlFlowOps(OpRegistry& r) {
   OpDef d;
   d.type = "If";

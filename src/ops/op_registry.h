@@ -149,6 +149,13 @@ class OpRegistry {
 // specializes the graph for each signature of their values (read as
 // constants then). Other unknown dims stay -1 (the compiler reports them).
 Status InferNode(ir::Node& node);
+// An If whose condition is known (a constant, or its value at the compiler's
+// probe: ir::Value::bound_value): the branch it does not take (0:
+// then_branch, 1: else_branch); -1 when the condition is known only at run
+// time, or for any other node. Such a branch may be valid only at other
+// extents than the probe's: the compiler keeps it uncompiled if it fails
+// there, and InferIf does not infer it (docs/design.md, If).
+int IfBranchNotTaken(const ir::Node& n);
 inline constexpr std::int64_t kShapeInputProbe = 1;
 using ir::kShapeInputFloatElements;
 using ir::kShapeInputLimitBytes;

@@ -16,6 +16,14 @@
 namespace kiln::passes {
 namespace {
 
+// Drops every input of g's nodes (a copy about to be destroyed releases its
+// uses of values it shares with enclosing graphs).
+void DetachInputs(ir::Graph& g) {
+  for (auto& n : g.nodes()) {
+    for (int i = 0; i < n->num_inputs(); ++i) n->SetInput(i, nullptr);
+  }
+}
+
 // The extent every symbolic input dim takes while compiling: large enough
 // for the strided convolutions and pooling of vision models (a 1/32 scale
 // stays >= 2) and for sequence ops, small enough that the probe plan costs
@@ -137,8 +145,8 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
     while (root->parent()) root = root->parent();
     for (const ir::Value* in : root->inputs()) {
       if (in->symbolic_mask() && symbolic.empty()) {
-        symbolic = "the model's symbolic input dims (every If branch is compiled there, whether the probe takes it "
-                   "or not)";
+        symbolic = "the model's symbolic input dims (an If branch is compiled there unless its condition, known "
+                   "there, rules it out)";
       }
     }
   }
@@ -158,13 +166,32 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
         continue;
       }
       // Fold inside subgraphs first, so the node infers from folded shapes.
+      // An If's branch that its condition rules out at the probe (the
+      // condition follows from symbolic dims) may be valid only at other
+      // extents: if it fails here it is kept as it was (lower-subgraphs
+      // keeps it uncompiled too; InferIf does not infer it at the probe, and
+      // a plan that takes it infers it at its own extents).
+      const int not_taken = ops::IfBranchNotTaken(*n);
       for (auto& [k, a] : n->attrs()) {
         std::vector<std::shared_ptr<ir::Graph>> subs = a.graphs;
         if (a.g) subs.push_back(a.g);
+        const int b = k == "then_branch" ? 0 : k == "else_branch" ? 1 : -1;
         for (auto& sg : subs) {
           const std::string what = StrCat(n->Describe(), " attribute '", k, "'");
           KILN_RETURN_IF_ERROR(sg->TopologicalSort().WithContext(what));
-          KILN_RETURN_IF_ERROR(InferShapesAndFold(*sg, opts).WithContext(what));
+          std::unique_ptr<ir::Graph> before;
+          if (b >= 0 && b == not_taken && a.g == sg && !ir::HasSubgraphNodes(*sg)) before = ir::CloneSubgraph(*sg);
+          Status st = InferShapesAndFold(*sg, opts);
+          if (before) {
+            if (st.ok()) {
+              DetachInputs(*before);
+            } else {
+              DetachInputs(*sg);
+              a.g = std::shared_ptr<ir::Graph>(std::move(before));
+              continue;
+            }
+          }
+          KILN_RETURN_IF_ERROR(st.WithContext(what));
         }
       }
     }

@@ -75,6 +75,27 @@ void CollectCaptures(const ir::Graph& g, const ir::Graph& root, std::vector<ir::
   for (ir::Value* o : g.outputs()) add(o);
 }
 
+// A branch kept uncompiled (valid only at other extents than the probe's):
+// its values get the types inference gives at the probe where it can, and
+// where a node fails there, its outputs take its first input's type as a
+// placeholder (a file records a type for every value). A plan that takes
+// the branch infers it again at its own extents, types included.
+void PlaceholderTypes(ir::Graph& g) {
+  for (auto& n : g.nodes()) {
+    if (ops::InferNode(*n).ok()) continue;
+    DType t = DType::kFloat32;
+    for (const ir::Value* in : n->inputs()) {
+      if (in && in->dtype() != DType::kUndefined) {
+        t = in->dtype();
+        break;
+      }
+    }
+    for (ir::Value* o : n->outputs()) {
+      if (o && o->dtype() == DType::kUndefined) o->set_dtype(t);
+    }
+  }
+}
+
 }  // namespace
 
 Result<std::vector<ir::Node*>> InlineConstantIf(ir::Graph& g, ir::Node* n) {
@@ -164,10 +185,30 @@ Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts) {
       if (!v->is_constant()) n->AddInput(v);
     }
     KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+    // An If whose condition is known at the compiler's probe (it follows
+    // from symbolic dims: `N == 1`) takes one branch there; the other may be
+    // valid only at other extents (a Squeeze of the dim that is 1 when it is
+    // taken). Such a branch that fails to compile at the probe is kept as
+    // lowered, uncompiled: InferIf never infers it at the probe (in the
+    // compiler or the loader), and a plan whose extents take it infers it at
+    // its own (SpecializeGraph), where an op that still rejects its shapes
+    // fails that plan, naming the node.
+    const int not_taken = ops::IfBranchNotTaken(*n);
     for (auto& [k, sg] : subs) {
       const std::string what = StrCat(n->Describe(), " attribute '", k, "'");
-      KILN_RETURN_IF_ERROR(PassManager::Default().Run(*sg, opts).WithContext(what));
-      KILN_RETURN_IF_ERROR(sg->TopologicalSort().WithContext(what));
+      const int b = k == "then_branch" ? 0 : k == "else_branch" ? 1 : -1;
+      std::unique_ptr<ir::Graph> lowered;
+      if (b >= 0 && b == not_taken && !ir::HasSubgraphNodes(*sg)) lowered = ir::CloneSubgraph(*sg);
+      Status st = PassManager::Default().Run(*sg, opts);
+      if (st.ok()) st = sg->TopologicalSort();
+      if (st.ok()) continue;
+      if (!lowered) return st.WithContext(what);
+      auto it = n->attrs().find(k);
+      if (it == n->attrs().end() || it->second.g.get() != sg) return st.WithContext(what);
+      KILN_RETURN_IF_ERROR(lowered->TopologicalSort().WithContext(what));
+      PlaceholderTypes(*lowered);
+      Detach(*sg, true);  // the failed copy's nodes let go of their inputs
+      it->second.g = std::shared_ptr<ir::Graph>(std::move(lowered));
     }
   }
   return Status::Ok();

@@ -115,6 +115,21 @@ def models():
          helper.make_node("Shape", ["z"], ["n"], name="shape"),
          helper.make_node("ReduceMax", ["z"], ["m"], name="max", keepdims=0)],
         [vi("x", F, [2, 3])], [vi("n", I64, [None]), vi("m", F, [])], [init("zero", np.array(0, np.float32))])
+    # A branch valid only where its condition holds (Squeeze of N when
+    # N == 1): the compiler's probe rules it out, so it is stored lowered but
+    # uncompiled, and the loader does not infer it.
+    then_g = helper.make_graph([helper.make_node("Squeeze", ["x", "ax0"], ["sq"], name="then_sq"),
+                                helper.make_node("Unsqueeze", ["sq", "ax0"], ["t"], name="then_unsq")], "then",
+                               [], [vi("t", F, [1, 4])], [init("ax0", np.array([0], np.int64))])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="else_neg")], "else",
+                               [], [vi("e", F, ["N", 4])])
+    out["if_squeeze_batch"] = model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Gather", ["s", "zero"], ["n"], name="n", axis=0),
+         helper.make_node("Equal", ["n", "one"], ["c"], name="eq"),
+         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+        [vi("x", F, ["N", 4])], [vi("y", F, ["N", 4])],
+        [init("zero", np.array(0, np.int64)), init("one", np.array(1, np.int64))])
     # TopK's K and a Reshape target from a data-dependent count (upper
     # bounds on shape arithmetic, read from memory at run time).
     out["topk_count"] = model(

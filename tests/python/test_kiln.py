@@ -418,6 +418,37 @@ def test_if_whose_condition_follows_a_symbolic_dim(tmp_path):
     assert m.plan_stats()["created"] == 3
 
 
+def test_if_branch_valid_only_where_its_condition_holds(tmp_path):
+    """x[N, 4]; c = (N == 1): then Squeeze(x, 0) -> [4], valid only at N = 1;
+    else 2x. The compiler probes N at another extent, where the condition
+    rules the Squeeze out: the branch is kept uncompiled, and the plans for
+    N = 1 compile and run it. Compared with NumPy. With c = (N < 3) the
+    Squeeze is taken at N = 2, where it cannot apply: that plan fails,
+    naming the node and the shapes."""
+    squeeze = lambda: [helper.make_node("Squeeze", ["x", "ax0"], ["t_out"])]
+    for path, cmp in (("eq.onnx", "Equal"), ("lt.onnx", "Less")):
+        _if_model(tmp_path / path,
+                  [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+                   helper.make_node(cmp, ["n", "one" if cmp == "Equal" else "three"], ["c"])],
+                  squeeze(), [helper.make_node("Mul", ["x", "two"], ["e_out"])],
+                  [("zero", np.array(0, np.int64)), ("one", np.array(1, np.int64)), ("three", np.array(3, np.int64))],
+                  [("ax0", np.array([0], np.int64))], [("two", np.array(2, np.float32))])
+        kiln.compile(tmp_path / path, tmp_path / (path + ".kiln"))
+    m = kiln.load(tmp_path / "eq.onnx.kiln")
+    for n in (3, 1, 5, 1, 2):
+        x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) - 3
+        want = _sigmoid(x.reshape(4) if n == 1 else 2 * x)
+        got = m.run({"x": x})["z"]
+        assert got.shape == want.shape, n
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert m.plan_stats()["created"] == 4
+    m = kiln.load(tmp_path / "lt.onnx.kiln")
+    np.testing.assert_allclose(m.run({"x": np.ones((1, 4), np.float32)})["z"], _sigmoid(np.ones(4)), rtol=1e-6)
+    np.testing.assert_allclose(m.run({"x": np.ones((4, 4), np.float32)})["z"], _sigmoid(2 * np.ones((4, 4))), rtol=1e-6)
+    with pytest.raises(kiln.Error, match=r"Squeeze.*cannot squeeze axis 0 of size 2"):
+        m.run({"x": np.ones((2, 4), np.float32)})
+
+
 def test_if_reading_a_value_shaped_by_a_shape_input(tmp_path):
     """r = Reshape(x, t), t a model input (a shape input); If(c) reads r:
     then -r, else 3r. One plan per target; compared with NumPy."""
