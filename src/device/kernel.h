@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -78,10 +79,27 @@ class PrepackCache {
   std::uint64_t shared_ = 0, made_ = 0;
 };
 
+// The range of a value's elements, min(0, min x) and max(0, max x) with
+// NaNs skipped (DynamicQuantizeLinear's), reported by the kernel that writes
+// the value as it writes it, for a kernel that reads it: the reader skips a
+// pass over the value. The writer sets `valid` after each run's write, the
+// reader uses the range only then and clears it, so a range never outlives
+// the write it describes (a plan whose writer is another kernel, one not
+// reporting, leaves it clear and the reader computes its own).
+struct ValueRange {
+  float min = 0.f, max = 0.f;
+  bool valid = false;
+};
+// Ranges within one plan, by the value they describe (the executor's).
+using ValueRanges = std::unordered_map<const ir::Value*, std::shared_ptr<ValueRange>>;
+
 struct KernelInit {
   // Where repacked constant weights are shared (one per model); null: each
   // kernel packs its own.
   PrepackCache* prepack_cache = nullptr;
+  // Ranges a writer reports for a reader of the same plan (see ValueRange);
+  // null: none (eager evaluation, kernels made at run time).
+  ValueRanges* value_ranges = nullptr;
   const ir::Node* node = nullptr;
   std::vector<TensorDesc> inputs;
   std::vector<TensorDesc> outputs;

@@ -738,6 +738,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     init.node = &node;
     init.prepack_cache = opts.prepack_cache.get();
     init.varying_shapes = opts.varying_shapes;
+    init.value_ranges = &ex->value_ranges_;
     auto bind = [&](const ir::Value* v, std::uint32_t slot, bool output) -> Status {
       KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
       slots[slot] = ex->Address(b);
@@ -811,7 +812,12 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       // The static part of a model with symbolic dims: the kernel an earlier
       // plan made for this node, if any (StaticKernelCache).
       std::string static_key;
-      if (!task.dyn && opts.static_kernels && &dev == &CpuDevice() && opts.static_kernels->Eligible(node.name())) {
+      // (Not a kernel that reads a range another task of this plan reports,
+      // device::ValueRange: it holds that task's report.)
+      bool reads_range = false;
+      for (const ir::Value* v : node.inputs()) reads_range = reads_range || (v && ex->value_ranges_.count(v));
+      if (!task.dyn && !reads_range && opts.static_kernels && &dev == &CpuDevice() &&
+          opts.static_kernels->Eligible(node.name())) {
         static_key = StrCat(node.name(), "|", opts.threads, "|", opts.varying_shapes ? 1 : 0);
         task.kernel = opts.static_kernels->Find(static_key);
       }

@@ -355,8 +355,11 @@ class Executor {
     c.workspace_bytes = host_workspace_bytes_;
     return c;
   }
-  std::vector<HostTensorPtr> host_constants_;
-  std::uint64_t epoch_ns_ = 0;  // profiling: spans start from here (load time)  // device-resident weights read back for CPU-placed nodes
+  std::vector<HostTensorPtr> host_constants_;  // device-resident weights read back for CPU-placed nodes
+  std::uint64_t epoch_ns_ = 0;  // profiling: spans start from here (load time)
+  // Element ranges a task reports for a later task of this plan
+  // (device::ValueRange; the kernels hold them too).
+  device::ValueRanges value_ranges_;
   std::vector<std::unique_ptr<GuardedBuffer>> guarded_;
   std::unique_ptr<Stream> own_load_stream_;
   std::uint64_t arena_size_ = 0;

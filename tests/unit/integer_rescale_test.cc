@@ -54,6 +54,10 @@ struct RescaleCase {
   Act act = Act::kRelu;
   bool channels_last = true;  // the layout pass on (else disabled)
   bool scale_after = false;   // Mul(S, cast) instead of Mul(cast, S)
+  // The result also feeds a DynamicQuantizeLinear (whose range the fused
+  // convolution reports as it writes: device::ValueRange), checked against
+  // the definition applied to the expected float results.
+  bool quantize_after = false;
 };
 
 // x [2, c, 7, 6] uint8, a 3x3 ConvInteger (pad 1, stride 1) with int8
@@ -116,6 +120,13 @@ void CheckRescaledConvInteger(const RescaleCase& rc) {
     cur = a;
   }
   g->outputs().push_back(cur);
+  if (rc.quantize_after) {
+    ir::Value *q = g->AddValue("q"), *qs = g->AddValue("qs"), *qz = g->AddValue("qz");
+    g->AddNode("DynamicQuantizeLinear", "dql", {cur}, {q, qs, qz});
+    g->outputs().push_back(q);
+    g->outputs().push_back(qs);
+    g->outputs().push_back(qz);
+  }
 
   test::TempDir dir;
   format::CompiledModel cm;
@@ -134,10 +145,19 @@ void CheckRescaledConvInteger(const RescaleCase& rc) {
 
   const std::int64_t oh = h, ow = w;
   for (auto [zp, xscale] : {std::pair<std::uint8_t, float>{0, 0.0123f}, {131, 0.5f}, {255, 3.25e-2f}}) {
-    std::vector<float> out(n * m * oh * ow, -1.f);
+    std::vector<float> out(n * m * oh * ow, -1.f), wants(out.size());
+    std::vector<std::uint8_t> q(out.size());
+    float qs = -1.f;
+    std::uint8_t qz = 0;
+    std::vector<TensorRef> outs = {TensorRef::Of(out.data(), {n, m, oh, ow})};
+    if (rc.quantize_after) {
+      outs.push_back({q.data(), DType::kUInt8, {n, m, oh, ow}});
+      outs.push_back(TensorRef::Of(&qs, {}));
+      outs.push_back({&qz, DType::kUInt8, {}});
+    }
     ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {n, c, h, w}}, TensorRef::Of(&xscale, {}),
                                    {&zp, DType::kUInt8, {}}},
-                                  {TensorRef::Of(out.data(), {n, m, oh, ow})}).ok());
+                                  outs).ok());
     bool big = false;
     for (std::int64_t b = 0; b < n; ++b)
       for (std::int64_t oc = 0; oc < m; ++oc)
@@ -166,15 +186,47 @@ void CheckRescaledConvInteger(const RescaleCase& rc) {
               want = leak;
             }
             const float got = out[((b * m + oc) * oh + i) * ow + j];
+            wants[((b * m + oc) * oh + i) * ow + j] = want;
             ASSERT_TRUE(SameBits(got, want) || (want == 0.f && got == 0.f))
                 << "zp " << int(zp) << " at " << b << "," << oc << "," << i << "," << j << ": " << got << " vs "
                 << want << " (sum " << sum << ")";
           }
     if (zp == 0 && rc.c >= 192) EXPECT_TRUE(big) << "the case should hold sums past 2^24";
+    if (rc.quantize_after) {
+      // ONNX DynamicQuantizeLinear on the expected results.
+      float lo_v = 0.f, hi_v = 0.f;
+      for (float v : wants) {
+        lo_v = v < lo_v ? v : lo_v;
+        hi_v = v > hi_v ? v : hi_v;
+      }
+      const float want_s = (hi_v - lo_v) / 255.f;
+      const float want_z = want_s > 0 ? std::min(255.f, std::max(0.f, std::nearbyint(0.f - lo_v / want_s))) : 0.f;
+      ASSERT_TRUE(SameBits(qs, want_s)) << "zp " << int(zp) << ": scale " << qs << " vs " << want_s;
+      ASSERT_EQ(qz, static_cast<std::uint8_t>(want_z)) << "zp " << int(zp);
+      for (std::size_t e = 0; e < wants.size(); ++e) {
+        const float r = want_s > 0 ? std::nearbyint(wants[e] / want_s) + want_z : 0.f;
+        ASSERT_EQ(q[e], static_cast<std::uint8_t>(std::min(255.f, std::max(0.f, r)))) << "zp " << int(zp) << " at " << e;
+      }
+    }
   }
 }
 
 TEST(ConvInteger, RescaledChannelsLastIsTheGraphsBitForBit) { CheckRescaledConvInteger({}); }
+// The convolution reports its output's range to the DynamicQuantizeLinear
+// after it: channels-last rows in blocks of 8 (16 channels) and not (12),
+// and NCHW planes.
+TEST(ConvInteger, RescaledThenDynamicallyQuantizedMatchesTheDefinition) {
+  for (std::int64_t m : {16, 12}) {
+    RescaleCase rc;
+    rc.m = m;
+    rc.quantize_after = true;
+    CheckRescaledConvInteger(rc);
+    rc.channels_last = false;
+    CheckRescaledConvInteger(rc);
+    rc.act = Act::kNone;  // negative values too
+    CheckRescaledConvInteger(rc);
+  }
+}
 TEST(ConvInteger, RescaledNchwIsTheGraphsBitForBit) {
   RescaleCase rc;
   rc.channels_last = false;

@@ -318,18 +318,31 @@ void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
 // ONNX DynamicQuantizeLinear: uint8, range [min(0, min x), max(0, max x)].
 Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
   const std::int64_t n = NumElements(init.inputs[0].shape);
-  return MakeFn([n](const KernelArgs& a) {
+  // The range its input's writer reports, if it does (device::ValueRange:
+  // the same min and max, found as it wrote the tensor).
+  std::shared_ptr<device::ValueRange> reported;
+  if (init.value_ranges && init.node && init.node->num_inputs() > 0) {
+    auto it = init.value_ranges->find(init.node->input(0));
+    if (it != init.value_ranges->end()) reported = it->second;
+  }
+  return MakeFn([n, reported](const KernelArgs& a) {
     const float* x = a.in_as<float>(0);
-    // The range over chunks in parallel (min and max are exact in any order).
     float mn = 0.f, mx = 0.f;
-    std::mutex mu;
-    ParallelFor(n, 65536, [&](std::int64_t b, std::int64_t e) {
-      float l = 0.f, h = 0.f;
-      MinMaxWithZero(x + b, e - b, &l, &h);
-      std::lock_guard<std::mutex> lock(mu);
-      mn = l < mn ? l : mn;
-      mx = h > mx ? h : mx;
-    });
+    if (reported && reported->valid) {
+      mn = reported->min;
+      mx = reported->max;
+      reported->valid = false;
+    } else {
+      // The range over chunks in parallel (min and max are exact in any order).
+      std::mutex mu;
+      ParallelFor(n, 65536, [&](std::int64_t b, std::int64_t e) {
+        float l = 0.f, h = 0.f;
+        MinMaxWithZero(x + b, e - b, &l, &h);
+        std::lock_guard<std::mutex> lock(mu);
+        mn = l < mn ? l : mn;
+        mx = h > mx ? h : mx;
+      });
+    }
     const float scale = (mx - mn) / 255.f;
     // All zeros: scale 0; every value (and the zero point) is 0.
     const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - mn / scale))) : 0.f;
@@ -745,10 +758,15 @@ void Requantize(DType t, const float* acc, void* y, std::int64_t outer, std::int
 // add. act: 0 none, 1 Relu, 2 LeakyRelu(al), 3 Clip(al, be), each as the
 // scalar loops compute it (NaN passes through: maxps/minps return their
 // second operand, here the value, when either is NaN). Returns the count done.
+// With `vlo` / `vhi`, the results' running minimum and maximum per lane too
+// (NaNs skipped: minps/maxps return the running value, their second operand,
+// when the result is NaN), for a reader's range (device::ValueRange).
 __attribute__((target("avx"))) std::int64_t RescaleAvx(float* y, const float* s, const float* b, bool per,
-                                                       std::int64_t n, int act, float al, float be) {
+                                                       std::int64_t n, int act, float al, float be,
+                                                       __m256* vlo = nullptr, __m256* vhi = nullptr) {
   const __m256 s1 = _mm256_set1_ps(s[0]), b1 = _mm256_set1_ps(b ? b[0] : 0.f);
   const __m256 zero = _mm256_setzero_ps(), va = _mm256_set1_ps(al), vb = _mm256_set1_ps(be);
+  __m256 lo = vlo ? *vlo : zero, hi = vhi ? *vhi : zero;
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_mul_ps(_mm256_loadu_ps(y + i), per ? _mm256_loadu_ps(s + i) : s1);
@@ -761,16 +779,51 @@ __attribute__((target("avx"))) std::int64_t RescaleAvx(float* y, const float* s,
       v = _mm256_min_ps(vb, _mm256_max_ps(va, v));  // min(max(v, al), be)
     }
     _mm256_storeu_ps(y + i, v);
+    if (vlo) {
+      lo = _mm256_min_ps(v, lo);
+      hi = _mm256_max_ps(v, hi);
+    }
+  }
+  if (vlo) {
+    *vlo = lo;
+    *vhi = hi;
   }
   return i;
+}
+// Folds per-lane minima and maxima (and 0) into lo and hi.
+__attribute__((target("avx"))) void FoldRange(__m256 vlo, __m256 vhi, float* lo, float* hi) {
+  alignas(32) float ls[8], hs[8];
+  _mm256_store_ps(ls, vlo);
+  _mm256_store_ps(hs, vhi);
+  for (int j = 0; j < 8; ++j) {
+    *lo = ls[j] < *lo ? ls[j] : *lo;
+    *hi = hs[j] > *hi ? hs[j] : *hi;
+  }
 }
 
 // RescaleAvx over `rows` channels-last rows of `channels` values (a multiple
 // of 8), per-channel s and b: one call for a block of rows rather than one
 // per row (a 112x112 map of 16 channels is 12544 rows of two vectors each).
+// RescaleAvx with the results' min and max folded into lo and hi.
+__attribute__((target("avx"))) std::int64_t RescaleAvxRange(float* y, const float* s, const float* b, bool per,
+                                                            std::int64_t n, int act, float al, float be, float* lo,
+                                                            float* hi) {
+  __m256 vlo = _mm256_setzero_ps(), vhi = vlo;
+  const std::int64_t done = RescaleAvx(y, s, b, per, n, act, al, be, &vlo, &vhi);
+  FoldRange(vlo, vhi, lo, hi);
+  return done;
+}
+// With lo / hi: the results' min and max folded in (NaNs skipped).
 __attribute__((target("avx"))) void RescaleRowsAvx(float* y, const float* s, const float* b, std::int64_t rows,
-                                                   std::int64_t channels, int act, float al, float be) {
-  for (std::int64_t r = 0; r < rows; ++r) RescaleAvx(y + r * channels, s, b, true, channels, act, al, be);
+                                                   std::int64_t channels, int act, float al, float be,
+                                                   float* lo = nullptr, float* hi = nullptr) {
+  if (!lo) {
+    for (std::int64_t r = 0; r < rows; ++r) RescaleAvx(y + r * channels, s, b, true, channels, act, al, be);
+    return;
+  }
+  __m256 vlo = _mm256_setzero_ps(), vhi = vlo;
+  for (std::int64_t r = 0; r < rows; ++r) RescaleAvx(y + r * channels, s, b, true, channels, act, al, be, &vlo, &vhi);
+  FoldRange(vlo, vhi, lo, hi);
 }
 
 // kiln.rescale's epilogue after the exact sums: act(float(sum) * S + B), the
@@ -808,35 +861,65 @@ class RescaleEpilogue {
     }
   }
   // In place over float sums: channels-last rows (y[i, c], `rows` rows of
-  // `channels`) or planes (y[o, c, i], `inner` values per channel).
+  // `channels`) or planes (y[o, c, i], `inner` values per channel). With
+  // `range`, also the result's min(0, min) and max(0, max) (what
+  // DynamicQuantizeLinear reads it for), taken from the registers as the
+  // values are written: the reader then skips its own pass over the tensor
+  // (device::ValueRange).
   void ApplyInPlace(float* y, const float* s, const float* b, std::int64_t outer, std::int64_t channels,
-                    std::int64_t inner, bool channels_last) const {
+                    std::int64_t inner, bool channels_last, device::ValueRange* range = nullptr) const {
     constexpr std::int64_t kGrain = 65536;  // values per thread at least: a fork costs several us
+    float mn = 0.f, mx = 0.f;
+    std::mutex mu;
+    auto merge = [&](float lo, float hi) {
+      std::lock_guard<std::mutex> lock(mu);
+      mn = lo < mn ? lo : mn;
+      mx = hi > mx ? hi : mx;
+    };
+    float* const no = nullptr;
     if (channels_last) {
       const std::int64_t rows = outer * inner;
       static const bool avx = __builtin_cpu_supports("avx");
       const bool blocks = avx && channels % 8 == 0;
       ParallelFor(rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, channels)),
                   [&](std::int64_t r0, std::int64_t r1) {
+        float lo = 0.f, hi = 0.f;
         if (blocks) {
           RescaleRowsAvx(y + r0 * channels, s, has_bias() ? b : nullptr, r1 - r0, channels, static_cast<int>(act_),
-                         alpha_, beta_);
-          return;
+                         alpha_, beta_, range ? &lo : no, range ? &hi : no);
+        } else {
+          for (std::int64_t r = r0; r < r1; ++r) Span(y + r * channels, s, b, true, channels, range ? &lo : no, &hi);
         }
-        for (std::int64_t r = r0; r < r1; ++r) Span(y + r * channels, s, b, true, channels);
+        if (range) merge(lo, hi);
       });
-      return;
+    } else {
+      ParallelFor(outer * channels, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, inner)),
+                  [&](std::int64_t p0, std::int64_t p1) {
+        float lo = 0.f, hi = 0.f;
+        for (std::int64_t p = p0; p < p1; ++p) {
+          Span(y + p * inner, s + p % channels, b + p % channels, false, inner, range ? &lo : no, &hi);
+        }
+        if (range) merge(lo, hi);
+      });
     }
-    ParallelFor(outer * channels, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, inner)),
-                [&](std::int64_t p0, std::int64_t p1) {
-      for (std::int64_t p = p0; p < p1; ++p) Span(y + p * inner, s + p % channels, b + p % channels, false, inner);
-    });
+    if (range) {
+      range->min = mn;
+      range->max = mx;
+      range->valid = true;
+    }
   }
   // One span: per-value s and b (`per`), or s[0] and b[0] for all of it.
-  void Span(float* y, const float* s, const float* b, bool per, std::int64_t n) const {
+  // With lo / hi: the results' min and max folded in (NaNs skipped).
+  void Span(float* y, const float* s, const float* b, bool per, std::int64_t n, float* lo = nullptr,
+            float* hi = nullptr) const {
     static const bool avx = __builtin_cpu_supports("avx");
     const float* bb = has_bias() ? b : nullptr;
-    const std::int64_t done = avx ? RescaleAvx(y, s, bb, per, n, static_cast<int>(act_), alpha_, beta_) : 0;
+    std::int64_t done = 0;
+    if (avx && lo) {
+      done = RescaleAvxRange(y, s, bb, per, n, static_cast<int>(act_), alpha_, beta_, lo, hi);
+    } else if (avx) {
+      done = RescaleAvx(y, s, bb, per, n, static_cast<int>(act_), alpha_, beta_);
+    }
     y += done;
     n -= done;
     if (per) {
@@ -848,6 +931,12 @@ class RescaleEpilogue {
       for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] + b[per ? i : 0];
     }
     Activate(y, n);
+    if (lo) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        *lo = y[i] < *lo ? y[i] : *lo;
+        *hi = y[i] > *hi ? y[i] : *hi;
+      }
+    }
   }
   // The activation as its own kernel computes it.
   void Activate(float* v, std::int64_t n) const {
@@ -973,6 +1062,16 @@ class DnnlQConvKernel : public Kernel {
       y_inner_ = NumElements(y) / std::max<std::int64_t>(1, y[0] * y[1]);
       cout_ = cout;
       nhwc_ = nhwc;
+      // A DynamicQuantizeLinear reads the output: report its range.
+      const ir::Value* out = init.node && init.node->num_outputs() > 0 ? init.node->output(0) : nullptr;
+      bool quantized = false;
+      for (const ir::Use& u : out ? out->uses() : std::vector<ir::Use>{}) {
+        quantized = quantized || (u.node->op_type() == "DynamicQuantizeLinear" && u.node->domain().empty());
+      }
+      if (quantized && init.value_ranges) {
+        range_ = std::make_shared<device::ValueRange>();
+        (*init.value_ranges)[out] = range_;
+      }
     }
     std::vector<float> scales;
     if (!integer) {
@@ -1113,7 +1212,7 @@ class DnnlQConvKernel : public Kernel {
     if (rescale_) {  // float(sum) -> act(float(sum) * S + B), in place
       thread_local std::vector<float> sv, bv;
       epilogue_.Load(a, cout_, sv, bv);
-      epilogue_.ApplyInPlace(a.out_as<float>(0), sv.data(), bv.data(), y_outer_, cout_, y_inner_, nhwc_);
+      epilogue_.ApplyInPlace(a.out_as<float>(0), sv.data(), bv.data(), y_outer_, cout_, y_inner_, nhwc_, range_.get());
     }
     if (f32_) {
       if (nhwc_) Requantize(out_type_, yf.data(), a.out(0), y_batch_ * y_inner_, cout_, 1, scales_, static_cast<float>(dst_zp_));
@@ -1132,6 +1231,7 @@ class DnnlQConvKernel : public Kernel {
   // per channel; cout_, nhwc_ below).
   bool rescale_ = false;
   RescaleEpilogue epilogue_;
+  std::shared_ptr<device::ValueRange> range_;  // reported for a DynamicQuantizeLinear reading the output
   std::int64_t y_outer_ = 0;
   std::shared_ptr<dnnl::memory> packed_;
   std::vector<std::int32_t> bias_;
