@@ -459,3 +459,78 @@ TEST(DynamicQuantize, VectorizedQuantizationMatchesTheDefinition) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// QuantizeLinear (and DynamicQuantizeLinear, the same loop) against the
+// definition: fl(x / s), NaN to 0, clamped to the type's range minus the
+// zero point, rounded to nearest even, plus the zero point. Where AVX-512
+// is present the loop multiplies by fl(1/s) and divides only near a tie
+// (docs/design.md): the values here sit at, and a few ulps around, every
+// tie k + 0.5 within the range and past it, for scales of many magnitudes
+// and mantissas, both types and extreme zero points; plus random values,
+// NaN, infinities and signed zeros.
+template <typename Q>
+void CheckQuantizeAtTies(DType qt) {
+  std::vector<float> xs;
+  auto g = std::make_unique<ir::Graph>();
+  const std::int64_t count = 16 * 640;  // filled per scale below
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {count});
+  ir::Value* sv = g->AddValue("s", DType::kFloat32, {});
+  ir::Value* zv = g->AddValue("z", qt, {});
+  g->inputs() = {xv, sv, zv};
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("QuantizeLinear", "q", {xv, sv, zv}, {y});
+  g->outputs() = {y};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::mt19937 rng(5);
+  const std::vector<float> scales = {0.0123f, 1.f / 3.f, 0.1f, 3.25e-2f, 7.f, 1e-3f, 0x1p-10f, 0.7071068f,
+                                     1.2345678e-5f, 250.f, 0.017f, 0x1.fffffep-3f};
+  const std::vector<int> zps = std::is_same_v<Q, std::uint8_t> ? std::vector<int>{0, 128, 255, 37}
+                                                                 : std::vector<int>{-128, 0, 127, -5};
+  for (float s : scales) {
+    std::vector<float> x;
+    for (int k = -300; k <= 299 && static_cast<std::int64_t>(x.size()) + 9 <= count - 64; ++k) {
+      const float t = (static_cast<float>(k) + 0.5f) * s;  // at (or next to) a tie
+      float up = t, down = t;
+      x.push_back(t);
+      for (int u = 0; u < 4; ++u) {
+        up = std::nextafter(up, INFINITY);
+        down = std::nextafter(down, -INFINITY);
+        x.push_back(up);
+        x.push_back(down);
+      }
+    }
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 3e38f, -3e38f, 1e-40f};
+    for (float v : special) x.push_back(v);
+    while (static_cast<std::int64_t>(x.size()) < count) {
+      x.push_back((static_cast<float>(rng() % 2000001) / 1000000.f - 1.f) * 400.f * s);
+    }
+    for (int zp : zps) {
+      std::vector<Q> out(count);
+      Q z = static_cast<Q>(zp);
+      ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {count}), TensorRef::Of(&s, {}), {&z, qt, {}}},
+                                    {{out.data(), qt, {count}}}).ok());
+      const float lo = static_cast<float>(std::numeric_limits<Q>::min()) - static_cast<float>(zp);
+      const float hi = static_cast<float>(std::numeric_limits<Q>::max()) - static_cast<float>(zp);
+      for (std::int64_t i = 0; i < count; ++i) {
+        float q = x[i] / s;
+        q = q != q ? 0.f : std::min(std::max(q, lo), hi);
+        const Q want = static_cast<Q>(static_cast<int>(std::nearbyint(q)) + zp);
+        ASSERT_EQ(static_cast<int>(out[i]), static_cast<int>(want))
+            << "scale " << s << " zero point " << zp << " x " << x[i] << " (x / s = " << x[i] / s << ")";
+      }
+    }
+  }
+}
+
+TEST(QuantizeLinear, DivisionFreeRoundingMatchesTheDefinitionAtTies) {
+  CheckQuantizeAtTies<std::uint8_t>(DType::kUInt8);
+  CheckQuantizeAtTies<std::int8_t>(DType::kInt8);
+}
+
+}  // namespace
+}  // namespace kiln
