@@ -206,6 +206,12 @@ Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts) {
       auto it = n->attrs().find(k);
       if (it == n->attrs().end() || it->second.g.get() != sg) return st.WithContext(what);
       KILN_RETURN_IF_ERROR(lowered->TopologicalSort().WithContext(what));
+      // What the pipeline would have done that the file and the plans
+      // rely on: Kiln's internal ops refused in a model's graphs, and a
+      // branch output that is an input, a constant or a repeat given its
+      // own Identity.
+      KILN_RETURN_IF_ERROR(RejectInternalOps(*lowered, opts).WithContext(what));
+      KILN_RETURN_IF_ERROR(InsertBoundaryIdentities(*lowered, opts).WithContext(what));
       PlaceholderTypes(*lowered);
       Detach(*sg, true);  // the failed copy's nodes let go of their inputs
       it->second.g = std::shared_ptr<ir::Graph>(std::move(lowered));

@@ -224,7 +224,7 @@ double MacNs(const ir::Node& n) {
     const ir::Value* w = in(1);
     const ir::Value* r = in(2);
     if (!x || !w || !r || x->shape().size() < 2) return 0;
-    const double steps = static_cast<double>(x->shape()[0] * x->shape()[1]);
+    const double steps = static_cast<double>(x->shape()[0]) * static_cast<double>(x->shape()[1]);
     return steps * (Elements(w) + Elements(r)) * kNsPerMac;
   }
   return 0;
@@ -276,13 +276,16 @@ bool SmallTask(const ir::Node& node, double limit_ns) {
 // into each plan's constants, which a kernel may read when it is made; no
 // shape input). Ops with subgraphs are excluded (their branches have their
 // own executors), and so are names that repeat.
-std::unordered_set<std::string> StaticNodes(const ir::Graph& g) {
-  std::unordered_set<std::string> out, seen, repeated;
+StaticKernelCache::Nodes StaticNodes(const ir::Graph& g) {
+  StaticKernelCache::Nodes out;
+  std::unordered_set<std::string> seen, repeated;
   for (const auto& n : g.nodes()) {
     if (!seen.insert(n->name()).second) repeated.insert(n->name());
     if (n->HasSubgraphs()) continue;
     bool ok = true;
+    std::vector<const HostTensor*> constants;
     for (const ir::Value* v : n->inputs()) {
+      constants.push_back(v && v->is_constant() ? v->constant().get() : nullptr);
       if (!v) continue;
       ok = ok && v->varying_mask() == 0 && v->rank_alternatives().empty() &&
            (v->is_constant() || (!v->bound_value() && !v->shape_input()));
@@ -290,10 +293,25 @@ std::unordered_set<std::string> StaticNodes(const ir::Graph& g) {
     for (const ir::Value* v : n->outputs()) {
       ok = ok && v && v->varying_mask() == 0 && v->rank_alternatives().empty();
     }
-    if (ok) out.insert(n->name());
+    if (ok) out.emplace(n->name(), std::move(constants));
   }
   for (const std::string& r : repeated) out.erase(r);
   return out;
+}
+
+bool StaticKernelCache::Eligible(const ir::Node& node) const {
+  auto it = nodes_.find(node.name());
+  if (it == nodes_.end() || static_cast<int>(it->second.size()) != node.num_inputs()) return false;
+  for (int i = 0; i < node.num_inputs(); ++i) {
+    const ir::Value* v = node.input(i);
+    // The same constants (shared with the model's graph by the plan's
+    // copy), and no value a plan folded into a constant or reads as one (a
+    // shape input's, or computed from it: SpecializeGraph), which a kernel
+    // may read when it is made.
+    const HostTensor* c = v && v->is_constant() ? v->constant().get() : nullptr;
+    if (c != it->second[static_cast<std::size_t>(i)] || (v && v->bound_value())) return false;
+  }
+  return true;
 }
 
 // The replay's first launch: the kernel thread count of the thread that runs
@@ -600,12 +618,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       return Error(StatusCode::kUnimplemented, n.Describe(), ": If is not supported yet on device '", dev.spec(), "'");
     }
     auto it = std::make_unique<IfTask>();
-    // A constant condition (one that follows from shapes, in a plan made
-    // for input shapes) takes one branch: the other is not made.
-    const ir::Value* cv = n.input(0);
-    const int taken = cv && cv->is_constant() && cv->constant()->numel() == 1 && cv->dtype() == DType::kBool
-                          ? (*static_cast<const std::uint8_t*>(cv->constant()->data()) ? 0 : 1)
-                          : -1;
+    // A condition known in this plan (one that follows from shapes: a
+    // constant, or a bound value where it also writes a model output) takes
+    // one branch: the other is not made (SpecializeBranches did not
+    // specialize it; it may be a branch kept uncompiled, valid only at other
+    // extents).
+    const int not_taken = ops::IfBranchNotTaken(n);
+    const int taken = not_taken < 0 ? -1 : 1 - not_taken;
     for (int b = 0; b < 2; ++b) {
       const char* name = b == 0 ? "then_branch" : "else_branch";
       const ir::Attribute* a = n.FindAttr(name);
@@ -817,8 +836,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       bool reads_range = false;
       for (const ir::Value* v : node.inputs()) reads_range = reads_range || (v && ex->value_ranges_.count(v));
       if (!task.dyn && !reads_range && opts.static_kernels && &dev == &CpuDevice() &&
-          opts.static_kernels->Eligible(node.name())) {
-        static_key = StrCat(node.name(), "|", opts.threads, "|", opts.varying_shapes ? 1 : 0);
+          opts.static_kernels->Eligible(node)) {
+        static_key = StrCat(node.name(), "|", opts.threads, "|", opts.varying_shapes ? 1 : 0, "|",
+                            task.one_thread ? 1 : 0);
         task.kernel = opts.static_kernels->Find(static_key);
       }
       const bool found = task.kernel != nullptr;

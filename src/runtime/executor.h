@@ -178,9 +178,14 @@ struct IoCopies {
 // into (the graph of the plan that made it: nodes, constants) alive.
 class StaticKernelCache {
  public:
-  // `eligible`: the names of the model's top-level nodes that qualify.
-  explicit StaticKernelCache(std::unordered_set<std::string> eligible) : eligible_(std::move(eligible)) {}
-  bool Eligible(const std::string& node) const { return eligible_.count(node) != 0; }
+  // The model's top-level nodes that qualify, by name: per input, the
+  // constant it reads in the model's graph (null: not a constant).
+  using Nodes = std::unordered_map<std::string, std::vector<const HostTensor*>>;
+  explicit StaticKernelCache(Nodes nodes) : nodes_(std::move(nodes)) {}
+  // Whether a plan's node may take (or give) the shared kernel: it
+  // qualifies, and in this plan it reads the same constants and no value
+  // the plan made a constant or reads as one.
+  bool Eligible(const ir::Node& node) const;
   std::shared_ptr<device::Kernel> Find(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
@@ -190,7 +195,7 @@ class StaticKernelCache {
   }
   void Put(const std::string& key, std::shared_ptr<device::Kernel> k, std::shared_ptr<const void> keepalive) {
     std::lock_guard<std::mutex> lock(mu_);
-    entries_[key] = {std::move(k), std::move(keepalive)};
+    entries_[key] = {std::move(keepalive), std::move(k)};
     ++made_;
   }
   std::uint64_t made() const {
@@ -204,19 +209,19 @@ class StaticKernelCache {
 
  private:
   struct Entry {
+    std::shared_ptr<const void> keepalive;  // declared first: outlives the kernel
     std::shared_ptr<device::Kernel> kernel;
-    std::shared_ptr<const void> keepalive;
   };
-  const std::unordered_set<std::string> eligible_;
+  const Nodes nodes_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
   std::uint64_t made_ = 0, shared_ = 0;
 };
 
-// The names of `g`'s top-level nodes whose kernels a StaticKernelCache may
-// share between plans (see there); `g` is the model's graph as loaded, its
-// symbolic dims and probe values still marked.
-std::unordered_set<std::string> StaticNodes(const ir::Graph& g);
+// `g`'s top-level nodes whose kernels a StaticKernelCache may share between
+// plans (see there); `g` is the model's graph as loaded, its symbolic dims
+// and probe values still marked.
+StaticKernelCache::Nodes StaticNodes(const ir::Graph& g);
 
 struct ExecutorOptions {
   device::Device* device = nullptr;  // null: cpu

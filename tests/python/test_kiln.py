@@ -397,6 +397,31 @@ def test_static_part_of_a_symbolic_model_keeps_its_kernels(tmp_path):
     assert s["static_kernels_made"] >= 2 and s["static_kernels_shared"] == 2 * s["static_kernels_made"], s
 
 
+def test_static_node_reading_a_shape_inputs_values_makes_its_kernel_per_plan(tmp_path):
+    """t [2] is a shape input (Reshape's target); k = t[0] feeds a Trilu of a
+    constant [4, 4]: fixed shapes, but each plan folds its own k into a
+    constant, so the Trilu's kernel is not shared between plans. Compared
+    with NumPy for several t."""
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "t"], ["r"]), helper.make_node("Gather", ["t", "zero"], ["k"], axis=0),
+         helper.make_node("Trilu", ["ones", "k"], ["tri"], upper=1)], "trilu_k",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+         helper.make_tensor_value_info("t", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("tri", TensorProto.FLOAT, [4, 4])],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+         numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) + 1, "ones")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), str(tmp_path / "m.onnx"))
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    ones = np.arange(16, dtype=np.float32).reshape(4, 4) + 1
+    for t in ([3, 4], [1, 12], [2, 6], [3, 4], [-1, 3]):
+        out = m.run({"x": x, "t": np.array(t, np.int64)})
+        np.testing.assert_array_equal(out["r"], x.reshape(t))
+        np.testing.assert_array_equal(out["tri"], np.triu(ones, t[0]), err_msg=str(t))
+
+
 def test_if_whose_condition_follows_a_symbolic_dim(tmp_path):
     """x[N, 4]; c = N > 1 (from Shape): then 2x [N, 4], else x flattened
     [4]: each plan takes one branch, of its own rank. Compared with NumPy."""
@@ -447,6 +472,36 @@ def test_if_branch_valid_only_where_its_condition_holds(tmp_path):
     np.testing.assert_allclose(m.run({"x": np.ones((4, 4), np.float32)})["z"], _sigmoid(2 * np.ones((4, 4))), rtol=1e-6)
     with pytest.raises(kiln.Error, match=r"Squeeze.*cannot squeeze axis 0 of size 2"):
         m.run({"x": np.ones((2, 4), np.float32)})
+
+
+def test_uncompiled_branch_yielding_an_input_with_its_condition_an_output(tmp_path):
+    """As above (then: Squeeze of N, valid only at N = 1, kept uncompiled),
+    with the branch also yielding the captured x itself as a second output,
+    and the condition a model output too (so plans keep it as a value, not
+    a constant). Compared with NumPy."""
+    out = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+    then_g = helper.make_graph([helper.make_node("Squeeze", ["x", "ax0"], ["t_out"])], "then", [],
+                               [out("t_out"), out("x")], [numpy_helper.from_array(np.array([0], np.int64), "ax0")])
+    else_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["e_out"]), helper.make_node("Neg", ["x"], ["e2"])],
+                               "else", [], [out("e_out"), out("e2")],
+                               [numpy_helper.from_array(np.array(2, np.float32), "two")])
+    g = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+         helper.make_node("Equal", ["n", "one"], ["c"]),
+         helper.make_node("If", ["c"], ["y", "y2"], then_branch=then_g, else_branch=else_g),
+         helper.make_node("Sigmoid", ["y"], ["z"])], "if_out",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [out("z"), out("y2"), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    kiln.compile(tmp_path / "m.onnx", tmp_path / "m.kiln")
+    m = kiln.load(tmp_path / "m.kiln")
+    for n in (3, 1, 2, 1):
+        x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) - 3
+        got = m.run({"x": x})
+        assert bool(got["c"]) == (n == 1)
+        np.testing.assert_allclose(got["z"], _sigmoid(x.reshape(4) if n == 1 else 2 * x), rtol=1e-6)
+        np.testing.assert_array_equal(got["y2"], x if n == 1 else -x)
 
 
 def test_if_reading_a_value_shaped_by_a_shape_input(tmp_path):
