@@ -227,6 +227,20 @@ TEST(ConvInteger, RescaledThenDynamicallyQuantizedMatchesTheDefinition) {
     CheckRescaledConvInteger(rc);
   }
 }
+// Channel counts whose rows do not fill whole vectors: with AVX-512 the
+// rows are rescaled as one run with the factors tiled to lcm(channels, 16)
+// values (24: 48, 40: 80, 129: 2064), or row by row where that passes 4096
+// values (257); each then quantized as DynamicQuantizeLinear defines.
+TEST(ConvInteger, RescaledChannelsLastAtChannelCountsOffTheVectorWidth) {
+  for (std::int64_t m : {24, 40, 129, 257}) {
+    RescaleCase rc;
+    rc.c = 16;
+    rc.m = m;
+    rc.act = m == 40 ? Act::kLeakyRelu : Act::kClip;
+    rc.quantize_after = true;
+    CheckRescaledConvInteger(rc);
+  }
+}
 TEST(ConvInteger, RescaledNchwIsTheGraphsBitForBit) {
   RescaleCase rc;
   rc.channels_last = false;

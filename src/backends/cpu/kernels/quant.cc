@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <type_traits>
 
 #include "backends/cpu/dnnl_util.h"
@@ -198,6 +199,37 @@ __attribute__((target("avx512f"))) inline __m512 ClampLanes16(__m512 q, __m512 l
   return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
 }
 template <typename Q>
+__attribute__((target("avx512f,avx512bw"))) std::int64_t QuantizeAvx512By64(const float* x, Q* y, std::int64_t n,
+                                                                            __m512 vinv, __m512 vs, __m512 lo,
+                                                                            __m512 hi, __m512 z, __m512 near_tie) {
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512 r[4];
+    __mmask16 near = 0;
+    for (int j = 0; j < 4; ++j) {
+      const __m512 v = ClampLanes16(_mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * j), vinv), lo, hi);
+      r[j] = _mm512_roundscale_ps(v, kNearest);
+      near |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r[j])), near_tie, _CMP_GE_OQ);
+    }
+    if (near) {
+      for (int j = 0; j < 4; ++j) {
+        r[j] = _mm512_roundscale_ps(ClampLanes16(_mm512_div_ps(_mm512_loadu_ps(x + i + 16 * j), vs), lo, hi), kNearest);
+      }
+    }
+    __m512i q[4];
+    for (int j = 0; j < 4; ++j) q[j] = _mm512_cvtps_epi32(_mm512_add_ps(r[j], z));  // within Q's range: exact
+    // Per 128-bit lane k: the packs leave groups 0..3's lane-k values in
+    // order; the permutation gathers them back into element order.
+    const __m512i ab = _mm512_packs_epi32(q[0], q[1]), cd = _mm512_packs_epi32(q[2], q[3]);
+    const __m512i p = std::is_same_v<Q, std::uint8_t> ? _mm512_packus_epi16(ab, cd) : _mm512_packs_epi16(ab, cd);
+    _mm512_storeu_si512(y + i, _mm512_permutexvar_epi32(order, p));
+  }
+  return i;
+}
+
+template <typename Q>
 __attribute__((target("avx512f"))) std::int64_t QuantizeAvx512(const float* x, Q* y, std::int64_t n, float s,
                                                                float zp) {
   const float inv = 1.f / s;
@@ -207,6 +239,12 @@ __attribute__((target("avx512f"))) std::int64_t QuantizeAvx512(const float* x, Q
                hi = _mm512_set1_ps(b.hi), z = _mm512_set1_ps(zp), near_tie = _mm512_set1_ps(0.5f - 0x1p-13f);
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   std::int64_t i = 0;
+  // 64 at a time: four groups, computed again with the division if any
+  // lane of any is near a tie; packed to bytes with two saturating packs
+  // (the values are within Q's range) and one permutation. 1.2-1.4x the
+  // speed of one group at a time (Zen 5, 75K-450K values).
+  static const bool bw = __builtin_cpu_supports("avx512bw");
+  if (bw) i = QuantizeAvx512By64(x, y, n, vinv, vs, lo, hi, z, near_tie);
   for (; i + 16 <= n; i += 16) {
     const __m512 xv = _mm512_loadu_ps(x + i);
     __m512 v = ClampLanes16(_mm512_mul_ps(xv, vinv), lo, hi);
@@ -873,6 +911,74 @@ __attribute__((target("avx"))) void RescaleRowsAvx(float* y, const float* s, con
   FoldRange(vlo, vhi, lo, hi);
 }
 
+// One vector of RescaleTiled512: all 16 lanes (kFull: plain loads and
+// stores; masked stores cost several times more on AMD's Zen 4 and 5) or
+// the lanes of m.
+template <int kAct, bool kFull>
+__attribute__((target("avx512f"), always_inline)) inline void RescaleStep512(float* p, const float* sp, const float* bp,
+                                                                             __mmask16 m, __m512 va, __m512 vb,
+                                                                             __m512* vlo, __m512* vhi) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 v = kFull ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+  v = _mm512_mul_ps(v, kFull ? _mm512_loadu_ps(sp) : _mm512_maskz_loadu_ps(m, sp));
+  if (bp) {
+    asm("" : "+v"(v));  // no contraction with the add
+    v = _mm512_add_ps(v, kFull ? _mm512_loadu_ps(bp) : _mm512_maskz_loadu_ps(m, bp));
+  }
+  if constexpr (kAct == 1) {
+    v = _mm512_max_ps(zero, v);  // v < 0 ? 0 : v
+  } else if constexpr (kAct == 2) {
+    v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, _mm512_mul_ps(va, v));
+  } else if constexpr (kAct == 3) {
+    v = _mm512_min_ps(vb, _mm512_max_ps(va, v));  // min(max(v, al), be)
+  }
+  if constexpr (kFull) {
+    _mm512_storeu_ps(p, v);
+    *vlo = _mm512_min_ps(v, *vlo);
+    *vhi = _mm512_max_ps(v, *vhi);
+  } else {
+    _mm512_mask_storeu_ps(p, m, v);
+    *vlo = _mm512_mask_min_ps(*vlo, m, v, *vlo);
+    *vhi = _mm512_mask_max_ps(*vhi, m, v, *vhi);
+  }
+}
+// RescaleAvx in AVX-512 over channels-last rows viewed as one run of n
+// values: per-channel s and b tiled to `period` values (a multiple of 16
+// and of the channel count, so a run that starts at a row's first channel
+// reads the right factors at every offset), b null: no add. Only the run's
+// last vector is partial (masked). The same steps as RescaleAvx, each
+// rounded (the empty asm keeps the multiply from being contracted with the
+// add into a fused multiply-add). With lo / hi, the results' min and max
+// folded in (NaNs skipped). 1.6-3.5x the speed of RescaleRowsAvx (one
+// RescaleAvx call per row) at 16 to 384 channels (3x at 24), Zen 5; any
+// channel count (not a multiple of 8: the scalar loops before).
+template <int kAct>
+__attribute__((target("avx512f"))) void RescaleTiled512(float* y, std::int64_t n, const float* st, const float* bt,
+                                                        std::int64_t period, float al, float be, float* lo, float* hi) {
+  const __m512 va = _mm512_set1_ps(al), vb = _mm512_set1_ps(be);
+  __m512 vlo = _mm512_setzero_ps(), vhi = vlo;
+  for (std::int64_t i = 0; i < n; i += period) {
+    const std::int64_t len = std::min(period, n - i);
+    std::int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+      RescaleStep512<kAct, true>(y + i + j, st + j, bt ? bt + j : nullptr, 0xffff, va, vb, &vlo, &vhi);
+    }
+    if (j < len) {
+      RescaleStep512<kAct, false>(y + i + j, st + j, bt ? bt + j : nullptr,
+                                  static_cast<__mmask16>((1u << (len - j)) - 1), va, vb, &vlo, &vhi);
+    }
+  }
+  if (lo) {
+    alignas(64) float ls[16], hs[16];
+    _mm512_store_ps(ls, vlo);
+    _mm512_store_ps(hs, vhi);
+    for (int j = 0; j < 16; ++j) {
+      *lo = ls[j] < *lo ? ls[j] : *lo;
+      *hi = hs[j] > *hi ? hs[j] : *hi;
+    }
+  }
+}
+
 // kiln.rescale's epilogue after the exact sums: act(float(sum) * S + B), the
 // graph's Cast, Mul, Add and activation in their order, each step its own
 // loop (rounded as the graph's op rounds it; no fused multiply-add). S
@@ -927,11 +1033,38 @@ class RescaleEpilogue {
     if (channels_last) {
       const std::int64_t rows = outer * inner;
       static const bool avx = __builtin_cpu_supports("avx");
+      static const bool avx512 = __builtin_cpu_supports("avx512f");
       const bool blocks = avx && channels % 8 == 0;
+      // AVX-512: the factors tiled to a multiple of lcm(channels, 16) of at
+      // least 256 values (fewer trips of the outer loop), if lcm is at most
+      // 4096 (RescaleTiled512).
+      std::int64_t period = channels > 0 ? channels / std::gcd<std::int64_t>(channels, 16) * 16 : 0;
+      const bool tiled = avx512 && period > 0 && period <= 4096;
+      if (tiled) period *= (256 + period - 1) / period;
+      std::vector<float> st, bt;
+      if (tiled) {
+        st.resize(static_cast<std::size_t>(period));
+        bt.resize(has_bias() ? st.size() : 0);
+        for (std::int64_t i = 0; i < period; ++i) {
+          st[i] = s[i % channels];
+          if (has_bias()) bt[i] = b[i % channels];
+        }
+      }
       ParallelFor(rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, channels)),
                   [&](std::int64_t r0, std::int64_t r1) {
         float lo = 0.f, hi = 0.f;
-        if (blocks) {
+        if (tiled) {
+          float* p = y + r0 * channels;
+          const std::int64_t len = (r1 - r0) * channels;
+          const float* bp = has_bias() ? bt.data() : nullptr;
+          float *l = range ? &lo : no, *h = range ? &hi : no;
+          switch (act_) {
+            case Act::kNone: RescaleTiled512<0>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
+            case Act::kRelu: RescaleTiled512<1>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
+            case Act::kLeakyRelu: RescaleTiled512<2>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
+            case Act::kClip: RescaleTiled512<3>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
+          }
+        } else if (blocks) {
           RescaleRowsAvx(y + r0 * channels, s, has_bias() ? b : nullptr, r1 - r0, channels, static_cast<int>(act_),
                          alpha_, beta_, range ? &lo : no, range ? &hi : no);
         } else {
