@@ -496,6 +496,19 @@ void MapReadValues(const Graph& g, std::unordered_map<const Value*, Value*>& map
 }
 }  // namespace
 
+void DetachInputs(Graph& g, bool deep) {
+  for (auto& n : g.nodes()) {
+    for (int i = 0; i < n->num_inputs(); ++i) n->SetInput(i, nullptr);
+    if (!deep) continue;
+    for (auto& [k, a] : n->attrs()) {
+      if (a.g) DetachInputs(*a.g, true);
+      for (auto& sg : a.graphs) {
+        if (sg) DetachInputs(*sg, true);
+      }
+    }
+  }
+}
+
 bool HasSubgraphNodes(const Graph& g) {
   for (const auto& n : g.nodes()) {
     if (n->HasSubgraphs()) return true;

@@ -371,8 +371,12 @@ std::unique_ptr<Graph> CloneGraph(const Graph& g);
 // A copy of a subgraph that may read values of enclosing graphs (an If
 // branch before lower-subgraphs): those stay shared (the copy's nodes use
 // them too); the values the subgraph owns are copied. Its parent is g's.
-// A copy dropped unused must first let go of its inputs (its nodes' uses).
+// A copy dropped unused must first let go of its inputs (DetachInputs).
 std::unique_ptr<Graph> CloneSubgraph(const Graph& g);
+// Drops every input of g's nodes (and, with `deep`, of the nodes of graphs
+// nested in them), so that no value outside keeps a use by a node about to
+// be destroyed.
+void DetachInputs(Graph& g, bool deep);
 // Whether some node of g has a subgraph (an If nested in a branch).
 bool HasSubgraphNodes(const Graph& g);
 

@@ -16,14 +16,6 @@
 namespace kiln::passes {
 namespace {
 
-// Drops every input of g's nodes (a copy about to be destroyed releases its
-// uses of values it shares with enclosing graphs).
-void DetachInputs(ir::Graph& g) {
-  for (auto& n : g.nodes()) {
-    for (int i = 0; i < n->num_inputs(); ++i) n->SetInput(i, nullptr);
-  }
-}
-
 // The extent every symbolic input dim takes while compiling: large enough
 // for the strided convolutions and pooling of vision models (a 1/32 scale
 // stays >= 2) and for sequence ops, small enough that the probe plan costs
@@ -184,9 +176,9 @@ Status InferShapesAndFold(ir::Graph& g, const PassOptions& opts) {
           Status st = InferShapesAndFold(*sg, opts);
           if (before) {
             if (st.ok()) {
-              DetachInputs(*before);
+              ir::DetachInputs(*before, false);
             } else {
-              DetachInputs(*sg);
+              ir::DetachInputs(*sg, false);
               a.g = std::shared_ptr<ir::Graph>(std::move(before));
               continue;
             }

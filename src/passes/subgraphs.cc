@@ -45,17 +45,6 @@ void Remap(ir::Graph& g, const std::unordered_map<ir::Value*, ir::Value*>& map) 
   for (ir::Value*& o : g.outputs()) o = m(o);
 }
 
-// Drops the inputs of g's nodes (and, if `deep`, of nested graphs' nodes),
-// so that no value outside keeps a use by a node about to be destroyed.
-void Detach(ir::Graph& g, bool deep) {
-  for (auto& n : g.nodes()) {
-    for (int i = 0; i < n->num_inputs(); ++i) n->SetInput(i, nullptr);
-    if (deep) {
-      for (auto& [k, sg] : Subgraphs(*n)) Detach(*sg, true);
-    }
-  }
-}
-
 bool Inside(const ir::Graph* owner, const ir::Graph& root) {
   for (const ir::Graph* g = owner; g; g = g->parent()) {
     if (g == &root) return true;
@@ -132,7 +121,7 @@ Result<std::vector<ir::Node*>> InlineConstantIf(ir::Graph& g, ir::Node* n) {
   for (ir::Value* o : b->outputs()) results.push_back(m(o));
   for (int k = 0; k < 2; ++k) {
     const char* bname = k == 0 ? "then_branch" : "else_branch";
-    if (const ir::Attribute* a = n->FindAttr(bname); a && a->g) Detach(*a->g, a->g != b);
+    if (const ir::Attribute* a = n->FindAttr(bname); a && a->g) ir::DetachInputs(*a->g, a->g != b);
   }
   std::vector<ir::Value*> outs = n->outputs();
   g.RemoveNode(n);
@@ -213,7 +202,7 @@ Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts) {
       KILN_RETURN_IF_ERROR(RejectInternalOps(*lowered, opts).WithContext(what));
       KILN_RETURN_IF_ERROR(InsertBoundaryIdentities(*lowered, opts).WithContext(what));
       PlaceholderTypes(*lowered);
-      Detach(*sg, true);  // the failed copy's nodes let go of their inputs
+      ir::DetachInputs(*sg, true);  // the failed copy's nodes let go of their inputs
       it->second.g = std::shared_ptr<ir::Graph>(std::move(lowered));
     }
   }

@@ -914,7 +914,7 @@ __attribute__((target("avx"))) void RescaleRowsAvx(float* y, const float* s, con
 // One vector of RescaleTiled512: all 16 lanes (kFull: plain loads and
 // stores; masked stores cost several times more on AMD's Zen 4 and 5) or
 // the lanes of m.
-template <int kAct, bool kFull>
+template <int kAct, bool kFull, bool kRange>
 __attribute__((target("avx512f"), always_inline)) inline void RescaleStep512(float* p, const float* sp, const float* bp,
                                                                              __mmask16 m, __m512 va, __m512 vb,
                                                                              __m512* vlo, __m512* vhi) {
@@ -934,12 +934,16 @@ __attribute__((target("avx512f"), always_inline)) inline void RescaleStep512(flo
   }
   if constexpr (kFull) {
     _mm512_storeu_ps(p, v);
-    *vlo = _mm512_min_ps(v, *vlo);
-    *vhi = _mm512_max_ps(v, *vhi);
+    if constexpr (kRange) {
+      *vlo = _mm512_min_ps(v, *vlo);
+      *vhi = _mm512_max_ps(v, *vhi);
+    }
   } else {
     _mm512_mask_storeu_ps(p, m, v);
-    *vlo = _mm512_mask_min_ps(*vlo, m, v, *vlo);
-    *vhi = _mm512_mask_max_ps(*vhi, m, v, *vhi);
+    if constexpr (kRange) {
+      *vlo = _mm512_mask_min_ps(*vlo, m, v, *vlo);
+      *vhi = _mm512_mask_max_ps(*vhi, m, v, *vhi);
+    }
   }
 }
 // RescaleAvx in AVX-512 over channels-last rows viewed as one run of n
@@ -948,11 +952,11 @@ __attribute__((target("avx512f"), always_inline)) inline void RescaleStep512(flo
 // reads the right factors at every offset), b null: no add. Only the run's
 // last vector is partial (masked). The same steps as RescaleAvx, each
 // rounded (the empty asm keeps the multiply from being contracted with the
-// add into a fused multiply-add). With lo / hi, the results' min and max
+// add into a fused multiply-add). With kRange, the results' min and max
 // folded in (NaNs skipped). 1.6-3.5x the speed of RescaleRowsAvx (one
 // RescaleAvx call per row) at 16 to 384 channels (3x at 24), Zen 5; any
 // channel count (not a multiple of 8: the scalar loops before).
-template <int kAct>
+template <int kAct, bool kRange>
 __attribute__((target("avx512f"))) void RescaleTiled512(float* y, std::int64_t n, const float* st, const float* bt,
                                                         std::int64_t period, float al, float be, float* lo, float* hi) {
   const __m512 va = _mm512_set1_ps(al), vb = _mm512_set1_ps(be);
@@ -961,14 +965,14 @@ __attribute__((target("avx512f"))) void RescaleTiled512(float* y, std::int64_t n
     const std::int64_t len = std::min(period, n - i);
     std::int64_t j = 0;
     for (; j + 16 <= len; j += 16) {
-      RescaleStep512<kAct, true>(y + i + j, st + j, bt ? bt + j : nullptr, 0xffff, va, vb, &vlo, &vhi);
+      RescaleStep512<kAct, true, kRange>(y + i + j, st + j, bt ? bt + j : nullptr, 0xffff, va, vb, &vlo, &vhi);
     }
     if (j < len) {
-      RescaleStep512<kAct, false>(y + i + j, st + j, bt ? bt + j : nullptr,
+      RescaleStep512<kAct, false, kRange>(y + i + j, st + j, bt ? bt + j : nullptr,
                                   static_cast<__mmask16>((1u << (len - j)) - 1), va, vb, &vlo, &vhi);
     }
   }
-  if (lo) {
+  if constexpr (kRange) {
     alignas(64) float ls[16], hs[16];
     _mm512_store_ps(ls, vlo);
     _mm512_store_ps(hs, vhi);
@@ -976,6 +980,18 @@ __attribute__((target("avx512f"))) void RescaleTiled512(float* y, std::int64_t n
       *lo = ls[j] < *lo ? ls[j] : *lo;
       *hi = hs[j] > *hi ? hs[j] : *hi;
     }
+  }
+}
+
+// RescaleTiled512 for RescaleAvx's act code (kRange: lo / hi are set).
+template <bool kRange>
+void RescaleTiled512Act(int act, float* y, std::int64_t n, const float* st, const float* bt, std::int64_t period,
+                        float al, float be, float* lo, float* hi) {
+  switch (act) {
+    case 1: RescaleTiled512<1, kRange>(y, n, st, bt, period, al, be, lo, hi); return;
+    case 2: RescaleTiled512<2, kRange>(y, n, st, bt, period, al, be, lo, hi); return;
+    case 3: RescaleTiled512<3, kRange>(y, n, st, bt, period, al, be, lo, hi); return;
+    default: RescaleTiled512<0, kRange>(y, n, st, bt, period, al, be, lo, hi); return;
   }
 }
 
@@ -1041,28 +1057,29 @@ class RescaleEpilogue {
       std::int64_t period = channels > 0 ? channels / std::gcd<std::int64_t>(channels, 16) * 16 : 0;
       const bool tiled = avx512 && period > 0 && period <= 4096;
       if (tiled) period *= (256 + period - 1) / period;
-      std::vector<float> st, bt;
+      // Per calling thread, reused across runs; the workers get pointers
+      // (a thread_local named inside the lambda would be the worker's own).
+      thread_local std::vector<float> st_buf, bt_buf;
       if (tiled) {
-        st.resize(static_cast<std::size_t>(period));
-        bt.resize(has_bias() ? st.size() : 0);
-        for (std::int64_t i = 0; i < period; ++i) {
-          st[i] = s[i % channels];
-          if (has_bias()) bt[i] = b[i % channels];
+        st_buf.resize(static_cast<std::size_t>(period));
+        bt_buf.resize(has_bias() ? st_buf.size() : 0);
+        for (std::int64_t i = 0; i < period; i += channels) {  // period: a multiple of channels
+          std::copy(s, s + channels, st_buf.begin() + i);
+          if (has_bias()) std::copy(b, b + channels, bt_buf.begin() + i);
         }
       }
+      const float* st = st_buf.data();
+      const float* bt = has_bias() ? bt_buf.data() : nullptr;
       ParallelFor(rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, channels)),
                   [&](std::int64_t r0, std::int64_t r1) {
         float lo = 0.f, hi = 0.f;
         if (tiled) {
           float* p = y + r0 * channels;
           const std::int64_t len = (r1 - r0) * channels;
-          const float* bp = has_bias() ? bt.data() : nullptr;
-          float *l = range ? &lo : no, *h = range ? &hi : no;
-          switch (act_) {
-            case Act::kNone: RescaleTiled512<0>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
-            case Act::kRelu: RescaleTiled512<1>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
-            case Act::kLeakyRelu: RescaleTiled512<2>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
-            case Act::kClip: RescaleTiled512<3>(p, len, st.data(), bp, period, alpha_, beta_, l, h); break;
+          if (range) {
+            RescaleTiled512Act<true>(static_cast<int>(act_), p, len, st, bt, period, alpha_, beta_, &lo, &hi);
+          } else {
+            RescaleTiled512Act<false>(static_cast<int>(act_), p, len, st, bt, period, alpha_, beta_, no, no);
           }
         } else if (blocks) {
           RescaleRowsAvx(y + r0 * channels, s, has_bias() ? b : nullptr, r1 - r0, channels, static_cast<int>(act_),
