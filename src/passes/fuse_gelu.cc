@@ -10,7 +10,10 @@
 //   y as above.
 // Every intermediate must be read only inside the pattern and none may be a
 // graph output; the constants must be scalars (or one element) within 1e-6
-// of the exact values; x must be float32. Runs only where the target has a
+// of the exact values, or exactly those values rounded to float16 or
+// bfloat16 (a half model computed in float32: its sqrt(2) is 1.4140625,
+// and GELU with the exact constant differs from it by less than the half
+// type's rounding); x must be float32. Runs only where the target has a
 // kiln.Gelu kernel of that form (the device's capability query).
 #include <cmath>
 #include <set>
@@ -27,7 +30,11 @@ float ScalarConst(const ir::Value* v) {
   return v->constant()->data_as<float>()[0];
 }
 
-bool Near(float v, double want) { return std::fabs(static_cast<double>(v) - want) <= 1e-6 * std::fabs(want); }
+bool Near(float v, double want) {
+  if (std::fabs(static_cast<double>(v) - want) <= 1e-6 * std::fabs(want)) return true;
+  const float f = static_cast<float>(want);
+  return v == HalfToFloat(FloatToHalf(f)) || v == BFloat16ToFloat(FloatToBFloat16(f));
+}
 
 // The node reading `v` if it is its only reader (and `v` is not a graph
 // output) and has type `op` in the default domain.

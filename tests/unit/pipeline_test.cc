@@ -681,6 +681,32 @@ TEST(Pipeline, GeluNearMissesDoNotFuse) {
   }
 }
 
+// A half model computed in float32 holds sqrt(2) as its half type rounds it:
+// 1.4140625 in both float16 (10 mantissa bits) and bfloat16 (7): 1.4142135
+// = 1 + 0.4142135, 0.4142135 x 1024 = 424.15 -> 424, x 128 = 53.02 -> 53,
+// and 424/1024 = 53/128 = 0.4140625. GELU with the exact constant differs
+// by less than the half type's rounding, so it fuses; a divisor one float32
+// ulp off that value is not a half rounding of sqrt(2) and does not.
+TEST(Pipeline, GeluWithAHalfRoundedConstantFuses) {
+  const std::int64_t n = 5;
+  const float rounded = 1.4140625f;
+  {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluGraph(0, rounded, false, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 1);
+  }
+  {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    auto model = CompileAndLoad(GeluGraph(0, std::nextafter(rounded, 2.f), false, n), dir, &cm);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ(CountOps(cm, "Gelu"), 0);
+    EXPECT_EQ(CountOps(cm, "Erf"), 1);
+  }
+}
+
 // GELU's tanh approximation as torch.onnx and GPT-2's code write it:
 //   c = Pow(x, 3) (cube 0) or x * (x * x) (cube 1) or (x * x) * x (cube 2)
 //   s = x + kappa * c;  z = beta * s;  t = Tanh(z);  a = t + 1;  y = (x * a) * 0.5
