@@ -61,6 +61,10 @@ struct Capabilities {
   bool channels_last_conv = false;  // NHWC (blocked) convolution layouts
   bool fused_epilogues = false;     // conv/gemm with fused activation / add post-ops
   bool half_arithmetic = false;     // float16/bfloat16 kernels (else half graphs compute in float32)
+  // Native bfloat16 dot products (x86: AVX512_BF16 or AMX-BF16), found on
+  // the machine that runs the model: kernels of nodes a model computes in
+  // bfloat16 (ops::kBf16Attr) may then take bfloat16 operands.
+  bool bf16_dot = false;
   // Kernel library whose registry this device runs ("cpu" for cpu and sim).
   std::string kernel_library;
 };

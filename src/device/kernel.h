@@ -112,6 +112,9 @@ struct KernelInit {
   // extent of the dims that can vary with equal speed, so that a new shape
   // costs no code generation (see the MatMul kernel).
   bool varying_shapes = false;
+  // What the device that runs the kernel can do (null in eager evaluation:
+  // constant folding, which then takes the plainest route).
+  const Capabilities* caps = nullptr;
   const HostTensor* const_input(int i) const {
     return i < static_cast<int>(const_inputs.size()) ? const_inputs[i] : nullptr;
   }

@@ -100,7 +100,12 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // kiln.act_beta; another fails kernel creation, naming the node). A runtime
 // before 14 would normalise NHWC data per NCHW channel or skip the
 // activation, so it must refuse the file.
-inline constexpr std::uint32_t kFormatVersion = 14;
+// 15: a Conv, MatMul or Gemm may carry "kiln.bf16" = 1 (the model computes
+// it in bfloat16; half-in-float32 made its operands float32): a CPU with
+// native bfloat16 dot products runs it on operands rounded to bfloat16. Checked by the
+// loader's inference (0 or 1; 1 only with float32 operands). A runtime
+// before 15 would compute it in float32, which is not what the file asks.
+inline constexpr std::uint32_t kFormatVersion = 15;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

@@ -105,6 +105,18 @@ inline Result<bool> CheckFusedInput(InferContext& c, const char* attr, int index
   return v == 1;
 }
 
+// ops::kBf16Attr ("kiln.bf16", on Conv, MatMul and Gemm): 0 or 1, and 1
+// only on float32 operands (a bfloat16 model computed in float32).
+inline Status CheckBf16Attr(InferContext& c) {
+  const std::int64_t b = c.node().GetInt("kiln.bf16", 0);
+  if (b != 0 && b != 1) return c.Fail("attribute 'kiln.bf16' must be 0 or 1, found ", b);
+  if (b == 1 && c.in_dtype(0) != DType::kFloat32) {
+    return c.Fail("attribute 'kiln.bf16' = 1 needs float32 operands (a bfloat16 model computed in float32), found ",
+                  DTypeName(c.in_dtype(0)));
+  }
+  return Status::Ok();
+}
+
 // Type sets.
 inline const std::set<DType>& FloatTypes() {
   static const std::set<DType> s = {DType::kFloat32, DType::kFloat64};

@@ -23,6 +23,7 @@ Status InferConv(InferContext& c) {
     return c.Fail("residual input 3 has shape ", ShapeToString(c.in_shape(3)), ", expected the output's ",
                   ShapeToString(out));
   }
+  KILN_RETURN_IF_ERROR(CheckBf16Attr(c));
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();
 }

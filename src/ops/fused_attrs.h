@@ -32,6 +32,13 @@ inline constexpr const char* kRescaleAttr = "kiln.rescale";
 // followed it, as QDQ transformers write them (fuse-integer-rescale, format
 // version 13).
 inline constexpr const char* kDequantizeAttr = "kiln.dequantize";
+// int 1 on a Conv, MatMul or Gemm the model computes in bfloat16 (its
+// operands were bfloat16 before half-in-float32 made the graph float32):
+// where the device multiplies bfloat16 natively
+// (device::Capabilities::bf16_dot), its kernel may round the operands to
+// bfloat16, as the model does, and accumulate in float32 (format version
+// 15; checked by ops::CheckBf16Attr). Elsewhere it changes nothing.
+inline constexpr const char* kBf16Attr = "kiln.bf16";
 
 // Whether a fused scale or bias of shape `s` holds one value, or one per
 // `axis` of the output `out` (extent out[axis], known) with 1 in every other

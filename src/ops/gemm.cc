@@ -25,6 +25,7 @@ Status InferGemm(InferContext& c) {
       return c.Fail("C of shape ", ShapeToString(c.in_shape(2)), " does not broadcast to [", m, ",", n, "]");
     }
   }
+  KILN_RETURN_IF_ERROR(CheckBf16Attr(c));
   c.SetOutput(0, c.in_dtype(0), {m, n});
   return Status::Ok();
 }
@@ -38,6 +39,7 @@ Status InferMatMul(InferContext& c) {
     return c.Fail("bias input 2 has shape ", ShapeToString(c.in_shape(2)), ", expected [",
                   out.empty() ? 0 : out.back(), "] (the output's last dim)");
   }
+  KILN_RETURN_IF_ERROR(CheckBf16Attr(c));
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();
 }

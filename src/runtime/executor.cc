@@ -758,6 +758,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     init.prepack_cache = opts.prepack_cache.get();
     init.varying_shapes = opts.varying_shapes;
     init.value_ranges = &ex->value_ranges_;
+    init.caps = &(task.on_host ? CpuDevice() : dev).caps();
     auto bind = [&](const ir::Value* v, std::uint32_t slot, bool output) -> Status {
       KILN_ASSIGN_OR_RETURN(Binding b, binding(v, node));
       slots[slot] = ex->Address(b);
@@ -1181,6 +1182,7 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
           init.const_inputs[d.value_inputs[k]] = d.values[k].get();
         }
         init.varying_shapes = true;  // one kernel per extents the data gives
+        init.caps = &(t.on_host ? CpuDevice() : *device_).caps();
         for (std::size_t j = 0; j < outs.size(); ++j) init.outputs.push_back({c.output(static_cast<int>(j))->dtype(), outs[j]});
         // Inside this task's launch: a device operation for the device's
         // tasks, host work for CPU-placed ones.

@@ -27,6 +27,7 @@
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
+#include "runtime/devices.h"
 #include "tools/npy.h"
 #include "weights/weight_dir.h"
 
@@ -721,7 +722,10 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   if (as_json) {
     json j{{"model", path}, {"runs", runs}, {"warmup", warmup}, {"threads", threads},
            {"median_ms", median}, {"p90_ms", pct(0.9)}, {"min_ms", s.front()}, {"max_ms", s.back()},
-           {"load_ms", load_ms}, {"first_ms", first_ms}, {"peak_rss_bytes", PeakRssBytes()}};
+           {"load_ms", load_ms}, {"first_ms", first_ms}, {"peak_rss_bytes", PeakRssBytes()},
+           // Whether this CPU's kernels take bfloat16 operands where a model
+           // computes in bfloat16 (device::Capabilities::bf16_dot).
+           {"cpu_bf16_dot", kiln::runtime::CpuDevice().caps().bf16_dot}};
     if (symbolic) {
       // The plan cache: plans held and the arena bytes they use
       // (--max-plans, --max-plan-bytes bound them).

@@ -165,6 +165,14 @@ def models():
          helper.make_node("Mul", ["r", "w"], ["y"], name="mul")],
         [vi("x", BF16, [2, 3])], [vi("y", BF16, [2, 3])],
         [onnx.helper.make_tensor("w", BF16, [3], [1.0, 2.0, -0.5])])
+    # A bfloat16 convolution (format version 15): the Conv carries
+    # "kiln.bf16" (a CPU with native bfloat16 rounds its operands to it).
+    out["bfloat16_conv"] = model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        [vi("x", BF16, [1, 4, 5, 5])], [vi("y", BF16, [1, 4, 5, 5])],
+        [onnx.helper.make_tensor("w", BF16, [4, 4, 3, 3], [((i * 7) % 11 - 5) / 8 for i in range(144)]),
+         onnx.helper.make_tensor("b", BF16, [4], [0.5, -0.25, 1.0, 0.0])])
     # A decoder (format version 10): the layout pass runs the ConvTranspose
     # channels-last (kiln.nhwc) and the Resize and Concat on NHWC tensors
     # (permuted scales), BatchNorm folded into the ConvTranspose.

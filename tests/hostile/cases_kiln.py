@@ -37,12 +37,13 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 14  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+FORMAT_VERSION = 15  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
                     # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
                     # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul;
                     # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger,
-                    #     "kiln.dequantize" on QLinearMatMul; 14: "kiln.nhwc" and "kiln.activation" on BatchNormalization)
+                    #     "kiln.dequantize" on QLinearMatMul; 14: "kiln.nhwc" and "kiln.activation" on BatchNormalization;
+                    # 15: "kiln.bf16" on Conv)
 
 
 def align(v, a):
@@ -832,6 +833,23 @@ def generate(ctx):
     crafted("bn_nhwc", "training_mode", lambda j: node(j, "bn")["attrs"].update({"training_mode": {"kind": "int", "v": 1}}),
             ["BatchNormalization node 'bn'", "attribute 'kiln.nhwc' needs a 4-D X, spatial statistics, inference mode"],
             inspect=False, base=jn, weights=wn)
+    # A bfloat16 convolution (format version 15) carries "kiln.bf16" = 1;
+    # the loader's inference checks the value.
+    bf_onnx = os.path.join(d, "bf16_conv.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["out"], name="conv", pads=[1, 1, 1, 1])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 2, 4, 5])],
+        [helper.make_tensor_value_info("out", TensorProto.BFLOAT16, [1, 3, 4, 5])],
+        [helper.make_tensor("w", TensorProto.BFLOAT16, [3, 2, 3, 3], [((i * 5) % 9 - 4) / 4 for i in range(54)])]),
+        opset_imports=[helper.make_opsetid("", 13)]), bf_onnx)
+    bf_kiln = os.path.join(d, "bf16_conv.kiln")
+    rc, out = ctx.run(["compile", "--model", bf_onnx, "--output", bf_kiln])
+    assert rc == 0, out
+    jb, wb = read_kiln(bf_kiln)
+    assert node(jb, "conv")["attrs"].get("kiln.bf16") == {"kind": "int", "v": 1}, node(jb, "conv")
+    crafted("bf16_conv", "not_one", lambda j: node(j, "conv")["attrs"].update({"kiln.bf16": {"kind": "int", "v": 2}}),
+            ["Conv node 'conv'", "attribute 'kiln.bf16' must be 0 or 1, found 2"],
+            inspect=False, base=jb, weights=wb)
 
     # -- placement (format version 3): nodes on the CPU, copies, host arena ---
     # The same model compiled for a target without Tanh (hand-derived: tanh

@@ -38,9 +38,26 @@ import convert_half  # noqa: E402
 ROUNDING = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 
 
+def round_to_half(model, dtype):
+    """Rounds the model's parameters and buffers to `dtype` in place, as the converted file
+    holds them (kept float32); returns a copy computing in bfloat16 (PyTorch has no float16
+    convolution on the CPU) for dtype bfloat16, else None."""
+    import copy
+    import torch
+    tdt = torch.float16 if dtype == "float16" else torch.bfloat16
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.copy_(t.to(tdt).to(torch.float32))
+    return copy.deepcopy(model).to(tdt) if dtype == "bfloat16" else None
+
+
 def torch_reference(model_name, seed, x, dtype):
     """float64 output of the model with weights and input rounded to `dtype`;
-    also the float32 output (to check the rebuild matches the export)."""
+    also the float32 output (to check the rebuild matches the export), and
+    for bfloat16 PyTorch's own output computing in bfloat16 (every op's result
+    rounded, as the ONNX model states; PyTorch has no float16 convolution on
+    the CPU), else None."""
     import torch
     import export_torchvision as ex
     torch.manual_seed(seed)
@@ -50,14 +67,15 @@ def torch_reference(model_name, seed, x, dtype):
     model.eval()
     with torch.no_grad():
         y32 = model(torch.from_numpy(np.ascontiguousarray(x))).numpy()
-        tdt = torch.float16 if dtype == "float16" else torch.bfloat16
-        for t in list(model.parameters()) + list(model.buffers()):
-            if t.is_floating_point():
-                t.copy_(t.to(tdt).to(torch.float32))
+        mh = round_to_half(model, dtype)
+        y_engine = None
+        if mh is not None:
+            xh = torch.from_numpy(convert_half.round_half(x, dtype)).to(torch.bfloat16)
+            y_engine = mh(xh).to(torch.float64).numpy()
         model.double()
         xr = torch.from_numpy(convert_half.round_half(x, dtype)).double()
         y64 = model(xr).numpy()
-    return y32, y64
+    return y32, y64, y_engine
 
 
 def half_npy(a, dtype):
@@ -89,7 +107,7 @@ def check_one(kiln, work, model_name, dtypes, timeout):
     src = onnx.load(os.path.join(mdir, "model.onnx"))
     failures = []
     for dtype in dtypes:
-        y32, ref = torch_reference(model_name, 0, x, dtype)
+        y32, ref, y_engine = torch_reference(model_name, 0, x, dtype)
         if not np.allclose(y32, expected, rtol=1e-4, atol=1e-5):
             raise TestError(f"{model_name}: the rebuilt PyTorch model does not match the export's expected.npy "
                             f"(max diff {np.abs(y32 - expected).max():.3g}); the reference would be meaningless")
@@ -109,17 +127,89 @@ def check_one(kiln, work, model_name, dtypes, timeout):
         run([kiln, "run", kiln_path, "--input", "input=" + os.path.join(hdir, "input.npy"), "--output-dir", hdir],
             f"run {dtype}", timeout)
         got = from_half_npy(np.load(os.path.join(hdir, "output_0.npy")), dtype)
-        if got.shape != ref.shape:
-            raise TestError(f"{model_name} {dtype}: output shape {got.shape}, expected {ref.shape}")
-        err = np.abs(got - ref)
-        bound = 1e-3 * np.abs(ref).max() + ROUNDING[dtype] * np.abs(ref)
-        bad = ~(err <= bound)
-        worst = float((err / bound).max())
-        print(f"{model_name} {dtype}: max|err| {err.max():.3g}, max|ref| {np.abs(ref).max():.3g}, "
-              f"worst err/bound {worst:.3f}, {int(bad.sum())} of {ref.size} outside", flush=True)
-        if bad.any():
-            failures.append(f"{model_name} {dtype}: {int(bad.sum())} elements outside the bound (worst err/bound "
-                            f"{worst:.3f})")
+        accuracy(f"{model_name} {dtype}", got, ref, y_engine, dtype, failures)
+    return failures
+
+
+def accuracy(name, got, ref, y_engine, dtype, failures):
+    """Issue 15's accuracy rule for one output (see check_one); appends to failures."""
+    if got.shape != ref.shape:
+        raise TestError(f"{name}: output shape {got.shape}, expected {ref.shape}")
+    err = np.abs(got - ref)
+    bound = 1e-3 * np.abs(ref).max() + ROUNDING[dtype] * np.abs(ref)
+    bad = ~(err <= bound)
+    worst = float((err / bound).max())
+    print(f"{name}: max|err| {err.max():.3g}, max|ref| {np.abs(ref).max():.3g}, "
+          f"worst err/bound {worst:.3f}, {int(bad.sum())} of {ref.size} outside", flush=True)
+    if bad.any() and y_engine is not None:
+        # Where the CPU multiplies bfloat16 natively, Kiln rounds the
+        # operands of convolutions and matrix products to bfloat16 as the
+        # model states (ops::kBf16Attr), so its error is that of an engine
+        # computing in bfloat16, not the output's rounding alone: issue 15's
+        # rule against such an engine (PyTorch), per output,
+        # max|kiln - ref| <= 2 max|engine - ref| + 1e-3 max|ref|.
+        e_err = float(np.abs(y_engine - ref).max())
+        rule = 2 * e_err + 1e-3 * float(np.abs(ref).max())
+        print(f"{name}: PyTorch computing in bfloat16: max|err| {e_err:.3g}; "
+              f"Kiln's max|err| / (2 x that + 1e-3 max|ref|) = {float(err.max()) / rule:.3f}", flush=True)
+        if float(err.max()) <= rule:
+            bad[:] = False
+    if bad.any():
+        failures.append(f"{name}: {int(bad.sum())} elements outside the bound (worst err/bound {worst:.3f})")
+
+
+# tests/models/test_bert.py's small encoder (the model tests' and bench/int8_bench.py's `bert`).
+BERT = dict(vocab=1000, hidden=128, layers=2, heads=4, seq=16, batch=2, seed=0, opset=13, dynamic=False, max_pos=0,
+            shapes="", ranges="", timeout=900)
+
+
+def check_bert(kiln, work, dtypes, timeout):
+    """The BERT-style encoder in half: MatMul / Gemm (kiln.bf16 where the CPU has bfloat16),
+    LayerNormalization, Softmax, GELU (fused though its constants are half-rounded)."""
+    import copy
+    import types
+    import torch
+    import test_bert
+    args = types.SimpleNamespace(**BERT)
+    mdir = os.path.join(work, "bert_half")
+    os.makedirs(mdir, exist_ok=True)
+    _, _, model = test_bert.export(mdir, args)
+    ids, mask = np.load(os.path.join(mdir, "input_ids.npy")), np.load(os.path.join(mdir, "attention_mask.npy"))
+    src = onnx.load(os.path.join(mdir, "model.onnx"))
+    f32_kiln = os.path.join(mdir, "f32.kiln")
+    run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", f32_kiln], "compile float32",
+        timeout, echo=False)
+    ins = [("input_ids", "int64", ids.shape), ("attention_mask", "int64", mask.shape)]
+    outs = test_bert.OUTPUT_NAMES
+    n32 = check_inspect(kiln, f32_kiln, ins, [(o, "float32", None) for o in outs], timeout)["op_counts"]
+    failures = []
+    for dtype in dtypes:
+        m = copy.deepcopy(model)
+        mh = round_to_half(m, dtype)
+        with torch.no_grad():
+            y_engine = None
+            if mh is not None:
+                y_engine = [t.to(torch.float64).numpy() for t in mh(torch.from_numpy(ids), torch.from_numpy(mask))]
+            refs = [t.numpy() for t in m.double()(torch.from_numpy(ids), torch.from_numpy(mask))]
+        hdir = os.path.join(mdir, dtype)
+        os.makedirs(hdir, exist_ok=True)
+        onnx_path, kiln_path = os.path.join(hdir, "model.onnx"), os.path.join(hdir, "model.kiln")
+        onnx.save(convert_half.convert(src, dtype), onnx_path)
+        for f in [kiln_path] + [os.path.join(hdir, f"output_{i}.npy") for i in range(2)]:
+            if os.path.exists(f):
+                os.remove(f)
+        run([kiln, "compile", "--model", onnx_path, "--output", kiln_path], f"compile bert {dtype}", timeout)
+        j = check_inspect(kiln, kiln_path, ins, [(o, dtype, None) for o in outs], timeout)
+        # The same fusions as float32 (GELU included): every op but Cast as many times.
+        counts = {k: v for k, v in j["op_counts"].items() if k != "Cast"}
+        if counts != {k: v for k, v in n32.items() if k != "Cast"}:
+            failures.append(f"bert {dtype}: op counts {j['op_counts']}, float32 has {n32}")
+        run([kiln, "run", kiln_path, "--input", "input_ids=" + os.path.join(mdir, "input_ids.npy"),
+             "--input", "attention_mask=" + os.path.join(mdir, "attention_mask.npy"), "--output-dir", hdir],
+            f"run bert {dtype}", timeout)
+        for i, ref in enumerate(refs):
+            got = from_half_npy(np.load(os.path.join(hdir, f"output_{i}.npy")), dtype)
+            accuracy(f"bert {dtype} output {i}", got, ref, None if y_engine is None else y_engine[i], dtype, failures)
     return failures
 
 
@@ -135,7 +225,10 @@ def main():
     failures = []
     try:
         for m in args.models.split(","):
-            failures += check_one(kiln, os.path.abspath(args.work), m, args.dtypes.split(","), args.timeout)
+            if m == "bert":
+                failures += check_bert(kiln, os.path.abspath(args.work), args.dtypes.split(","), args.timeout)
+            else:
+                failures += check_one(kiln, os.path.abspath(args.work), m, args.dtypes.split(","), args.timeout)
     except TestError as e:
         failures.append(str(e))
     for f in failures:

@@ -7,6 +7,8 @@
 
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
+#include "ops/fused_attrs.h"
+#include "runtime/devices.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -92,6 +94,149 @@ TEST(HalfGraph, BFloat16OutputRoundsToNearestEven) {
   EXPECT_EQ(out[0], 0x3f82);
   EXPECT_EQ(out[1], 0x3fc2);
   EXPECT_EQ(out[2], 0xbfa1);
+}
+
+// A bfloat16 Conv is marked (ops::kBf16Attr). Where the CPU multiplies
+// bfloat16 natively (device::Capabilities::bf16_dot), its kernel rounds X to
+// bfloat16 as the model does; elsewhere the graph computes in float32. Two
+// 1x1 convolutions: conv1 makes channel 0 = 1 + 2^-10 (x = 1, w = 1, bias
+// 2^-10, exact in float32) and channel 1 = 1; conv2 = channel 0 - channel 1.
+// ONNX's bfloat16 semantics round conv1's output to bfloat16: 1 + 2^-10 is
+// below half an ulp above 1 (2^-9), so 1, and conv2 gives 0. Computed in
+// float32 throughout, conv2 gives 2^-10 (bfloat16 0x3a80).
+TEST(HalfGraph, BFloat16ConvRoundsItsOperandsWhereTheCpuHasBFloat16) {
+  const DType bf = DType::kBFloat16;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", bf, {1, 1, 1, 1});
+  g->inputs().push_back(x);
+  ir::Value* w1 = g->AddConstant("w1", HalfT(bf, {2, 1, 1, 1}, {1, 1}));
+  ir::Value* b1 = g->AddConstant("b1", HalfT(bf, {2}, {std::ldexp(1.f, -10), 0}));
+  ir::Value* w2 = g->AddConstant("w2", HalfT(bf, {1, 2, 1, 1}, {1, -1}));
+  ir::Value* h = g->AddValue("h");
+  ir::Value* y = g->AddValue("y", bf);
+  g->AddNode("Conv", "conv1", {x, w1, b1}, {h});
+  g->AddNode("Conv", "conv2", {h, w2}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ(Count(*cm.graph, "Conv"), 2);
+  for (const auto& n : cm.graph->nodes()) {
+    if (n->op_type() == "Conv") EXPECT_EQ(n->GetInt(ops::kBf16Attr, 0), 1) << n->Describe();
+  }
+  const std::uint16_t one = 0x3f80;
+  std::uint16_t out = 0xffff;
+  ASSERT_TRUE((*model)->Execute({{const_cast<std::uint16_t*>(&one), bf, {1, 1, 1, 1}}}, {{&out, bf, {1, 1, 1, 1}}}).ok());
+  const bool native = runtime::CpuDevice().caps().bf16_dot;
+  EXPECT_EQ(out, native ? 0x0000 : 0x3a80) << "native bfloat16: " << native;
+}
+
+// The same for matrix products (run on one thread, the default, where
+// every marked product takes bfloat16): Gemm h = x W1 + C gives [1 + 2^-10,
+// 1] for x = [1], W1 = [1, 1], C = [2^-10, 0]; MatMul y = h W2 with W2 =
+// [1, -1]^T gives 0 under ONNX's bfloat16 semantics (h rounded), 2^-10 in
+// float32.
+TEST(HalfGraph, BFloat16MatMulRoundsItsOperandsWhereTheCpuHasBFloat16) {
+  const DType bf = DType::kBFloat16;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", bf, {1, 1});
+  g->inputs().push_back(x);
+  ir::Value* w1 = g->AddConstant("w1", HalfT(bf, {1, 2}, {1, 1}));
+  ir::Value* c = g->AddConstant("c", HalfT(bf, {2}, {std::ldexp(1.f, -10), 0}));
+  ir::Value* w2 = g->AddConstant("w2", HalfT(bf, {2, 1}, {1, -1}));
+  ir::Value* h = g->AddValue("h");
+  ir::Value* y = g->AddValue("y", bf);
+  g->AddNode("Gemm", "gemm", {x, w1, c}, {h});
+  g->AddNode("MatMul", "matmul", {h, w2}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  int marked = 0;
+  for (const auto& n : cm.graph->nodes()) marked += n->GetInt(ops::kBf16Attr, 0) == 1;
+  ASSERT_EQ(marked, 2);
+  const std::uint16_t one = 0x3f80;
+  std::uint16_t out = 0xffff;
+  ASSERT_TRUE((*model)->Execute({{const_cast<std::uint16_t*>(&one), bf, {1, 1}}}, {{&out, bf, {1, 1}}}).ok());
+  const bool native = runtime::CpuDevice().caps().bf16_dot;
+  EXPECT_EQ(out, native ? 0x0000 : 0x3a80) << "native bfloat16: " << native;
+}
+
+// The bfloat16 convolution's kernel with what fusion gives it: 3x3, 16 ->
+// 16 channels at 9x7, bias, its input added back (a residual: kiln.sum) and
+// Relu; its input a = 2x from a 1x1 convolution before it (exact in
+// bfloat16, so both routes compute the same), against a
+// float64 reference of the same bfloat16 values, within the output's
+// rounding (2^-8 relative) and float32 summation. Runs the native route
+// where the CPU has it (the previous test says which); elsewhere float32.
+TEST(HalfGraph, BFloat16ConvWithBiasResidualAndReluMatchesAFloat64Reference) {
+  const DType bf = DType::kBFloat16;
+  const int C = 16, H = 9, W = 7;
+  std::vector<float> xv(C * H * W), wv(C * C * 9), bv(C);
+  std::uint32_t seed = 12345;
+  auto rnd = [&] {  // values bfloat16 holds exactly: k / 64, |k| < 128
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int>((seed >> 9) % 255) - 127) / 64.f;
+  };
+  for (float& v : xv) v = rnd();
+  for (float& v : wv) v = rnd() / 8;
+  for (float& v : bv) v = rnd();
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", bf, {1, C, H, W});
+  g->inputs() = {x};
+  ir::Value* w = g->AddConstant("w", HalfT(bf, {C, C, 3, 3}, wv));
+  ir::Value* b = g->AddConstant("b", HalfT(bf, {C}, bv));
+  std::vector<float> two(C * C, 0.f);
+  for (int k = 0; k < C; ++k) two[k * C + k] = 2;
+  ir::Value* w0 = g->AddConstant("w0", HalfT(bf, {C, C, 1, 1}, two));
+  ir::Value* a = g->AddValue("a");
+  g->AddNode("Conv", "conv0", {x, w0}, {a});
+  ir::Value* c = g->AddValue("c");
+  ir::Value* s = g->AddValue("s");
+  ir::Value* y = g->AddValue("y", bf);
+  ir::Node* conv = g->AddNode("Conv", "conv", {a, w, b}, {c});
+  conv->SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+  g->AddNode("Add", "add", {c, a}, {s});
+  g->AddNode("Relu", "relu", {s}, {y});
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ(Count(*cm.graph, "Conv"), 2);
+  ASSERT_EQ(Count(*cm.graph, "Add"), 0) << "the residual Add is fused";
+  for (const auto& n : cm.graph->nodes()) {
+    if (n->op_type() == "Conv") EXPECT_EQ(n->GetInt(ops::kBf16Attr, 0), 1) << n->Describe();
+  }
+  const auto xs = HalfT(bf, {1, C, H, W}, xv);
+  std::vector<std::uint16_t> out(C * H * W);
+  ASSERT_TRUE((*model)->Execute({{const_cast<void*>(xs->data()), bf, {1, C, H, W}}},
+                                {{out.data(), bf, {1, C, H, W}}}).ok());
+  int bad = 0;
+  for (int k = 0; k < C; ++k) {
+    for (int i = 0; i < H; ++i) {
+      for (int j = 0; j < W; ++j) {
+        double acc = bv[k];
+        for (int ci = 0; ci < C; ++ci) {
+          for (int di = -1; di <= 1; ++di) {
+            for (int dj = -1; dj <= 1; ++dj) {
+              if (i + di < 0 || i + di >= H || j + dj < 0 || j + dj >= W) continue;
+              acc += 2.0 * xv[(ci * H + i + di) * W + j + dj] *
+                     wv[((k * C + ci) * 3 + di + 1) * 3 + dj + 1];
+            }
+          }
+        }
+        const std::size_t at = (k * H + i) * W + j;
+        const double ref = std::max(0.0, acc + 2.0 * xv[at]);
+        const double got = BFloat16ToFloat(out[at]);
+        bad += std::abs(got - ref) > std::ldexp(std::abs(ref), -8) + 1e-5;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << out.size() << " outputs (native bfloat16: " << runtime::CpuDevice().caps().bf16_dot
+                    << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, HalfGraph, ::testing::Values(DType::kFloat16, DType::kBFloat16),

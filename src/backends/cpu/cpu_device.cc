@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernel.h"
 #include "device/host_stream.h"
 
@@ -30,6 +31,7 @@ class CpuDeviceImpl final : public device::Device {
     caps_.alignment = 64;
     caps_.channels_last_conv = true;
     caps_.fused_epilogues = true;
+    caps_.bf16_dot = NativeBf16Dot();
     caps_.kernel_library = "cpu";
   }
   const std::string& spec() const override { return spec_; }

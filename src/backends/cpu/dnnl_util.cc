@@ -82,6 +82,18 @@ Status AppendFusedActivation(const ir::Node& node, dnnl::post_ops& ops) {
   return Status::Ok();
 }
 
+bool NativeBf16Dot() {
+  static const bool yes = [] {
+    const char* env = std::getenv("KILN_BF16");
+    if (env && std::string(env) == "off") return false;
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return yes;
+}
+
+bool Bf16PaysOff(double macs_per_input) { return NumThreads() <= 1 || macs_per_input >= 128; }
+
 std::string PackedLayoutKey(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
   if (d.format_kind != dnnl_blocked || d.ndims < 0 || d.ndims > DNNL_MAX_NDIMS) return std::string();

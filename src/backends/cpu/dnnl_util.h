@@ -11,6 +11,23 @@ namespace kiln::cpu {
 dnnl::engine& DnnlEngine();
 dnnl::stream& DnnlStream();  // thread_local
 
+// Whether this CPU multiplies bfloat16 natively, as oneDNN sees it (its
+// effective ISA, which $ONEDNN_MAX_CPU_ISA may lower): AVX512_BF16 or
+// AMX-BF16. $KILN_BF16=off says no (A/B runs). The CPU device reports it as
+// device::Capabilities::bf16_dot.
+bool NativeBf16Dot();
+// Whether a convolution or matrix product doing `macs_per_input`
+// multiply-adds per element of its activation input gains from bfloat16
+// operands when its kernel runs on the calling thread's kernel thread count
+// (NumThreads). Rounding the activation is a pass over it, and on several
+// threads that pass and the product split the activation differently, so
+// each core reads much of it from another core's cache: measured on a Zen 5
+// (MobileNetV2's 1x1 convolutions, 2 threads), layers with 24-96
+// multiply-adds per input element ran 1.1-1.8x slower in bfloat16 than in
+// float32, 144-1280 at 0.67-0.93 (1.03 once); on one thread every one ran
+// faster (0.50-0.91). Hence: one thread, always; more, from 128.
+bool Bf16PaysOff(double macs_per_input);
+
 // Plain row-major descriptor of `shape`.
 dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 dnnl::memory::desc StridedDesc(const Shape& shape, const Shape& strides,

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/cpu_device.h"
+#include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernel.h"
 #include "device/host_stream.h"
 
@@ -50,6 +51,7 @@ class SimDevice final : public device::Device, public device::OpWindow {
     caps_.alignment = 256;  // as CUDA's allocator
     caps_.channels_last_conv = nhwc;
     caps_.fused_epilogues = fusion;
+    caps_.bf16_dot = cpu::NativeBf16Dot();  // it runs the CPU's kernels on this CPU
     caps_.kernel_library = "cpu";
   }
   ~SimDevice() override = default;

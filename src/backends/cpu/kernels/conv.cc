@@ -112,9 +112,19 @@ bool UseWinograd(const ir::Node& node, bool nhwc, std::int64_t group, const Dnnl
   return tiles >= 16 && WinogradActivation(node).has_value();
 }
 
+// Which convolutions take bfloat16 operands (ops::kBf16Attr): all but
+// depthwise ones ($KILN_BF16_DEPTHWISE=on takes those too).
+bool Bf16DepthwiseOk(std::int64_t group, std::int64_t c, std::int64_t k) {
+  if (group == 1 || group != c || group != k) return true;
+  const char* env = std::getenv("KILN_BF16_DEPTHWISE");
+  return env && std::string(env) == "on";
+}
+
 class ConvKernel : public Kernel {
  public:
-  Status Init(const KernelInit& init) {
+  // allow_bf16: take bfloat16 operands where the node and device ask for
+  // it (a failure then is retried without: RegisterConvKernels).
+  Status Init(const KernelInit& init, bool allow_bf16) {
     const ir::Node& node = *init.node;
     const bool nhwc = node.GetInt(ops::kNhwcAttr, 0) != 0;
     Shape x = init.inputs[0].shape;
@@ -128,10 +138,23 @@ class ConvKernel : public Kernel {
     KILN_ASSIGN_OR_RETURN(const DnnlConvWindow win, ConvWindow(node, x, w));
     const memory::dims &strides = win.strides, &dil = win.dilations, &pl = win.pads_begin, &pr = win.pads_end;
     const Shape wg = GroupedWeights(w, group);
-    const memory::desc src_md = nhwc ? memory::desc(memory::dims(x.begin(), x.end()), memory::data_type::f32, tag::nhwc) : PlainDesc(x);
+    const HostTensor* wconst = init.const_input(1);
+    // A convolution the model computes in bfloat16, on a CPU that multiplies
+    // bfloat16 natively: X (rounded here, each run) and W (once, when packed)
+    // in bfloat16, float32 sums and output. Constant weights only.
+    // (Multiply-adds per input element: output channels per group times the
+    // window, over the stride's area, i.e. numel(Y) (C/g) k... / numel(X).)
+    const double macs_per_input = static_cast<double>(NumElements(y)) * static_cast<double>(NumElements(w)) /
+                                  std::max<double>(1, static_cast<double>(w[0])) /
+                                  std::max<double>(1, static_cast<double>(NumElements(x)));
+    bf16_ = allow_bf16 && node.GetInt(ops::kBf16Attr, 0) == 1 && init.caps && init.caps->bf16_dot && wconst &&
+            init.inputs[0].dtype == DType::kFloat32 && Bf16DepthwiseOk(group, x[1], w[0]) &&
+            Bf16PaysOff(macs_per_input);
+    const memory::data_type xdt = bf16_ ? memory::data_type::bf16 : memory::data_type::f32;
+    const memory::desc src_f32 = nhwc ? memory::desc(memory::dims(x.begin(), x.end()), memory::data_type::f32, tag::nhwc) : PlainDesc(x);
+    const memory::desc src_md = nhwc ? memory::desc(memory::dims(x.begin(), x.end()), xdt, tag::nhwc) : PlainDesc(x, xdt);
     const memory::desc dst_md = nhwc ? memory::desc(memory::dims(y.begin(), y.end()), memory::data_type::f32, tag::nhwc) : PlainDesc(y);
     const memory::desc w_plain = PlainDesc(wg);
-    const HostTensor* wconst = init.const_input(1);
     const bool has_bias = init.inputs.size() > 2 && init.inputs[2].present();
     const bool residual = node.GetInt(ops::kSumAttr, 0) == 1 && init.inputs.size() > 3 && init.inputs[3].present();
     in_place_planned_ = residual && node.FindAttr("kiln.inplace") != nullptr;  // plan::kInPlaceAttr
@@ -150,7 +173,7 @@ class ConvKernel : public Kernel {
       return UserScratchpad(attr);
     };
     return DnnlCall("Conv", [&] {
-      memory::desc w_md = wconst ? memory::desc(memory::dims(wg.begin(), wg.end()), memory::data_type::f32, tag::any) : w_plain;
+      memory::desc w_md = wconst ? memory::desc(memory::dims(wg.begin(), wg.end()), xdt, tag::any) : w_plain;
       memory::desc b_md = has_bias ? PlainDesc({w[0]}) : memory::desc();
       auto make_pd = [&](const memory::desc& s, const memory::desc& d, Residual how, bool act) {
         dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
@@ -170,7 +193,10 @@ class ConvKernel : public Kernel {
       };
       dnnl::convolution_forward::primitive_desc pd = make_pd(src_md, dst_md, Residual::kNone, has_act);
       const std::string plain_impl = pd.impl_info_str();
-      if (UseWinograd(node, nhwc, group, win, x, w, y, plain_impl, wconst != nullptr, init.inputs[0].dtype)) {
+      if (bf16_ && plain_impl.rfind("ref", 0) == 0) {  // oneDNN's reference kernel: float32 is faster
+        throw dnnl::error(dnnl_unimplemented, "no optimized bfloat16 convolution");
+      }
+      if (!bf16_ && UseWinograd(node, nhwc, group, win, x, w, y, plain_impl, wconst != nullptr, init.inputs[0].dtype)) {
         wino_shape_ = WinogradShape{x[0], x[2], x[3], x[1], y[1], y[2], y[3], pl[0], pl[1]};
         wino_act_ = *WinogradActivation(node);
         wino_alpha_ = node.GetFloat(ops::kActAlphaAttr, 0.f);
@@ -213,7 +239,7 @@ class ConvKernel : public Kernel {
           add_scratch_ = ScratchpadFor(bpd);
         }
       }
-      if (nhwc && group == 1 && BlockedIsFaster(pd, x, y)) {
+      if (!bf16_ && nhwc && group == 1 && BlockedIsFaster(pd, x, y)) {
         // The same convolution on oneDNN's blocked activations (nChw8c),
         // between two reorders; a residual is reordered into the blocked
         // output and summed onto.
@@ -280,6 +306,16 @@ class ConvKernel : public Kernel {
         bias_ = memory(pd.bias_desc(), DnnlEngine(), nullptr);
         args_[DNNL_ARG_BIAS] = bias_;
       }
+      if (bf16_) {
+        // X rounded to bfloat16 into the workspace, after everything else
+        // there (the run's scratch starts at its beginning).
+        dnnl::reorder::primitive_desc rd(DnnlEngine(), src_f32, DnnlEngine(), pd.src_desc(), UserScratchpad());
+        to_bf16_ = dnnl::reorder(rd);
+        to_bf16_scratch_ = ScratchpadFor(rd);
+        user_src_ = memory(src_f32, DnnlEngine(), nullptr);
+        bf16_at_ = (BaseWorkspaceBytes() + 63) / 64 * 64;
+        bf16_bytes_ = pd.src_desc().get_size();
+      }
     });
   }
 
@@ -295,7 +331,7 @@ class ConvKernel : public Kernel {
     if (runtime_weights_) weights_.set_data_handle(const_cast<void*>(a.in(1)));
     if (bias_) bias_.set_data_handle(const_cast<void*>(a.in(2)));
     if (res_) res_.set_data_handle(const_cast<void*>(a.in(3)));
-    if (blocked_bytes_) {
+    if (blocked_bytes_) {  // (never with bf16_)
       const device::ExecContext* ctx = a.ctx;
       auto* ws = static_cast<std::uint8_t*>(ctx && ctx->workspace && ctx->workspace_bytes >= blocked_bytes_
                                                 ? ctx->workspace
@@ -318,7 +354,27 @@ class ConvKernel : public Kernel {
       DnnlStream().wait();
       return Status::Ok();
     }
-    src_.set_data_handle(const_cast<void*>(a.in(0)));
+    // bf16_: one workspace for the run's scratch and the rounded X (a
+    // second ThreadScratch call could move the first's buffer).
+    const device::ExecContext* run_ctx = a.ctx;
+    std::uint8_t* fixed_ws = nullptr;
+    if (bf16_) {
+      const std::size_t need = workspace_bytes();
+      fixed_ws = static_cast<std::uint8_t*>(run_ctx && run_ctx->workspace && run_ctx->workspace_bytes >= need
+                                                ? run_ctx->workspace
+                                                : ThreadScratch(need));
+      user_src_.set_data_handle(const_cast<void*>(a.in(0)));
+      src_.set_data_handle(fixed_ws + bf16_at_);
+      if (to_bf16_scratch_.bytes) to_bf16_scratch_.mem.set_data_handle(fixed_ws);
+      to_bf16_.execute(DnnlStream(), {{DNNL_ARG_FROM, user_src_}, {DNNL_ARG_TO, src_},
+                                      {DNNL_ARG_SCRATCHPAD, to_bf16_scratch_.mem}});
+    } else {
+      src_.set_data_handle(const_cast<void*>(a.in(0)));
+    }
+    auto scratch_for = [&](std::size_t need) -> void* {
+      if (fixed_ws) return fixed_ws;
+      return run_ctx && run_ctx->workspace && run_ctx->workspace_bytes >= need ? run_ctx->workspace : ThreadScratch(need);
+    };
     dst_.set_data_handle(a.out(0));
     // The residual is either the output's own bytes (the memory planner put
     // the output over it: kiln.inplace) or a distinct tensor.
@@ -327,10 +383,8 @@ class ConvKernel : public Kernel {
     if (in_place && residual_ != Residual::kSum) {
       // The convolution overwrites the residual before it is read: read a
       // copy, after the scratchpads in the workspace.
-      const device::ExecContext* ctx = a.ctx;
       const std::size_t need = res_copy_at_ + res_.get_desc().get_size();
-      auto* ws = static_cast<std::uint8_t*>(ctx && ctx->workspace && ctx->workspace_bytes >= need ? ctx->workspace
-                                                                                               : ThreadScratch(need));
+      auto* ws = static_cast<std::uint8_t*>(scratch_for(need));
       std::memcpy(ws + res_copy_at_, a.in(3), res_.get_desc().get_size());
       res_.set_data_handle(ws + res_copy_at_);
       if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
@@ -338,11 +392,11 @@ class ConvKernel : public Kernel {
     } else if (add_scratch_.bytes) {
       // One buffer for both scratchpads (two ThreadScratch calls could
       // free the first's when the second grows it).
-      const device::ExecContext* ctx = a.ctx;
-      const std::size_t need = std::max(scratch_.bytes, add_scratch_.bytes);
-      void* ws = ctx && ctx->workspace && ctx->workspace_bytes >= need ? ctx->workspace : ThreadScratch(need);
+      void* ws = scratch_for(std::max(scratch_.bytes, add_scratch_.bytes));
       if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
       add_scratch_.mem.set_data_handle(ws);
+    } else if (fixed_ws) {
+      if (scratch_.bytes) scratch_.mem.set_data_handle(fixed_ws);
     } else {
       scratch_.Bind(a.ctx);
     }
@@ -355,6 +409,12 @@ class ConvKernel : public Kernel {
     return Status::Ok();
   }
   std::size_t workspace_bytes() const override {
+    return bf16_ ? bf16_at_ + bf16_bytes_ : BaseWorkspaceBytes();
+  }
+  bool bf16() const { return bf16_; }
+
+ private:
+  std::size_t BaseWorkspaceBytes() const {
     if (wino_weights_) return 0;  // the threads' scratch memory
     if (blocked_bytes_) return blocked_bytes_;
     // kBinary/kSeparate: room for a copy of the residual where the plan
@@ -362,10 +422,9 @@ class ConvKernel : public Kernel {
     if (in_place_planned_ && (residual_ == Residual::kBinary || residual_ == Residual::kSeparate)) {
       return res_copy_at_ + res_.get_desc().get_size();
     }
-    return std::max(scratch_.bytes, add_scratch_.bytes);
+    return std::max({scratch_.bytes, add_scratch_.bytes, to_bf16_scratch_.bytes});
   }
 
- private:
   dnnl::convolution_forward prim_;
   memory src_, weights_, bias_, dst_, res_;
   std::shared_ptr<memory> packed_;  // constant weights, shared through the PrepackCache
@@ -389,6 +448,12 @@ class ConvKernel : public Kernel {
   WinogradAct wino_act_ = WinogradAct::kNone;
   float wino_alpha_ = 0.f, wino_beta_ = 0.f;
   bool bias_present_ = false, residual_present_ = false;
+  // bfloat16 operands (ops::kBf16Attr on a CPU with bf16_dot): the reorder
+  // that rounds X, and where the rounded copy sits in the workspace.
+  bool bf16_ = false;
+  dnnl::reorder to_bf16_;
+  Scratchpad to_bf16_scratch_;
+  std::size_t bf16_at_ = 0, bf16_bytes_ = 0;
 };
 
 }  // namespace
@@ -396,7 +461,12 @@ class ConvKernel : public Kernel {
 void RegisterConvKernels(KernelRegistry& r) {
   r.Register("Conv", [](const KernelInit& init) -> Result<std::unique_ptr<Kernel>> {
     auto k = std::make_unique<ConvKernel>();
-    KILN_RETURN_IF_ERROR(k->Init(init));
+    Status st = k->Init(init, /*allow_bf16=*/true);
+    if (!st.ok() && k->bf16()) {  // no (fast) bfloat16 primitive for it: float32, as elsewhere
+      k = std::make_unique<ConvKernel>();
+      st = k->Init(init, /*allow_bf16=*/false);
+    }
+    KILN_RETURN_IF_ERROR(st);
     return std::unique_ptr<Kernel>(std::move(k));
   });
 }

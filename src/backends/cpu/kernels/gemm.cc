@@ -20,6 +20,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/util.h"
@@ -100,6 +101,19 @@ bool CopyToPaddedRows(const memory::desc& src_md, const float* src, const memory
   return true;
 }
 
+// Whether a MatMul / Gemm takes bfloat16 operands: the model computes it in
+// bfloat16 (ops::kBf16Attr), the device multiplies bfloat16 natively, and B
+// is a constant (a weight; products of two activations stay float32).
+bool Bf16(const KernelInit& init) {
+  const HostTensor* b = init.const_input(1);
+  // (Multiply-adds per element of A: N, B's last dim.)
+  return init.node->GetInt(ops::kBf16Attr, 0) == 1 && init.caps && init.caps->bf16_dot &&
+         init.inputs[0].dtype == DType::kFloat32 && b != nullptr && !b->shape().empty() &&
+         Bf16PaysOff(static_cast<double>(init.node->op_type() == "Gemm" && init.node->GetInt("transB", 0) != 0
+                                             ? b->shape().front()
+                                             : b->shape().back()));
+}
+
 class MatMulKernel : public Kernel {
  public:
   // a_md/b_md/dst_md describe the (rank-equal) operands; `b_const` (with
@@ -107,22 +121,47 @@ class MatMulKernel : public Kernel {
   // (already scaled, dims broadcastable to dst) becomes the primitive's bias
   // when given. `runtime_rows` (2-D plain a_md and dst_md, constant B, a
   // bias of one row): the primitive takes any row count (its rows a
-  // run-time dim), B packed plain.
+  // run-time dim), B packed plain. `bf16` (ops::kBf16Attr on a CPU with
+  // bf16_dot; constant B, plain A): A is rounded to bfloat16 each run and B
+  // once, when packed; float32 sums, bias and output. Where oneDNN has no
+  // such primitive the float32 one runs.
   Status Init(const ir::Node& node, const memory::desc& a_md, const memory::desc& b_md,
               const memory::desc& dst_md, const HostTensor* b_const, float alpha,
               const HostTensor* bias, const Shape& bias_dims, device::PrepackCache* cache,
-              bool runtime_rows = false) {
+              bool runtime_rows = false, bool bf16 = false) {
     dnnl::post_ops po;
     KILN_RETURN_IF_ERROR(AppendFusedActivation(node, po));
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     attr = UserScratchpad(attr);
+    const memory::dims adims = a_md.dims();
+    bf16_ = bf16 && b_const && a_md == PlainDesc(Shape(adims.begin(), adims.end()));
     return DnnlCall(node.op_type().c_str(), [&] {
       memory::desc bias_md = bias ? PlainDesc(bias_dims) : memory::desc();
       const memory::dims bdims = b_md.dims();
       memory::desc w_md = b_md;
       memory::desc pa_md = a_md, pdst_md = dst_md;
-      if (runtime_rows) {
+      const memory::desc a16_md = PlainDesc(Shape(adims.begin(), adims.end()), memory::data_type::bf16);
+      std::optional<dnnl::matmul::primitive_desc> bf16_pd;
+      if (bf16_) {
+        try {
+          const memory::desc pa16 = runtime_rows ? memory::desc({DNNL_RUNTIME_DIM_VAL, adims[1]}, memory::data_type::bf16,
+                                                                memory::format_tag::ab)
+                                                 : a16_md;
+          dnnl::matmul::desc d16(pa16, memory::desc(bdims, memory::data_type::bf16, memory::format_tag::any), bias_md,
+                                 runtime_rows ? memory::desc({DNNL_RUNTIME_DIM_VAL, dst_md.dims()[1]},
+                                                             memory::data_type::f32, memory::format_tag::ab)
+                                              : dst_md);
+          bf16_pd.emplace(d16, attr, DnnlEngine());
+          // oneDNN's reference kernel would be slower than float32's.
+          if (std::string(bf16_pd->impl_info_str()).rfind("ref", 0) == 0) bf16_pd.reset(), bf16_ = false;
+        } catch (const dnnl::error&) {
+          bf16_ = false;  // the float32 primitive below
+        }
+      }
+      if (bf16_) {
+        // (bf16_pd set)
+      } else if (runtime_rows) {
         w_md = PaddedDesc(bdims, PaddedRowStride(bdims.back()));
         pa_md = memory::desc({DNNL_RUNTIME_DIM_VAL, a_md.dims()[1]}, memory::data_type::f32, memory::format_tag::ab);
         pdst_md = memory::desc({DNNL_RUNTIME_DIM_VAL, dst_md.dims()[1]}, memory::data_type::f32, memory::format_tag::ab);
@@ -134,10 +173,11 @@ class MatMulKernel : public Kernel {
           w_md = PaddedDesc(bdims, PaddedRowStride(bdims.back()));
         }
       }
-      dnnl::matmul::desc d(pa_md, w_md, bias_md, pdst_md);
-      dnnl::matmul::primitive_desc pd(d, attr, DnnlEngine());
+      const dnnl::matmul::primitive_desc pd =
+          bf16_ ? *bf16_pd : dnnl::matmul::primitive_desc(dnnl::matmul::desc(pa_md, w_md, bias_md, pdst_md), attr,
+                                                          DnnlEngine());
       prim_ = dnnl::matmul(pd);
-      a_ = memory(runtime_rows ? a_md : pd.src_desc(), DnnlEngine(), nullptr);
+      a_ = memory(bf16_ ? a16_md : runtime_rows ? a_md : pd.src_desc(), DnnlEngine(), nullptr);
       dst_ = memory(runtime_rows ? dst_md : pd.dst_desc(), DnnlEngine(), nullptr);
       if (b_const) {
         auto pack = [&] {
@@ -171,6 +211,15 @@ class MatMulKernel : public Kernel {
         runtime_b_ = true;
       }
       scratch_ = ScratchpadFor(pd);
+      if (bf16_) {
+        // A rounded to bfloat16 into the workspace, after the scratchpad.
+        dnnl::reorder::primitive_desc rd(DnnlEngine(), a_md, DnnlEngine(), a16_md, UserScratchpad());
+        to_bf16_ = dnnl::reorder(rd);
+        to_bf16_scratch_ = ScratchpadFor(rd);
+        user_a_ = memory(a_md, DnnlEngine(), nullptr);
+        a16_at_ = (std::max(scratch_.bytes, to_bf16_scratch_.bytes) + 63) / 64 * 64;
+        a16_bytes_ = a16_md.get_size();
+      }
       args_ = {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
       if (bias) {
@@ -182,10 +231,23 @@ class MatMulKernel : public Kernel {
   }
 
   void Execute(const void* a, const void* b, void* out, const device::ExecContext* ctx) {
-    a_.set_data_handle(const_cast<void*>(a));
+    if (bf16_) {
+      // One workspace for the scratchpads and the rounded A.
+      const std::size_t need = workspace_bytes();
+      auto* ws = static_cast<std::uint8_t*>(ctx && ctx->workspace && ctx->workspace_bytes >= need ? ctx->workspace
+                                                                                                : ThreadScratch(need));
+      user_a_.set_data_handle(const_cast<void*>(a));
+      a_.set_data_handle(ws + a16_at_);
+      if (to_bf16_scratch_.bytes) to_bf16_scratch_.mem.set_data_handle(ws);
+      to_bf16_.execute(DnnlStream(), {{DNNL_ARG_FROM, user_a_}, {DNNL_ARG_TO, a_},
+                                      {DNNL_ARG_SCRATCHPAD, to_bf16_scratch_.mem}});
+      if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
+    } else {
+      a_.set_data_handle(const_cast<void*>(a));
+      scratch_.Bind(ctx);
+    }
     if (runtime_b_) b_.set_data_handle(const_cast<void*>(b));
     dst_.set_data_handle(out);
-    scratch_.Bind(ctx);
     prim_.execute(DnnlStream(), args_);
     DnnlStream().wait();
   }
@@ -194,10 +256,17 @@ class MatMulKernel : public Kernel {
     Execute(a.in(0), a.in(1), a.out(0), a.ctx);
     return Status::Ok();
   }
-  std::size_t workspace_bytes() const override { return scratch_.bytes; }
+  std::size_t workspace_bytes() const override { return bf16_ ? a16_at_ + a16_bytes_ : scratch_.bytes; }
 
  private:
   dnnl::matmul prim_;
+  // bfloat16 operands (Init's `bf16`): the reorder rounding A, where the
+  // rounded copy sits in the workspace.
+  bool bf16_ = false;
+  dnnl::reorder to_bf16_;
+  Scratchpad to_bf16_scratch_;
+  memory user_a_;
+  std::size_t a16_at_ = 0, a16_bytes_ = 0;
   memory a_, b_, bias_, dst_;
   std::shared_ptr<memory> packed_;  // constant B, shared through the PrepackCache
   std::unordered_map<int, memory> args_;
@@ -242,7 +311,7 @@ class GemmKernel : public Kernel {
     }
     const bool runtime_rows = init.varying_shapes && bc && !ta && (!bias || bias_dims[0] == 1);
     return mm_.Init(node, a_md, b_md, y_md, bc, bc ? alpha_ : 1.f, bias.get(), bias_dims, init.prepack_cache,
-                    runtime_rows);
+                    runtime_rows, Bf16(init) && !ta);
   }
 
   Status Run(const KernelArgs& a) override {
@@ -318,11 +387,11 @@ Result<std::unique_ptr<Kernel>> MakeMatMul(const KernelInit& init) {
     if (bias) bias2 = {1, y.back()};
     KILN_RETURN_IF_ERROR(k->Init(*init.node, PlainDesc({rows, a.back()}), PlainDesc({b[b.size() - 2], b.back()}),
                                  PlainDesc({rows, y.back()}), init.const_input(1), 1.f, bias, bias2,
-                                 init.prepack_cache, /*runtime_rows=*/true));
+                                 init.prepack_cache, /*runtime_rows=*/true, Bf16(init)));
     return std::unique_ptr<Kernel>(std::move(k));
   }
   KILN_RETURN_IF_ERROR(k->Init(*init.node, PlainDesc(a), PlainDesc(b), PlainDesc(y), init.const_input(1), 1.f, bias,
-                               bias_dims, init.prepack_cache));
+                               bias_dims, init.prepack_cache, false, Bf16(init)));
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
