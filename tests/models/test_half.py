@@ -176,6 +176,10 @@ def check_bert(kiln, work, dtypes, timeout):
     _, _, model = test_bert.export(mdir, args)
     ids, mask = np.load(os.path.join(mdir, "input_ids.npy")), np.load(os.path.join(mdir, "attention_mask.npy"))
     src = onnx.load(os.path.join(mdir, "model.onnx"))
+    ddir = os.path.join(work, "bert_half_dynamic")  # the same model (same seed), symbolic dims
+    os.makedirs(ddir, exist_ok=True)
+    test_bert.export(ddir, types.SimpleNamespace(**dict(BERT, dynamic=True)))
+    dsrc = onnx.load(os.path.join(ddir, "model.onnx"))
     f32_kiln = os.path.join(mdir, "f32.kiln")
     run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", f32_kiln], "compile float32",
         timeout, echo=False)
@@ -210,6 +214,21 @@ def check_bert(kiln, work, dtypes, timeout):
         for i, ref in enumerate(refs):
             got = from_half_npy(np.load(os.path.join(hdir, f"output_{i}.npy")), dtype)
             accuracy(f"bert {dtype} output {i}", got, ref, None if y_engine is None else y_engine[i], dtype, failures)
+        # The same encoder exported with symbolic batch and sequence, compiled
+        # without shapes: plans made at run time (MatMul's run-time rows),
+        # on the same inputs and references.
+        dyn_onnx, dyn_kiln = os.path.join(ddir, f"{dtype}.onnx"), os.path.join(ddir, f"{dtype}.kiln")
+        onnx.save(convert_half.convert(dsrc, dtype), dyn_onnx)
+        run([kiln, "compile", "--model", dyn_onnx, "--output", dyn_kiln], f"compile symbolic bert {dtype}", timeout)
+        odir = os.path.join(ddir, dtype + "_out")
+        os.makedirs(odir, exist_ok=True)
+        run([kiln, "run", dyn_kiln, "--input", "input_ids=" + os.path.join(mdir, "input_ids.npy"),
+             "--input", "attention_mask=" + os.path.join(mdir, "attention_mask.npy"), "--output-dir", odir],
+            f"run symbolic bert {dtype}", timeout)
+        for i, ref in enumerate(refs):
+            got = from_half_npy(np.load(os.path.join(odir, f"output_{i}.npy")), dtype)
+            accuracy(f"symbolic bert {dtype} output {i}", got, ref, None if y_engine is None else y_engine[i], dtype,
+                     failures)
     return failures
 
 

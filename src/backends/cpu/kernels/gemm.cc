@@ -106,12 +106,17 @@ bool CopyToPaddedRows(const memory::desc& src_md, const float* src, const memory
 // is a constant (a weight; products of two activations stay float32).
 bool Bf16(const KernelInit& init) {
   const HostTensor* b = init.const_input(1);
-  // (Multiply-adds per element of A: N, B's last dim.)
-  return init.node->GetInt(ops::kBf16Attr, 0) == 1 && init.caps && init.caps->bf16_dot &&
-         init.inputs[0].dtype == DType::kFloat32 && b != nullptr && !b->shape().empty() &&
-         Bf16PaysOff(static_cast<double>(init.node->op_type() == "Gemm" && init.node->GetInt("transB", 0) != 0
-                                             ? b->shape().front()
-                                             : b->shape().back()));
+  if (init.node->GetInt(ops::kBf16Attr, 0) != 1 || !init.caps || !init.caps->bf16_dot ||
+      init.inputs[0].dtype != DType::kFloat32 || b == nullptr || b->shape().empty()) {
+    return false;
+  }
+  // Multiply-adds per element of A: N (B's last dim; its first for Gemm's
+  // transB; 1 for a MatMul by a vector).
+  const Shape& bs = b->shape();
+  const std::int64_t n = bs.size() == 1                                                     ? 1
+                         : init.node->op_type() == "Gemm" && init.node->GetInt("transB", 0) ? bs.front()
+                                                                                            : bs.back();
+  return Bf16PaysOff(static_cast<double>(n));
 }
 
 class MatMulKernel : public Kernel {
