@@ -905,7 +905,12 @@ static int RealMain(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version are "errors" with status 0: CLI11 prints them.
+    // A usage error is bad input like any other: "kiln: error: ..." and
+    // status 1 (CLI11's own statuses are 105-109 by kind).
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "kiln: error: " << e.what() << "\nRun with --help for more information.\n";
+    return 1;
   }
   kiln::LoadOptions lo;
   lo.device = device;

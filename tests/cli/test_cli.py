@@ -75,6 +75,20 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", os.path.join(WORK, "nope.onnx"), "--output", os.path.join(WORK, "n.kiln"))
         self.assertCleanError(rc, out, "nope.onnx")
 
+    def test_usage_errors_exit_1_and_help_exits_0(self):
+        # A missing required option, an unknown flag, a value outside its
+        # range: status 1 with the option named (CLI11's own statuses are
+        # 106, 109, 105). --help is not an error.
+        rc, out = kiln("compile", "--output", os.path.join(WORK, "u1.kiln"))
+        self.assertCleanError(rc, out, "--model")
+        rc, out = kiln("compile", "--model", "m.onnx", "--output", "o.kiln", "--bogus-flag")
+        self.assertCleanError(rc, out, "--bogus-flag")
+        rc, out = kiln("bench", os.path.join(WORK, "none.kiln"), "--threads", "0")
+        self.assertCleanError(rc, out, "--threads")
+        rc, out = kiln("compile", "--help")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("--model", out)
+
     def test_unsupported_ops_reported_together(self):
         g = helper.make_graph(
             [helper.make_node("Relu", ["x"], ["a"], name="ok"),
