@@ -20,13 +20,16 @@ namespace kiln {
 // sums of a few such sizes cannot overflow int64.
 inline constexpr std::int64_t kMaxTensorBytes = std::int64_t{1} << 36;
 
-// a*b / a+b into *out; false (and *out untouched) on overflow. Operands must
-// be non-negative.
+// a*b / a+b / a-b into *out; false on overflow. Sizes are non-negative; the
+// upper bounds of shape arithmetic (cpu::EvalUpperBound) may not be.
 inline bool CheckedMul(std::int64_t a, std::int64_t b, std::int64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 inline bool CheckedAdd(std::int64_t a, std::int64_t b, std::int64_t* out) {
   return !__builtin_add_overflow(a, b, out);
+}
+inline bool CheckedSub(std::int64_t a, std::int64_t b, std::int64_t* out) {
+  return !__builtin_sub_overflow(a, b, out);
 }
 inline bool CheckedMulU(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   return !__builtin_mul_overflow(a, b, out);

@@ -154,7 +154,7 @@ Node* Graph::AddCopyOf(const Node& n) {
     Value* c = AddValue(v->name(), v->dtype(), v->shape());
     if (v->is_constant()) c->set_constant(v->constant());
     c->set_bound_value(v->bound_value());
-    c->set_value_upper_bound(v->value_upper_bound());
+    c->set_value_upper_bound(v->value_upper_bound(), v->value_nonnegative());
     ins.push_back(c);
   }
   for (const Value* v : n.outputs()) outs.push_back(AddValue(v->name(), v->dtype(), v->shape()));
@@ -439,7 +439,7 @@ std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_m
     n->set_rank_alternatives(v->rank_alternatives());
     if (v->is_constant()) n->set_constant(v->constant());
     n->set_bound_value(v->bound_value());
-    n->set_value_upper_bound(v->value_upper_bound());
+    n->set_value_upper_bound(v->value_upper_bound(), v->value_nonnegative());
     map[v.get()] = n;
   }
   auto mapped = [&map](const Value* v) -> Value* {

@@ -101,11 +101,19 @@ class Value {
   // element, computed by the compiler and the loader (cpu::EvalUpperBound)
   // through ops that never decrease when an input grows. The few shape
   // slots that admit it (TopK's K, ConstantOfShape's shape, Expand's shape,
-  // Tile's repeats, Reshape's target; see ops::InferContext::in_const) infer at the bound and
+  // Tile's repeats, Reshape's target, Range's limit; see
+  // ops::InferContext::in_const) infer at the bound and
   // make their outputs' dims data-dependent; the run reads the actual
   // values. Not written to .kiln; null for other values.
+  // `nonnegative`: every element the run can compute is >= 0 too (extents,
+  // counts, indices; not n - 1), which Mul and the sums need for their
+  // bound to hold.
   const HostTensorPtr& value_upper_bound() const { return value_upper_bound_; }
-  void set_value_upper_bound(HostTensorPtr t) { value_upper_bound_ = std::move(t); }
+  bool value_nonnegative() const { return value_upper_bound_ && value_nonnegative_; }
+  void set_value_upper_bound(HostTensorPtr t, bool nonnegative = true) {
+    value_upper_bound_ = std::move(t);
+    value_nonnegative_ = nonnegative;
+  }
   // Per-dim symbol names (empty string = none), parallel to shape, or empty
   // (no dim named). A name means "this dim equals symbol S" of the top-level
   // graph's symbol table (Graph::symbols). Set on model inputs from ONNX
@@ -182,6 +190,7 @@ class Value {
   HostTensorPtr constant_;
   HostTensorPtr bound_value_;
   HostTensorPtr value_upper_bound_;
+  bool value_nonnegative_ = true;
   Graph* owner_ = nullptr;
 };
 

@@ -22,6 +22,19 @@ Result<int> InferContext::Axis(std::int64_t axis, std::size_t rank, const char* 
 bool InferContext::UpperBoundSlot(const ir::Node& node, int i) {
   if (!node.domain().empty()) return false;
   const std::string& t = node.op_type();
+  if (t == "Range" && i == 1) {
+    // Range's length max(ceil((limit - start) / delta), 0) grows with its
+    // limit where start and delta are constants and delta > 0.
+    const ir::Value* start = node.num_inputs() == 3 ? node.input(0) : nullptr;
+    const ir::Value* delta = node.num_inputs() == 3 ? node.input(2) : nullptr;
+    if (!start || !delta || !start->is_constant() || !delta->is_constant() || start->constant()->device() ||
+        delta->constant()->device() || delta->constant()->numel() != 1) {
+      return false;
+    }
+    const DType dt = delta->dtype();
+    if (dt != DType::kInt64 && dt != DType::kInt32) return false;
+    return delta->constant()->ToInt64Vector()[0] > 0;
+  }
   return ((t == "TopK" || t == "Expand" || t == "Tile" || t == "Reshape") && i == 1) || (t == "ConstantOfShape" && i == 0);
 }
 

@@ -191,7 +191,9 @@ TEST(Dynamic, EmptyExtentsReachGemmAndSliceWithoutError) {
 
 // x[4] -> NonZero -> idx[1,<=4] -> Shape -> shp (upper bound [1,4]) -> [op
 // with a constant ->] ConstantOfShape -> y.
-std::unique_ptr<ir::Graph> FillOfNonZeroShape(const std::string& op = "", std::vector<std::int64_t> k = {}) {
+// `const_first`: op(k, shp) instead of op(shp, k).
+std::unique_ptr<ir::Graph> FillOfNonZeroShape(const std::string& op = "", std::vector<std::int64_t> k = {},
+                                              bool const_first = false) {
   auto g = std::make_unique<ir::Graph>();
   ir::Value* x = g->AddValue("x", DType::kFloat32, {4});
   g->inputs().push_back(x);
@@ -202,7 +204,8 @@ std::unique_ptr<ir::Graph> FillOfNonZeroShape(const std::string& op = "", std::v
   g->AddNode("Shape", "shape", {idx}, {shp});
   if (!op.empty()) {
     ir::Value* d = g->AddValue("d");
-    g->AddNode(op, "arith", {shp, g->AddConstant("k", test::I64({2}, std::move(k)))}, {d});
+    ir::Value* kv = g->AddConstant("k", test::I64({2}, std::move(k)));
+    g->AddNode(op, "arith", {const_first ? kv : shp, const_first ? shp : kv}, {d});
     shp = d;
   }
   g->AddNode("ConstantOfShape", "fill", {shp}, {y});
@@ -230,17 +233,143 @@ TEST(Dynamic, ConstantOfShapeOfADataDependentExtentRunsAtEachRunsShape) {
 }
 
 TEST(Dynamic, ShapeArithmeticWithoutAnUpperBoundNamesTheExtent) {
-  // Sub gives no upper bound, nor a product past any tensor's extent (it
-  // would wrap): a compile error naming the NonZero output, not advice
-  // about input shapes.
-  for (const auto& [op, k] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
-           {"Sub", {0, 0}}, {"Mul", {std::int64_t{1} << 40, 1}}}) {
-    auto m = CompileGraph(FillOfNonZeroShape(op, k), {});
-    ASSERT_FALSE(m.ok()) << op;
+  // k - shp shrinks as the extent grows (no upper bound), a product past
+  // any tensor's extent would wrap, and (shp - [0, 1]) * [1, 1] may be
+  // (-1) * 1 ... but Mul needs values that cannot be negative for its
+  // bound (-3 * -3 is above 0 * 0): each is a compile error naming the
+  // NonZero output, not advice about input shapes.
+  struct Case {
+    std::string op;
+    std::vector<std::int64_t> k;
+    bool const_first;
+  };
+  for (const Case& c : std::vector<Case>{{"Sub", {8, 8}, true}, {"Mul", {std::int64_t{1} << 40, 1}, false}}) {
+    auto m = CompileGraph(FillOfNonZeroShape(c.op, c.k, c.const_first), {});
+    ASSERT_FALSE(m.ok()) << c.op;
     const std::string msg = m.status().message();
     EXPECT_NE(msg.find("data-dependent extent of 'idx'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("NonZero node 'nz'"), std::string::npos) << msg;
     EXPECT_EQ(msg.find("--input-shape"), std::string::npos) << msg;
+  }
+  auto g = FillOfNonZeroShape("Sub", {0, 1});
+  ir::Node* fill = g->nodes().back().get();
+  ir::Value* d = fill->input(0);
+  ir::Value* prod = g->AddValue("prod");
+  g->AddNode("Mul", "times_one", {d, g->AddConstant("ones", test::I64({2}, {1, 1}))}, {prod});
+  fill->SetInput(0, prod);
+  ASSERT_TRUE(g->TopologicalSort().ok());
+  auto m = CompileGraph(std::move(g), {});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("data-dependent extent of 'idx'"), std::string::npos) << m.status().message();
+}
+
+TEST(Dynamic, SubAndDivByConstantsKeepUpperBounds) {
+  // shp - [0, 1]: the fill is [1, n - 1], bounded by [1, 3]; shp / [1, 2]:
+  // [1, n / 2], bounded by [1, 2]. A run where n - 1 is negative is an
+  // error naming the fill, not a crash.
+  for (const auto& [op, k] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
+           {"Sub", {0, 1}}, {"Div", {1, 2}}}) {
+    test::TempDir dir;
+    auto model = CompileAndLoad(FillOfNonZeroShape(op, k), dir);
+    ASSERT_TRUE(model.ok()) << op << ": " << model.status().ToString();
+    Model& m = **model;
+    const bool sub = op == "Sub";
+    EXPECT_EQ(m.outputs()[0].shape, (Shape{1, sub ? 3 : 2})) << op;
+    EXPECT_EQ(m.outputs()[0].dynamic_dims, 0b11u) << op;
+    std::vector<float> y(4, -1);
+    for (const auto& [x, n] : std::vector<std::pair<std::vector<float>, std::int64_t>>{
+             {{0, 3, 0, 5}, 2}, {{1, 1, 1, 1}, 4}, {{0, 0, 7, 0}, 1}, {{0, 2, 7, 1}, 3}}) {
+      Status st = m.Execute({TensorRef::Of(x.data(), {4})}, {TensorRef::Of(y.data(), {1, sub ? 3 : 2})});
+      ASSERT_TRUE(st.ok()) << op << ": " << st.ToString();
+      EXPECT_EQ(m.output_shape(0), (Shape{1, sub ? n - 1 : n / 2})) << op;
+    }
+    if (sub) {
+      std::vector<float> none = {0, 0, 0, 0};
+      Status st = m.Execute({TensorRef::Of(none.data(), {4})}, {TensorRef::Of(y.data(), {1, 3})});
+      ASSERT_FALSE(st.ok());
+      EXPECT_NE(st.message().find("fill"), std::string::npos) << st.ToString();
+    }
+  }
+}
+
+TEST(Dynamic, RangeUpToACountComputedFromData) {
+  // Range(0, count - 1) where count = the number of non-zeros of x[6]
+  // (NonZero -> Shape -> Gather -> Sub), and Range(0, argmax(x) + 1): both
+  // limits are computed inside the run; lengths by hand.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {6});
+  g->inputs().push_back(x);
+  auto* zero = g->AddConstant("zero", test::I64({}, {0}));
+  auto* one = g->AddConstant("one", test::I64({}, {1}));
+  ir::Value* idx = g->AddValue("idx");
+  ir::Value* shp = g->AddValue("shp");
+  ir::Value* cnt = g->AddValue("cnt");
+  ir::Value* lim = g->AddValue("lim");
+  ir::Value* r = g->AddValue("r");
+  ir::Value* am = g->AddValue("am");
+  ir::Value* lim2 = g->AddValue("lim2");
+  ir::Value* r2 = g->AddValue("r2");
+  g->AddNode("NonZero", "nz", {x}, {idx});
+  g->AddNode("Shape", "shape", {idx}, {shp});
+  g->AddNode("Gather", "count", {shp, one}, {cnt})->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Sub", "minus_one", {cnt, one}, {lim});
+  g->AddNode("Range", "range", {zero, lim, one}, {r});
+  g->AddNode("ArgMax", "argmax", {x}, {am})->SetAttr("keepdims", ir::Attribute::Int(0));
+  g->AddNode("Add", "plus_one", {am, one}, {lim2});
+  g->AddNode("Range", "range2", {zero, lim2, one}, {r2});
+  g->outputs() = {r, r2};
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{5}));
+  EXPECT_EQ(m.outputs()[1].shape, (Shape{6}));
+  std::vector<std::int64_t> a(6, -7), b(6, -7);
+  for (const auto& [xv, n, k] : std::vector<std::tuple<std::vector<float>, std::int64_t, std::int64_t>>{
+           {{0, 3, 0, 5, 0, 0}, 1, 4}, {{1, 2, 3, 4, 5, 9}, 5, 6}, {{9, 0, 0, 0, 0, 0}, 0, 1}, {{0, 0, 0, 0, 0, 0}, 0, 1}}) {
+    Status st = m.Execute({TensorRef::Of(xv.data(), {6})}, {TensorRef::Of(a.data(), {5}), TensorRef::Of(b.data(), {6})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(m.output_shape(0), (Shape{n}));
+    ASSERT_EQ(m.output_shape(1), (Shape{k}));
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(a[i], i);
+    for (std::int64_t i = 0; i < k; ++i) EXPECT_EQ(b[i], i);
+  }
+}
+
+TEST(Dynamic, TopKOfACountOfPassingElements) {
+  // K = ReduceSum(Cast(x > 0)): a Cast of a bool is at most 1, so K is at
+  // most 5 and TopK's outputs are [<=5]; the run keeps the positives.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {5});
+  g->inputs().push_back(x);
+  ir::Value* gt = g->AddValue("gt");
+  ir::Value* gi = g->AddValue("gi");
+  ir::Value* k = g->AddValue("k");
+  ir::Value* v = g->AddValue("v");
+  ir::Value* i = g->AddValue("i");
+  g->AddNode("Greater", "positive", {x, g->AddConstant("z", test::F32({}, {0}))}, {gt});
+  g->AddNode("Cast", "as_int", {gt}, {gi})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("ReduceSum", "count", {gi}, {k})->SetAttr("keepdims", ir::Attribute::Int(1));
+  g->AddNode("TopK", "topk", {x, k}, {v, i});
+  g->outputs() = {v, i};
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{5}));
+  std::vector<float> vals(5);
+  std::vector<std::int64_t> ids(5);
+  for (const auto& [xv, want, want_i] :
+       std::vector<std::tuple<std::vector<float>, std::vector<float>, std::vector<std::int64_t>>>{
+           {{3, -1, 5, 0, 2}, {5, 3, 2}, {2, 0, 4}}, {{-1, -2, -3, -4, -5}, {}, {}}, {{1, 2, 3, 4, 5}, {5, 4, 3, 2, 1}, {4, 3, 2, 1, 0}}}) {
+    Status st = m.Execute({TensorRef::Of(xv.data(), {5})}, {TensorRef::Of(vals.data(), {5}), TensorRef::Of(ids.data(), {5})});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const auto n = static_cast<std::int64_t>(want.size());
+    ASSERT_EQ(m.output_shape(0), (Shape{n}));
+    EXPECT_EQ(std::vector<float>(vals.begin(), vals.begin() + n), want);
+    EXPECT_EQ(std::vector<std::int64_t>(ids.begin(), ids.begin() + n), want_i);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -98,55 +99,120 @@ Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
     out->set_value_upper_bound(std::move(v));
     return true;
   }
-  // Inputs after the first that must be constants (indices, axes, shapes).
+  // Sources bounded by their type or by an extent: a Cast of a bool (0 or
+  // 1: a count of elements passing a test once summed), ArgMax / ArgMin
+  // (an index along the axis: at most its extent - 1).
+  auto filled = [&](std::int64_t e) {
+    auto v = std::make_shared<HostTensor>(ot, out->shape());
+    for (std::int64_t k = 0; k < v->numel(); ++k) {
+      if (ot == DType::kInt64) v->mutable_data_as<std::int64_t>()[k] = e;
+      else v->mutable_data_as<std::int32_t>()[k] = static_cast<std::int32_t>(e);
+    }
+    out->set_value_upper_bound(std::move(v), true);
+    return true;
+  };
+  if (t == "Cast" && node.input(0) && !node.input(0)->is_constant() && node.input(0)->dtype() == DType::kBool) {
+    return filled(1);
+  }
+  if (t == "ArgMax" || t == "ArgMin") {
+    const ir::Value* in = node.input(0);
+    if (!in || !IsStatic(in->shape())) return false;
+    const auto rank = static_cast<std::int64_t>(in->shape().size());
+    std::int64_t axis = node.GetInt("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || in->shape()[static_cast<std::size_t>(axis)] < 1) return false;
+    const std::int64_t most = in->shape()[static_cast<std::size_t>(axis)] - 1;
+    if (ot == DType::kInt32 && most > std::numeric_limits<std::int32_t>::max()) return false;
+    return filled(most);
+  }
+  // Inputs after the first that must be constants (indices, axes, shapes;
+  // Sub's subtrahend, Div's positive divisor: x - c and x / c never
+  // decrease when x grows).
   static const std::map<std::string, int> kFixedAfterFirst = {
       {"Gather", 1}, {"Unsqueeze", 1}, {"Squeeze", 1}, {"Reshape", 1}, {"Identity", 1}, {"Cast", 1},
-      {"ReduceMin", 1}, {"ReduceMax", 1}, {"ReduceSum", 1}, {"ReduceProd", 1}};
+      {"ReduceMin", 1}, {"ReduceMax", 1}, {"ReduceSum", 1}, {"ReduceProd", 1}, {"Sub", 1}, {"Div", 1}};
   static const std::set<std::string> kAllBounded = {"Concat", "Min", "Max", "Add", "Mul"};
   const bool fixed_tail = kFixedAfterFirst.count(t) != 0;
   if (!fixed_tail && !kAllBounded.count(t)) return false;
-  const bool nonnegative = t == "Add" || t == "Mul" || t == "ReduceSum" || t == "ReduceProd";
+  // Mul and the sums hold only for values that cannot be negative (-3 * -3
+  // is above the bounds' 0 * 0); Add is monotone in each input whatever
+  // their signs.
+  const bool nonnegative = t == "Mul" || t == "ReduceSum" || t == "ReduceProd";
   std::vector<HostTensorPtr> ins;
+  std::vector<bool> in_nonneg;
   bool any = false;
   for (int i = 0; i < node.num_inputs(); ++i) {
     const ir::Value* v = node.input(i);
     if (!v) {
       ins.push_back(nullptr);
+      in_nonneg.push_back(true);
       continue;
     }
     HostTensorPtr x;
+    bool nn = false;
     if (v->is_constant()) {
       if (v->constant()->device()) return false;
       x = v->constant();
+      if (x->dtype() != DType::kInt64 && x->dtype() != DType::kInt32) return false;
+      const std::vector<std::int64_t> e = x->ToInt64Vector();
+      nn = std::all_of(e.begin(), e.end(), [](std::int64_t q) { return q >= 0; });
+      if (t == "Div" && i == 1 && !std::all_of(e.begin(), e.end(), [](std::int64_t q) { return q > 0; })) return false;
+      if (t == "Sub" && i == 1) nn = std::all_of(e.begin(), e.end(), [](std::int64_t q) { return q <= 0; });
     } else if (v->value_upper_bound() && (!fixed_tail || i == 0)) {
       x = v->value_upper_bound();
+      nn = v->value_nonnegative();
       any = true;
     } else {
       return false;
     }
     if (x->dtype() != DType::kInt64 && x->dtype() != DType::kInt32) return false;
-    if (nonnegative) {
-      for (std::int64_t e : x->ToInt64Vector()) {
-        if (e < 0) return false;
-      }
-    }
+    if (nonnegative && !nn) return false;
     ins.push_back(std::move(x));
+    in_nonneg.push_back(nn);
   }
   if (!any) return false;
-  if (nonnegative) {
+  // Whether the result cannot be negative either.
+  bool out_nonneg;
+  if (t == "Max") {
+    out_nonneg = std::any_of(in_nonneg.begin(), in_nonneg.end(), [](bool b) { return b; });
+  } else if (t == "Add" || t == "Min" || t == "Concat" || t == "Sub") {
+    out_nonneg = std::all_of(in_nonneg.begin(), in_nonneg.end(), [](bool b) { return b; });
+  } else {
+    out_nonneg = nonnegative || in_nonneg[0];
+  }
+  if (t == "Cast" && ot == DType::kInt32) {  // a narrowing cast wraps what int32 cannot hold
+    for (std::int64_t e : ins[0]->ToInt64Vector()) {
+      if (e > std::numeric_limits<std::int32_t>::max() || e < std::numeric_limits<std::int32_t>::min()) return false;
+    }
+  }
+  if (nonnegative || t == "Add" || t == "Sub") {
     // What the result's elements can reach (checked: a bound the kernels'
     // wrapping arithmetic would have wrapped is no bound), at most a tensor
-    // extent: Add the sum of each input's largest, Mul their product,
-    // ReduceSum the largest times the count, ReduceProd its power.
+    // extent: Add the sum of each input's largest, Sub the largest minus
+    // the least subtrahend, Mul their product, ReduceSum the largest times
+    // the count, ReduceProd its power.
     const bool reduce = t == "ReduceSum" || t == "ReduceProd";
-    std::int64_t reach = t == "Add" || t == "ReduceSum" ? 0 : 1;
+    std::int64_t reach = t == "Add" || t == "ReduceSum" || t == "Sub" ? 0 : 1;
+    std::int64_t low = 0;
     bool fits = true;
     for (std::size_t i = 0; i < ins.size() && fits && (!reduce || i == 0); ++i) {
       if (!ins[i]) continue;
       const std::vector<std::int64_t> v = ins[i]->ToInt64Vector();
       const std::int64_t most = v.empty() ? 0 : *std::max_element(v.begin(), v.end());
-      if (t == "Add") {
-        fits = CheckedAdd(reach, most, &reach);
+      if (t == "Sub") {
+        // Every element difference lies between least(x) - most(c) and
+        // most(x) - least(c): both must fit.
+        if (i == 0) {
+          reach = most;
+          low = v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+        } else {
+          std::int64_t ignored;
+          fits = CheckedSub(reach, v.empty() ? 0 : *std::min_element(v.begin(), v.end()), &reach) &&
+                 CheckedSub(low, most, &ignored);
+        }
+      } else if (t == "Add") {  // the least elements' sum too (n - 5 + c may be negative)
+        fits = CheckedAdd(reach, most, &reach) &&
+               CheckedAdd(low, v.empty() ? 0 : *std::min_element(v.begin(), v.end()), &low);
       } else if (t == "Mul") {
         fits = CheckedMul(reach, most, &reach);
       } else if (t == "ReduceSum") {
@@ -159,7 +225,7 @@ Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
   }
   KILN_ASSIGN_OR_RETURN(std::vector<HostTensorPtr> outs, EvalNode(node, ins));
   if (outs.size() != 1 || !outs[0] || outs[0]->shape() != out->shape()) return false;
-  out->set_value_upper_bound(std::move(outs[0]));
+  out->set_value_upper_bound(std::move(outs[0]), out_nonneg);
   return true;
 }
 
