@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "common/checked.h"
+#include "ops/fused_attrs.h"
 #include "ops/op_registry.h"
 
 namespace kiln::ops {
@@ -108,10 +109,10 @@ inline Result<bool> CheckFusedInput(InferContext& c, const char* attr, int index
 // ops::kBf16Attr ("kiln.bf16", on Conv, MatMul and Gemm): 0 or 1, and 1
 // only on float32 operands (a bfloat16 model computed in float32).
 inline Status CheckBf16Attr(InferContext& c) {
-  const std::int64_t b = c.node().GetInt("kiln.bf16", 0);
-  if (b != 0 && b != 1) return c.Fail("attribute 'kiln.bf16' must be 0 or 1, found ", b);
+  const std::int64_t b = c.node().GetInt(kBf16Attr, 0);
+  if (b != 0 && b != 1) return c.Fail("attribute '", kBf16Attr, "' must be 0 or 1, found ", b);
   if (b == 1 && c.in_dtype(0) != DType::kFloat32) {
-    return c.Fail("attribute 'kiln.bf16' = 1 needs float32 operands (a bfloat16 model computed in float32), found ",
+    return c.Fail("attribute '", kBf16Attr, "' = 1 needs float32 operands (a bfloat16 model computed in float32), found ",
                   DTypeName(c.in_dtype(0)));
   }
   return Status::Ok();

@@ -96,6 +96,26 @@ TEST(HalfGraph, BFloat16OutputRoundsToNearestEven) {
   EXPECT_EQ(out[2], 0xbfa1);
 }
 
+// Compiles `g` (its input x, its output y: bfloat16, shape `shape`), checks
+// that `marked` nodes carry kiln.bf16 = 1, runs it on x = 1 and expects 0
+// where the CPU has native bfloat16 (the operands rounded as the model's
+// semantics say), 2^-10 (0x3a80) where it computes in float32.
+void ExpectBf16RoundingOf(std::unique_ptr<ir::Graph> g, const Shape& shape, int marked) {
+  const DType bf = DType::kBFloat16;
+  test::TempDir dir;
+  format::CompiledModel cm;
+  auto model = CompileAndLoad(std::move(g), dir, &cm);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  int found = 0;
+  for (const auto& n : cm.graph->nodes()) found += n->GetInt(ops::kBf16Attr, 0) == 1;
+  ASSERT_EQ(found, marked);
+  const std::uint16_t one = 0x3f80;
+  std::uint16_t out = 0xffff;
+  ASSERT_TRUE((*model)->Execute({{const_cast<std::uint16_t*>(&one), bf, shape}}, {{&out, bf, shape}}).ok());
+  const bool native = runtime::CpuDevice().caps().bf16_dot;
+  EXPECT_EQ(out, native ? 0x0000 : 0x3a80) << "native bfloat16: " << native;
+}
+
 // A bfloat16 Conv is marked (ops::kBf16Attr). Where the CPU multiplies
 // bfloat16 natively (device::Capabilities::bf16_dot), its kernel rounds X to
 // bfloat16 as the model does; elsewhere the graph computes in float32. Two
@@ -117,19 +137,7 @@ TEST(HalfGraph, BFloat16ConvRoundsItsOperandsWhereTheCpuHasBFloat16) {
   g->AddNode("Conv", "conv1", {x, w1, b1}, {h});
   g->AddNode("Conv", "conv2", {h, w2}, {y});
   g->outputs().push_back(y);
-  test::TempDir dir;
-  format::CompiledModel cm;
-  auto model = CompileAndLoad(std::move(g), dir, &cm);
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  ASSERT_EQ(Count(*cm.graph, "Conv"), 2);
-  for (const auto& n : cm.graph->nodes()) {
-    if (n->op_type() == "Conv") EXPECT_EQ(n->GetInt(ops::kBf16Attr, 0), 1) << n->Describe();
-  }
-  const std::uint16_t one = 0x3f80;
-  std::uint16_t out = 0xffff;
-  ASSERT_TRUE((*model)->Execute({{const_cast<std::uint16_t*>(&one), bf, {1, 1, 1, 1}}}, {{&out, bf, {1, 1, 1, 1}}}).ok());
-  const bool native = runtime::CpuDevice().caps().bf16_dot;
-  EXPECT_EQ(out, native ? 0x0000 : 0x3a80) << "native bfloat16: " << native;
+  ExpectBf16RoundingOf(std::move(g), {1, 1, 1, 1}, 2);
 }
 
 // The same for matrix products (run on one thread, the default, where
@@ -150,18 +158,7 @@ TEST(HalfGraph, BFloat16MatMulRoundsItsOperandsWhereTheCpuHasBFloat16) {
   g->AddNode("Gemm", "gemm", {x, w1, c}, {h});
   g->AddNode("MatMul", "matmul", {h, w2}, {y});
   g->outputs().push_back(y);
-  test::TempDir dir;
-  format::CompiledModel cm;
-  auto model = CompileAndLoad(std::move(g), dir, &cm);
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  int marked = 0;
-  for (const auto& n : cm.graph->nodes()) marked += n->GetInt(ops::kBf16Attr, 0) == 1;
-  ASSERT_EQ(marked, 2);
-  const std::uint16_t one = 0x3f80;
-  std::uint16_t out = 0xffff;
-  ASSERT_TRUE((*model)->Execute({{const_cast<std::uint16_t*>(&one), bf, {1, 1}}}, {{&out, bf, {1, 1}}}).ok());
-  const bool native = runtime::CpuDevice().caps().bf16_dot;
-  EXPECT_EQ(out, native ? 0x0000 : 0x3a80) << "native bfloat16: " << native;
+  ExpectBf16RoundingOf(std::move(g), {1, 1}, 2);
 }
 
 // The bfloat16 convolution's kernel with what fusion gives it: 3x3, 16 ->

@@ -21,6 +21,21 @@ dnnl::stream& DnnlStream() {
   return s;
 }
 
+void Bf16Rounding::Init(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  dnnl::reorder::primitive_desc rd(DnnlEngine(), from, DnnlEngine(), to, UserScratchpad());
+  reorder_ = dnnl::reorder(rd);
+  scratch_ = ScratchpadFor(rd);
+  user_ = dnnl::memory(from, DnnlEngine(), nullptr);
+  bytes_ = to.get_size();
+}
+
+void Bf16Rounding::Run(const void* src, std::uint8_t* ws, dnnl::memory& dst) {
+  user_.set_data_handle(const_cast<void*>(src));
+  dst.set_data_handle(ws + at_);
+  if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
+  reorder_.execute(DnnlStream(), {{DNNL_ARG_FROM, user_}, {DNNL_ARG_TO, dst}, {DNNL_ARG_SCRATCHPAD, scratch_.mem}});
+}
+
 void* ThreadScratch(std::size_t bytes) {
   struct Buffer {
     void* p = nullptr;

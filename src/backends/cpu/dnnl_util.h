@@ -71,6 +71,30 @@ Scratchpad ScratchpadFor(const PD& pd) {
   return s;
 }
 
+// A float32 operand rounded to bfloat16 each run into the kernel's
+// workspace (ops::kBf16Attr: Conv's X, MatMul/Gemm's A), for a primitive
+// that takes bfloat16 there. The reorder's own scratchpad sits at the
+// workspace's start (used only while it runs); the rounded copy at Place's
+// offset, after everything else the kernel keeps there.
+class Bf16Rounding {
+ public:
+  // `from`: the operand's float32 layout; `to`: the primitive's bfloat16 one.
+  void Init(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+  std::size_t scratch_bytes() const { return scratch_.bytes; }
+  // The rounded copy at the first 64-byte boundary at or after `after`.
+  void Place(std::size_t after) { at_ = (after + 63) / 64 * 64; }
+  // Workspace bytes up to the copy's end.
+  std::size_t end() const { return at_ + bytes_; }
+  // Rounds `src` into ws + Place's offset and points `dst` there.
+  void Run(const void* src, std::uint8_t* ws, dnnl::memory& dst);
+
+ private:
+  dnnl::reorder reorder_;
+  Scratchpad scratch_;
+  dnnl::memory user_;
+  std::size_t at_ = 0, bytes_ = 0;
+};
+
 // A convolution node's window (ops::ComputeWindow over x's spatial dims and
 // the weights' kernel dims) in oneDNN's terms: dilations counted from 0.
 struct DnnlConvWindow {

@@ -309,12 +309,8 @@ class ConvKernel : public Kernel {
       if (bf16_) {
         // X rounded to bfloat16 into the workspace, after everything else
         // there (the run's scratch starts at its beginning).
-        dnnl::reorder::primitive_desc rd(DnnlEngine(), src_f32, DnnlEngine(), pd.src_desc(), UserScratchpad());
-        to_bf16_ = dnnl::reorder(rd);
-        to_bf16_scratch_ = ScratchpadFor(rd);
-        user_src_ = memory(src_f32, DnnlEngine(), nullptr);
-        bf16_at_ = (BaseWorkspaceBytes() + 63) / 64 * 64;
-        bf16_bytes_ = pd.src_desc().get_size();
+        to_bf16_.Init(src_f32, pd.src_desc());
+        to_bf16_.Place(BaseWorkspaceBytes());
       }
     });
   }
@@ -363,11 +359,7 @@ class ConvKernel : public Kernel {
       fixed_ws = static_cast<std::uint8_t*>(run_ctx && run_ctx->workspace && run_ctx->workspace_bytes >= need
                                                 ? run_ctx->workspace
                                                 : ThreadScratch(need));
-      user_src_.set_data_handle(const_cast<void*>(a.in(0)));
-      src_.set_data_handle(fixed_ws + bf16_at_);
-      if (to_bf16_scratch_.bytes) to_bf16_scratch_.mem.set_data_handle(fixed_ws);
-      to_bf16_.execute(DnnlStream(), {{DNNL_ARG_FROM, user_src_}, {DNNL_ARG_TO, src_},
-                                      {DNNL_ARG_SCRATCHPAD, to_bf16_scratch_.mem}});
+      to_bf16_.Run(a.in(0), fixed_ws, src_);
     } else {
       src_.set_data_handle(const_cast<void*>(a.in(0)));
     }
@@ -409,7 +401,7 @@ class ConvKernel : public Kernel {
     return Status::Ok();
   }
   std::size_t workspace_bytes() const override {
-    return bf16_ ? bf16_at_ + bf16_bytes_ : BaseWorkspaceBytes();
+    return bf16_ ? to_bf16_.end() : BaseWorkspaceBytes();
   }
   bool bf16() const { return bf16_; }
 
@@ -422,7 +414,7 @@ class ConvKernel : public Kernel {
     if (in_place_planned_ && (residual_ == Residual::kBinary || residual_ == Residual::kSeparate)) {
       return res_copy_at_ + res_.get_desc().get_size();
     }
-    return std::max({scratch_.bytes, add_scratch_.bytes, to_bf16_scratch_.bytes});
+    return std::max({scratch_.bytes, add_scratch_.bytes, bf16_ ? to_bf16_.scratch_bytes() : std::size_t{0}});
   }
 
   dnnl::convolution_forward prim_;
@@ -451,9 +443,7 @@ class ConvKernel : public Kernel {
   // bfloat16 operands (ops::kBf16Attr on a CPU with bf16_dot): the reorder
   // that rounds X, and where the rounded copy sits in the workspace.
   bool bf16_ = false;
-  dnnl::reorder to_bf16_;
-  Scratchpad to_bf16_scratch_;
-  std::size_t bf16_at_ = 0, bf16_bytes_ = 0;
+  Bf16Rounding to_bf16_;
 };
 
 }  // namespace

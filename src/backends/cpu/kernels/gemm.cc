@@ -218,12 +218,8 @@ class MatMulKernel : public Kernel {
       scratch_ = ScratchpadFor(pd);
       if (bf16_) {
         // A rounded to bfloat16 into the workspace, after the scratchpad.
-        dnnl::reorder::primitive_desc rd(DnnlEngine(), a_md, DnnlEngine(), a16_md, UserScratchpad());
-        to_bf16_ = dnnl::reorder(rd);
-        to_bf16_scratch_ = ScratchpadFor(rd);
-        user_a_ = memory(a_md, DnnlEngine(), nullptr);
-        a16_at_ = (std::max(scratch_.bytes, to_bf16_scratch_.bytes) + 63) / 64 * 64;
-        a16_bytes_ = a16_md.get_size();
+        to_bf16_.Init(a_md, a16_md);
+        to_bf16_.Place(std::max(scratch_.bytes, to_bf16_.scratch_bytes()));
       }
       args_ = {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
@@ -241,11 +237,7 @@ class MatMulKernel : public Kernel {
       const std::size_t need = workspace_bytes();
       auto* ws = static_cast<std::uint8_t*>(ctx && ctx->workspace && ctx->workspace_bytes >= need ? ctx->workspace
                                                                                                 : ThreadScratch(need));
-      user_a_.set_data_handle(const_cast<void*>(a));
-      a_.set_data_handle(ws + a16_at_);
-      if (to_bf16_scratch_.bytes) to_bf16_scratch_.mem.set_data_handle(ws);
-      to_bf16_.execute(DnnlStream(), {{DNNL_ARG_FROM, user_a_}, {DNNL_ARG_TO, a_},
-                                      {DNNL_ARG_SCRATCHPAD, to_bf16_scratch_.mem}});
+      to_bf16_.Run(a, ws, a_);
       if (scratch_.bytes) scratch_.mem.set_data_handle(ws);
     } else {
       a_.set_data_handle(const_cast<void*>(a));
@@ -261,17 +253,14 @@ class MatMulKernel : public Kernel {
     Execute(a.in(0), a.in(1), a.out(0), a.ctx);
     return Status::Ok();
   }
-  std::size_t workspace_bytes() const override { return bf16_ ? a16_at_ + a16_bytes_ : scratch_.bytes; }
+  std::size_t workspace_bytes() const override { return bf16_ ? to_bf16_.end() : scratch_.bytes; }
 
  private:
   dnnl::matmul prim_;
   // bfloat16 operands (Init's `bf16`): the reorder rounding A, where the
   // rounded copy sits in the workspace.
   bool bf16_ = false;
-  dnnl::reorder to_bf16_;
-  Scratchpad to_bf16_scratch_;
-  memory user_a_;
-  std::size_t a16_at_ = 0, a16_bytes_ = 0;
+  Bf16Rounding to_bf16_;
   memory a_, b_, bias_, dst_;
   std::shared_ptr<memory> packed_;  // constant B, shared through the PrepackCache
   std::unordered_map<int, memory> args_;
