@@ -38,6 +38,12 @@ bool InferContext::UpperBoundSlot(const ir::Node& node, int i) {
   return ((t == "TopK" || t == "Expand" || t == "Tile" || t == "Reshape") && i == 1) || (t == "ConstantOfShape" && i == 0);
 }
 
+bool InferContext::DataBoundedSlot(const ir::Node& node, int i) {
+  if (!node.domain().empty()) return false;
+  const std::string& t = node.op_type();
+  return (t == "Slice" && i >= 1 && i <= 4 && node.num_inputs() >= 3) || (t == "TopK" && i == 1);
+}
+
 OpRegistry& OpRegistry::Get() {
   static OpRegistry* r = [] {
     auto* reg = new OpRegistry();
@@ -433,6 +439,14 @@ bool SettleShapeInputDims(ir::Node& node, std::uint64_t missed) {
 }
 
 }  // namespace
+
+bool InferContext::DecidedByData(int i) const {
+  const ir::Value* v = i < node_.num_inputs() ? node_.input(i) : nullptr;
+  if (!v || v->is_constant() || v->bound_value()) return false;
+  std::set<const ir::Value*> seen;
+  std::set<ir::Value*> inputs;
+  return !ValueFromShapeInputs(v, seen, inputs);
+}
 
 Status InferNode(ir::Node& node) { return CheckAndInfer(node, Mode::kFull); }
 Status InferNodeShapesOnly(ir::Node& node) { return CheckAndInfer(node, Mode::kShapesOnly); }

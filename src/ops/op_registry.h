@@ -46,6 +46,16 @@ class InferContext {
   // Whether input `i` of `node` is a slot whose output extents never shrink
   // when its values grow.
   static bool UpperBoundSlot(const ir::Node& node, int i);
+  // Whether input `i` of `node` is a slot whose outputs are bounded by the
+  // data input's extents whatever its values (Slice's starts, ends, axes and
+  // steps; TopK's K): where the run computes the value from data, the op
+  // infers the data input's extents as the bound, data-dependent
+  // (DecidedByData).
+  static bool DataBoundedSlot(const ir::Node& node, int i);
+  // Input i has a value the run computes from data: not a constant, not
+  // known per plan (a bound value, or a value that follows from shape
+  // inputs, which the shape-input path settles).
+  bool DecidedByData(int i) const;
   // The inputs whose values the inference asked for and did not get (bit i:
   // input i): the output dims they decide are left -1.
   std::uint64_t missed_values() const { return missed_values_; }

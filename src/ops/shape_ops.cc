@@ -394,6 +394,29 @@ Status InferSlice(InferContext& c) {
   }
   if (!known) {
     Shape out(x.size(), -1);
+    // Values the run computes from data: each sliced dim is at most its
+    // input's (every dim where the axes are data too), data-dependent.
+    bool data = false;
+    for (int i = 1; i < c.num_inputs(); ++i) data = data || (c.has_input(i) && !c.in_const(i) && c.DecidedByData(i));
+    if (data && IsStatic(x)) {
+      std::uint64_t mask = c.in_dynamic(0);
+      const auto rank = static_cast<std::int64_t>(x.size());
+      auto mark = [&](std::int64_t a) {
+        if (a < 0) a += rank;
+        if (a >= 0 && a < rank && a < 64) mask |= std::uint64_t{1} << a;
+      };
+      if (c.has_input(3) && !c.in_const(3)) {
+        for (std::int64_t d = 0; d < rank; ++d) mark(d);
+      } else if (c.has_input(3)) {
+        for (std::int64_t a : v[3]) mark(a);
+      } else {  // axes 0 .. len(starts) - 1
+        const Shape& st = c.in_shape(1);
+        for (std::int64_t d = 0; st.size() == 1 && d < st[0]; ++d) mark(d);
+      }
+      c.SetOutput(0, c.in_dtype(0), x);
+      c.SetOutputDynamic(0, mask);
+      return Status::Ok();
+    }
     if (c.has_input(3) && c.in_const(3)) {  // dims not sliced keep their size
       out = x;
       for (std::int64_t a : v[3]) {

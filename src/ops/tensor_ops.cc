@@ -418,6 +418,15 @@ Status InferTopK(InferContext& c) {
     if (kv < 0) return c.Fail("'k' = ", kv, " is negative");
     if (x[axis] >= 0 && kv > x[axis]) return c.Fail("'k' = ", kv, " exceeds the size ", x[axis], " of axis ", axis);
     out[axis] = kv;
+  } else if (x[axis] >= 0 && c.DecidedByData(1)) {
+    // K computed from data: at most the axis, data-dependent there.
+    out[axis] = x[axis];
+    c.SetOutput(0, c.in_dtype(0), out);
+    c.SetOutput(1, DType::kInt64, out);
+    const std::uint64_t mask = c.in_dynamic(0) | (axis < 64 ? std::uint64_t{1} << axis : 0);
+    c.SetOutputDynamic(0, mask);
+    c.SetOutputDynamic(1, mask);
+    return Status::Ok();
   }
   c.SetOutput(0, c.in_dtype(0), out);
   c.SetOutput(1, DType::kInt64, out);

@@ -594,8 +594,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
     d->self_shaped = node.op_type() == "If" && node.domain().empty();
     for (int i = 0; i < node.num_inputs(); ++i) {
       const ir::Value* v = node.input(i);
-      if (v && !v->is_constant() && !v->bound_value() && v->value_upper_bound() &&
-          ops::InferContext::UpperBoundSlot(node, i)) {
+      if (v && !v->is_constant() && !v->bound_value() &&
+          ((v->value_upper_bound() && ops::InferContext::UpperBoundSlot(node, i)) ||
+           ops::InferContext::DataBoundedSlot(node, i))) {
         d->value_inputs.push_back(i);
       }
     }

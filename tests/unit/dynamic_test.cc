@@ -388,6 +388,66 @@ TEST(Dynamic, AddOnADataDependentExtentKeepsItsUpperBound) {
   }
 }
 
+TEST(Dynamic, SliceAndTopKByValuesComputedFromData) {
+  // ends = int(max(x)) and K = int(min(x)) of a float x[80] (above the 64
+  // elements of a shape input): values without any bound, but Slice's
+  // output is at most x's and TopK's at most its axis: both are planned for
+  // [<=80] and each run reads the values.
+  constexpr std::int64_t kN = 80;
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {kN});
+  g->inputs().push_back(x);
+  ir::Value* mx = g->AddValue("mx");
+  ir::Value* ends = g->AddValue("ends");
+  ir::Value* mn = g->AddValue("mn");
+  ir::Value* k = g->AddValue("k");
+  ir::Value* head = g->AddValue("head");
+  ir::Value* top = g->AddValue("top");
+  ir::Value* top_i = g->AddValue("top_i");
+  g->AddNode("ReduceMax", "max", {x}, {mx})->SetAttr("keepdims", ir::Attribute::Int(1));
+  g->AddNode("Cast", "ends_of", {mx}, {ends})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("Slice", "head", {x, g->AddConstant("starts", test::I64({1}, {0})), ends}, {head});
+  g->AddNode("ReduceMin", "min", {x}, {mn})->SetAttr("keepdims", ir::Attribute::Int(1));
+  g->AddNode("Cast", "k_of", {mn}, {k})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("TopK", "topk", {x, k}, {top, top_i});
+  g->outputs() = {head, top, top_i};
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  for (int o = 0; o < 3; ++o) EXPECT_EQ(m.outputs()[o].shape, (Shape{kN})) << o;
+  std::vector<float> h(kN), t(kN);
+  std::vector<std::int64_t> ti(kN);
+  // x: the six values given, then `pad` (which changes neither max nor min).
+  auto run = [&](std::vector<float> xv, float pad) {
+    xv.resize(kN, pad);
+    return m.Execute({TensorRef::Of(xv.data(), {kN})},
+                     {TensorRef::Of(h.data(), {kN}), TensorRef::Of(t.data(), {kN}), TensorRef::Of(ti.data(), {kN})});
+  };
+  struct Case {
+    std::vector<float> x;
+    float pad;
+    std::vector<float> head, top;
+    std::vector<std::int64_t> top_i;
+  };
+  for (const Case& c : std::vector<Case>{{{2, 5, 1, 3, 4, 0.5f}, 1, {2, 5, 1, 3, 4}, {}, {}},
+                                         {{3, 1, 2, 2, 9, 1}, 2, {3, 1, 2, 2, 9, 1, 2, 2, 2}, {9}, {4}},
+                                         {{2, 2, 2, 2, 2, 2.5f}, 2, {2, 2}, {2.5f, 2}, {5, 0}}}) {
+    Status st = run(c.x, c.pad);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(m.output_shape(0), (Shape{static_cast<std::int64_t>(c.head.size())}));
+    ASSERT_EQ(m.output_shape(1), (Shape{static_cast<std::int64_t>(c.top.size())}));
+    EXPECT_EQ(std::vector<float>(h.begin(), h.begin() + c.head.size()), c.head);
+    EXPECT_EQ(std::vector<float>(t.begin(), t.begin() + c.top.size()), c.top);
+    EXPECT_EQ(std::vector<std::int64_t>(ti.begin(), ti.begin() + c.top_i.size()), c.top_i);
+  }
+  // K = 81 > 80 elements: the run fails naming TopK, never past its memory.
+  Status st = run({}, 81);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("topk"), std::string::npos) << st.ToString();
+}
+
 TEST(Dynamic, ReshapeToAFixedShapeFailsAtRunTimeNamingTheNode) {
   // NonZero(x)[2,<=4] -> Reshape to [8]: fine when all 4 are non-zero, an
   // error naming the Reshape otherwise.
