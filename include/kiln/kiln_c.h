@@ -304,7 +304,13 @@ KILN_C_EXPORT kiln_status kiln_model_output_shape(const kiln_model* model, size_
  * shape to allocate that output with before kiln_model_execute. Makes (or
  * finds) the plan for those input shapes, and for the values of inputs
  * whose values decide shapes (read from the bound host buffers, as a run
- * reads them); errors name the input, dim and symbol, as a run's would. */
+ * reads them); errors name the input, dim and symbol, as a run's would.
+ * An output whose extents follow from a value the run computes with no
+ * bound the model proves (kiln_dim max -1 on a data-dependent dim) is
+ * planned for a provisional bound: a run above it raises the bound and
+ * fails if the bound outputs are too small for it (an error naming the
+ * raised value); this call then gives the raised shape: bind outputs of
+ * that shape and run again. */
 KILN_C_EXPORT kiln_status kiln_model_output_shape_for_inputs(kiln_model* model, size_t index, int64_t* dims,
                                                              size_t capacity, size_t* rank);
 

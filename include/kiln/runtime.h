@@ -221,6 +221,11 @@ struct PlanStats {
   double last_memory_plan_us = 0;
   double last_executor_us = 0;
   std::uint64_t gears = 0;    // plans made at load for the model's gears (kept, never evicted)
+  // Runs that computed a value above the provisional bound its plan was
+  // made for (a shape from data with no bound the model proves, as
+  // Range(0, ReduceMax(x))): each raised the bound, dropped the plans and
+  // ran again from the start.
+  std::uint64_t bound_raises = 0;
   // Arena bytes the held plans use: a bounded model's plans share one arena
   // (counted once); a plan that needs more than it, or of an unbounded
   // model, has its own.
@@ -311,6 +316,15 @@ class Model {
   // that depend on those inputs' values: OutputShapes refuses it, naming the
   // input; OutputShapesFor reads them from the inputs as Execute would.
   virtual Result<std::vector<Shape>> OutputShapes(const std::vector<Shape>& input_shapes) = 0;
+  // Provisional bounds: a shape the run computes from data with no bound
+  // the model proves (Range(0, ReduceMax(x)) of a large float x, c - n) is
+  // planned for a provisional bound (its TensorInfo dims: max -1, value
+  // -1). Execute, when a run computes a larger value, raises the bound
+  // (twice the old one for a single value, else the run's values), drops
+  // the plans and runs again from the start with a plan for it; if the
+  // bound outputs no longer have the plan's shapes, it fails naming the
+  // raised value, and OutputShapesFor gives the shapes to allocate and run
+  // again with (PlanStats::bound_raises counts the raises).
   virtual Result<std::vector<Shape>> OutputShapesFor(const std::vector<TensorRef>& inputs) = 0;
   virtual PlanStats plan_stats() const = 0;
 };

@@ -263,9 +263,22 @@ class PyModel {
     last_inputs_.clear();
     for (auto& r : in_refs) last_inputs_.push_back(reinterpret_cast<std::uintptr_t>(r.data));
     kiln::Status st;
-    {
-      py::gil_scoped_release release;
-      st = m_->Execute(in_refs, out_refs);
+    for (int attempt = 0;; ++attempt) {
+      {
+        py::gil_scoped_release release;
+        st = m_->Execute(in_refs, out_refs);
+      }
+      // Outputs allocated here whose bounds a run raised (a shape computed
+      // from data with no bound the model proves: a provisional bound):
+      // allocated again for the raised bounds and run again.
+      if (st.ok() || !outputs.is_none() || attempt >= 8) break;
+      auto again = m_->OutputShapesFor(in_refs);
+      if (!again.ok() || again.value() == out_shapes) break;
+      out_shapes = std::move(again).value();
+      for (std::size_t i = 0; i < outs.size(); ++i) {
+        out_arrays[i] = py::array(ToNumpy(outs[i].dtype), out_shapes[i]);
+        out_refs[i] = {out_arrays[i].mutable_data(), outs[i].dtype, out_shapes[i]};
+      }
     }
     Check(st);
     py::dict result;

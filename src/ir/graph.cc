@@ -154,7 +154,9 @@ Node* Graph::AddCopyOf(const Node& n) {
     Value* c = AddValue(v->name(), v->dtype(), v->shape());
     if (v->is_constant()) c->set_constant(v->constant());
     c->set_bound_value(v->bound_value());
-    c->set_value_upper_bound(v->value_upper_bound(), v->value_nonnegative());
+    if (v->bound_provisional()) c->set_provisional_bound(v->value_upper_bound());
+    else c->set_value_upper_bound(v->value_upper_bound(), v->value_nonnegative());
+    c->set_raised_bound(v->raised_bound());
     ins.push_back(c);
   }
   for (const Value* v : n.outputs()) outs.push_back(AddValue(v->name(), v->dtype(), v->shape()));
@@ -439,7 +441,9 @@ std::unique_ptr<Graph> CloneInto(const Graph& g, Graph* parent, std::unordered_m
     n->set_rank_alternatives(v->rank_alternatives());
     if (v->is_constant()) n->set_constant(v->constant());
     n->set_bound_value(v->bound_value());
-    n->set_value_upper_bound(v->value_upper_bound(), v->value_nonnegative());
+    if (v->bound_provisional()) n->set_provisional_bound(v->value_upper_bound());
+    else n->set_value_upper_bound(v->value_upper_bound(), v->value_nonnegative());
+    n->set_raised_bound(v->raised_bound());
     map[v.get()] = n;
   }
   auto mapped = [&map](const Value* v) -> Value* {

@@ -113,7 +113,26 @@ class Value {
   void set_value_upper_bound(HostTensorPtr t, bool nonnegative = true) {
     value_upper_bound_ = std::move(t);
     value_nonnegative_ = nonnegative;
+    bound_provisional_ = false;
   }
+  // A provisional upper bound: a value computed from data with no bound the
+  // arithmetic proves (Range(0, ReduceMax(x)), c - n) that feeds a slot
+  // whose extents grow with it (Range's limit, ConstantOfShape's shape,
+  // Expand's shape, Tile's repeats). Plans are made for it as for a proven
+  // bound; a run that computes a larger value stops, the model raises the
+  // bound (runtime::Executor::TakeBoundRaise) and runs again from the
+  // start with a plan for the raised one. The bound is 1 per element unless
+  // the model raised it (`raised_bound`, set on a plan's copy of the graph);
+  // provisional bounds do not pass on to values computed from them (those
+  // get provisional bounds of their own where they feed such a slot).
+  bool bound_provisional() const { return value_upper_bound_ && bound_provisional_; }
+  void set_provisional_bound(HostTensorPtr t) {
+    value_upper_bound_ = std::move(t);
+    value_nonnegative_ = false;
+    bound_provisional_ = value_upper_bound_ != nullptr;
+  }
+  const HostTensorPtr& raised_bound() const { return raised_bound_; }
+  void set_raised_bound(HostTensorPtr t) { raised_bound_ = std::move(t); }
   // Per-dim symbol names (empty string = none), parallel to shape, or empty
   // (no dim named). A name means "this dim equals symbol S" of the top-level
   // graph's symbol table (Graph::symbols). Set on model inputs from ONNX
@@ -190,7 +209,9 @@ class Value {
   HostTensorPtr constant_;
   HostTensorPtr bound_value_;
   HostTensorPtr value_upper_bound_;
+  HostTensorPtr raised_bound_;
   bool value_nonnegative_ = true;
+  bool bound_provisional_ = false;
   Graph* owner_ = nullptr;
 };
 

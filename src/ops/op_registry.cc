@@ -38,6 +38,11 @@ bool InferContext::UpperBoundSlot(const ir::Node& node, int i) {
   return ((t == "TopK" || t == "Expand" || t == "Tile" || t == "Reshape") && i == 1) || (t == "ConstantOfShape" && i == 0);
 }
 
+bool InferContext::ProvisionalSlot(const ir::Node& node, int i) {
+  const std::string& t = node.op_type();
+  return t != "TopK" && t != "Reshape" && UpperBoundSlot(node, i);
+}
+
 bool InferContext::DataBoundedSlot(const ir::Node& node, int i) {
   if (!node.domain().empty()) return false;
   const std::string& t = node.op_type();
@@ -441,7 +446,10 @@ bool SettleShapeInputDims(ir::Node& node, std::uint64_t missed) {
 }  // namespace
 
 bool InferContext::DecidedByData(int i) const {
-  const ir::Value* v = i < node_.num_inputs() ? node_.input(i) : nullptr;
+  return ValueDecidedByData(i < node_.num_inputs() ? node_.input(i) : nullptr);
+}
+
+bool InferContext::ValueDecidedByData(const ir::Value* v) {
   if (!v || v->is_constant() || v->bound_value()) return false;
   std::set<const ir::Value*> seen;
   std::set<ir::Value*> inputs;

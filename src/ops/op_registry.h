@@ -52,10 +52,19 @@ class InferContext {
   // infers the data input's extents as the bound, data-dependent
   // (DecidedByData).
   static bool DataBoundedSlot(const ir::Node& node, int i);
+  // Whether input `i` of `node` may take a provisional upper bound
+  // (ir::Value::bound_provisional): an upper-bound slot whose output
+  // extents grow with each element of the value (Range's limit,
+  // ConstantOfShape's shape, Expand's shape, Tile's repeats; not TopK's K,
+  // which the data bounds, nor Reshape's target).
+  static bool ProvisionalSlot(const ir::Node& node, int i);
   // Input i has a value the run computes from data: not a constant, not
   // known per plan (a bound value, or a value that follows from shape
   // inputs, which the shape-input path settles).
   bool DecidedByData(int i) const;
+  // The same for any value (not a constant, not a bound value, not
+  // following from shape inputs or shapes known per plan).
+  static bool ValueDecidedByData(const ir::Value* v);
   // The inputs whose values the inference asked for and did not get (bit i:
   // input i): the output dims they decide are left -1.
   std::uint64_t missed_values() const { return missed_values_; }

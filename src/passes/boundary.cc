@@ -115,6 +115,25 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
                      ", and Kiln cannot use a data-dependent extent as a shape (Reshape/Expand/ConstantOfShape "
                      "targets computed from it)");
       }
+      // A shape slot fed a value the run computes from data, for which no
+      // bound (proven or provisional) exists: Reshape's target, Split's
+      // sizes.
+      if (const ir::Node* p = v->producer()) {
+        for (int i = 1; i < p->num_inputs(); ++i) {
+          const ir::Value* in = p->input(i);
+          if (!in || (in->dtype() != DType::kInt64 && in->dtype() != DType::kInt32) ||
+              !ops::InferContext::ValueDecidedByData(in)) {
+            continue;
+          }
+          return Error(StatusCode::kUnimplemented, "cannot resolve the shape of '", v->name(), "' ",
+                       ShapeToString(v->shape()), " (produced by ", p->Describe(), "): it depends on the values of ",
+                       "its input ", i, " '", in->name(), "'",
+                       in->producer() ? " (produced by " + in->producer()->Describe() + ")" : std::string(),
+                       ", which the run computes from data, and Kiln cannot plan this op for such values (it can "
+                       "for Range's limit, ConstantOfShape's, Expand's and Tile's shapes, Slice's starts and ends "
+                       "and TopK's K)");
+        }
+      }
       std::string dims;
       for (std::size_t i = 0; i < v->dim_params().size(); ++i) {
         if (!v->dim_params()[i].empty()) dims += (dims.empty() ? "" : ", ") + v->dim_params()[i];

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -598,6 +599,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
           ((v->value_upper_bound() && ops::InferContext::UpperBoundSlot(node, i)) ||
            ops::InferContext::DataBoundedSlot(node, i))) {
         d->value_inputs.push_back(i);
+        d->provisional.push_back(v->bound_provisional() ? v->value_upper_bound() : nullptr);
+        d->value_names.push_back(v->name());
       }
     }
     d->values.resize(d->value_inputs.size());
@@ -1123,6 +1126,35 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
       std::memcpy(val->mutable_data(), src, val->nbytes());
     }
     key.push_back(val->ToInt64Vector());
+    if (const HostTensorPtr& pb = d.provisional[k]) {
+      // Above its provisional bound: the plan is too small. The model raises
+      // the bound and runs again (TakeBoundRaises).
+      const std::vector<std::int64_t>& got = key.back();
+      const std::vector<std::int64_t> had = pb->ToInt64Vector();
+      bool above = false;
+      for (std::size_t e = 0; e < got.size() && e < had.size(); ++e) above = above || got[e] > had[e];
+      if (above) {
+        const std::int64_t most = pb->dtype() == DType::kInt32 ? std::numeric_limits<std::int32_t>::max()
+                                                               : std::numeric_limits<std::int64_t>::max();
+        auto raised = std::make_shared<HostTensor>(pb->dtype(), pb->shape());
+        for (std::size_t e = 0; e < had.size(); ++e) {
+          std::int64_t b = had[e];
+          if (e < got.size() && got[e] > b) {
+            b = got[e];
+            if (had.size() == 1) b = std::max(b, had[e] > most / 2 ? most : 2 * had[e]);
+          }
+          if (pb->dtype() == DType::kInt32) raised->mutable_data_as<std::int32_t>()[e] = static_cast<std::int32_t>(b);
+          else raised->mutable_data_as<std::int64_t>()[e] = b;
+        }
+        {
+          std::lock_guard<std::mutex> lock(raises_mu_);
+          raises_[d.value_names[k]] = raised;
+        }
+        return Error(StatusCode::kOutOfRange, t.node->Describe(), ": input ", i, " '", d.value_names[k], "' is ",
+                     ValuesText(*val), " in this run, above the provisional bound ", ValuesText(*pb),
+                     " its plan was made for");
+      }
+    }
     v->set_constant(val);
     d.values[k] = std::move(val);
   }
@@ -1299,6 +1331,40 @@ Status SpecializeBranches(ir::Node& n) {
   return Status::Ok();
 }
 }  // namespace
+
+// (executor.h)
+std::string ValuesText(const HostTensor& t) {
+  std::string s = "[";
+  const std::int64_t n = std::min<std::int64_t>(t.numel(), 16);
+  const std::vector<std::int64_t> ints =
+      t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 ? t.ToInt64Vector() : std::vector<std::int64_t>{};
+  for (std::int64_t i = 0; i < n; ++i) {
+    s += i ? ", " : "";
+    if (t.dtype() == DType::kFloat32) s += StrCat(t.data_as<float>()[i]);
+    else if (t.dtype() == DType::kFloat64) s += StrCat(t.data_as<double>()[i]);
+    else if (static_cast<std::size_t>(i) < ints.size()) s += StrCat(ints[i]);
+  }
+  return s + (t.numel() > n ? ", ...]" : "]");
+}
+
+std::set<const ir::Value*> ProvisionallyBounded(const ir::Graph& g) {
+  std::set<const ir::Value*> out;
+  for (const auto& n : g.nodes()) {
+    bool from = false;
+    for (const ir::Value* in : n->inputs()) from = from || (in && (in->bound_provisional() || out.count(in)));
+    for (const ir::Value* o : n->outputs()) {
+      if (from && o) out.insert(o);
+    }
+  }
+  return out;
+}
+
+std::map<std::string, HostTensorPtr> Executor::TakeBoundRaises() {
+  std::lock_guard<std::mutex> lock(raises_mu_);
+  std::map<std::string, HostTensorPtr> r;
+  r.swap(raises_);
+  return r;
+}
 
 // (executor.h)
 Status SpecializeGraph(ir::Graph& g) {

@@ -99,6 +99,10 @@ struct DynamicTask {
   std::vector<int> value_inputs;
   std::vector<Binding> value_bindings;  // where each lives (a view task has no argument block)
   std::vector<HostTensorPtr> values;
+  // By value input: its provisional bound (ir::Value::bound_provisional),
+  // else null; and the value's name (the model raises it by name).
+  std::vector<HostTensorPtr> provisional;
+  std::vector<std::string> value_names;
   std::map<std::vector<Shape>, std::vector<HostTensorPtr>> kernel_values;  // what each kernel was made with
   bool alias = false;                  // a view: shapes only, no kernel
   bool self_shaped = false;            // If: one kernel for all shapes; it reports its outputs' extents
@@ -113,6 +117,12 @@ struct DynamicTask {
 // A task's estimated time on one thread, in ns, from its static shapes
 // (bytes moved, per-element work, multiply-adds; executor.cc has the model).
 double TaskCostNs(const ir::Node& node);
+// A small tensor's values for messages: "[4, 2, 3]" (the first 16).
+std::string ValuesText(const HostTensor& t);
+// The values of an inferred graph (nodes in topological order) computed
+// from a value with a provisional bound (ir::Value::bound_provisional):
+// their data-dependent extents have no bound known before a run.
+std::set<const ir::Value*> ProvisionallyBounded(const ir::Graph& g);
 // Whether `node` is small enough to run on one kernel thread when the model
 // runs on several: all its operands of static shape and its estimated time
 // under $KILN_SMALL_TASK_US (default 12 us; 0 or "off": never), read once per
@@ -299,6 +309,12 @@ class Executor {
   // Profiling (ExecutorOptions::profile): every built-in task's spans, in
   // task order, with its node. Call when no run is in flight.
   std::vector<TaskProfile> Profile() const;
+  // The provisional bounds (ir::Value::bound_provisional) the last run
+  // found too small, by value name, each with the bound a new plan should
+  // take: at least the run's value, doubled for a single element. Empty
+  // when the last run failed for another reason (or did not fail).
+  // Clears them.
+  std::map<std::string, HostTensorPtr> TakeBoundRaises();
 
  private:
   friend class ExecutorBuilder;
@@ -372,6 +388,8 @@ class Executor {
   const ir::Graph* graph_ = nullptr;
   std::vector<Shape> shapes_;  // actual shapes of dynamic values
   std::unordered_map<const ir::Value*, int> shape_ids_;
+  std::mutex raises_mu_;
+  std::map<std::string, HostTensorPtr> raises_;  // TakeBoundRaises
 };
 
 }  // namespace kiln::runtime

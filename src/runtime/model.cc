@@ -172,21 +172,6 @@ Status ReinferGraph(ir::Graph& g, const std::string& path, bool symbolic_model =
   return Status::Ok();
 }
 
-// The values of a shape input for messages: "[4, 2, 3]" (the first 16).
-std::string ValuesText(const HostTensor& t) {
-  std::string s = "[";
-  const std::int64_t n = std::min<std::int64_t>(t.numel(), 16);
-  const std::vector<std::int64_t> ints =
-      t.dtype() == DType::kInt64 || t.dtype() == DType::kInt32 ? t.ToInt64Vector() : std::vector<std::int64_t>{};
-  for (std::int64_t i = 0; i < n; ++i) {
-    s += i ? ", " : "";
-    if (t.dtype() == DType::kFloat32) s += StrCat(t.data_as<float>()[i]);
-    else if (t.dtype() == DType::kFloat64) s += StrCat(t.data_as<double>()[i]);
-    else if (static_cast<std::size_t>(i) < ints.size()) s += StrCat(ints[i]);
-  }
-  return s + (t.numel() > n ? ", ...]" : "]");
-}
-
 // A plan: the recorded task list (executor) for one signature of input
 // shapes. A file compiled for static shapes has exactly one; symbolic input
 // dims add one per new signature (each with its own graph specialized for
@@ -204,6 +189,7 @@ struct Plan {
   std::shared_ptr<ir::Graph> graph;
   std::uint64_t arena_size = 0;
   bool shared_arena = false;  // runs in the model's shared arena
+  std::uint64_t bound_generation = 0;  // ModelState::bound_generation when made
   // Declared after the graph: destroyed before it.
   std::unique_ptr<runtime::Executor> executor;
 };
@@ -241,6 +227,11 @@ struct ModelState {
   Event last_async;
   const void* last_async_stream = nullptr;
   PlanStats stats;
+  // Provisional bounds (ir::Value::bound_provisional) raised by runs that
+  // exceeded them, by value name: every plan is made with them. Each raise
+  // starts a new generation (plans of older ones are dropped).
+  std::map<std::string, HostTensorPtr> raised_bounds;
+  std::uint64_t bound_generation = 0;
   // Plans first: their executors may hold kernels that the static part's
   // cache (exec_options.static_kernels) keeps the graphs of.
   ~ModelState() {
@@ -341,15 +332,73 @@ class ModelImpl final : public Model {
 
   Status Execute(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("running", name_, [&]() -> Status {
-      KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, Select(ins, true));
-      KILN_RETURN_IF_ERROR(Bind(*plan, ins, outs));
-      if (state_->last_async_stream) {  // the last queued run may still use this memory
-        KILN_RETURN_IF_ERROR(state_->last_async.Synchronize());
-        state_->last_async_stream = nullptr;
+      // A run that finds a provisional bound too small raises it and runs
+      // again from the start with a plan for the raised bound (each raise
+      // at least doubles a single value or reaches a run's values).
+      std::string raised;
+      for (int attempt = 0;; ++attempt) {
+        auto selected = Select(ins, true);
+        if (!selected.ok() && !raised.empty()) {
+          return selected.status().WithContext(StrCat("after this run computed ", raised));
+        }
+        KILN_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, std::move(selected));
+        Status bound = Bind(*plan, ins, outs);
+        if (!bound.ok() && !raised.empty()) {
+          std::string shapes;
+          for (std::size_t j = 0; j < plan->output_shapes.size(); ++j) {
+            shapes += StrCat(j ? ", " : "", ShapeToString(plan->output_shapes[j]));
+          }
+          return Error(bound.code(), bound.message(), " (this run computed ", raised,
+                       ", so the outputs' bounds for these inputs are now ", shapes,
+                       ": allocate the outputs with the shapes OutputShapesFor gives now and run again)");
+        }
+        KILN_RETURN_IF_ERROR(bound);
+        if (state_->last_async_stream) {  // the last queued run may still use this memory
+          KILN_RETURN_IF_ERROR(state_->last_async.Synchronize());
+          state_->last_async_stream = nullptr;
+        }
+        Status st = plan->executor->Run(io_, &stats_, threads_, staged_ ? &copies_ : nullptr);
+        if (st.ok()) return st;
+        std::string what = ApplyBoundRaises(*plan);
+        if (what.empty() || attempt >= kMaxBoundRaises) return st;
+        raised += (raised.empty() ? "" : "; ") + what;
       }
-      return plan->executor->Run(io_, &stats_, threads_, staged_ ? &copies_ : nullptr);
     });
   }
+
+  // Raises the provisional bounds the plan's last run found too small
+  // (Executor::TakeBoundRaises): the model's plans are dropped and later
+  // ones made with the raised bounds. Returns what was raised, for
+  // messages ("'n' above its bound: now [8]"), or "" if nothing was.
+  std::string ApplyBoundRaises(Plan& plan) {
+    std::map<std::string, HostTensorPtr> r = plan.executor->TakeBoundRaises();
+    if (r.empty()) return "";
+    ModelState& st = *state_;
+    std::string what;
+    for (auto& [name, t] : r) {
+      HostTensorPtr& cur = st.raised_bounds[name];
+      if (cur && cur->dtype() == t->dtype() && cur->shape() == t->shape()) {
+        const std::vector<std::int64_t> a = cur->ToInt64Vector(), b = t->ToInt64Vector();
+        auto m = std::make_shared<HostTensor>(t->dtype(), t->shape());
+        for (std::size_t e = 0; e < a.size(); ++e) {
+          const std::int64_t x = std::max(a[e], b[e]);
+          if (t->dtype() == DType::kInt32) m->mutable_data_as<std::int32_t>()[e] = static_cast<std::int32_t>(x);
+          else m->mutable_data_as<std::int64_t>()[e] = x;
+        }
+        cur = std::move(m);
+      } else {
+        cur = t;
+      }
+      what += StrCat(what.empty() ? "" : ", ", "'", name, "' above its provisional bound (now ",
+                     runtime::ValuesText(*cur), ")");
+    }
+    ++st.bound_generation;
+    ++st.stats.bound_raises;
+    st.plans.clear();  // (a queued run holds its own plan)
+    st.last.reset();
+    return what;
+  }
+  static constexpr int kMaxBoundRaises = 64;
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("queueing a run of", name_, [&]() -> Status {
@@ -373,6 +422,9 @@ class ModelImpl final : public Model {
   // a new one. `run`: the plan becomes the last run's.
   Result<std::shared_ptr<Plan>> Select(const std::vector<TensorRef>& ins, bool run) {
     KILN_RETURN_IF_ERROR(CheckInputs(ins));
+    // A queued run (ExecuteAsync) that found a provisional bound too small
+    // failed on its stream: later runs get plans for the raised bound.
+    if (state_->last && state_->last->executor) ApplyBoundRaises(*state_->last);
     // The values of shape inputs, read on the host: part of the signature.
     std::vector<std::vector<std::uint8_t>>& values = select_values_;
     values.assign(shape_inputs_ ? ins.size() : 0, {});
@@ -398,8 +450,8 @@ class ModelImpl final : public Model {
       const auto* p = static_cast<const std::uint8_t*>(t.data);
       values[i].assign(p, p + static_cast<std::size_t>(n) * DTypeSize(t.dtype));
     }
-    auto matches = [&ins, &values](const Plan& p) {
-      if (p.input_shapes.size() != ins.size()) return false;
+    auto matches = [&ins, &values, this](const Plan& p) {
+      if (p.input_shapes.size() != ins.size() || p.bound_generation != state_->bound_generation) return false;
       for (std::size_t i = 0; i < ins.size(); ++i) {
         if (ins[i].shape != p.input_shapes[i]) return false;
       }
@@ -433,7 +485,7 @@ class ModelImpl final : public Model {
       ++st.stats.hits;
     } else {
       if (!st.symbolic) return Error(StatusCode::kInvalidArgument, "no plan of the model matches the input shapes");
-      if (st.gears_only) {
+      if (st.gears_only && st.bound_generation == 0) {
         std::string got, gears;
         for (std::size_t i = 0; i < ins.size(); ++i) got += StrCat(i ? ", " : "", ShapeToString(ins[i].shape));
         for (const auto& p : st.gear_plans) {
@@ -480,6 +532,10 @@ class ModelImpl final : public Model {
     auto plan = std::make_shared<Plan>();
     plan->graph = ir::CloneGraph(*state_->model.graph);
     ir::Graph& g = *plan->graph;
+    plan->bound_generation = state_->bound_generation;
+    for (const auto& [name, bound] : state_->raised_bounds) {
+      if (ir::Value* v = g.FindValue(name)) v->set_raised_bound(bound);
+    }
     for (std::size_t i = 0; i < shapes.size(); ++i) g.inputs()[i]->set_shape(shapes[i]);
     std::string sig;
     for (std::size_t i = 0; i < shapes.size(); ++i) sig += StrCat(i ? ", " : "", ShapeToString(shapes[i]));
@@ -492,7 +548,7 @@ class ModelImpl final : public Model {
                      t->nbytes());
       }
       if (!values[i].empty()) std::memcpy(t->mutable_data(), values[i].data(), values[i].size());
-      sig += StrCat(" with '", in->name(), "' = ", ValuesText(*t));
+      sig += StrCat(" with '", in->name(), "' = ", runtime::ValuesText(*t));
       in->set_bound_value(std::move(t));
     }
     plan->input_values = values;
@@ -665,7 +721,13 @@ class ModelImpl final : public Model {
     // Kiln version, or an attacker. (A graph compiled in this process is
     // trusted.) Graph roles were checked by plan::VerifyPlan when it was read.
     if (from_file) KILN_RETURN_IF_ERROR(ReinferGraph(g, path));
-    auto info = [&g, &m](const ir::Value* v) {
+    // Values whose data-dependent extents follow from a provisional bound
+    // (ir::Value::bound_provisional): no bound is known before the run, so
+    // the model plans per run as a symbolic one does (its plans are made
+    // with the bounds its runs raised).
+    const std::set<const ir::Value*> provisional = runtime::ProvisionallyBounded(g);
+    if (!provisional.empty()) m->state_->symbolic = true;
+    auto info = [&g, &m, &provisional](const ir::Value* v) {
       TensorInfo t{v->name(), v->dtype(), v->shape(),
                    static_cast<std::size_t>(NumElements(v->shape())) * DTypeSize(v->dtype()),
                    v->dynamic_mask(), {}, false, {}};
@@ -679,7 +741,11 @@ class ModelImpl final : public Model {
           di.max = it->second.max;
         }
         const bool data = d < 64 && (v->dynamic_mask() >> d & 1);
-        if (data && !(v->symbolic_mask() >> d & 1)) {
+        if (data && provisional.count(v)) {  // data-dependent, with no bound known before the run
+          di = {-1, 0, -1, di.symbol};
+          t.shape[d] = -1;
+          t.bytes = 0;
+        } else if (data && !(v->symbolic_mask() >> d & 1)) {
           di = {-1, 0, e, di.symbol};  // data-dependent: 0..bound
         } else if ((it != g.symbols().end() && it->second.min != it->second.max) ||
                    (d < 64 && (v->symbolic_mask() >> d & 1))) {

@@ -28,6 +28,7 @@
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
 #include "runtime/devices.h"
+#include "runtime/executor.h"
 #include "tools/npy.h"
 #include "weights/weight_dir.h"
 
@@ -176,6 +177,19 @@ kiln::Result<Bound> Bind(kiln::Model& model, std::vector<kiln::HostTensor>& inpu
   return b;
 }
 
+// Whether the outputs' bounds for these inputs grew past `b`'s (a run
+// raised a provisional bound: a shape computed from data with no bound
+// the model proves): the caller allocates again and runs again.
+bool BoundsGrew(kiln::Model& model, const Bound& b) {
+  auto again = model.OutputShapesFor(b.in_refs);
+  if (!again.ok() || again.value().size() != b.outputs.size()) return false;
+  for (std::size_t j = 0; j < b.outputs.size(); ++j) {
+    if (again.value()[j] != b.outputs[j].shape()) return true;
+  }
+  return false;
+}
+constexpr int kMaxRebinds = 8;
+
 // ---- commands --------------------------------------------------------------
 
 struct ExternalWeightFlags {
@@ -266,21 +280,28 @@ int Run(const std::string& path, const std::vector<std::string>& input_specs, co
   double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto inputs = PrepareInputs(*model.value(), input_specs, 0, true);
   if (!inputs.ok()) return Fail(inputs.status());
-  auto bound = Bind(*model.value(), inputs.value());
-  if (!bound.ok()) return Fail(bound.status());
-  Bound& b = bound.value();
+  kiln::Result<Bound> bound = kiln::Error(StatusCode::kInternal, "not bound");
   // --check-bounds: outputs go to guarded buffers, checked after the run.
   constexpr std::size_t kGuard = 64;
   std::vector<std::vector<std::uint8_t>> guarded;
-  if (check_bounds) {
-    for (std::size_t i = 0; i < b.outputs.size(); ++i) {
-      guarded.emplace_back(b.outputs[i].nbytes() + 2 * kGuard, 0xA5);
-      b.out_refs[i].data = guarded.back().data() + kGuard;
-    }
-  }
   auto t1 = std::chrono::steady_clock::now();
-  Status st = model.value()->Execute(b.in_refs, b.out_refs);
-  if (!st.ok()) return Fail(st);
+  for (int attempt = 0;; ++attempt) {
+    bound = Bind(*model.value(), inputs.value());
+    if (!bound.ok()) return Fail(bound.status());
+    Bound& b = bound.value();
+    guarded.clear();
+    if (check_bounds) {
+      for (std::size_t i = 0; i < b.outputs.size(); ++i) {
+        guarded.emplace_back(b.outputs[i].nbytes() + 2 * kGuard, 0xA5);
+        b.out_refs[i].data = guarded.back().data() + kGuard;
+      }
+    }
+    t1 = std::chrono::steady_clock::now();
+    Status st = model.value()->Execute(b.in_refs, b.out_refs);
+    if (st.ok()) break;
+    if (attempt >= kMaxRebinds || !BoundsGrew(*model.value(), b)) return Fail(st);
+  }
+  Bound& b = bound.value();
   double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
   for (std::size_t i = 0; i < guarded.size(); ++i) {
     const auto& g = guarded[i];
@@ -348,25 +369,30 @@ json DimsJson(const kiln::ir::Value& v, const kiln::ir::Graph& g) {
   return dims;
 }
 
-// Outputs whose rank depends on the data (kiln::TensorInfo::
-// rank_alternatives), by output index: not recorded in the file, so found
-// by inferring a copy of the graph as the loader does; only where some
-// output has every dim data-dependent, and best effort (nothing where that
-// inference needs what inspect does not load, such as external weights).
-std::map<std::size_t, std::vector<kiln::Shape>> RankAlternatives(const kiln::ir::Graph& g) {
+// What the loader's inference finds that the file does not record, by
+// output index: outputs whose rank depends on the data (kiln::TensorInfo::
+// rank_alternatives), and outputs whose data-dependent extents follow from
+// a provisional bound (no bound is known before a run). Found by inferring
+// a copy of the graph as the loader does, only where some output has a
+// data-dependent dim, and best effort (nothing where that inference needs
+// what inspect does not load, such as external weights).
+struct Inferred {
+  std::map<std::size_t, std::vector<kiln::Shape>> alternatives;
+  std::set<std::size_t> provisional;
+};
+Inferred InferOutputs(const kiln::ir::Graph& g) {
   bool candidate = false;
-  for (const auto* v : g.outputs()) {
-    const std::size_t r = v->shape().size();
-    candidate = candidate || (r > 0 && r < 64 && v->dynamic_mask() == (std::uint64_t{1} << r) - 1);
-  }
-  std::map<std::size_t, std::vector<kiln::Shape>> out;
+  for (const auto* v : g.outputs()) candidate = candidate || v->dynamic_mask() != 0;
+  Inferred out;
   if (!candidate) return out;
   auto c = kiln::ir::CloneGraph(g);
   for (auto& n : c->nodes()) {
-    if (!kiln::ops::InferNode(*n).ok()) return out;
+    if (!kiln::ops::InferNode(*n).ok() || !kiln::cpu::EvalUpperBound(*n, kiln::cpu::kBoundValueLimit).ok()) return out;
   }
+  const auto provisional = kiln::runtime::ProvisionallyBounded(*c);
   for (std::size_t i = 0; i < c->outputs().size(); ++i) {
-    for (const auto& a : c->outputs()[i]->rank_alternatives()) out[i].push_back(a.shape);
+    for (const auto& a : c->outputs()[i]->rank_alternatives()) out.alternatives[i].push_back(a.shape);
+    if (provisional.count(c->outputs()[i])) out.provisional.insert(i);
   }
   return out;
 }
@@ -374,7 +400,8 @@ std::map<std::size_t, std::vector<kiln::Shape>> RankAlternatives(const kiln::ir:
 json InspectJson(const kiln::format::LoadedFile& f) {
   const auto& g = *f.model.graph;
   const auto& p = f.model.plan;
-  const auto alternatives = RankAlternatives(g);
+  const Inferred inferred = InferOutputs(g);
+  const auto& alternatives = inferred.alternatives;
   json ins = json::array(), outs = json::array(), nodes = json::array();
   std::map<std::string, int> counts;
   for (auto* v : g.inputs()) {
@@ -386,8 +413,14 @@ json InspectJson(const kiln::format::LoadedFile& f) {
     for (std::size_t d = 0; d < v->shape().size() && d < 64; ++d) {
       if (v->dynamic_mask() >> d & 1) dyn.push_back(d);
     }
+    json dims = DimsJson(*v, g);
+    if (inferred.provisional.count(outs.size())) {  // data-dependent with no bound known before a run
+      for (auto& d : dims) {
+        if (d["kind"] == "data") d["max"] = -1;
+      }
+    }
     outs.push_back({{"name", v->name()}, {"dtype", kiln::DTypeName(v->dtype())}, {"shape", v->shape()},
-                    {"dynamic_dims", dyn}, {"dims", DimsJson(*v, g)}});
+                    {"dynamic_dims", dyn}, {"dims", dims}});
     auto a = alternatives.find(outs.size() - 1);
     if (a != alternatives.end()) outs.back()["rank_alternatives"] = a->second;
   }
@@ -467,8 +500,8 @@ int Inspect(const std::string& path, bool as_json) {
           continue;
         }
         if (!sym.empty()) shape += sym + "=";
-        if (value < 0) {
-          shape += "<=" + std::to_string(hi);
+        if (value < 0) {  // data-dependent: its bound, "?" where none is known before a run
+          shape += hi < 0 ? std::string("?") : "<=" + std::to_string(hi);
         } else {
           shape += std::to_string(value);
           if (lo != value || hi != value) shape += " (" + std::to_string(lo) + ".." + (hi < 0 ? "" : std::to_string(hi)) + ")";
@@ -680,14 +713,20 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
   if (!inputs.ok()) return Fail(inputs.status());
   auto bound = Bind(*model.value(), inputs.value());
   if (!bound.ok()) return Fail(bound.status());
-  Bound& b = bound.value();
   double first_ms = -1;  // the first run's time (plans, first touches), whether warm-up or timed
   for (int i = 0; i < warmup; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    Status st = model.value()->Execute(b.in_refs, b.out_refs);
+    Status st = model.value()->Execute(bound.value().in_refs, bound.value().out_refs);
     if (i == 0) first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // The outputs' bounds grew (a provisional bound raised): allocate again.
+    for (int attempt = 0; !st.ok() && attempt < kMaxRebinds && BoundsGrew(*model.value(), bound.value()); ++attempt) {
+      bound = Bind(*model.value(), inputs.value());
+      if (!bound.ok()) return Fail(bound.status());
+      st = model.value()->Execute(bound.value().in_refs, bound.value().out_refs);
+    }
     if (!st.ok()) return Fail(st);
   }
+  Bound& b = bound.value();
   const bool bar = isatty(STDERR_FILENO) && !as_json;
   std::vector<double> ms;
   for (int i = 0; i < runs; ++i) {
@@ -715,7 +754,10 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
       std::any_of(ins.begin(), ins.end(),
                   [](const kiln::TensorInfo& t) { return !kiln::IsStatic(t.shape) || t.shape_input; }) ||
       std::any_of(outs.begin(), outs.end(), [](const kiln::TensorInfo& t) {
-        return !kiln::IsStatic(t.shape) && t.dynamic_dims == 0;
+        // (data-dependent dims with no bound before a run: provisional bounds, planned per run)
+        return !kiln::IsStatic(t.shape) &&
+               (t.dynamic_dims == 0 || std::any_of(t.dims.begin(), t.dims.end(),
+                                                   [](const kiln::DimInfo& d) { return d.value < 0 && d.max < 0; }));
       });
   const bool gear = model.value()->plan_stats().created == plans_at_load;
   const double plan_ms = gear ? 0.0 : model.value()->plan_stats().last_plan_us / 1000.0;
@@ -734,6 +776,7 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
       j["gear"] = gear;
       j["plans_cached"] = ps.cached;
       j["plan_cache_bytes"] = ps.arena_bytes;
+      j["bound_raises"] = ps.bound_raises;  // runs that raised a provisional bound and ran again
     }
     std::cout << j.dump() << "\n";
   } else {
@@ -743,7 +786,11 @@ int Bench(const std::string& path, const std::vector<std::string>& input_specs, 
     const std::string cache =
         !symbolic ? std::string()
                   : kiln::StrCat("; plan cache: ", model.value()->plan_stats().cached, " plan(s), ",
-                                 HumanBytes(model.value()->plan_stats().arena_bytes), " of arenas");
+                                 HumanBytes(model.value()->plan_stats().arena_bytes), " of arenas",
+                                 model.value()->plan_stats().bound_raises
+                                     ? kiln::StrCat("; provisional bounds raised ",
+                                                    model.value()->plan_stats().bound_raises, " time(s)")
+                                     : std::string());
     std::printf("%s: %d runs, %d thread%s: median %.3f ms, p90 %.3f ms, min %.3f ms%s%s\n", path.c_str(), runs,
                 threads, threads == 1 ? "" : "s", median, pct(0.9), s.front(), plan.c_str(), cache.c_str());
   }

@@ -425,6 +425,64 @@ class CliBadInput(unittest.TestCase):
             self.assertEqual(got.shape, want.shape)
             np.testing.assert_array_equal(got, want)
 
+    def test_shape_from_data_without_a_bound_runs_on_a_provisional_one(self):
+        # y = ConstantOfShape([int(max(x)), 9 - int(min(x))]) of x[1000]: no bound is
+        # proven (a float maximum, a constant minus a value), so inspect shows none,
+        # and each run plans for what it computes; NumPy gives the shapes.
+        nodes = [helper.make_node("ReduceMax", ["x"], ["m"], name="max", keepdims=1),
+                 helper.make_node("ReduceMin", ["x"], ["n"], name="min", keepdims=1),
+                 helper.make_node("Cast", ["m"], ["a"], name="a", to=TensorProto.INT64),
+                 helper.make_node("Cast", ["n"], ["ni"], name="ni", to=TensorProto.INT64),
+                 helper.make_node("Sub", ["nine", "ni"], ["b"], name="b"),
+                 helper.make_node("Concat", ["a", "b"], ["s"], name="s", axis=0),
+                 helper.make_node("ConstantOfShape", ["s"], ["y"], name="fill",
+                                  value=numpy_helper.from_array(np.array([1.5], np.float32)))]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["h", "w"])],
+                              [numpy_helper.from_array(np.array([9], np.int64), "nine")])
+        k = os.path.join(WORK, "prov.kiln")
+        rc, out = kiln("compile", "--model", save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                                                  "prov.onnx"), "--output", k)
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", k)
+        self.assertIn("y float32[?,?]", out)
+        rng = np.random.default_rng(3)
+        xp = os.path.join(WORK, "prov_x.npy")
+        for lo, hi in ((1, 4), (-3, 9), (2, 2.5), (-7, 30), (0.5, 1)):
+            x = rng.uniform(lo, hi, 1000).astype(np.float32)
+            np.save(xp, x)
+            rc, out = kiln("run", k, "--input", "x=" + xp, "--output-dir", os.path.join(WORK, "prov_o"))
+            self.assertEqual(rc, 0, out)
+            want = np.full((int(x.max()), 9 - int(x.min())), 1.5, np.float32)
+            got = np.load(os.path.join(WORK, "prov_o", "output_0.npy"))
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_array_equal(got, want)
+            rc, out = kiln("bench", k, "--input", "x=" + xp, "--runs", "3", "--json")
+            self.assertEqual(rc, 0, out)
+        # Values past any tensor's size: an error naming the node, exit 1.
+        x = np.zeros(1000, np.float32)
+        x[7] = 1e12
+        np.save(xp, x)
+        rc, out = kiln("run", k, "--input", "x=" + xp)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("ConstantOfShape node 'fill'", out)
+        self.assertIn("provisional bound", out)
+        # A Reshape's target computed from data with no bound stays a compile error
+        # naming the Reshape and the value.
+        nodes = [helper.make_node("ReduceMax", ["x"], ["m"], name="max", keepdims=1),
+                 helper.make_node("Cast", ["m"], ["a"], name="a", to=TensorProto.INT64),
+                 helper.make_node("Concat", ["a", "neg"], ["s"], name="s", axis=0),
+                 helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["h", "w"])],
+                              [numpy_helper.from_array(np.array([-1], np.int64), "neg")])
+        rc, out = kiln("compile", "--model", save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                                                  "prov_reshape.onnx"), "--output", os.path.join(WORK, "pr.kiln"))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("Reshape node 'reshape'", out)
+        self.assertIn("input 1 's' (produced by Concat node 's'), which the run computes from data", out)
+        self.assertNotIn("--input-shape", out)
+
     def test_failed_compile_keeps_existing_output(self):
         good = save(relu_model(), "keep.onnx")
         k = os.path.join(WORK, "keep.kiln")

@@ -277,6 +277,25 @@ def test_data_dependent_output_has_its_actual_shape(tmp_path):
     np.testing.assert_array_equal(m.run({"x": v})["y"], np.array(np.nonzero(v)))
 
 
+def test_range_to_a_maximum_computed_in_the_run(tmp_path):
+    """Range(0, int(max(x))) of x[500]: no bound is proven, so a provisional one
+    is raised as runs need; run() allocates its outputs again then (NumPy ref)."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Cast", ["m"], ["lim"], to=TensorProto.INT64),
+             helper.make_node("Range", ["zero", "lim", "one"], ["y"])]
+    g = helper.make_graph(nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [500])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, ["n"])],
+                          [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                           numpy_helper.from_array(np.array(1, np.int64), "one")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "r.onnx"))
+    kiln.compile(tmp_path / "r.onnx", tmp_path / "r.kiln")
+    m = kiln.load(tmp_path / "r.kiln")
+    for top in (4.5, 30.0, 2.0, 100.0, 0.0):
+        x = np.full(500, -1.0, np.float32)
+        x[123] = top
+        np.testing.assert_array_equal(m.run({"x": x})["y"], np.arange(int(top), dtype=np.int64))
+
+
 def test_if_branches_of_different_rank(tmp_path):
     """An If whose condition (a model input) picks a [3,4] or a flattened
     [24] path; Relu after it. Compared with NumPy."""

@@ -3,6 +3,7 @@
 #include "common/checked.h"
 
 #include "ir/shape_values.h"
+#include "ops/op_registry.h"
 #include "ops/shape_ops.h"
 
 #include <algorithm>
@@ -71,10 +72,8 @@ Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init) {
   return k;
 }
 
-Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
-  for (ir::Value* o : node.outputs()) {
-    if (o) o->set_value_upper_bound(nullptr);
-  }
+// The bound the arithmetic proves (EvalUpperBound).
+static Result<bool> EvalProvenUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
   if (node.HasSubgraphs() || !node.domain().empty() || node.num_outputs() != 1 || !node.output(0)) return false;
   ir::Value* out = node.output(0);
   const DType ot = out->dtype();
@@ -158,7 +157,7 @@ Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
       nn = std::all_of(e.begin(), e.end(), [](std::int64_t q) { return q >= 0; });
       if (t == "Div" && i == 1 && !std::all_of(e.begin(), e.end(), [](std::int64_t q) { return q > 0; })) return false;
       if (t == "Sub" && i == 1) nn = std::all_of(e.begin(), e.end(), [](std::int64_t q) { return q <= 0; });
-    } else if (v->value_upper_bound() && (!fixed_tail || i == 0)) {
+    } else if (v->value_upper_bound() && !v->bound_provisional() && (!fixed_tail || i == 0)) {
       x = v->value_upper_bound();
       nn = v->value_nonnegative();
       any = true;
@@ -227,6 +226,49 @@ Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
   if (outs.size() != 1 || !outs[0] || outs[0]->shape() != out->shape()) return false;
   out->set_value_upper_bound(std::move(outs[0]), out_nonneg);
   return true;
+}
+
+// A provisional bound for output `o`, computed from data with no bound the
+// arithmetic proves, where it feeds a slot that admits one
+// (ir::Value::bound_provisional): the bound its model raised it to, else 1
+// per element. Top-level graphs only (an If branch's plan is made with its
+// parent's).
+static void SetProvisionalBound(ir::Value* o, std::uint64_t limit_bytes) {
+  if (!o || o->value_upper_bound() || o->is_constant() || o->bound_value()) return;
+  const DType ot = o->dtype();
+  if ((ot != DType::kInt64 && ot != DType::kInt32) || !IsStatic(o->shape()) ||
+      static_cast<std::uint64_t>(NumElements(o->shape())) * DTypeSize(ot) > limit_bytes) {
+    return;
+  }
+  const ir::Graph* g = o->owner();
+  if (!g || g->parent()) return;
+  bool feeds = false;
+  for (const ir::Use& u : o->uses()) feeds = feeds || (u.node && ops::InferContext::ProvisionalSlot(*u.node, u.index));
+  if (!feeds || !ops::InferContext::ValueDecidedByData(o)) return;
+  HostTensorPtr b = o->raised_bound();
+  if (!b || b->dtype() != ot || b->shape() != o->shape()) {
+    auto ones = std::make_shared<HostTensor>(ot, o->shape());
+    for (std::int64_t k = 0; k < ones->numel(); ++k) {
+      if (ot == DType::kInt64) ones->mutable_data_as<std::int64_t>()[k] = 1;
+      else ones->mutable_data_as<std::int32_t>()[k] = 1;
+    }
+    b = std::move(ones);
+  }
+  o->set_provisional_bound(std::move(b));
+}
+
+Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
+  for (ir::Value* o : node.outputs()) {
+    if (o) o->set_value_upper_bound(nullptr);
+  }
+  KILN_ASSIGN_OR_RETURN(bool proven, EvalProvenUpperBound(node, limit_bytes));
+  if (proven) return true;
+  bool any = false;
+  for (ir::Value* o : node.outputs()) {
+    SetProvisionalBound(o, limit_bytes);
+    any = any || (o && o->bound_provisional());
+  }
+  return any;
 }
 
 static Result<std::vector<HostTensorPtr>> EvalWith(Kernel& kernel, const ir::Node& node,

@@ -77,7 +77,10 @@ Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes);
 // ReduceProd of upper-bounded values (the other inputs constant; indices,
 // axes and shapes constant) get the node evaluated at those bounds: each
 // never decreases when an input element grows. Integer outputs of at most
-// `limit_bytes`. Returns whether it set one.
+// `limit_bytes`. Where no bound is proven, an integer value the run
+// computes from data that feeds a slot admitting one gets a provisional
+// bound (ir::Value::bound_provisional; the model raises it when a run
+// exceeds it). Returns whether it set a bound.
 Result<bool> EvalUpperBound(ir::Node& node, std::uint64_t limit_bytes);
 // The limit the compiler, the loader and each plan use (the same, so that
 // all three compute the same bound values): shape tensors are tiny.
