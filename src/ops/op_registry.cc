@@ -46,7 +46,7 @@ bool InferContext::ProvisionalSlot(const ir::Node& node, int i) {
 bool InferContext::DataBoundedSlot(const ir::Node& node, int i) {
   if (!node.domain().empty()) return false;
   const std::string& t = node.op_type();
-  return (t == "Slice" && i >= 1 && i <= 4 && node.num_inputs() >= 3) || (t == "TopK" && i == 1);
+  return (t == "Slice" && i >= 1 && i <= 4 && node.num_inputs() >= 3) || ((t == "TopK" || t == "Split") && i == 1);
 }
 
 OpRegistry& OpRegistry::Get() {

@@ -48,7 +48,8 @@ class InferContext {
   static bool UpperBoundSlot(const ir::Node& node, int i);
   // Whether input `i` of `node` is a slot whose outputs are bounded by the
   // data input's extents whatever its values (Slice's starts, ends, axes and
-  // steps; TopK's K): where the run computes the value from data, the op
+  // steps; TopK's K; Split's sizes, each output at most the whole axis):
+  // where the run computes the value from data, the op
   // infers the data input's extents as the bound, data-dependent
   // (DecidedByData).
   static bool DataBoundedSlot(const ir::Node& node, int i);

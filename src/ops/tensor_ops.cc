@@ -348,6 +348,15 @@ Status InferSplit(InferContext& c) {
       }
       if (dim >= 0 && sum != dim) return c.Fail("'split' ", ShapeToString(*split), " sums to ", sum, ", but axis ", axis, " has size ", dim);
       sizes = *split;
+    } else if (dim >= 0 && c.DecidedByData(1)) {
+      // Sizes computed from data: each output at most the whole axis,
+      // data-dependent there (each run reads the sizes and checks them).
+      const std::uint64_t mask = c.in_dynamic(0) | (axis < 64 ? std::uint64_t{1} << axis : 0);
+      for (int j = 0; j < n; ++j) {
+        c.SetOutput(j, c.in_dtype(0), x);
+        c.SetOutputDynamic(j, mask);
+      }
+      return Status::Ok();
     }
   } else if (dim >= 0) {
     if (dim % n != 0) return c.Fail("axis ", axis, " of size ", dim, " cannot be split into ", n, " equal parts");

@@ -130,8 +130,8 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
                        "its input ", i, " '", in->name(), "'",
                        in->producer() ? " (produced by " + in->producer()->Describe() + ")" : std::string(),
                        ", which the run computes from data, and Kiln cannot plan this op for such values (it can "
-                       "for Range's limit, ConstantOfShape's, Expand's and Tile's shapes, Slice's starts and ends "
-                       "and TopK's K)");
+                       "for Range's limit, ConstantOfShape's, Expand's and Tile's shapes, Slice's starts and ends, "
+                       "TopK's K and Split's sizes)");
         }
       }
       std::string dims;

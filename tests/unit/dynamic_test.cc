@@ -494,6 +494,52 @@ TEST(Dynamic, AddOnADataDependentExtentKeepsItsUpperBound) {
   }
 }
 
+TEST(Dynamic, SplitBySizesComputedFromData) {
+  // Split(x[80], [k, 80 - k]) with k = int(max(x)): each output is at most
+  // the whole axis, and each run splits where the data says; sizes that do
+  // not sum to the axis fail the run naming the Split.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {80});
+  g->inputs().push_back(x);
+  ir::Value* mx = g->AddValue("mx");
+  ir::Value* k = g->AddValue("k");
+  ir::Value* rest = g->AddValue("rest");
+  ir::Value* sizes = g->AddValue("sizes");
+  ir::Value* a = g->AddValue("a");
+  ir::Value* b = g->AddValue("b");
+  g->AddNode("ReduceMax", "max", {x}, {mx})->SetAttr("keepdims", ir::Attribute::Int(1));
+  g->AddNode("Cast", "as_int", {mx}, {k})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("Sub", "rest", {g->AddConstant("total", test::I64({1}, {80})), k}, {rest});
+  g->AddNode("Concat", "sizes", {k, rest}, {sizes})->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Split", "split", {x, sizes}, {a, b});
+  g->outputs() = {a, b};
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].shape, (Shape{80}));
+  EXPECT_EQ(m.outputs()[0].dynamic_dims, 1u);
+  EXPECT_EQ(m.outputs()[1].dynamic_dims, 1u);
+  std::vector<float> ya(80), yb(80);
+  for (std::int64_t kv : {3, 40, 0, 80, 79}) {
+    std::vector<float> xv(80);
+    for (int i = 0; i < 80; ++i) xv[i] = -static_cast<float>(i);  // <= 0: max(x) is k
+    xv[1] = static_cast<float>(kv);
+    Status st = m.Execute({TensorRef::Of(xv.data(), {80})}, {TensorRef::Of(ya.data(), {80}), TensorRef::Of(yb.data(), {80})});
+    ASSERT_TRUE(st.ok()) << kv << ": " << st.ToString();
+    ASSERT_EQ(m.output_shape(0), (Shape{kv}));
+    ASSERT_EQ(m.output_shape(1), (Shape{80 - kv}));
+    for (std::int64_t i = 0; i < kv; ++i) EXPECT_EQ(ya[i], xv[i]) << kv;
+    for (std::int64_t i = 0; i < 80 - kv; ++i) EXPECT_EQ(yb[i], xv[kv + i]) << kv;
+  }
+  std::vector<float> xv(80, -1.f);
+  xv[0] = 81.f;  // sizes [81, -1]
+  Status st = m.Execute({TensorRef::Of(xv.data(), {80})}, {TensorRef::Of(ya.data(), {80}), TensorRef::Of(yb.data(), {80})});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Split node 'split'"), std::string::npos) << st.ToString();
+}
+
 TEST(Dynamic, SliceAndTopKByValuesComputedFromData) {
   // ends = int(max(x)) and K = int(min(x)) of a float x[80] (above the 64
   // elements of a shape input): values without any bound, but Slice's
