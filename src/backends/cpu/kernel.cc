@@ -164,7 +164,7 @@ static Result<bool> EvalProvenUpperBound(ir::Node& node, std::uint64_t limit_byt
     } else {
       return false;
     }
-    if (x->dtype() != DType::kInt64 && x->dtype() != DType::kInt32) return false;
+    // (Bounds are integers: set only on int64 / int32 values.)
     if (nonnegative && !nn) return false;
     ins.push_back(std::move(x));
     in_nonneg.push_back(nn);
