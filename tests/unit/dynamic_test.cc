@@ -341,9 +341,29 @@ TEST(Dynamic, RangeUpToTheMaximumOfAFloatTensor) {
     for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(run.y[static_cast<std::size_t>(i)], static_cast<float>(i));
   }
   // The bound is 40 now: one plan made for it serves these runs.
-  auto shapes = m.OutputShapesFor({TensorRef::Of(std::vector<float>(100, 0.f).data(), {100})});
+  std::vector<float> zeros(100, 0.f);
+  auto shapes = m.OutputShapesFor({TensorRef::Of(zeros.data(), {100})});
   ASSERT_TRUE(shapes.ok());
   EXPECT_EQ(shapes.value()[0], (Shape{40}));
+  // A queued run above the bound fails on its stream (a run cannot be
+  // repeated there); the next run's plan has the raised bound (100: twice
+  // 40 is less than the run's 100).
+  auto stream = Stream::Create();
+  ASSERT_TRUE(stream.ok());
+  std::vector<float> xa(100, -3.f), ya(40, -1.f);
+  xa[5] = 100.f;
+  Status queued = m.ExecuteAsync(**stream, {TensorRef::Of(xa.data(), {100})}, {TensorRef::Of(ya.data(), {40})});
+  Status done = (*stream)->Synchronize();
+  EXPECT_FALSE(queued.ok() && done.ok());
+  EXPECT_NE((queued.ok() ? done : queued).message().find("provisional bound"), std::string::npos)
+      << queued.ToString() << " / " << done.ToString();
+  shapes = m.OutputShapesFor({TensorRef::Of(xa.data(), {100})});
+  ASSERT_TRUE(shapes.ok());
+  EXPECT_EQ(shapes.value()[0], (Shape{100}));
+  ya.assign(100, -1.f);
+  ASSERT_TRUE(m.Execute({TensorRef::Of(xa.data(), {100})}, {TensorRef::Of(ya.data(), {100})}).ok());
+  ASSERT_EQ(m.output_shape(0), (Shape{100}));
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(ya[i], static_cast<float>(i));
 }
 
 TEST(Dynamic, ProvisionalBoundsFailCleanlyWhereTheValuesAreInvalid) {
