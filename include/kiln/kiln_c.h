@@ -294,6 +294,15 @@ KILN_C_EXPORT kiln_status kiln_model_execute(kiln_model* model);
 /* Queues the run on `stream` and returns; buffers must stay valid until
  * kiln_stream_synchronize. */
 KILN_C_EXPORT kiln_status kiln_model_execute_async(kiln_model* model, kiln_stream* stream);
+/* Runs on the bound inputs with outputs in host memory Kiln allocates
+ * (bound outputs are not used): kiln_model_run_output gives each. The
+ * buffers are reused and grown run to run (outputs whose bounds a run
+ * raised are allocated again and the run repeated). */
+KILN_C_EXPORT kiln_status kiln_model_run(kiln_model* model);
+/* Output `index` of the last kiln_model_run: its memory, dtype and actual
+ * shape (host memory Kiln owns; `out->shape` points into the model). Valid
+ * until the next kiln_model_run or kiln_model_free. */
+KILN_C_EXPORT kiln_status kiln_model_run_output(const kiln_model* model, size_t index, kiln_tensor* out);
 /* Output `index`'s shape in the last completed run (differs from the
  * described one where dims are not fixed). `rank` receives the rank; up to
  * `capacity` dims are written. */

@@ -302,6 +302,13 @@ class Model {
   // stream reaches it). Buffers must stay valid until then.
   virtual Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& inputs,
                               const std::vector<TensorRef>& outputs) = 0;
+  // Runs the model with outputs in host memory Kiln allocates and keeps:
+  // the returned references (model output order) give each output's
+  // actual shape and stay valid until the next Run or the model's end.
+  // The buffers are reused across runs and grown when the outputs' bounds
+  // grow (another signature, a raised provisional bound: the run is then
+  // repeated; see OutputShapesFor). Errors as Execute's.
+  virtual Result<std::vector<TensorRef>> Run(const std::vector<TensorRef>& inputs) = 0;
   virtual const ExecutionStats& last_stats() const = 0;
   // Output i's shape in the last completed run (after ExecuteAsync: once the
   // stream has run it). Equals outputs()[i].shape unless dynamic_dims is set.

@@ -365,6 +365,32 @@ kiln_status kiln_model_execute_async(kiln_model* model, kiln_stream* stream) {
   return Guard("kiln_model_execute_async", [&] { return model->m->ExecuteAsync(*stream->s, model->ins, model->outs); });
 }
 
+kiln_status kiln_model_run(kiln_model* model) {
+  KILN_C_REQUIRE(model);
+  return Guard("kiln_model_run", [&]() -> kiln::Status {
+    model->run_outs.clear();
+    KILN_ASSIGN_OR_RETURN(model->run_outs, model->m->Run(model->ins));
+    return kiln::Status::Ok();
+  });
+}
+
+kiln_status kiln_model_run_output(const kiln_model* model, size_t index, kiln_tensor* out) {
+  KILN_C_REQUIRE(model);
+  KILN_C_REQUIRE(out);
+  if (index >= model->run_outs.size()) {
+    return Fail(KILN_OUT_OF_RANGE, kiln::StrCat("kiln_model_run_output: output ", index, " does not exist",
+                                                model->run_outs.empty() ? " (no kiln_model_run has succeeded)"
+                                                                        : ""));
+  }
+  const kiln::TensorRef& t = model->run_outs[index];
+  out->data = t.data;
+  out->dtype = static_cast<kiln_dtype>(t.dtype);
+  out->shape = t.shape.data();
+  out->rank = t.shape.size();
+  out->memory = KILN_MEMORY_HOST;
+  return KILN_OK;
+}
+
 // What both output-shape calls share: the index and buffer checks, and
 // writing the shape `get` gives (a Result<kiln::Shape>) to dims/rank.
 static kiln_status OutputShapeCall(const kiln_model* model, size_t index, int64_t* dims, size_t capacity,

@@ -36,6 +36,7 @@ struct kiln_model {
   std::unique_ptr<kiln::Model> m;
   std::vector<std::vector<kiln_dim>> in_dims, out_dims;
   std::vector<kiln::TensorRef> ins, outs;  // bound buffers
+  std::vector<kiln::TensorRef> run_outs;   // the last kiln_model_run's (Kiln's memory)
 };
 
 struct kiln_stream {

@@ -366,6 +366,35 @@ class ModelImpl final : public Model {
     });
   }
 
+  Result<std::vector<TensorRef>> Run(const std::vector<TensorRef>& ins) override {
+    return Guarded("running", name_, [&]() -> Result<std::vector<TensorRef>> {
+      std::vector<TensorRef> outs;
+      for (int attempt = 0;; ++attempt) {
+        KILN_ASSIGN_OR_RETURN(std::vector<Shape> shapes, OutputShapesFor(ins));
+        outs.clear();
+        run_outputs_.resize(shapes.size());
+        for (std::size_t j = 0; j < shapes.size(); ++j) {
+          KILN_ASSIGN_OR_RETURN(std::size_t bytes, CheckedTensorBytes(outputs_[j].dtype, shapes[j], "output"));
+          OwnedBuffer& b = run_outputs_[j];
+          if (b.bytes < bytes || !b.data) {  // 64-byte aligned, as the arena
+            const std::size_t padded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+            b.data.reset(std::aligned_alloc(64, padded));
+            if (!b.data) return Error(StatusCode::kOutOfRange, "output ", j, ": out of memory allocating ", bytes, " bytes");
+            b.bytes = padded;
+          }
+          outs.push_back({b.data.get(), outputs_[j].dtype, shapes[j]});
+        }
+        Status st = Execute(ins, outs);
+        if (st.ok()) break;
+        // Bounds a run raised (provisional): allocated again, run again.
+        auto again = OutputShapesFor(ins);
+        if (attempt >= 8 || !again.ok() || again.value() == shapes) return st;
+      }
+      for (std::size_t j = 0; j < outs.size(); ++j) outs[j].shape = output_shape(j);  // the dense prefix
+      return outs;
+    });
+  }
+
   // Raises the provisional bounds the plan's last run found too small
   // (Executor::TakeBoundRaises): the model's plans are dropped and later
   // ones made with the raised bounds. Returns what was raised, for
@@ -956,6 +985,12 @@ class ModelImpl final : public Model {
   std::vector<TensorInfo> inputs_, outputs_;
   bool shape_inputs_ = false;  // some input is a shape input (TensorInfo::shape_input)
   std::vector<std::vector<std::uint8_t>> select_values_;  // Select's scratch: this run's shape-input values
+  // Run's outputs: host memory Kiln owns, reused and grown run to run.
+  struct OwnedBuffer {
+    std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+    std::size_t bytes = 0;
+  };
+  std::vector<OwnedBuffer> run_outputs_;
   std::vector<void*> io_;
   runtime::IoCopies copies_;
   bool staged_ = false;

@@ -537,6 +537,37 @@ static void if_rank_model(void) {
   }
 }
 
+/* Outputs Kiln allocates (kiln_model_run), for a model whose output bound is
+ * provisional: Range(0, int(max(x))) grows run to run; lengths by hand. */
+static void run_allocating(void) {
+  char b1[1024], b2[1024];
+  kiln_model* m = NULL;
+  kiln_tensor y;
+  kiln_tensor_info info;
+  float xs[100];
+  const float limits[4] = {3.5f, 17.0f, 2.0f, 64.0f};
+  const int64_t xshape[1] = {100};
+  OK(kiln_compile(path(b1, model_dir, "range_max.onnx"), path(b2, work_dir, "range_max.kiln"), NULL, NULL));
+  OK(kiln_model_load(path(b2, work_dir, "range_max.kiln"), NULL, &m));
+  if (!m) return;
+  OK(kiln_model_output_info(m, 0, &info));
+  CHECK(info.rank == 1 && info.dims[0].max == -1); /* no bound before a run */
+  FAILS(kiln_model_run_output(m, 0, &y), KILN_OUT_OF_RANGE, "no kiln_model_run has succeeded");
+  for (int r = 0; r < 4; ++r) {
+    kiln_tensor x = {xs, KILN_DTYPE_FLOAT32, xshape, 1, KILN_MEMORY_HOST};
+    for (int i = 0; i < 100; ++i) xs[i] = -1.0f;
+    xs[42] = limits[r];
+    OK(kiln_model_bind_input(m, 0, &x));
+    OK(kiln_model_run(m));
+    OK(kiln_model_run_output(m, 0, &y));
+    CHECK(y.dtype == KILN_DTYPE_INT64 && y.rank == 1 && y.shape[0] == (int64_t)limits[r]);
+    for (int64_t i = 0; i < (int64_t)limits[r] && y.data; ++i) CHECK(((const int64_t*)y.data)[i] == i);
+  }
+  FAILS(kiln_model_run_output(m, 1, &y), KILN_OUT_OF_RANGE, "output 1 does not exist");
+  FAILS(kiln_model_run(NULL), KILN_INVALID_ARGUMENT, "model");
+  kiln_model_free(m);
+}
+
 int main(int argc, char** argv) {
   char combined[256] = {0};
   if (argc != 3) {
@@ -555,6 +586,7 @@ int main(int argc, char** argv) {
   symbolic_model();
   shape_input_model();
   if_rank_model();
+  run_allocating();
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;

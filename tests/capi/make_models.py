@@ -60,6 +60,17 @@ g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, 
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "if_rank.onnx"))
 
+# Range(0, int(max(x))) of x[100]: a shape computed from data with no bound the
+# model proves (a provisional bound, raised by the runs that need more).
+g = helper.make_graph([helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                       helper.make_node("Cast", ["m"], ["lim"], to=TensorProto.INT64),
+                       helper.make_node("Range", ["zero", "lim", "one"], ["y"])], "range_max",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [100])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT64, ["n"])],
+                      [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                       numpy_helper.from_array(np.array(1, np.int64), "one")])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "range_max.onnx"))
+
 # The input the CLI test runs with (the C test has the same values).
 np.save(os.path.join(out, "x.npy"), np.array([[1, -2, 3], [-4, 5, -6]], dtype=np.float32))
 

@@ -366,6 +366,46 @@ TEST(Dynamic, RangeUpToTheMaximumOfAFloatTensor) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(ya[i], static_cast<float>(i));
 }
 
+TEST(Dynamic, RunAllocatesOutputsOfTheirActualShapes) {
+  // Model::Run: outputs in memory Kiln allocates, grown when a run raises
+  // the provisional bound; y = Range(0, int(max(x))) by hand. The plain
+  // static model's outputs come the same way.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {100});
+  g->inputs().push_back(x);
+  ir::Value* mx = g->AddValue("mx");
+  ir::Value* lim = g->AddValue("lim");
+  ir::Value* r = g->AddValue("r");
+  g->AddNode("ReduceMax", "max", {x}, {mx})->SetAttr("keepdims", ir::Attribute::Int(0));
+  g->AddNode("Cast", "as_int", {mx}, {lim})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("Range", "range", {g->AddConstant("zero", test::I64({}, {0})), lim, g->AddConstant("one", test::I64({}, {1}))},
+             {r});
+  g->outputs() = {r};
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  for (float limit : {5.f, 60.f, 2.f, 99.f}) {
+    std::vector<float> xv(100, -2.f);
+    xv[9] = limit;
+    auto outs = (*model)->Run({TensorRef::Of(xv.data(), {100})});
+    ASSERT_TRUE(outs.ok()) << limit << ": " << outs.status().ToString();
+    ASSERT_EQ(outs.value().size(), 1u);
+    const TensorRef& y = outs.value()[0];
+    const auto n = static_cast<std::int64_t>(limit);
+    ASSERT_EQ(y.shape, (Shape{n}));
+    EXPECT_EQ(y.dtype, DType::kInt64);
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(static_cast<const std::int64_t*>(y.data)[i], i);
+  }
+  // The bound went 1 -> 5 -> 60 (the runs' values; more than twice the
+  // old) -> 120 (twice 60, above the run's 99).
+  EXPECT_EQ((*model)->plan_stats().bound_raises, 3u);
+  std::vector<float> bad(99);  // errors as Execute's
+  auto wrong = (*model)->Run({TensorRef::Of(bad.data(), {99})});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("input 0"), std::string::npos) << wrong.status().ToString();
+}
+
 TEST(Dynamic, ProvisionalBoundsFailCleanlyWhereTheValuesAreInvalid) {
   // A product past any tensor's extent, and (shp - [0, 1]) * [1, 1], which
   // is [1, -1] when x has no non-zeros (Mul proves no bound for values
