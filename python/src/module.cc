@@ -219,6 +219,7 @@ class PyModel {
     d["packed_weights_shared"] = s.packed_weights_shared;
     d["static_kernels_made"] = s.static_kernels_made;
     d["static_kernels_shared"] = s.static_kernels_shared;
+    d["bound_raises"] = s.bound_raises;
     return d;
   }
   std::vector<PyTensorInfo> outputs() const {

@@ -294,6 +294,8 @@ def test_range_to_a_maximum_computed_in_the_run(tmp_path):
         x = np.full(500, -1.0, np.float32)
         x[123] = top
         np.testing.assert_array_equal(m.run({"x": x})["y"], np.arange(int(top), dtype=np.int64))
+    # The bound went 1 -> 4 -> 30 -> 100 (each run's value, above twice the old bound).
+    assert m.plan_stats()["bound_raises"] == 3
 
 
 def test_if_branches_of_different_rank(tmp_path):
