@@ -102,6 +102,47 @@ Case Binary(const char* op, Shape a, Shape b, Shape out, std::function<double(do
   return c;
 }
 
+// MatMul of 2-D-or-more operands with numpy batch broadcasting (`b_const`:
+// B a weight), referenced by the loops of the definition.
+Case BatchedMatMul(const std::string& name, Shape as, Shape bs, bool b_const) {
+  const I64 M = as[as.size() - 2], K = as.back(), N = bs.back();
+  Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const std::size_t r = std::max(ab.size(), bb.size());
+  while (ab.size() < r) ab.insert(ab.begin(), 1);
+  while (bb.size() < r) bb.insert(bb.begin(), 1);
+  Shape ob(r);
+  for (std::size_t i = 0; i < r; ++i) ob[i] = std::max(ab[i], bb[i]);
+  Case c;
+  c.name = name;
+  c.op = "MatMul";
+  c.inputs = {{as}, {bs, b_const}};
+  c.out = ob;
+  c.out.push_back(M);
+  c.out.push_back(N);
+  c.ref = [=](const std::vector<Vec>& in) {
+    const I64 batch = Numel(ob);
+    Vec y(static_cast<std::size_t>(batch * M * N), 0.0);
+    for (I64 t = 0; t < batch; ++t) {
+      I64 rem = t, ia = 0, ib = 0, sa = 1, sb = 1;
+      for (std::size_t d = r; d-- > 0;) {
+        const I64 i = rem % ob[d];
+        rem /= ob[d];
+        ia += (ab[d] == 1 ? 0 : i) * sa;
+        ib += (bb[d] == 1 ? 0 : i) * sb;
+        sa *= ab[d];
+        sb *= bb[d];
+      }
+      for (I64 i = 0; i < M; ++i)
+        for (I64 j = 0; j < N; ++j)
+          for (I64 k = 0; k < K; ++k)
+            y[static_cast<std::size_t>((t * M + i) * N + j)] +=
+                in[0][static_cast<std::size_t>((ia * M + i) * K + k)] * in[1][static_cast<std::size_t>((ib * K + k) * N + j)];
+    }
+    return y;
+  };
+  return c;
+}
+
 Case Unary(const char* op, Shape s, std::function<double(double)> f) {
   Case c;
   c.name = op;
@@ -213,6 +254,13 @@ std::vector<Case> Cases() {
     };
     cs.push_back(c);
   }
+  // Batched products: A's batch folded into M (a 2-D weight B), evenly
+  // spaced batches (one strided GEMM; A broadcast with stride 0), and a
+  // partial broadcast (pointer arrays).
+  cs.push_back(BatchedMatMul("MatMul_batch_folded", {2, 5, 3, 4}, {4, 6}, true));
+  cs.push_back(BatchedMatMul("MatMul_batch_strided", {2, 3, 4}, {2, 4, 5}, false));
+  cs.push_back(BatchedMatMul("MatMul_batch_a_broadcast", {5, 4}, {2, 3, 4, 6}, false));
+  cs.push_back(BatchedMatMul("MatMul_batch_partial_broadcast", {2, 1, 3, 4}, {3, 4, 2}, false));
   {
     Case c;  // y = 0.5 * A * B^T + 2 * C
     c.name = "Gemm_transB_alpha_beta";

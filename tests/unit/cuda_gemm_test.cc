@@ -43,6 +43,16 @@ std::vector<float> RunPlan(const GemmPlan& p, const std::vector<float>& a, const
     }
   }
   for (long long i = 0; i < p.batch; ++i) {
+    if (p.strided) {  // cublasGemm(StridedBatched)Ex on the bases
+      EXPECT_LE(i * p.stride_second + (p.second_t ? p.k * p.ld_second : p.n * p.ld_second),
+                static_cast<long long>(a.size()));
+      EXPECT_LE(i * p.stride_first + (p.first_t ? p.m * p.ld_first : p.k * p.ld_first),
+                static_cast<long long>(b.size()));
+      ColMajorGemm(p.first_t, p.second_t, p.m, p.n, p.k, p.alpha, b.data() + i * p.stride_first, p.ld_first,
+                   a.data() + i * p.stride_second, p.ld_second, p.has_bias ? p.beta : 0.f,
+                   y.data() + i * p.stride_out, p.ld_out);
+      continue;
+    }
     long long oa, ob;
     kiln_ew_offsets(p.batch_bcast, i, &oa, &ob);
     EXPECT_LE((oa + 1) * p.a_mat, static_cast<long long>(a.size()));
@@ -124,7 +134,15 @@ TEST(CudaGemmPlan, MatMulShapesThroughTheEmulatedGpu) {
   const std::vector<std::pair<Shape, Shape>> cases = {
       {{3, 4}, {4, 5}},          {{2, 3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 5}},   {{3, 4}, {2, 4, 5}},
       {{2, 1, 3, 4}, {3, 4, 2}}, {{4}, {4, 5}},          {{2, 3, 4}, {4}},      {{4}, {4}},
-      {{1, 7}, {7, 1}},          {{2, 2, 1, 6}, {1, 2, 6, 3}}};
+      {{1, 7}, {7, 1}},          {{2, 2, 1, 6}, {1, 2, 6, 3}}, {{2, 5, 3, 4}, {4, 6}},  {{1, 2, 3, 4}, {2, 4, 5}},
+      {{5, 4}, {2, 3, 4, 6}}};
+  // Which run as one strided GEMM (hand-derived: batch dims all present or
+  // all 1 per operand, or a 2-D B); the others through the pointer arrays.
+  const std::vector<bool> strided = {true, true, true, true, false, true, true,
+                                     true, true, false, true, true, true};
+  // A's batch folded into M (one GEMM, cuBLAS's n = batch * M).
+  const std::vector<long long> folded_n = {3, 3, 6, 3, 3, 1, 6, 1, 1, 1, 30, 3, 5};
+  std::size_t idx = 0;
   unsigned seed = 1;
   for (const auto& [as, bs] : cases) {
     const auto a = Random(Numel(as), seed++), b = Random(Numel(bs), seed++);
@@ -134,7 +152,16 @@ TEST(CudaGemmPlan, MatMulShapesThroughTheEmulatedGpu) {
     const std::string what = ShapeToString(as) + " x " + ShapeToString(bs);
     ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().ToString();
     EXPECT_EQ(plan->batch * plan->y_mat, static_cast<long long>(want.size())) << what;
+    EXPECT_EQ(plan->strided, strided[idx]) << what;
+    EXPECT_EQ(plan->n, folded_n[idx]) << what;
     ExpectClose(RunPlan(*plan, a, b, nullptr), want, what);
+    // The same product through the pointer arrays.
+    GemmPlan pointers = *plan;
+    if (pointers.strided && pointers.n == static_cast<long long>(as.size() == 1 ? 1 : as[as.size() - 2])) {
+      pointers.strided = false;
+      ExpectClose(RunPlan(pointers, a, b, nullptr), want, what + " (pointer arrays)");
+    }
+    ++idx;
   }
 }
 

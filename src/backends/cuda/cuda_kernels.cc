@@ -90,18 +90,24 @@ const char* BlasError(cublasStatus_t s) {
   }
 }
 
-// MatMul / Gemm: [bias kernel,] pointer kernel, cublasGemmBatchedEx on the
-// pointer arrays in the executor's workspace (gemm_params.h).
+// MatMul / Gemm: [bias kernel,] then either cublasGemmEx /
+// cublasGemmStridedBatchedEx on the host mirror's addresses (evenly spaced
+// matrices), or the pointer kernel and cublasGemmBatchedEx on the pointer
+// arrays in the executor's workspace (gemm_params.h).
 class GemmKernel final : public device::Kernel {
  public:
   GemmKernel(const GemmPlan& p, const void* pointers, const void* bias, void* blas, std::mutex* mu, std::string what)
       : p_(p), pointers_(pointers), bias_(bias), blas_(blas), mu_(mu), what_(std::move(what)) {}
   std::size_t workspace_bytes() const override { return p_.workspace_bytes(); }
+  bool reads_host_addresses() const override { return p_.strided; }
   Status Run(const device::KernelArgs& a) override {
     if (p_.batch == 0 || p_.m == 0 || p_.n == 0) return Status::Ok();
     if (!a.ctx || !a.ctx->workspace || a.ctx->workspace_bytes < p_.workspace_bytes()) {
       return Error(StatusCode::kInternal, what_, ": launched without its ", p_.workspace_bytes(),
                    "-byte workspace");
+    }
+    if (p_.strided && !a.host_ptrs) {
+      return Error(StatusCode::kInternal, what_, ": launched without the argument block's host mirror");
     }
     void* ptrs = const_cast<void**>(a.ptrs);
     if (p_.has_bias) {
@@ -110,12 +116,14 @@ class GemmKernel final : public device::Kernel {
       void* params[] = {&ptrs, &bias, &c_index, &y_index};
       KILN_RETURN_IF_ERROR(Launch(bias_, a, params, bias.n, what_.c_str()));
     }
-    KilnEwParams bp = p_.batch_bcast;
-    long long a_mat = p_.a_mat, b_mat = p_.b_mat, y_mat = p_.y_mat;
-    int y_index = p_.y_index;
     void* arrays = a.ctx->workspace;
-    void* params[] = {&ptrs, &bp, &a_mat, &b_mat, &y_mat, &y_index, &arrays};
-    KILN_RETURN_IF_ERROR(Launch(pointers_, a, params, p_.batch, what_.c_str()));
+    if (!p_.strided) {
+      KilnEwParams bp = p_.batch_bcast;
+      long long a_mat = p_.a_mat, b_mat = p_.b_mat, y_mat = p_.y_mat;
+      int y_index = p_.y_index;
+      void* params[] = {&ptrs, &bp, &a_mat, &b_mat, &y_mat, &y_index, &arrays};
+      KILN_RETURN_IF_ERROR(Launch(pointers_, a, params, p_.batch, what_.c_str()));
+    }
     auto* s = static_cast<cudaStream_t>(CudaStreamHandle(*a.ctx->stream));
     auto** arr = static_cast<void**>(arrays);
     const float alpha = p_.alpha, beta = p_.has_bias ? p_.beta : 0.f;
@@ -127,13 +135,24 @@ class GemmKernel final : public device::Kernel {
     if (st == CUBLAS_STATUS_SUCCESS) {
       st = cublasSetWorkspace(h, static_cast<char*>(a.ctx->workspace) + p_.arrays_bytes(), GemmPlan::kBlasWorkspace);
     }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-      st = cublasGemmBatchedEx(h, p_.first_t ? CUBLAS_OP_T : CUBLAS_OP_N, p_.second_t ? CUBLAS_OP_T : CUBLAS_OP_N,
-                               static_cast<int>(p_.m), static_cast<int>(p_.n), static_cast<int>(p_.k), &alpha,
-                               arr, CUDA_R_32F, static_cast<int>(p_.ld_first), arr + p_.batch, CUDA_R_32F,
-                               static_cast<int>(p_.ld_second), &beta, arr + 2 * p_.batch, CUDA_R_32F,
-                               static_cast<int>(p_.ld_out), static_cast<int>(p_.batch), CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT);
+    const cublasOperation_t op_first = p_.first_t ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = p_.second_t ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int m = static_cast<int>(p_.m), n = static_cast<int>(p_.n), k = static_cast<int>(p_.k);
+    const int ld1 = static_cast<int>(p_.ld_first), ld2 = static_cast<int>(p_.ld_second);
+    const int ldy = static_cast<int>(p_.ld_out);
+    if (st == CUBLAS_STATUS_SUCCESS && p_.strided && p_.batch == 1) {
+      st = cublasGemmEx(h, op_first, op_second, m, n, k, &alpha, a.host_ptrs[1], CUDA_R_32F, ld1, a.host_ptrs[0],
+                        CUDA_R_32F, ld2, &beta, a.host_ptrs[p_.y_index], CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+    } else if (st == CUBLAS_STATUS_SUCCESS && p_.strided) {
+      st = cublasGemmStridedBatchedEx(h, op_first, op_second, m, n, k, &alpha, a.host_ptrs[1], CUDA_R_32F, ld1,
+                                      p_.stride_first, a.host_ptrs[0], CUDA_R_32F, ld2, p_.stride_second, &beta,
+                                      a.host_ptrs[p_.y_index], CUDA_R_32F, ldy, p_.stride_out,
+                                      static_cast<int>(p_.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    } else if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasGemmBatchedEx(h, op_first, op_second, m, n, k, &alpha, arr, CUDA_R_32F, ld1, arr + p_.batch,
+                               CUDA_R_32F, ld2, &beta, arr + 2 * p_.batch, CUDA_R_32F, ldy,
+                               static_cast<int>(p_.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
     if (st != CUBLAS_STATUS_SUCCESS) return Error(StatusCode::kInternal, what_, ": cuBLAS GEMM failed: ", BlasError(st));
     return Status::Ok();

@@ -1,5 +1,6 @@
 #include "backends/cuda/gemm_params.h"
 
+#include <algorithm>
 #include <climits>
 
 #include "backends/cuda/ew_params.h"
@@ -34,6 +35,40 @@ void SetProduct(GemmPlan& p, long long M, long long N, long long K, bool ta, boo
   p.a_mat = M * K;
   p.b_mat = K * N;
   p.y_mat = M * N;
+}
+
+// Where every operand's matrices are evenly spaced over the batch, the plan
+// runs as one strided GEMM: A's batch folded into M where B has no batch
+// dims (A's rows are then one M*batch x K matrix, Y's one M*batch x N), else
+// per operand a stride of one matrix (its batch dims are the output's) or 0
+// (all its batch dims are 1).
+void SetStrided(GemmPlan& p, const Shape& ob, const Shape& ab, const Shape& bb, bool a_promoted) {
+  if (p.batch > 1 && bb.empty() && !a_promoted && !p.second_t && p.batch * p.n <= INT_MAX) {
+    p.n *= p.batch;  // cuBLAS's n is M
+    p.y_mat *= p.batch;
+    p.a_mat *= p.batch;
+    p.batch = 1;
+    p.batch_bcast.n = 1;
+  }
+  auto stride = [&](const Shape& s, long long mat, long long* out) {
+    Shape padded(ob.size() - s.size(), 1);
+    padded.insert(padded.end(), s.begin(), s.end());
+    if (padded == ob) {
+      *out = mat;
+      return true;
+    }
+    if (std::all_of(s.begin(), s.end(), [](std::int64_t d) { return d == 1; })) {
+      *out = 0;
+      return true;
+    }
+    return false;
+  };
+  if (p.batch == 1) {
+    p.strided = true;
+    return;
+  }
+  p.strided = stride(ab, p.a_mat, &p.stride_second) && stride(bb, p.b_mat, &p.stride_first);
+  p.stride_out = p.y_mat;
 }
 
 }  // namespace
@@ -71,6 +106,7 @@ Result<GemmPlan> MatMulPlan(const ir::Node& node, const Shape& a, const Shape& b
     return Error(StatusCode::kInvalidArgument, node.Describe(), ": output ", ShapeToString(out), " is not ",
                  ShapeToString(a), " x ", ShapeToString(b));
   }
+  SetStrided(p, ob, ab, bb, a.size() == 1);
   KILN_RETURN_IF_ERROR(CheckInt(node, p));
   return p;
 }
@@ -99,6 +135,7 @@ Result<GemmPlan> GemmOpPlan(const ir::Node& node, const Shape& a, const Shape& b
     KILN_RETURN_IF_ERROR(FillBroadcast(node, out, out, c, &p.bias));
     p.bias.n = M * N;
   }
+  p.strided = true;  // one matrix each
   KILN_RETURN_IF_ERROR(CheckInt(node, p));
   return p;
 }

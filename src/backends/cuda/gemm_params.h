@@ -5,11 +5,21 @@
 //
 // Row-major Y (M x N) = op(A) (M x K) * op(B) (K x N) is, read
 // column-major, Y^T = op(B)^T op(A)^T: cuBLAS's first operand is B, its
-// second A, with m = N, n = M. The matrices' addresses are not baked into
-// the recorded graph: a small kernel reads the bases from the argument
-// block and writes per-batch pointer arrays into the workspace, which
-// cublasGemmBatchedEx reads at run time, so refreshed buffers need no
-// re-recording.
+// second A, with m = N, n = M.
+//
+// Two ways to run it. Where every operand's matrices are evenly spaced over
+// the batch (the batch dims all present or all broadcast; a constant 2-D B
+// lets A's batch fold into M), it is one cublasGemmEx or
+// cublasGemmStridedBatchedEx on the addresses of the argument block's host
+// mirror (`strided`): cuBLAS then picks its kernels knowing the pointers'
+// alignment and may split K, which its pointer-array entry cannot (measured
+// on an H100: BERT-base's 60 projection GEMMs 258 us each through the
+// pointer arrays, ~37 through cublasGemmEx). Such a kernel declares that it
+// reads host addresses, so the executor records again when a binding it
+// reads moves. Otherwise (numpy broadcasting of part of the batch dims) a
+// small kernel reads the bases from the argument block and writes per-batch
+// pointer arrays into the workspace, which cublasGemmBatchedEx reads at run
+// time, so refreshed buffers need no re-recording.
 #pragma once
 
 #include "backends/cuda/ew_common.h"
@@ -29,6 +39,8 @@ struct GemmPlan {
   bool has_bias = false;                   // Gemm with C and beta != 0: Y starts as C broadcast
   KilnEwParams bias{};                     // n = M * N; sb = C's strides over [M, N]
   int c_index = 2, y_index = 2;            // argument-block slots of C and Y (Y: after the inputs; set by the kernel)
+  bool strided = false;                    // evenly spaced matrices: cublasGemm(StridedBatched)Ex
+  long long stride_first = 0, stride_second = 0, stride_out = 0;  // elements between batch matrices
   // The pointer arrays, then cuBLAS's own workspace (256-byte aligned).
   static constexpr std::size_t kBlasWorkspace = std::size_t{8} << 20;
   std::size_t arrays_bytes() const { return (static_cast<std::size_t>(3 * batch) * sizeof(void*) + 255) / 256 * 256; }
