@@ -18,6 +18,14 @@
 //       mode-1 store does), i.e. this disk's write limit.
 //   weights_load_bench store --dir D [--blobs N] [--blob-mib M] [--threads T] [--mode 1|2]
 //       weights::StoreWeights of N random blobs into an empty directory.
+//   weights_load_bench upload --dir D --device SPEC [--blobs N] [--blob-mib M] [--chunk-mib C]
+//                      [--readers R] [--reps K] [--bw-mib B]
+//       N random blobs stored as one combined file (mode 2) in the empty
+//       directory D, then loaded K times into SPEC's memory through a fresh
+//       WeightManager (the chunked copy path: pinned staging where the
+//       device has it, R readers), beside the device's pinned and pageable
+//       host->device copy bandwidth measured in the same process (B MiB,
+//       median of 5). The file is in the page cache (just written).
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -38,7 +46,9 @@
 
 #include "common/tensor.h"
 #include "kiln/runtime.h"
+#include "runtime/devices.h"
 #include "weights/sha256.h"
+#include "weights/weight_manager.h"
 #include "weights/weight_dir.h"
 
 namespace {
@@ -359,10 +369,82 @@ int CmdStore(const Args& a) {
   return 0;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int CmdUpload(const Args& a) {
+  const std::string dir = a.get("--dir", "");
+  if (dir.empty()) Die("upload needs --dir");
+  auto dev_r = kiln::runtime::OpenDevice(a.get("--device", "cpu"));
+  if (!dev_r.ok()) Die(dev_r.status().ToString());
+  kiln::device::Device& dev = *dev_r.value();
+  std::uint64_t total = 0;
+  std::vector<kiln::weights::WeightRef> refs;
+  {
+    auto blobs = Blobs(a);
+    for (auto& b : blobs) total += b->nbytes();
+    kiln::weights::StoreOptions so;
+    so.mode = 2;
+    so.writer_threads = 8;
+    so.model_name = "upload";
+    auto r = kiln::weights::StoreWeights(dir, blobs, so, nullptr);
+    if (!r.ok()) Die(r.status().ToString());
+    refs = r.value();
+  }
+  // Host->device copy bandwidth of this device: from pinned memory (DMA
+  // alone: CopyHeld) and from pageable memory (Copy).
+  const std::size_t bw = static_cast<std::size_t>(a.num("--bw-mib", 256) * 1048576.0);
+  auto pin = dev.Allocate(bw, kiln::device::MemoryKind::kPinnedHost);
+  auto dst = dev.Allocate(bw);
+  auto stream = dev.CreateStream();
+  if (!pin.ok() || !dst.ok() || !stream.ok()) Die("cannot allocate the bandwidth buffers");
+  std::memset(pin.value(), 1, bw);
+  std::vector<std::uint8_t> pageable(bw, 1);
+  auto gbps = [&](bool pinned) {
+    std::vector<double> ms;
+    for (int i = 0; i < 6; ++i) {
+      auto t0 = Clock::now();
+      kiln::Status st = pinned ? (*stream)->CopyHeld(dst.value(), pin.value(), bw)
+                               : (*stream)->Copy(dst.value(), pageable.data(), bw, kiln::device::CopyKind::kHostToDevice);
+      if (st.ok()) st = (*stream)->Synchronize();
+      if (!st.ok()) Die(st.ToString());
+      if (i > 0) ms.push_back(Ms(t0, Clock::now()));
+    }
+    return bw / (Median(ms) * 1e-3) / 1e9;
+  };
+  const double pinned_gbps = gbps(true), pageable_gbps = gbps(false);
+  dev.Free(pin.value());
+  dev.Free(dst.value());
+  kiln::weights::WeightLoadConfig cfg;
+  cfg.weight_dir = dir;
+  cfg.mode = kiln::weights::LoadMode::kStagedCopy;
+  cfg.chunk_bytes = static_cast<std::size_t>(a.num("--chunk-mib", 10) * 1048576.0);
+  cfg.reader_threads = static_cast<int>(a.num("--readers", 0));
+  std::vector<double> ms;
+  const int reps = static_cast<int>(a.num("--reps", 3));
+  for (int i = 0; i < reps; ++i) {
+    kiln::weights::WeightManager wm(&dev);
+    auto t0 = Clock::now();
+    auto r = wm.Acquire(refs, cfg, dir);
+    const double t = Ms(t0, Clock::now());
+    if (!r.ok()) Die(r.status().ToString());
+    ms.push_back(t);
+  }
+  const double up_ms = Median(ms), up_gbps = total / (up_ms * 1e-3) / 1e9;
+  std::printf("{\"device\": \"%s\", \"bytes\": %llu, \"chunk_mib\": %.3f, \"readers\": %d, \"upload_ms\": %.3f, "
+              "\"upload_gbps\": %.3f, \"pinned_h2d_gbps\": %.3f, \"pageable_h2d_gbps\": %.3f, "
+              "\"upload_over_pinned\": %.3f}\n",
+              dev.spec().c_str(), static_cast<unsigned long long>(total), cfg.chunk_bytes / 1048576.0,
+              cfg.reader_threads, up_ms, up_gbps, pinned_gbps, pageable_gbps, up_gbps / pinned_gbps);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) Die("usage: weights_load_bench load|session|memcpy|sha256|write|store ...");
+  if (argc < 2) Die("usage: weights_load_bench load|session|memcpy|sha256|write|store|upload ...");
   const std::string cmd = argv[1];
   const Args a = Parse(argc, argv, 2);
   if (cmd == "load") return CmdLoad(a);
@@ -371,5 +453,6 @@ int main(int argc, char** argv) {
   if (cmd == "sha256") return CmdSha(a);
   if (cmd == "write") return CmdWrite(a);
   if (cmd == "store") return CmdStore(a);
+  if (cmd == "upload") return CmdUpload(a);
   Die("unknown command " + cmd);
 }

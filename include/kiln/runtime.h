@@ -149,6 +149,10 @@ struct LoadOptions {
   bool trust_recorded_weight_dir = false;
   WeightLoadMode weight_load_mode = WeightLoadMode::kAuto;
   std::size_t weight_chunk_bytes = 10u << 20;
+  // Threads reading each chunk of the copy path on a device whose memory
+  // the host cannot address (a GPU), each its share: 0 = half the hardware
+  // threads, at most 8.
+  int weight_reader_threads = 0;
   bool verify_weights = false;          // check every weight's SHA-256
   // Use `size` bytes at `data`, already filled by the caller, as the contents
   // of weight file `file_name` instead of reading it (wins over weight_dir).

@@ -105,6 +105,14 @@ class Stream {
   // Device->host: `dst` holds the bytes once the stream has reached the copy
   // (Synchronize or an event). Device->device: ordered like any other work.
   virtual Status Copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  // A host->device copy whose source the caller keeps unchanged until the
+  // stream has reached it (an event recorded after it has fired, or
+  // Synchronize): the device reads `src` then, without taking the bytes
+  // first, so a pinned source (MemoryKind::kPinnedHost) is copied by DMA
+  // alone (the chunked weight upload). The default takes the bytes (Copy).
+  virtual Status CopyHeld(void* dst, const void* src, std::size_t bytes) {
+    return Copy(dst, src, bytes, CopyKind::kHostToDevice);
+  }
   // Queues (or, while capturing, records) fn(obj, args, ctx).
   virtual Status Launch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) = 0;
   // Like Launch, but fn is host work in stream order (a node placed on the

@@ -168,6 +168,16 @@ Status HostStream::Copy(void* dst, const void* src, std::size_t bytes, CopyKind 
   }, device_op);
 }
 
+Status HostStream::CopyHeld(void* dst, const void* src, std::size_t bytes) {
+  if (capture_) return Error(StatusCode::kInvalidArgument, "Copy: the stream is capturing (only launches are recorded)");
+  if (bytes == 0) return Status::Ok();
+  if (!dst || !src) return Error(StatusCode::kInvalidArgument, "Copy: null address for ", bytes, " bytes");
+  return Enqueue([dst, src, bytes]() {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }, true);
+}
+
 Status HostStream::DoLaunch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx, bool host) {
   if (!fn) return Error(StatusCode::kInvalidArgument, "Launch: null kernel function");
   if (capture_) {

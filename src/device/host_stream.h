@@ -76,6 +76,9 @@ class HostStream final : public Stream {
 
   Device& device() override { return device_; }
   Status Copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
+  // Reads `src` when the stream reaches the copy (on sim's worker thread,
+  // after its delays): a caller that reuses the source too early is caught.
+  Status CopyHeld(void* dst, const void* src, std::size_t bytes) override;
   Status Launch(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) override;
   Status LaunchHost(LaunchFn fn, void* obj, const void* args, const ExecContext& ctx) override;
   Status HostFunc(std::function<Status()> fn) override;

@@ -943,6 +943,7 @@ class ModelImpl final : public Model {
                : opts.weight_load_mode == WeightLoadMode::kStagedCopy ? weights::LoadMode::kStagedCopy
                                                                       : weights::LoadMode::kAuto;
     cfg.chunk_bytes = opts.weight_chunk_bytes;
+    cfg.reader_threads = opts.weight_reader_threads;
     cfg.verify = opts.verify_weights;
     for (auto& [f, m] : opts.user_weight_memory) cfg.user_memory[f] = {m.data, m.size};
     for (auto& [id, f] : opts.weight_files) cfg.files[id] = {f.path, f.data, f.size};

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "common/file.h"
+#include "kiln/stream.h"
 #include "runtime/devices.h"
 #include "weights/path.h"
 #include "weights/sha256.h"
@@ -35,8 +37,6 @@ struct Block {
 };
 
 
-// Reads [0, size) of fd into device memory at dst in chunks: a reader thread
-// fills one staging buffer while the other is copied to the device.
 // Reads [off, off + len) of fd into p.
 Status ReadFully(int fd, std::uint8_t* p, std::uint64_t off, std::uint64_t len, const std::string& path) {
   std::uint64_t done = 0;
@@ -52,8 +52,13 @@ Status ReadFully(int fd, std::uint8_t* p, std::uint64_t off, std::uint64_t len, 
   return Status::Ok();
 }
 
+// Reads [0, size) of fd into device memory at dst in chunks. Where the host
+// addresses device memory, two readers read alternate chunks straight into
+// it. Otherwise through two staging buffers (pinned where the device has
+// pinned memory): readers fill one, each its share of the chunk, while the
+// other is copied to the device.
 Status ChunkedCopy(int fd, device::Device& dev, std::uint8_t* dst, std::uint64_t size, std::size_t chunk,
-                   const std::string& path, bool staged) {
+                   const std::string& path, bool staged, int reader_threads) {
   if (size == 0) return Status::Ok();
   chunk = std::max<std::size_t>(chunk, 4096);
   if (dev.caps().host_addressable && !staged) {
@@ -72,67 +77,119 @@ Status ChunkedCopy(int fd, device::Device& dev, std::uint8_t* dst, std::uint64_t
     other.join();
     return st[0].ok() ? st[1] : st[0];
   }
-  std::vector<std::uint8_t> staging[2] = {std::vector<std::uint8_t>(std::min<std::uint64_t>(chunk, size)),
-                                          std::vector<std::uint8_t>(std::min<std::uint64_t>(chunk, size))};
+  // Two staging buffers: pinned host memory where the device has it (the
+  // copy then reads the buffer by DMA, later: its buffer is released when
+  // the copy has run), else plain host memory (Copy takes the bytes at once).
+  const std::size_t buf_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size));
+  const bool pinned = dev.caps().pinned_host_memory;
+  std::vector<std::uint8_t> plain[2];
+  struct Pinned {
+    device::Device* dev = nullptr;
+    void* p = nullptr;
+    ~Pinned() {
+      if (p) dev->Free(p);
+    }
+  } pinned_buf[2];
+  std::uint8_t* staging[2] = {nullptr, nullptr};
+  for (int k = 0; k < 2; ++k) {
+    if (pinned) {
+      auto p = dev.Allocate(buf_bytes, device::MemoryKind::kPinnedHost);
+      if (!p.ok()) return p.status().WithContext("allocating pinned staging for '" + path + "'");
+      pinned_buf[k].dev = &dev;
+      pinned_buf[k].p = p.value();
+      staging[k] = static_cast<std::uint8_t*>(p.value());
+    } else {
+      plain[k].resize(buf_bytes);
+      staging[k] = plain[k].data();
+    }
+  }
   const std::uint64_t n_chunks = (size + chunk - 1) / chunk;
+  // Readers: each reads its share of every chunk, so page-cache copies run
+  // on several cores (one thread's pread moves far less than a GPU's DMA).
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const int n_readers =
+      reader_threads > 0
+          ? std::min(reader_threads, 64)
+          : static_cast<int>(std::clamp<std::uint64_t>(
+                std::min<std::uint64_t>(hw / 2, buf_bytes / (std::size_t{256} << 10)), 1, 8));
   std::mutex mu;
   std::condition_variable cv;
-  std::uint64_t filled = 0, consumed = 0;  // chunks read / copied so far
+  std::vector<std::uint64_t> progress(static_cast<std::size_t>(n_readers), 0);  // chunks each reader has read
+  std::uint64_t released = 0;  // chunks whose staging buffer is free again
+  bool stop = false;
   Status read_status;
-  std::thread reader([&] {
+  auto filled = [&] { return *std::min_element(progress.begin(), progress.end()); };
+  auto read_share = [&](int r) {
     for (std::uint64_t i = 0; i < n_chunks; ++i) {
       {
         std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return i < consumed + 2; });  // a staging buffer is free
+        cv.wait(l, [&] { return stop || i < released + 2; });  // chunk i - 2's buffer is free
+        if (stop) return;
       }
       const std::uint64_t off = i * chunk, len = std::min<std::uint64_t>(chunk, size - off);
-      std::uint8_t* buf = staging[i % 2].data();
-      std::uint64_t done = 0;
-      while (done < len) {
-        ssize_t r = pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
+      const std::uint64_t share = (len + n_readers - 1) / n_readers;
+      const std::uint64_t begin = std::min<std::uint64_t>(len, share * r), end = std::min<std::uint64_t>(len, begin + share);
+      std::uint8_t* buf = staging[i % 2];
+      std::uint64_t done = begin;
+      while (done < end) {
+        ssize_t got = pread(fd, buf + done, end - done, static_cast<off_t>(off + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
           std::lock_guard<std::mutex> l(mu);
-          read_status = Error(StatusCode::kIoError, "reading '", path, "' at offset ", off + done, " failed",
-                              r == 0 ? " (file shrank?)" : "");
-          filled = n_chunks + 1;
+          if (read_status.ok()) {
+            read_status = Error(StatusCode::kIoError, "reading '", path, "' at offset ", off + done, " failed",
+                                got == 0 ? " (file shrank?)" : "");
+          }
+          stop = true;
           cv.notify_all();
           return;
         }
-        done += static_cast<std::uint64_t>(r);
+        done += static_cast<std::uint64_t>(got);
       }
       std::lock_guard<std::mutex> l(mu);
-      ++filled;
+      progress[static_cast<std::size_t>(r)] = i + 1;
       cv.notify_all();
     }
-  });
-  Status copy_status;
-  auto stream = dev.CreateSyncStream();
-  if (!stream.ok()) {
-    copy_status = stream.status();
+  };
+  std::vector<std::thread> readers;
+  for (int r = 0; r < n_readers; ++r) readers.emplace_back(read_share, r);
+  auto release = [&](std::uint64_t n) {
     std::lock_guard<std::mutex> l(mu);
-    consumed = n_chunks + 2;  // release the reader
+    released = n;
     cv.notify_all();
-  }
+  };
+  auto stop_readers = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    stop = true;
+    cv.notify_all();
+  };
+  Status copy_status;
+  // (after the buffers: destroyed first, waiting for queued copies)
+  auto stream = dev.CreateSyncStream();
+  if (!stream.ok()) copy_status = stream.status();
+  Event copied[2];
   for (std::uint64_t i = 0; i < n_chunks && copy_status.ok(); ++i) {
     {
       std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return filled > i; });
-      if (!read_status.ok()) break;
+      cv.wait(l, [&] { return stop || filled() > i; });
+      if (stop) break;
     }
     const std::uint64_t off = i * chunk, len = std::min<std::uint64_t>(chunk, size - off);
-    // The bytes are taken before Copy returns: the staging buffer is free.
-    copy_status = (*stream)->Copy(dst + off, staging[i % 2].data(), len, device::CopyKind::kHostToDevice);
-    std::lock_guard<std::mutex> l(mu);
-    ++consumed;
-    cv.notify_all();
-    if (!copy_status.ok()) {
-      consumed = n_chunks + 2;  // release the reader
-      cv.notify_all();
-      break;
+    if (!pinned) {
+      // The bytes are taken before Copy returns: the staging buffer is free.
+      copy_status = (*stream)->Copy(dst + off, staging[i % 2], len, device::CopyKind::kHostToDevice);
+      release(i + 1);
+      continue;
     }
+    // Chunk i's copy is queued; chunk i - 1's buffer is free once its copy
+    // has run, while the reader fills it with chunk i + 1 after that.
+    copy_status = (*stream)->CopyHeld(dst + off, staging[i % 2], len);
+    if (copy_status.ok()) copy_status = (*stream)->RecordEvent(copied[i % 2]);
+    if (copy_status.ok() && i > 0) copy_status = copied[(i - 1) % 2].Synchronize();
+    if (copy_status.ok()) release(i);
   }
-  reader.join();
+  if (!copy_status.ok()) stop_readers();
+  for (std::thread& t : readers) t.join();
   if (stream.ok()) {
     Status st = (*stream)->Synchronize();
     if (copy_status.ok()) copy_status = st;
@@ -174,7 +231,8 @@ struct WeightManager::Impl {
     } else {
       KILN_ASSIGN_OR_RETURN(b->data, device->Allocate(b->size));
       KILN_RETURN_IF_ERROR(ChunkedCopy(fd.get(), *device, static_cast<std::uint8_t*>(b->data), b->size,
-                                       cfg.chunk_bytes, path.string(), cfg.mode == LoadMode::kStagedCopy));
+                                       cfg.chunk_bytes, path.string(), cfg.mode == LoadMode::kStagedCopy,
+                                       cfg.reader_threads));
       stats.bytes_read += b->size;
       stats.resident_bytes += b->size;
     }

@@ -48,6 +48,7 @@ struct WeightLoadConfig {
   std::string weight_dir;                 // empty: <model dir>/weight
   LoadMode mode = LoadMode::kAuto;        // kAuto: map if the device can, else copy
   std::size_t chunk_bytes = 10u << 20;    // kCopy chunk size
+  int reader_threads = 0;                 // staged copy: readers per chunk (0: half the hardware threads, <= 8)
   bool verify = false;                    // check each weight's SHA-256
   std::map<std::string, UserWeightMemory> user_memory;  // by file name
   // Graph-API weights (WeightRef::file_id): the caller's file (path) or

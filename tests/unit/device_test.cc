@@ -745,6 +745,45 @@ TEST(Threads, PerContextThreadCountsDoNotInterfere) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// The chunked upload through pinned staging (CopyHeld): sim reads each
+// staging buffer only when its delayed copy runs, so a buffer refilled
+// before its copy had run would put the next chunk's bytes in its place.
+TEST(SimDevice, StagedWeightUploadKeepsEachBufferUntilItsCopyHasRun) {
+  test::TempDir dir;
+  constexpr int kN = 16384;  // 64 KiB: 16 chunks of 4 KiB
+  auto g = std::make_unique<ir::Graph>();
+  g->set_name("staged");
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {kN});
+  g->inputs().push_back(x);
+  std::vector<float> wv(kN);
+  for (int i = 0; i < kN; ++i) wv[i] = static_cast<float>(i);  // every chunk differs
+  ir::Value* w = g->AddConstant("w", test::F32({kN}, wv));
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("Add", "add", {x, w}, {y});
+  g->outputs().push_back(y);
+  test::SetLatestVersions(*g);
+  CompileOptions co;
+  co.external_weight = 2;
+  co.external_weight_dir = dir.file("weight");
+  auto cm = CompileGraph(std::move(g), co);
+  ASSERT_TRUE(cm.ok()) << cm.status().ToString();
+  ASSERT_TRUE(format::WriteModelFile(cm.value(), dir.file("m.kiln")).ok());
+  for (int readers : {1, 3}) {  // each reader reads its share of every chunk
+  for (WeightLoadMode mode : {WeightLoadMode::kCopy, WeightLoadMode::kStagedCopy}) {
+    LoadOptions o;
+    o.device = "sim:seed=5,delay_us=300";
+    o.weight_load_mode = mode;
+    o.weight_chunk_bytes = 4096;
+    o.weight_reader_threads = readers;
+    auto m = Model::Load(dir.file("m.kiln"), o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    std::vector<float> xv(kN, 0.5f), yv(kN);
+    ASSERT_TRUE((*m)->Execute({TensorRef::Of(xv.data(), {kN})}, {TensorRef::Of(yv.data(), {kN})}).ok());
+    for (int i = 0; i < kN; ++i) ASSERT_EQ(yv[i], static_cast<float>(i) + 0.5f) << i << ", " << readers << " readers";
+  }
+  }
+}
+
 TEST(SimDevice, MapModeIsRefusedWithAClearMessage) {
   // A model with an external weight, loaded with an explicit map on sim.
   test::TempDir dir;

@@ -107,6 +107,7 @@ class CudaStream final : public device::Stream {
 
   device::Device& device() override;
   Status Copy(void* dst, const void* src, std::size_t bytes, device::CopyKind kind) override;
+  Status CopyHeld(void* dst, const void* src, std::size_t bytes) override;
   Status Launch(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) override;
   Status LaunchHost(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) override;
   Status HostFunc(std::function<Status()> fn) override;
@@ -404,6 +405,15 @@ Status CudaStream::Copy(void* dst, const void* src, std::size_t bytes, device::C
   }
   const cudaMemcpyKind k = kind == device::CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
   return dev_.Check(cudaMemcpyAsync(dst, src, bytes, k, s_), "cudaMemcpyAsync");
+}
+
+Status CudaStream::CopyHeld(void* dst, const void* src, std::size_t bytes) {
+  if (capture_) return Error(StatusCode::kInvalidArgument, "Copy: the stream on '", dev_.spec(), "' is capturing");
+  ClearRetired();
+  if (bytes == 0) return Status::Ok();
+  // The caller keeps `src` until the stream reaches the copy: a pinned
+  // source goes by DMA straight from where it is.
+  return dev_.Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync host->device");
 }
 
 Status CudaStream::Launch(device::LaunchFn fn, void* obj, const void* args, const device::ExecContext& ctx) {
