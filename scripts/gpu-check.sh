@@ -17,6 +17,7 @@ tar -C "$WORK" -xJf "$BUNDLE" || { echo "cannot unpack $BUNDLE"; exit 1; }
 K=$WORK/kiln-gpu
 echo "bundle commit: $(cat "$K/COMMIT")"
 nvidia-smi -L || true
+"$(command -v python3 || echo /usr/bin/python3)" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" 2>&1 | tail -1
 # CUDA libraries: the toolkit's, then PyTorch's pip packages (cuDNN, NVRTC).
 CUDA_LIBS=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && CUDA_LIBS="$CUDA_LIBS:$d"; done
@@ -31,10 +32,10 @@ export KILN_RTC_CACHE_DIR="$WORK/rtc"
 status=0
 summary=""
 
-step() {  # step NAME COMMAND...: runs it, logs to $OUTDIR/NAME.log
-  local name=$1; shift
+step() {  # step NAME SECONDS COMMAND...: runs it (at most SECONDS), logs to $OUTDIR/NAME.log
+  local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
-  "$@" > "$OUTDIR/$name.log" 2>&1
+  timeout -k 5 "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
   local rc=$?
   summary="$summary$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")\n"
   tail -n 15 "$OUTDIR/$name.log"
@@ -42,7 +43,7 @@ step() {  # step NAME COMMAND...: runs it, logs to $OUTDIR/NAME.log
   return $rc
 }
 
-step cuda_tests "$K/bin/kiln_cuda_tests"
+step cuda_tests 60 "$K/bin/kiln_cuda_tests"
 if grep -q "SKIPPED \]" "$OUTDIR/cuda_tests.log"; then
   echo "FAIL: tests were skipped on a machine with a GPU"; status=1
   summary="${summary}cuda_tests: tests skipped (no GPU seen?)\n"
@@ -52,21 +53,9 @@ fi
 # CPU nodes inside the graph; those CUDA has kernels for must be on the GPU).
 CUDA_OPS=$(cat "$K/tests/cuda_ops.txt")  # tests/cuda/cuda_ops.txt
 # Conv_asymmetric_pads: cuDNN pads symmetrically, so that case runs on the CPU.
-step op_harness_cuda "$K/bin/kiln_op_harness" --device all --expect-on-device "$CUDA_OPS" \
+step op_harness_cuda 60 "$K/bin/kiln_op_harness" --device all --expect-on-device "$CUDA_OPS" \
   --allow-on-cpu Conv_asymmetric_pads
-step op_harness_cuda_perf "$K/bin/kiln_op_harness" --device all --perf --runs 50
-# memcheck (the tests provoke API errors on purpose: those are not reported).
-SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -n "$SAN" ]; then
-  before=$status
-  step cuda_tests_memcheck "$SAN" --tool memcheck --report-api-errors no --error-exitcode 9 \
-    "$K/bin/kiln_cuda_tests" --gtest_filter='CudaDevice.*'
-  if grep -q "not supported" "$OUTDIR/cuda_tests_memcheck.log"; then
-    summary="${summary}cuda_tests_memcheck: compute-sanitizer does not support this machine (gVisor?): not counted\n"
-    status=$before
-  fi
-fi
-sh "$K/tests/cli_cuda_device.sh" "$K/bin/kiln" "$WORK/cli" "$PY" > "$OUTDIR/cli_cuda_device.log" 2>&1
+timeout -k 5 45 sh "$K/tests/cli_cuda_device.sh" "$K/bin/kiln" "$WORK/cli" "$PY" > "$OUTDIR/cli_cuda_device.log" 2>&1
 rc=$?
 tail -n 15 "$OUTDIR/cli_cuda_device.log"
 case $rc in
@@ -74,6 +63,29 @@ case $rc in
   77) summary="${summary}cli_cuda_device              SKIP (known gap: $(grep SKIP "$OUTDIR/cli_cuda_device.log" | head -1))\n" ;;
   *) summary="${summary}cli_cuda_device              FAIL rc=$rc\n"; status=1 ;;
 esac
+# ResNet-50 and BERT-base (exported here with seeded weights): outputs against
+# PyTorch in float64, latency against PyTorch eager and CUDA graphs.
+step models 180 "$PY" "$(dirname "$0")/gpu-models.py" --kiln "$K/bin/kiln" --work "$WORK/models" \
+  --runs "${GPU_CHECK_RUNS:-200}"
+cp "$WORK/models/models.json" "$OUTDIR/" 2>/dev/null
+# External weights to the GPU: 4 GiB in one combined file (page cache), the
+# chunked copy through pinned staging against this GPU's pinned host->device
+# bandwidth measured in the same process; then one reader, for scale.
+step weights_upload 120 sh -c "'$K/bin/weights_load_bench' upload --dir '$WORK/wu' --device cuda --blobs 64 --blob-mib 64 \
+  --reps 3 && '$K/bin/weights_load_bench' upload --dir '$WORK/wu1' --device cuda --blobs 16 --blob-mib 64 --readers 1"
+rm -rf "$WORK/wu" "$WORK/wu1"
+step op_harness_cuda_perf 45 "$K/bin/kiln_op_harness" --device all --perf --runs 50
+# memcheck (the tests provoke API errors on purpose: those are not reported).
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$SAN" ]; then
+  before=$status
+  step cuda_tests_memcheck 90 "$SAN" --tool memcheck --report-api-errors no --error-exitcode 9 \
+    "$K/bin/kiln_cuda_tests" --gtest_filter='CudaDevice.*'
+  if grep -q "not supported" "$OUTDIR/cuda_tests_memcheck.log"; then
+    summary="${summary}cuda_tests_memcheck: compute-sanitizer does not support this machine (gVisor?): not counted\n"
+    status=$before
+  fi
+fi
 echo
 echo "== gpu-check summary =="
 printf "$summary"
