@@ -1,7 +1,7 @@
 // Replay overhead of the recorded task list (sunk execution) and the cost of
 // an address refresh.
 //
-//   replay_bench [--nodes 1000] [--runs 2000]
+//   replay_bench [--nodes 1000] [--runs 2000] [--device SPEC] [--refresh-nodes 8] [--elems 4096]
 //
 // 1. A chain of N tiny built-in ops (Relu on one float): median time per run
 //    divided by N = the executor's per-task overhead (sync replay), and the
@@ -13,6 +13,15 @@
 //    on its [1, <=64] result. Every Neg is a dynamic task (per-run inference on
 //    the actual shape, kernel cache lookup): median time per run / tasks = the
 //    per-task cost of the dynamic path, next to (1)'s static replay.
+// 4. Address refresh with device memory (on --device; cpu, sim or cuda): a
+//    chain of --refresh-nodes Relus on --elems floats whose input and output
+//    are DeviceBuffers of that device (TensorRef::on_device, bound in place):
+//    runs that keep the same buffers vs runs that alternate two sets; the
+//    difference is what moving the bindings costs per run (argument blocks
+//    rewritten and copied to the device). On a device other than cpu, (1)
+//    runs there with host tensors (copied in and out each run) and (2)-(3)
+//    are skipped (a CPU custom op; data-dependent extents on a recording
+//    device).
 // Prints one JSON line per measurement.
 #include <algorithm>
 #include <chrono>
@@ -53,13 +62,19 @@ int Fail(const kiln::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nodes = 1000, runs = 2000;
+  int nodes = 1000, runs = 2000, refresh_nodes = 8, elems = 4096;
+  std::string device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--nodes") nodes = std::atoi(argv[i + 1]);
     else if (a == "--runs") runs = std::atoi(argv[i + 1]);
+    else if (a == "--device") device = argv[i + 1];
+    else if (a == "--refresh-nodes") refresh_nodes = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--elems") elems = std::max(1, std::atoi(argv[i + 1]));
   }
-  kiln::Session s;
+  kiln::SessionOptions so;
+  so.load.device = device;
+  kiln::Session s(so);
   // 1. Per-task replay overhead.
   kiln::Graph g("chain");
   auto cur = g.AddInput("x", kiln::DType::kFloat32, {1});
@@ -75,16 +90,83 @@ int main(int argc, char** argv) {
   std::vector<kiln::TensorRef> in = {kiln::TensorRef::Of(&x, {1})}, out = {kiln::TensorRef::Of(&y, {1})};
   if (kiln::Status st = s.RunGraph(*id, in, out); !st.ok()) return Fail(st);
   const std::size_t tasks = s.GetLoadedGraph(*id)->last_stats().tasks_run;
-  double sync_ns = TimeNs(runs, [&](int) { (void)s.RunGraph(*id, in, out); });
-  auto stream = kiln::Stream::Create();
-  if (!stream.ok()) return Fail(stream.status());
-  double async_ns = TimeNs(runs, [&](int) {
-    (void)s.ExecuteGraphWithStreamAsync(*id, **stream, in, out);
-    (void)(*stream)->Synchronize();
+  kiln::Status sync_st;
+  double sync_ns = TimeNs(runs, [&](int) {
+    kiln::Status st = s.RunGraph(*id, in, out);
+    if (!st.ok() && sync_st.ok()) sync_st = st;
   });
-  std::printf("{\"bench\":\"replay\",\"nodes\":%d,\"tasks\":%zu,\"runs\":%d,\"sync_run_us\":%.2f,"
+  if (!sync_st.ok()) return Fail(sync_st);
+  auto stream = kiln::Stream::Create(device);
+  if (!stream.ok()) return Fail(stream.status());
+  kiln::Status async_st;
+  double async_ns = TimeNs(runs, [&](int) {
+    kiln::Status st = s.ExecuteGraphWithStreamAsync(*id, **stream, in, out);
+    if (st.ok()) st = (*stream)->Synchronize();
+    if (!st.ok() && async_st.ok()) async_st = st;
+  });
+  if (!async_st.ok()) return Fail(async_st);
+  std::printf("{\"bench\":\"replay\",\"device\":\"%s\",\"nodes\":%d,\"tasks\":%zu,\"runs\":%d,\"sync_run_us\":%.2f,"
               "\"sync_ns_per_task\":%.1f,\"stream_run_us\":%.2f,\"stream_ns_per_task\":%.1f}\n",
-              nodes, tasks, runs, sync_ns / 1e3, sync_ns / tasks, async_ns / 1e3, async_ns / tasks);
+              device.c_str(), nodes, tasks, runs, sync_ns / 1e3, sync_ns / tasks, async_ns / 1e3, async_ns / tasks);
+
+  // 4. Address refresh with device memory.
+  {
+    kiln::Graph gr("refresh_chain");
+    auto rc = gr.AddInput("x", kiln::DType::kFloat32, {elems});
+    for (int i = 0; i < refresh_nodes; ++i) {
+      auto r = gr.AddOp(i % 2 ? "Relu" : "Neg", {rc});
+      if (!r.ok()) return Fail(r.status());
+      rc = r.value()[0];
+    }
+    if (kiln::Status st = gr.AddOutput(rc, "y"); !st.ok()) return Fail(st);
+    auto rid = s.AddGraph(std::move(gr));
+    if (!rid.ok()) return Fail(rid.status());
+    const std::size_t bytes = static_cast<std::size_t>(elems) * sizeof(float);
+    std::unique_ptr<kiln::DeviceBuffer> bin[2], bout[2];
+    for (int k = 0; k < 2; ++k) {
+      auto i = kiln::DeviceBuffer::Allocate(device, bytes);
+      auto o = kiln::DeviceBuffer::Allocate(device, bytes);
+      if (!i.ok()) return Fail(i.status());
+      if (!o.ok()) return Fail(o.status());
+      bin[k] = std::move(i).value();
+      bout[k] = std::move(o).value();
+      std::vector<float> v(static_cast<std::size_t>(elems), k ? -2.f : -1.f);
+      if (kiln::Status st = bin[k]->CopyFromHost(v.data(), bytes); !st.ok()) return Fail(st);
+    }
+    auto dref = [&](int k) {
+      return std::pair<std::vector<kiln::TensorRef>, std::vector<kiln::TensorRef>>{
+          {bin[k]->Ref(kiln::DType::kFloat32, {elems})}, {bout[k]->Ref(kiln::DType::kFloat32, {elems})}};
+    };
+    auto d0 = dref(0), d1 = dref(1);
+    if (kiln::Status st = s.RunGraph(*rid, d0.first, d0.second); !st.ok()) return Fail(st);
+    kiln::Model* rm = s.GetLoadedGraph(*rid);
+    if (kiln::Status st = rm->Execute(d1.first, d1.second); !st.ok()) return Fail(st);
+    kiln::Status r_st;
+    double r_same = TimeNs(runs, [&](int) {
+      kiln::Status st = rm->Execute(d0.first, d0.second);
+      if (!st.ok() && r_st.ok()) r_st = st;
+    });
+    double r_moved = TimeNs(runs, [&](int i) {
+      auto& r = i % 2 ? d1 : d0;
+      kiln::Status st = rm->Execute(r.first, r.second);
+      if (!st.ok() && r_st.ok()) r_st = st;
+    });
+    if (!r_st.ok()) return Fail(r_st);
+    // Neg, Relu, Neg, ... on a constant input: the chain's definition, here.
+    for (int k = 0; k < 2; ++k) {
+      std::vector<float> out(static_cast<std::size_t>(elems));
+      if (kiln::Status st = bout[k]->CopyToHost(out.data(), bytes); !st.ok()) return Fail(st);
+      double v = k ? -2.0 : -1.0;
+      for (int i = 0; i < refresh_nodes; ++i) v = i % 2 ? std::max(v, 0.0) : -v;
+      if (out[0] != static_cast<float>(v) || out.back() != static_cast<float>(v)) {
+        return Fail(kiln::Error(kiln::StatusCode::kInternal, "wrong refresh chain result: ", out[0], " vs ", v));
+      }
+    }
+    std::printf("{\"bench\":\"refresh_device\",\"device\":\"%s\",\"nodes\":%d,\"elems\":%d,\"runs\":%d,"
+                "\"same_addresses_us\":%.3f,\"moved_addresses_us\":%.3f,\"refresh_cost_us\":%.3f}\n",
+                device.c_str(), refresh_nodes, elems, runs, r_same / 1e3, r_moved / 1e3, (r_moved - r_same) / 1e3);
+  }
+  if (device != "cpu") return 0;
 
   // 2. Address refresh for the ArgsUpdater sample's op.
   // The sample's package (built with this benchmark), loaded as Kiln loads

@@ -74,6 +74,9 @@ cp "$WORK/models/models.json" "$OUTDIR/" 2>/dev/null
 step weights_upload 120 sh -c "'$K/bin/weights_load_bench' upload --dir '$WORK/wu' --device cuda --blobs 64 --blob-mib 64 \
   --reps 3 && '$K/bin/weights_load_bench' upload --dir '$WORK/wu1' --device cuda --blobs 16 --blob-mib 64 --readers 1"
 rm -rf "$WORK/wu" "$WORK/wu1"
+# Replay on the GPU: per-task cost of a recorded chain of 1000 Relus, and what
+# moving device-memory bindings costs per run (the refresh target, < 5 us).
+step replay 60 "$K/bin/replay_bench" --device cuda --nodes 1000 --runs 500 --refresh-nodes 8 --elems 4096
 step op_harness_cuda_perf 45 "$K/bin/kiln_op_harness" --device all --perf --runs 50
 # memcheck (the tests provoke API errors on purpose: those are not reported).
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)

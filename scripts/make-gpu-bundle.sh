@@ -9,12 +9,12 @@ set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-build-gpu/kiln-gpu-bundle.tar.xz}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cmake --build "$BUILD" --target kiln kiln_cuda kiln_cuda_tests kiln_op_harness weights_load_bench
+cmake --build "$BUILD" --target kiln kiln_cuda kiln_cuda_tests kiln_op_harness weights_load_bench replay_bench
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 B=$STAGE/kiln-gpu
 mkdir -p "$B/bin" "$B/lib" "$B/tests"
-cp "$BUILD/kiln" "$BUILD/tests/kiln_cuda_tests" "$BUILD/tests/kiln_op_harness" "$BUILD/weights_load_bench" "$B/bin/"
+cp "$BUILD/kiln" "$BUILD/tests/kiln_cuda_tests" "$BUILD/tests/kiln_op_harness" "$BUILD/weights_load_bench" "$BUILD/replay_bench" "$B/bin/"
 cp -P "$BUILD"/libkiln.so* "$BUILD"/libkiln_compiler.so* "$BUILD/libkiln_cuda.so" "$B/lib/"
 cp "$ROOT/tests/cuda/cli_cuda_device.sh" "$ROOT/tests/cuda/cuda_ops.txt" "$B/tests/"
 # Every shared library the programs load, except the C library's own and
