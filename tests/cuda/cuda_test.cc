@@ -242,7 +242,11 @@ TEST(CudaKernels, NodeSupportLooksAtTypesAttributesAndShapes) {
   ir::Node* mm = g.AddNode("MatMul", "mm", {a, w}, {g.AddValue("o", DType::kFloat32, {2, 4})});
   EXPECT_TRUE(CudaNodeSupported(*mm, dtypes(mm)));
   ir::Node* cast = g.AddNode("Cast", "cast", {a}, {g.AddValue("c", DType::kInt64, {2, 3})});
-  EXPECT_FALSE(CudaNodeSupported(*cast, dtypes(cast)));
+  cast->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kInt64)));
+  EXPECT_TRUE(CudaNodeSupported(*cast, dtypes(cast)));
+  ir::Node* to_half = g.AddNode("Cast", "to_half", {a}, {g.AddValue("h", DType::kFloat16, {2, 3})});
+  to_half->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kFloat16)));
+  EXPECT_FALSE(CudaNodeSupported(*to_half, dtypes(to_half)));  // no half kernels: the CPU takes it
   auto* x4 = g.AddValue("x4", DType::kFloat32, {1, 3, 8, 8});
   auto* w4 = g.AddValue("w4", DType::kFloat32, {4, 3, 3, 3});
   ir::Node* conv = g.AddNode("Conv", "conv", {x4, w4}, {g.AddValue("y4", DType::kFloat32, {1, 4, 6, 6})});

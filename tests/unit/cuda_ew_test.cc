@@ -377,6 +377,119 @@ TEST(CudaDataKernels, ComparesFloatAndInt64) {
   EXPECT_EQ(ElementwiseKind("Less", "", {DType::kInt32, DType::kInt32}), EwKind::kNone);
 }
 
+// Cast through CastParams' type codes and kiln_cast_at, against values
+// derived by hand from the conversions Kiln's CPU Cast defines (truncation,
+// NaN -> 0, saturation, wrapping, != 0, round to nearest).
+TEST(CudaDataKernels, CastConversionsByHand) {
+  ir::Graph g;
+  auto run = [&](DType from, DType to, const void* x, void* y, long long n) {
+    ir::Node* c = g.AddNode("Cast", "cast" + std::to_string(g.nodes().size()), {}, {});
+    c->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(to)));
+    int types = -1;
+    auto p = CastParams(*c, {n}, from, &types);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_EQ(p->n, n);
+    for (long long i = 0; i < n; ++i) kiln_cast_at(x, types >> 4, y, types & 15, i);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float f[] = {0.f, 2.7f, -2.7f, 127.9f, -128.9f, 300.2f, -300.2f, 3e9f, -3e9f, 1e19f, -1e19f, nan, inf, -inf};
+  constexpr long long kN = 14;
+  {
+    long long y[kN];
+    run(DType::kFloat32, DType::kInt64, f, y, kN);
+    const long long want[kN] = {0, 2, -2, 127, -128, 300, -300, 3000000000LL, -3000000000LL,
+                                std::numeric_limits<long long>::max(), std::numeric_limits<long long>::min(), 0,
+                                std::numeric_limits<long long>::max(), std::numeric_limits<long long>::min()};
+    for (int i = 0; i < kN; ++i) EXPECT_EQ(y[i], want[i]) << "float32 -> int64 of " << f[i];
+  }
+  {
+    int y[kN];
+    run(DType::kFloat32, DType::kInt32, f, y, kN);
+    const int want[kN] = {0, 2, -2, 127, -128, 300, -300, 2147483647, -2147483647 - 1, 2147483647, -2147483647 - 1,
+                          0, 2147483647, -2147483647 - 1};
+    for (int i = 0; i < kN; ++i) EXPECT_EQ(y[i], want[i]) << "float32 -> int32 of " << f[i];
+  }
+  {
+    signed char y[kN];
+    run(DType::kFloat32, DType::kInt8, f, y, kN);
+    const int want[kN] = {0, 2, -2, 127, -128, 127, -128, 127, -128, 127, -128, 0, 127, -128};
+    for (int i = 0; i < kN; ++i) EXPECT_EQ(y[i], want[i]) << "float32 -> int8 of " << f[i];
+  }
+  {
+    unsigned char y[kN];
+    run(DType::kFloat32, DType::kUInt8, f, y, kN);
+    // Through int64, then modulo 256: 300 -> 44, -300 -> 212, -2 -> 254,
+    // 3e9 = 0xB2D05E00 -> 0x00, int64 max -> 255, int64 min -> 0.
+    const int want[kN] = {0, 2, 254, 127, 128, 44, 212, 0, 0, 255, 0, 0, 255, 0};
+    for (int i = 0; i < kN; ++i) EXPECT_EQ(y[i], want[i]) << "float32 -> uint8 of " << f[i];
+  }
+  {
+    unsigned char y[kN];
+    run(DType::kFloat32, DType::kBool, f, y, kN);
+    for (int i = 0; i < kN; ++i) EXPECT_EQ(y[i], i == 0 ? 0 : 1) << "float32 -> bool of " << f[i];  // NaN != 0
+  }
+  const long long v[] = {0, 1, -1, 255, 256, -129, (1LL << 40) + 1, (1LL << 53) + 1, (1LL << 24) + 1,
+                         std::numeric_limits<long long>::min()};
+  constexpr long long kM = 10;
+  {
+    float y[kM];
+    run(DType::kInt64, DType::kFloat32, v, y, kM);
+    // 2^40 + 1 and 2^24 + 1 are ties or below half an ulp: to nearest even.
+    const float want[kM] = {0.f, 1.f, -1.f, 255.f, 256.f, -129.f, 1099511627776.f, 9007199254740992.f, 16777216.f,
+                            -9223372036854775808.f};
+    for (int i = 0; i < kM; ++i) EXPECT_EQ(y[i], want[i]) << "int64 -> float32 of " << v[i];
+  }
+  {
+    int y[kM];
+    run(DType::kInt64, DType::kInt32, v, y, kM);
+    const int want[kM] = {0, 1, -1, 255, 256, -129, 1, 1, 16777217, 0};  // low 32 bits
+    for (int i = 0; i < kM; ++i) EXPECT_EQ(y[i], want[i]) << "int64 -> int32 of " << v[i];
+  }
+  {
+    signed char y8[kM];
+    unsigned char u8[kM], b[kM];
+    run(DType::kInt64, DType::kInt8, v, y8, kM);
+    run(DType::kInt64, DType::kUInt8, v, u8, kM);
+    run(DType::kInt64, DType::kBool, v, b, kM);
+    const int want8[kM] = {0, 1, -1, -1, 0, 127, 1, 1, 1, 0}, wantu8[kM] = {0, 1, 255, 255, 0, 127, 1, 1, 1, 0};
+    for (int i = 0; i < kM; ++i) {
+      EXPECT_EQ(y8[i], want8[i]) << "int64 -> int8 of " << v[i];
+      EXPECT_EQ(u8[i], wantu8[i]) << "int64 -> uint8 of " << v[i];
+      EXPECT_EQ(b[i], v[i] != 0 ? 1 : 0) << "int64 -> bool of " << v[i];
+    }
+  }
+  {
+    const unsigned char bools[] = {0, 1, 7};  // any non-zero byte is true
+    float y[3];
+    long long z[3];
+    run(DType::kBool, DType::kFloat32, bools, y, 3);
+    run(DType::kBool, DType::kInt64, bools, z, 3);
+    EXPECT_EQ(y[0], 0.f);
+    EXPECT_EQ(y[1], 1.f);
+    EXPECT_EQ(y[2], 1.f);
+    EXPECT_EQ(z[2], 1);
+    const signed char s8[] = {-128, -1, 127};
+    int w[3];
+    run(DType::kInt8, DType::kInt32, s8, w, 3);
+    EXPECT_EQ(w[0], -128);
+    EXPECT_EQ(w[1], -1);
+    EXPECT_EQ(w[2], 127);
+    const unsigned char u[] = {0, 200, 255};
+    run(DType::kUInt8, DType::kInt64, u, z, 3);
+    EXPECT_EQ(z[1], 200);
+    EXPECT_EQ(z[2], 255);
+  }
+  // Which casts CUDA takes: six types each way; half types and strings stay on the CPU.
+  EXPECT_EQ(ElementwiseKind("Cast", "", {DType::kInt64}), EwKind::kCast);
+  EXPECT_EQ(ElementwiseKind("Cast", "", {DType::kFloat16}), EwKind::kNone);
+  ir::Node* to_half = g.AddNode("Cast", "to_half", {}, {});
+  to_half->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kFloat16)));
+  int types = 0;
+  EXPECT_FALSE(CastParams(*to_half, {3}, DType::kFloat32, &types).ok());
+  ir::Node* no_to = g.AddNode("Cast", "no_to", {}, {});
+  EXPECT_FALSE(CastParams(*no_to, {3}, DType::kFloat32, &types).ok());
+}
+
 TEST(CudaDataKernels, GatherIndicesAxesAndOutOfRange) {
   ir::Graph g;
   ir::Node* n = g.AddNode("Gather", "g", {}, {});

@@ -205,7 +205,7 @@ struct Planned {
   enum Kind { kParams, kCopy, kGemm, kConv } kind = kParams;
   std::string symbol;  // the device program's entry point
   long long n = 0;     // threads to cover
-  int extra = -1;      // a third kernel argument (compares: the element type)
+  int extra = -1;      // a third kernel argument (compares: the element type; Cast: from * 16 + to)
   std::variant<KilnEwParams, KilnRowParams, KilnTransposeParams, KilnGatherParams, KilnPoolParams> params;
   long long bytes = 0;  // copies
   int out_index = 1;
@@ -300,6 +300,12 @@ Result<Planned> PlanKernel(const device::KernelInit& init) {
       KILN_ASSIGN_OR_RETURN(KilnEwParams p, CompareParams(node, out, in[0].shape, in[1].shape));
       pl.extra = in[0].dtype == DType::kInt64 ? kKilnCmpI64 : kKilnCmpF32;
       return with("kiln_compare_kernel", p, p.n);
+    }
+    case EwKind::kCast: {
+      int types = 0;
+      KILN_ASSIGN_OR_RETURN(KilnEwParams p, CastParams(node, in[0].shape, in[0].dtype, &types));
+      pl.extra = types;
+      return with("kiln_cast", p, p.n);
     }
     case EwKind::kGather: {
       KILN_ASSIGN_OR_RETURN(KilnGatherParams p, GatherParams(node, in[0].shape, in[0].dtype, in[1].shape, in[1].dtype));

@@ -74,6 +74,58 @@ KILN_HD bool kiln_compare(int op, T a, T b) {
   }
 }
 
+// Cast between float32, int32, int64, bool, uint8 and int8, with the
+// conversions Kiln's CPU kernel defines: float -> integer truncates toward
+// zero, NaN gives 0 and values beyond the type's range saturate (to uint8:
+// saturated to int64, then wrapped as C and numpy do); integer -> integer
+// wraps; -> bool is != 0 (NaN too); integer -> float rounds to nearest even.
+enum KilnCastType { kKilnCastF32 = 0, kKilnCastI32, kKilnCastI64, kKilnCastBool, kKilnCastU8, kKilnCastI8 };
+
+template <typename I>
+KILN_HD I kiln_saturate_float(float w, I lo, I hi) {
+  if (w != w) return I(0);
+  // (float)hi rounds up to a power of two for 32/64-bit types: >= is exact.
+  if (w >= static_cast<float>(hi)) return hi;
+  if (w <= static_cast<float>(lo)) return lo;
+  return static_cast<I>(w);
+}
+
+KILN_HD void kiln_cast_at(const void* x, int from, void* y, int to, long long i) {
+  const long long kMin64 = -9223372036854775807LL - 1, kMax64 = 9223372036854775807LL;
+  if (from == kKilnCastF32) {
+    const float w = static_cast<const float*>(x)[i];
+    switch (to) {
+      case kKilnCastF32: static_cast<float*>(y)[i] = w; return;
+      case kKilnCastI32: static_cast<int*>(y)[i] = kiln_saturate_float<int>(w, -2147483647 - 1, 2147483647); return;
+      case kKilnCastI64: static_cast<long long*>(y)[i] = kiln_saturate_float<long long>(w, kMin64, kMax64); return;
+      case kKilnCastBool: static_cast<unsigned char*>(y)[i] = w != 0.f ? 1 : 0; return;
+      case kKilnCastU8:
+        static_cast<unsigned char*>(y)[i] =
+            static_cast<unsigned char>(static_cast<unsigned long long>(kiln_saturate_float<long long>(w, kMin64, kMax64)));
+        return;
+      default: static_cast<signed char*>(y)[i] = kiln_saturate_float<signed char>(w, -128, 127); return;
+    }
+  }
+  long long v;
+  switch (from) {
+    case kKilnCastI32: v = static_cast<const int*>(x)[i]; break;
+    case kKilnCastI64: v = static_cast<const long long*>(x)[i]; break;
+    case kKilnCastBool: v = static_cast<const unsigned char*>(x)[i] != 0 ? 1 : 0; break;
+    case kKilnCastU8: v = static_cast<const unsigned char*>(x)[i]; break;
+    default: v = static_cast<const signed char*>(x)[i]; break;
+  }
+  // Wrapping through the unsigned type: defined, two's complement.
+  const unsigned long long u = static_cast<unsigned long long>(v);
+  switch (to) {
+    case kKilnCastF32: static_cast<float*>(y)[i] = static_cast<float>(v); return;
+    case kKilnCastI32: static_cast<int*>(y)[i] = static_cast<int>(static_cast<unsigned int>(u)); return;
+    case kKilnCastI64: static_cast<long long*>(y)[i] = v; return;
+    case kKilnCastBool: static_cast<unsigned char*>(y)[i] = v != 0 ? 1 : 0; return;
+    case kKilnCastU8: static_cast<unsigned char*>(y)[i] = static_cast<unsigned char>(u); return;
+    default: static_cast<signed char*>(y)[i] = static_cast<signed char>(static_cast<unsigned char>(u)); return;
+  }
+}
+
 // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool over 1 to 3
 // spatial dims, as [N * C, D, H, W] with leading spatial dims of 1. Per dim
 // a window's taps are o * stride - pad_begin + i * dilation (i < kernel);

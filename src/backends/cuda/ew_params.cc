@@ -51,6 +51,19 @@ KilnEwParams Blank() {
 
 }  // namespace
 
+// Cast's element types on CUDA (KilnCastType), -1 for the others.
+int CastCode(DType t) {
+  switch (t) {
+    case DType::kFloat32: return kKilnCastF32;
+    case DType::kInt32: return kKilnCastI32;
+    case DType::kInt64: return kKilnCastI64;
+    case DType::kBool: return kKilnCastBool;
+    case DType::kUInt8: return kKilnCastU8;
+    case DType::kInt8: return kKilnCastI8;
+    default: return -1;
+  }
+}
+
 EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, const std::vector<DType>& dtypes) {
   if (domain == "kiln") {
     if (op_type == ir::kMemcpyToHost || op_type == ir::kMemcpyFromHost) return EwKind::kCopy;
@@ -88,6 +101,7 @@ EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, co
     const std::size_t b = DTypeSize(dtypes[0]);
     return b == 1 || b == 2 || b == 4 || b == 8 ? EwKind::kGather : EwKind::kNone;
   }
+  if (op_type == "Cast" && dtypes.size() == 1 && CastCode(dtypes[0]) >= 0) return EwKind::kCast;
   if ((op_type == "MaxPool" || op_type == "AveragePool" || op_type == "GlobalAveragePool" ||
        op_type == "GlobalMaxPool") &&
       dtypes.size() == 1 && dtypes[0] == DType::kFloat32) {
@@ -104,6 +118,23 @@ EwKind ElementwiseKind(const std::string& op_type, const std::string& domain, co
   if (dtypes.size() == 1 && UnaryOps().count(op_type)) return EwKind::kUnary;
   if (dtypes.size() == 2 && BinaryOps().count(op_type)) return EwKind::kBinary;
   return EwKind::kNone;
+}
+
+Result<KilnEwParams> CastParams(const ir::Node& node, const Shape& x, DType from, int* types) {
+  const ir::Attribute* to_attr = node.FindAttr("to");
+  const int from_code = CastCode(from);
+  const int to_code = to_attr ? CastCode(static_cast<DType>(node.GetInt("to", 0))) : -1;
+  if (from_code < 0 || to_code < 0) {
+    return Error(StatusCode::kUnimplemented, node.Describe(), ": no CUDA Cast from ", DTypeName(from), " to ",
+                 to_attr ? DTypeName(static_cast<DType>(node.GetInt("to", 0))) : std::string("(no 'to')"));
+  }
+  *types = from_code * 16 + to_code;
+  KilnEwParams p = Blank();
+  KILN_ASSIGN_OR_RETURN(p.n, CheckedNumElements(x, node.Describe() + " input"));
+  p.rank = 1;
+  p.dims[0] = p.n;
+  p.contiguous = 1;
+  return p;
 }
 
 Result<KilnEwParams> UnaryParams(const ir::Node& node, const Shape& out) {

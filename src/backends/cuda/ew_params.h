@@ -11,7 +11,7 @@
 
 namespace kiln::cuda {
 
-enum class EwKind { kNone, kUnary, kBinary, kCopy, kSoftmax, kLayerNorm, kTranspose, kWhere, kCompare, kGather, kPool };
+enum class EwKind { kNone, kUnary, kBinary, kCopy, kSoftmax, kLayerNorm, kTranspose, kWhere, kCompare, kGather, kPool, kCast };
 
 // What runs `op_type` (domain "" or "kiln") on inputs of `dtypes`: float32
 // unary and two-input binary ops, Softmax and LayerNormalization; copies
@@ -46,6 +46,10 @@ Result<KilnEwParams> CompareParams(const ir::Node& node, const Shape& out, const
 // MaxPool (Y only) / AveragePool / GlobalAveragePool / GlobalMaxPool on
 // float32 NCHW-style tensors with 1 to 3 spatial dims.
 Result<KilnPoolParams> PoolParams(const ir::Node& node, const Shape& x, const Shape& y, int num_outputs);
+// Cast between float32, int32, int64, bool, uint8 and int8 (`to` read from
+// the node; other types refused, so they stay on the CPU). The element
+// count in p.n; *types = from * 16 + to (KilnCastType).
+Result<KilnEwParams> CastParams(const ir::Node& node, const Shape& x, DType from, int* types);
 Result<KilnGatherParams> GatherParams(const ir::Node& node, const Shape& data, DType dtype, const Shape& indices,
                                       DType index_type);
 

@@ -185,6 +185,15 @@ extern "C" __global__ void kiln_where(void* const* ptrs, KilnEwParams p) {
   }
 }
 
+// Cast of p.n elements: `types` = from * 16 + to (KilnCastType codes).
+extern "C" __global__ void kiln_cast(void* const* ptrs, KilnEwParams p, int types) {
+  const int from = types >> 4, to = types & 15;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < p.n;
+       i += (long long)blockDim.x * gridDim.x) {
+    kiln_cast_at(ptrs[0], from, ptrs[1], to, i);
+  }
+}
+
 // Less / LessOrEqual / Greater / GreaterOrEqual / Equal (p.op) on float32
 // or int64 (`type`), with broadcasting; bool out.
 extern "C" __global__ void kiln_compare_kernel(void* const* ptrs, KilnEwParams p, int type) {
