@@ -7,12 +7,17 @@
 # the ones PyTorch's Python environment carries). It runs the CUDA tests
 # (none may be skipped: there is a GPU), the op harness on the GPU, the
 # device tests under compute-sanitizer's memcheck, then the CLI check, and
-# writes logs under $OUT (or ./gpu-out).
+# writes its logs to $OUT/gpu-check-logs.tgz (or ./gpu-out).
 set -uo pipefail
 BUNDLE=${1:-build-gpu/kiln-gpu-bundle.tar.xz}
 OUTDIR=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUTDIR"
 WORK=$(mktemp -d)
+# Logs go to $WORK/logs, packed into $OUTDIR/gpu-check-logs.tgz after every
+# step (the device tool returns at most 8 files, also when a call times out).
+LOGS=$WORK/logs
+mkdir -p "$LOGS"
+save_logs() { tar -czf "$OUTDIR/gpu-check-logs.tgz" -C "$LOGS" . 2>/dev/null; }
 tar -C "$WORK" -xJf "$BUNDLE" || { echo "cannot unpack $BUNDLE"; exit 1; }
 K=$WORK/kiln-gpu
 echo "bundle commit: $(cat "$K/COMMIT")"
@@ -32,19 +37,20 @@ export KILN_RTC_CACHE_DIR="$WORK/rtc"
 status=0
 summary=""
 
-step() {  # step NAME SECONDS COMMAND...: runs it (at most SECONDS), logs to $OUTDIR/NAME.log
+step() {  # step NAME SECONDS COMMAND...: runs it (at most SECONDS), logs to $LOGS/NAME.log
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
-  timeout -k 5 "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
+  timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
   summary="$summary$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")\n"
-  tail -n 15 "$OUTDIR/$name.log"
+  tail -n 15 "$LOGS/$name.log"
   [ $rc -eq 0 ] || status=1
+  save_logs
   return $rc
 }
 
 step cuda_tests 60 "$K/bin/kiln_cuda_tests"
-if grep -q "SKIPPED \]" "$OUTDIR/cuda_tests.log"; then
+if grep -q "SKIPPED \]" "$LOGS/cuda_tests.log"; then
   echo "FAIL: tests were skipped on a machine with a GPU"; status=1
   summary="${summary}cuda_tests: tests skipped (no GPU seen?)\n"
 fi
@@ -55,19 +61,30 @@ CUDA_OPS=$(cat "$K/tests/cuda_ops.txt")  # tests/cuda/cuda_ops.txt
 # Conv_asymmetric_pads: cuDNN pads symmetrically, so that case runs on the CPU.
 step op_harness_cuda 60 "$K/bin/kiln_op_harness" --device all --expect-on-device "$CUDA_OPS" \
   --allow-on-cpu Conv_asymmetric_pads
-timeout -k 5 45 sh "$K/tests/cli_cuda_device.sh" "$K/bin/kiln" "$WORK/cli" "$PY" > "$OUTDIR/cli_cuda_device.log" 2>&1
+timeout -k 5 45 sh "$K/tests/cli_cuda_device.sh" "$K/bin/kiln" "$WORK/cli" "$PY" > "$LOGS/cli_cuda_device.log" 2>&1
 rc=$?
-tail -n 15 "$OUTDIR/cli_cuda_device.log"
+tail -n 15 "$LOGS/cli_cuda_device.log"
 case $rc in
   0) summary="${summary}cli_cuda_device              PASS\n" ;;
-  77) summary="${summary}cli_cuda_device              SKIP (known gap: $(grep SKIP "$OUTDIR/cli_cuda_device.log" | head -1))\n" ;;
+  77) summary="${summary}cli_cuda_device              SKIP (known gap: $(grep SKIP "$LOGS/cli_cuda_device.log" | head -1))\n" ;;
   *) summary="${summary}cli_cuda_device              FAIL rc=$rc\n"; status=1 ;;
 esac
 # ResNet-50 and BERT-base (exported here with seeded weights): outputs against
 # PyTorch in float64, latency against PyTorch eager and CUDA graphs.
 step models 180 "$PY" "$(dirname "$0")/gpu-models.py" --kiln "$K/bin/kiln" --work "$WORK/models" \
   --runs "${GPU_CHECK_RUNS:-200}"
-cp "$WORK/models/models.json" "$OUTDIR/" 2>/dev/null
+cp "$WORK/models/models.json" "$LOGS/" 2>/dev/null
+# Where BERT-base's time goes: one run under Nsight Compute, summed by kernel
+# (not counted in the verdict: ncu may be missing or refused on a machine).
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+BD=$WORK/models/bert_base
+if [ -n "$NCU" ] && [ -f "$BD/cuda.kiln" ]; then
+  timeout -k 5 120 "$NCU" --graph-profiling node --metrics gpu__time_duration.sum --csv --print-units base \
+    --log-file "$LOGS/ncu_bert.csv" "$K/bin/kiln" run "$BD/cuda.kiln" --device cuda \
+    --input "input_ids=$BD/input_ids.npy" --input "attention_mask=$BD/attention_mask.npy" --output-dir "$WORK/ncu_out" \
+    > "$LOGS/ncu_bert.log" 2>&1 && "$PY" "$(dirname "$0")/ncu_summary.py" "$LOGS/ncu_bert.csv" --top 12
+  summary="${summary}ncu_bert                     rc=$? (profile only, not counted)\n"
+fi
 # External weights to the GPU: 4 GiB in one combined file (page cache), the
 # chunked copy through pinned staging against this GPU's pinned host->device
 # bandwidth measured in the same process; then one reader, for scale.
@@ -84,11 +101,12 @@ if [ -n "$SAN" ]; then
   before=$status
   step cuda_tests_memcheck 90 "$SAN" --tool memcheck --report-api-errors no --error-exitcode 9 \
     "$K/bin/kiln_cuda_tests" --gtest_filter='CudaDevice.*'
-  if grep -q "not supported" "$OUTDIR/cuda_tests_memcheck.log"; then
+  if grep -q "not supported" "$LOGS/cuda_tests_memcheck.log"; then
     summary="${summary}cuda_tests_memcheck: compute-sanitizer does not support this machine (gVisor?): not counted\n"
     status=$before
   fi
 fi
+save_logs
 echo
 echo "== gpu-check summary =="
 printf "$summary"
