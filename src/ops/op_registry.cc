@@ -40,7 +40,7 @@ bool InferContext::UpperBoundSlot(const ir::Node& node, int i) {
 
 bool InferContext::ProvisionalSlot(const ir::Node& node, int i) {
   const std::string& t = node.op_type();
-  return t != "TopK" && t != "Reshape" && UpperBoundSlot(node, i);
+  return t != "TopK" && UpperBoundSlot(node, i);
 }
 
 bool InferContext::DataBoundedSlot(const ir::Node& node, int i) {

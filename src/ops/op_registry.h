@@ -56,8 +56,9 @@ class InferContext {
   // Whether input `i` of `node` may take a provisional upper bound
   // (ir::Value::bound_provisional): an upper-bound slot whose output
   // extents grow with each element of the value (Range's limit,
-  // ConstantOfShape's shape, Expand's shape, Tile's repeats; not TopK's K,
-  // which the data bounds, nor Reshape's target).
+  // ConstantOfShape's shape, Expand's shape, Tile's repeats, Reshape's
+  // target, whose bound is one on the output dims it resolves to; not
+  // TopK's K, which the data bounds).
   static bool ProvisionalSlot(const ir::Node& node, int i);
   // Input i has a value the run computes from data: not a constant, not
   // known per plan (a bound value, or a value that follows from shape

@@ -259,6 +259,17 @@ Status InferReshape(InferContext& c) {
     c.SetOutput(0, c.in_dtype(0), Shape(n < 0 ? 1 : n, -1));
     return Status::Ok();
   }
+  // A target the run computes from data with no bound the arithmetic
+  // proves: its provisional bound (ir::Value::bound_provisional) bounds the
+  // output dims the target resolves to (-1 inferred, 0 copied), each run
+  // checking them before it runs (a larger one raises the bound).
+  const ir::Value* target = c.node().input(1);
+  if (target && !target->constant() && !target->bound_value() && target->bound_provisional()) {
+    Shape out(spec->begin(), spec->end());
+    for (std::int64_t& d : out) d = std::max<std::int64_t>(d, 0);
+    c.SetOutput(0, c.in_dtype(0), out);
+    return Status::Ok();
+  }
   auto out = ReshapeTarget(c.in_shape(0), *spec, c.node().GetInt("allowzero", 0) != 0);
   if (!out.ok()) return c.Fail(out.status().message());
   c.SetOutput(0, c.in_dtype(0), out.value());

@@ -116,8 +116,7 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
                      "targets computed from it)");
       }
       // A shape slot fed a value the run computes from data, for which no
-      // bound (proven or provisional) exists: Reshape's target, Split's
-      // sizes.
+      // bound (proven or provisional) exists.
       if (const ir::Node* p = v->producer()) {
         for (int i = 1; i < p->num_inputs(); ++i) {
           const ir::Value* in = p->input(i);
@@ -130,8 +129,8 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
                        "its input ", i, " '", in->name(), "'",
                        in->producer() ? " (produced by " + in->producer()->Describe() + ")" : std::string(),
                        ", which the run computes from data, and Kiln cannot plan this op for such values (it can "
-                       "for Range's limit, ConstantOfShape's, Expand's and Tile's shapes, Slice's starts and ends, "
-                       "TopK's K and Split's sizes)");
+                       "for Range's limit, ConstantOfShape's, Expand's and Tile's shapes, Reshape's target, Slice's "
+                       "starts and ends, TopK's K and Split's sizes)");
         }
       }
       std::string dims;

@@ -13,6 +13,7 @@
 #include "backends/cpu/kernel.h"
 #include "common/checked.h"
 #include "ops/op_registry.h"
+#include "ops/shape_ops.h"
 #include "runtime/devices.h"
 #include "runtime/stream_impl.h"
 
@@ -1128,8 +1129,14 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
     key.push_back(val->ToInt64Vector());
     if (const HostTensorPtr& pb = d.provisional[k]) {
       // Above its provisional bound: the plan is too small. The model raises
-      // the bound and runs again (TakeBoundRaises).
-      const std::vector<std::int64_t>& got = key.back();
+      // the bound and runs again (TakeBoundRaises). Reshape's target is
+      // bounded by the output dims it resolves to.
+      std::vector<std::int64_t> got = key.back();
+      if (c.op_type() == "Reshape" && c.domain().empty() && i == 1 && c.input(0)) {
+        auto dims = ops::ReshapeTarget(c.input(0)->shape(), got, c.GetInt("allowzero", 0) != 0);
+        if (!dims.ok()) return Error(StatusCode::kInvalidArgument, t.node->Describe(), ": ", dims.status().message());
+        got = dims.value();
+      }
       const std::vector<std::int64_t> had = pb->ToInt64Vector();
       bool above = false;
       for (std::size_t e = 0; e < got.size() && e < had.size(); ++e) above = above || got[e] > had[e];
@@ -1151,8 +1158,9 @@ Status Executor::RunDynamic(Task& t, const device::ExecContext& ctx) {
           raises_[d.value_names[k]] = raised;
         }
         return Error(StatusCode::kOutOfRange, t.node->Describe(), ": input ", i, " '", d.value_names[k], "' is ",
-                     ValuesText(*val), " in this run, above the provisional bound ", ValuesText(*pb),
-                     " its plan was made for");
+                     ValuesText(*val), " in this run",
+                     got != key.back() ? StrCat(" (output dims ", ShapeToString(got), ")") : std::string(),
+                     ", above the provisional bound ", ValuesText(*pb), " its plan was made for");
       }
     }
     v->set_constant(val);

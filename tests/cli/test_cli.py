@@ -467,21 +467,39 @@ class CliBadInput(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("ConstantOfShape node 'fill'", out)
         self.assertIn("provisional bound", out)
-        # A Reshape's target computed from data with no bound stays a compile error
-        # naming the Reshape and the value.
+        # A Reshape's target computed from data with no bound, [int(max(x)), -1]:
+        # the provisional bound is on the dims it resolves to; NumPy's reshape and
+        # row sums at five row counts; one that cannot divide 1000 exits 1 naming
+        # the Reshape.
         nodes = [helper.make_node("ReduceMax", ["x"], ["m"], name="max", keepdims=1),
                  helper.make_node("Cast", ["m"], ["a"], name="a", to=TensorProto.INT64),
                  helper.make_node("Concat", ["a", "neg"], ["s"], name="s", axis=0),
-                 helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")]
+                 helper.make_node("Reshape", ["x", "s"], ["r"], name="reshape"),
+                 helper.make_node("ReduceSum", ["r", "ax"], ["y"], name="rows", keepdims=0)]
         g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["h", "w"])],
-                              [numpy_helper.from_array(np.array([-1], np.int64), "neg")])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["h"])],
+                              [numpy_helper.from_array(np.array([-1], np.int64), "neg"),
+                               numpy_helper.from_array(np.array([1], np.int64), "ax")])
+        pr = os.path.join(WORK, "pr.kiln")
         rc, out = kiln("compile", "--model", save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
-                                                  "prov_reshape.onnx"), "--output", os.path.join(WORK, "pr.kiln"))
+                                                  "prov_reshape.onnx"), "--output", pr)
+        self.assertEqual(rc, 0, out)
+        for rows in (2, 8, 5, 1000, 1):
+            x = ((np.arange(1000) % 7) * 0.125).astype(np.float32)
+            x[11] = rows
+            np.save(xp, x)
+            rc, out = kiln("run", pr, "--input", "x=" + xp, "--output-dir", os.path.join(WORK, "pr_o"))
+            self.assertEqual(rc, 0, out)
+            got = np.load(os.path.join(WORK, "pr_o", "output_0.npy"))
+            want = x.astype(np.float64).reshape(rows, -1).sum(1)
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+        x[11] = 3
+        np.save(xp, x)
+        rc, out = kiln("run", pr, "--input", "x=" + xp)
         self.assertEqual(rc, 1, out)
         self.assertIn("Reshape node 'reshape'", out)
-        self.assertIn("input 1 's' (produced by Concat node 's'), which the run computes from data", out)
-        self.assertNotIn("--input-shape", out)
+        self.assertIn("cannot reshape [1000]", out)
 
     def test_failed_compile_keeps_existing_output(self):
         good = save(relu_model(), "keep.onnx")

@@ -366,6 +366,63 @@ TEST(Dynamic, RangeUpToTheMaximumOfAFloatTensor) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(ya[i], static_cast<float>(i));
 }
 
+TEST(Dynamic, ReshapeToATargetComputedFromData) {
+  // y = ReduceSum(Reshape(x, [int(max(x)), -1]), axis 1) of x[120] (too
+  // large to be a shape input): the target has no bound, so it gets a
+  // provisional one ([1, 1]) on the output dims it resolves to (-1
+  // inferred); a run whose dims exceed it raises it element by element to
+  // them. Rows k = 2, 3, 4, 6, 12, 1, 24, 8 resolve to [2,60], [3,40],
+  // [4,30], [6,20], [12,10], [1,120], [24,5], [8,15]: the bound becomes
+  // [2,60], [3,60], [4,60], [6,60], [12,60], [12,120], [24,120], then holds
+  // (7 raises). k = 7 cannot divide 120: a clean error.
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {120});
+  g->inputs().push_back(x);
+  ir::Value* mx = g->AddValue("mx");
+  ir::Value* k = g->AddValue("k");
+  ir::Value* s = g->AddValue("s");
+  ir::Value* r = g->AddValue("r");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("ReduceMax", "max", {x}, {mx})->SetAttr("keepdims", ir::Attribute::Int(1));
+  g->AddNode("Cast", "as_int", {mx}, {k})->SetAttr("to", ir::Attribute::Int(7));
+  g->AddNode("Concat", "target", {k, g->AddConstant("rest", test::I64({1}, {-1}))}, {s})
+      ->SetAttr("axis", ir::Attribute::Int(0));
+  g->AddNode("Reshape", "reshape", {x, s}, {r});
+  g->AddNode("ReduceSum", "rows", {r, g->AddConstant("axis1", test::I64({1}, {1}))}, {y})
+      ->SetAttr("keepdims", ir::Attribute::Int(0));
+  g->outputs() = {y};
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].dims.at(0).max, -1);  // no bound before a run
+  std::uint64_t raises = 0;
+  for (const auto& [rows, raise] : std::vector<std::pair<int, bool>>{
+           {2, true}, {3, true}, {4, true}, {6, true}, {12, true}, {1, true}, {24, true}, {8, false}}) {
+    std::vector<float> xv(120);
+    for (int i = 0; i < 120; ++i) xv[i] = static_cast<float>(i % 5) * 0.125f;
+    xv[7] = static_cast<float>(rows);
+    ProvisionalRun run = RunGrowingOutputs(m, xv);
+    ASSERT_TRUE(run.status.ok()) << rows << ": " << run.status.ToString();
+    raises += raise;
+    EXPECT_EQ(m.plan_stats().bound_raises, raises) << rows;
+    ASSERT_EQ(m.output_shape(0), (Shape{rows})) << rows;
+    const int cols = 120 / rows;
+    for (int i = 0; i < rows; ++i) {
+      float want = 0.f;  // exact in any order: small multiples of 1/8
+      for (int j = 0; j < cols; ++j) want += xv[static_cast<std::size_t>(i * cols + j)];
+      EXPECT_EQ(run.y[static_cast<std::size_t>(i)], want) << rows << " rows, row " << i;
+    }
+  }
+  std::vector<float> bad(120, 0.f);
+  bad[3] = 7.f;
+  ProvisionalRun run = RunGrowingOutputs(m, bad);
+  ASSERT_FALSE(run.status.ok());
+  EXPECT_NE(run.status.message().find("Reshape node 'reshape'"), std::string::npos) << run.status.ToString();
+  EXPECT_NE(run.status.message().find("cannot reshape [120]"), std::string::npos) << run.status.ToString();
+}
+
 TEST(Dynamic, RunAllocatesOutputsOfTheirActualShapes) {
   // Model::Run: outputs in memory Kiln allocates, grown when a run raises
   // the provisional bound; y = Range(0, int(max(x))) by hand. The plain
