@@ -129,22 +129,13 @@ Status ChunkedCopy(int fd, device::Device& dev, std::uint8_t* dst, std::uint64_t
       const std::uint64_t off = i * chunk, len = std::min<std::uint64_t>(chunk, size - off);
       const std::uint64_t share = (len + n_readers - 1) / n_readers;
       const std::uint64_t begin = std::min<std::uint64_t>(len, share * r), end = std::min<std::uint64_t>(len, begin + share);
-      std::uint8_t* buf = staging[i % 2];
-      std::uint64_t done = begin;
-      while (done < end) {
-        ssize_t got = pread(fd, buf + done, end - done, static_cast<off_t>(off + done));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-          std::lock_guard<std::mutex> l(mu);
-          if (read_status.ok()) {
-            read_status = Error(StatusCode::kIoError, "reading '", path, "' at offset ", off + done, " failed",
-                                got == 0 ? " (file shrank?)" : "");
-          }
-          stop = true;
-          cv.notify_all();
-          return;
-        }
-        done += static_cast<std::uint64_t>(got);
+      Status st = ReadFully(fd, staging[i % 2] + begin, off + begin, end - begin, path);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> l(mu);
+        if (read_status.ok()) read_status = std::move(st);
+        stop = true;
+        cv.notify_all();
+        return;
       }
       std::lock_guard<std::mutex> l(mu);
       progress[static_cast<std::size_t>(r)] = i + 1;
