@@ -78,6 +78,9 @@ Status InferIf(InferContext& c) {
       }
     }
     if (skipped) continue;
+    // Captured values' upper bounds, proven or provisional, hold in the
+    // branch too (its Range or Expand of a count the parent computed).
+    for (int i = 1; i < n.num_inputs(); ++i) PassUpperBound(*n.input(i), *g.inputs()[i - 1]);
     br[b] = &g;
     KILN_RETURN_IF_ERROR(InferGraph(g).WithContext(StrCat(n.Describe(), " attribute '", kBranches[b], "'")));
   }
@@ -119,6 +122,11 @@ Status InferIf(InferContext& c) {
 }
 
 }  // namespace
+
+void PassUpperBound(const ir::Value& from, ir::Value& to) {
+  if (from.bound_provisional()) to.set_provisional_bound(from.value_upper_bound());
+  else to.set_value_upper_bound(from.value_upper_bound(), from.value_nonnegative());
+}
 
 int IfBranchNotTaken(const ir::Node& n) {
   if (n.op_type() != "If" || !n.domain().empty() || n.num_inputs() < 1 || !n.input(0)) return -1;

@@ -40,6 +40,19 @@ bool InferContext::UpperBoundSlot(const ir::Node& node, int i) {
 
 bool InferContext::ProvisionalSlot(const ir::Node& node, int i) {
   const std::string& t = node.op_type();
+  if (t == "If" && node.domain().empty()) {
+    // A captured value (input i >= 1, after lower-subgraphs) whose branch
+    // input feeds such a slot, in either branch or an If nested in one.
+    if (i < 1) return false;
+    for (const char* name : {"then_branch", "else_branch"}) {
+      const ir::Attribute* a = node.FindAttr(name);
+      if (!a || !a->g || a->g->inputs().size() + 1 != static_cast<std::size_t>(node.num_inputs())) continue;
+      for (const ir::Use& u : a->g->inputs()[static_cast<std::size_t>(i) - 1]->uses()) {
+        if (u.node && ProvisionalSlot(*u.node, u.index)) return true;
+      }
+    }
+    return false;
+  }
   return t != "TopK" && UpperBoundSlot(node, i);
 }
 

@@ -58,7 +58,8 @@ class InferContext {
   // extents grow with each element of the value (Range's limit,
   // ConstantOfShape's shape, Expand's shape, Tile's repeats, Reshape's
   // target, whose bound is one on the output dims it resolves to; not
-  // TopK's K, which the data bounds).
+  // TopK's K, which the data bounds), and an If's captured value whose
+  // branch input feeds one (the branch input takes the If input's bound).
   static bool ProvisionalSlot(const ir::Node& node, int i);
   // Input i has a value the run computes from data: not a constant, not
   // known per plan (a bound value, or a value that follows from shape
@@ -177,6 +178,10 @@ Status InferNode(ir::Node& node);
 // extents than the probe's: the compiler keeps it uncompiled if it fails
 // there, and InferIf does not infer it (docs/design.md, If).
 int IfBranchNotTaken(const ir::Node& n);
+// An If's captured value `from` passes its upper bound on values
+// (ir::Value::value_upper_bound), proven or provisional, to the branch's
+// input `to` (none where it has none).
+void PassUpperBound(const ir::Value& from, ir::Value& to);
 inline constexpr std::int64_t kShapeInputProbe = 1;
 using ir::kShapeInputFloatElements;
 using ir::kShapeInputLimitBytes;

@@ -1092,7 +1092,25 @@ Status Executor::RunIf(Task& t, void* const* slots, const device::ExecContext& c
     if (!st.ok()) return st.WithContext(StrCat(t.node->Describe(), " ", name));
   }
   Status st = child.RunNested(it.io, ctx);
-  if (!st.ok()) return st.WithContext(StrCat(t.node->Describe(), " ", name));
+  if (!st.ok()) {
+    // Provisional bounds the branch found too small (its own values, or
+    // captured ones by the name they have here) go up to the model.
+    std::map<std::string, HostTensorPtr> raised = child.TakeBoundRaises();
+    if (!raised.empty()) {
+      const std::vector<ir::Value*>& gin = it.graphs[b]->inputs();
+      std::lock_guard<std::mutex> lock(raises_mu_);
+      for (auto& [vname, bound] : raised) {
+        std::string key = vname;
+        for (std::size_t i = 0; i < gin.size(); ++i) {
+          if (gin[i]->name() == vname && t.node->input(static_cast<int>(i) + 1)) {
+            key = t.node->input(static_cast<int>(i) + 1)->name();
+          }
+        }
+        raises_[key] = bound;
+      }
+    }
+    return st.WithContext(StrCat(t.node->Describe(), " ", name));
+  }
   if (out_shapes) {
     for (std::size_t j = 0; j < it.graphs[b]->outputs().size(); ++j) {
       out_shapes[j] = child.ValueShape(it.graphs[b]->outputs()[j]);
@@ -1333,6 +1351,7 @@ Status SpecializeBranches(ir::Node& n) {
       gi->set_shape(in->shape());
       gi->set_dynamic_mask(in->dynamic_mask());
       gi->set_bound_value(in->is_constant() ? in->constant() : in->bound_value());
+      ops::PassUpperBound(*in, *gi);
     }
     KILN_RETURN_IF_ERROR(SpecializeGraph(g).WithContext(StrCat(n.Describe(), " attribute '", name, "'")));
   }
@@ -1355,11 +1374,31 @@ std::string ValuesText(const HostTensor& t) {
   return s + (t.numel() > n ? ", ...]" : "]");
 }
 
+namespace {
+// Whether `g`, or a graph nested in it, holds a value with a provisional bound.
+bool HoldsProvisional(const ir::Graph& g) {
+  for (const auto& v : g.values()) {
+    if (v->bound_provisional()) return true;
+  }
+  for (const auto& n : g.nodes()) {
+    for (const auto& [k, a] : n->attrs()) {
+      if (a.g && HoldsProvisional(*a.g)) return true;
+      for (const auto& sg : a.graphs) {
+        if (sg && HoldsProvisional(*sg)) return true;
+      }
+    }
+  }
+  return false;
+}
+}  // namespace
+
 std::set<const ir::Value*> ProvisionallyBounded(const ir::Graph& g) {
   std::set<const ir::Value*> out;
   for (const auto& n : g.nodes()) {
     bool from = false;
     for (const ir::Value* in : n->inputs()) from = from || (in && (in->bound_provisional() || out.count(in)));
+    // An If whose branches plan for a provisional bound: its outputs too.
+    for (const auto& [k, a] : n->attrs()) from = from || (a.g && HoldsProvisional(*a.g));
     for (const ir::Value* o : n->outputs()) {
       if (from && o) out.insert(o);
     }

@@ -121,7 +121,8 @@ double TaskCostNs(const ir::Node& node);
 std::string ValuesText(const HostTensor& t);
 // The values of an inferred graph (nodes in topological order) computed
 // from a value with a provisional bound (ir::Value::bound_provisional):
-// their data-dependent extents have no bound known before a run.
+// their data-dependent extents have no bound known before a run (an If's
+// outputs too where a branch plans for such a bound).
 std::set<const ir::Value*> ProvisionallyBounded(const ir::Graph& g);
 // Whether `node` is small enough to run on one kernel thread when the model
 // runs on several: all its operands of static shape and its estimated time

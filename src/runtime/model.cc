@@ -100,6 +100,11 @@ Status ReinferGraph(ir::Graph& g, const std::string& path, bool symbolic_model =
       if (a.g) subs.push_back(a.g);
       for (auto& sg : subs) {
         if (!sg) continue;
+        if (n->op_type() == "If" && sg->inputs().size() + 1 == static_cast<std::size_t>(n->num_inputs())) {
+          for (std::size_t i = 0; i < sg->inputs().size(); ++i) {  // captured values' bounds (ops::InferIf)
+            if (const ir::Value* in = n->input(static_cast<int>(i) + 1)) ops::PassUpperBound(*in, *sg->inputs()[i]);
+          }
+        }
         if (bound && n->op_type() == "If" && sg->inputs().size() + 1 == static_cast<std::size_t>(n->num_inputs())) {
           for (std::size_t i = 0; i < sg->inputs().size(); ++i) {
             const ir::Value* in = n->input(static_cast<int>(i) + 1);
@@ -428,6 +433,19 @@ class ModelImpl final : public Model {
     return what;
   }
   static constexpr int kMaxBoundRaises = 64;
+  // The raised bound of value `name`, in `g` and the graphs nested in it (an
+  // If branch's own values; ONNX names are unique across a model's graphs).
+  static void SetRaisedBound(ir::Graph& g, const std::string& name, const HostTensorPtr& bound) {
+    if (ir::Value* v = g.FindValue(name)) v->set_raised_bound(bound);
+    for (auto& n : g.nodes()) {
+      for (auto& [k, a] : n->attrs()) {
+        if (a.g) SetRaisedBound(*a.g, name, bound);
+        for (auto& sg : a.graphs) {
+          if (sg) SetRaisedBound(*sg, name, bound);
+        }
+      }
+    }
+  }
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
     return Guarded("queueing a run of", name_, [&]() -> Status {
@@ -562,9 +580,7 @@ class ModelImpl final : public Model {
     plan->graph = ir::CloneGraph(*state_->model.graph);
     ir::Graph& g = *plan->graph;
     plan->bound_generation = state_->bound_generation;
-    for (const auto& [name, bound] : state_->raised_bounds) {
-      if (ir::Value* v = g.FindValue(name)) v->set_raised_bound(bound);
-    }
+    for (const auto& [name, bound] : state_->raised_bounds) SetRaisedBound(g, name, bound);
     for (std::size_t i = 0; i < shapes.size(); ++i) g.inputs()[i]->set_shape(shapes[i]);
     std::string sig;
     for (std::size_t i = 0; i < shapes.size(); ++i) sig += StrCat(i ? ", " : "", ShapeToString(shapes[i]));

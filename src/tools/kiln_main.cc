@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -386,9 +387,22 @@ Inferred InferOutputs(const kiln::ir::Graph& g) {
   Inferred out;
   if (!candidate) return out;
   auto c = kiln::ir::CloneGraph(g);
-  for (auto& n : c->nodes()) {
-    if (!kiln::ops::InferNode(*n).ok() || !kiln::cpu::EvalUpperBound(*n, kiln::cpu::kBoundValueLimit).ok()) return out;
-  }
+  // If branches first, as the loader does (their values' bounds too).
+  std::function<bool(kiln::ir::Graph&)> infer = [&infer](kiln::ir::Graph& sg) {
+    for (auto& n : sg.nodes()) {
+      for (const char* b : {"then_branch", "else_branch"}) {
+        kiln::ir::Attribute* a = n->op_type() == "If" && n->FindAttr(b) ? &n->attrs()[b] : nullptr;
+        if (!a || !a->g || a->g->inputs().size() + 1 != static_cast<std::size_t>(n->num_inputs())) continue;
+        for (std::size_t i = 0; i < a->g->inputs().size(); ++i) {
+          if (n->input(static_cast<int>(i) + 1)) kiln::ops::PassUpperBound(*n->input(static_cast<int>(i) + 1), *a->g->inputs()[i]);
+        }
+        if (!infer(*a->g)) return false;
+      }
+      if (!kiln::ops::InferNode(*n).ok() || !kiln::cpu::EvalUpperBound(*n, kiln::cpu::kBoundValueLimit).ok()) return false;
+    }
+    return true;
+  };
+  if (!infer(*c)) return out;
   const auto provisional = kiln::runtime::ProvisionallyBounded(*c);
   for (std::size_t i = 0; i < c->outputs().size(); ++i) {
     for (const auto& a : c->outputs()[i]->rank_alternatives()) out.alternatives[i].push_back(a.shape);

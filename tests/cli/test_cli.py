@@ -501,6 +501,61 @@ class CliBadInput(unittest.TestCase):
         self.assertIn("Reshape node 'reshape'", out)
         self.assertIn("cannot reshape [1000]", out)
 
+    def test_provisional_bounds_inside_if_branches(self):
+        # n = int(max(x)) of x[1000]; If(sum(x) > 0): then Range(0, n) * 2 (n captured);
+        # else If(n > -5): then ConstantOfShape([n], 3) (n captured two levels down),
+        # else -x. No bound is proven for n, so inspect shows none and the runs raise
+        # the provisional one; NumPy computes each branch's result.
+        def graph(name, nodes, out):
+            return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["d"])])
+        then_g = graph("then", [helper.make_node("Range", ["zero", "n", "one"], ["r"], name="range"),
+                                helper.make_node("Cast", ["r"], ["rf"], name="rf", to=TensorProto.FLOAT),
+                                helper.make_node("Add", ["rf", "rf"], ["yt"], name="twice")], "yt")
+        fill_g = graph("fill", [helper.make_node("Unsqueeze", ["n", "ax"], ["n1"], name="n1"),
+                                helper.make_node("ConstantOfShape", ["n1"], ["yf"], name="fill",
+                                                 value=numpy_helper.from_array(np.array([3], np.float32)))], "yf")
+        neg_g = graph("neg", [helper.make_node("Neg", ["x"], ["yn"], name="negate")], "yn")
+        else_g = graph("else", [helper.make_node("Greater", ["n", "lim"], ["c2"], name="c2"),
+                                helper.make_node("If", ["c2"], ["ye"], name="inner", then_branch=fill_g,
+                                                 else_branch=neg_g)], "ye")
+        nodes = [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+                 helper.make_node("ReduceMax", ["x"], ["m"], name="max", keepdims=0),
+                 helper.make_node("Cast", ["m"], ["n"], name="n", to=TensorProto.INT64),
+                 helper.make_node("Greater", ["s", "zf"], ["c"], name="c"),
+                 helper.make_node("If", ["c"], ["y"], name="outer", then_branch=then_g, else_branch=else_g)]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["d"])],
+                              [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                               numpy_helper.from_array(np.array(1, np.int64), "one"),
+                               numpy_helper.from_array(np.array([0], np.int64), "ax"),
+                               numpy_helper.from_array(np.array(-5, np.int64), "lim"),
+                               numpy_helper.from_array(np.array(0, np.float32), "zf")])
+        k = os.path.join(WORK, "prov_if.kiln")
+        rc, out = kiln("compile", "--model", save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+                                                  "prov_if.onnx"), "--output", k)
+        self.assertEqual(rc, 0, out)
+        rc, out = kiln("inspect", k)
+        self.assertIn("y float32[?]", out)
+        rng = np.random.default_rng(5)
+        xp = os.path.join(WORK, "prov_if_x.npy")
+        for top, shift in ((2000.0, -1), (300.0, -2), (50.0, -2), (None, -12), (5000.0, -11), (7.5, 1)):
+            x = (shift - np.abs(rng.standard_normal(1000))).astype(np.float32)
+            if top is not None:
+                x[int(rng.integers(1000))] = top
+            np.save(xp, x)
+            rc, out = kiln("run", k, "--input", "x=" + xp, "--output-dir", os.path.join(WORK, "prov_if_o"))
+            self.assertEqual(rc, 0, out)
+            n = int(x.max())
+            if x.astype(np.float64).sum() > 0:
+                want = np.arange(n, dtype=np.float32) * 2
+            elif n > -5:
+                want = np.full(n, 3, np.float32)
+            else:
+                want = -x
+            got = np.load(os.path.join(WORK, "prov_if_o", "output_0.npy"))
+            self.assertEqual(got.shape, want.shape, (top, shift))
+            np.testing.assert_array_equal(got, want)
+
     def test_failed_compile_keeps_existing_output(self):
         good = save(relu_model(), "keep.onnx")
         k = os.path.join(WORK, "keep.kiln")

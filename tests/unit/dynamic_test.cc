@@ -926,6 +926,93 @@ TEST(Dynamic, IfPassesDataDependentValuesAndReportsTheTakenBranchsExtent) {
   EXPECT_EQ(std::vector<std::int64_t>(y.begin(), y.begin() + 3), (std::vector<std::int64_t>{0, 1, 2}));
 }
 
+TEST(Dynamic, ProvisionalBoundsInsideIfBranches) {
+  // x[100], c -> n = int(max(x)) -> If(c): then Range(0, n) (n captured
+  // from the parent), else ConstantOfShape(int(-min(x)), 2) (k computed in
+  // the branch). Neither value has a bound, so each gets a provisional one
+  // (1): the captured n in the parent, k in the branch. A run above one
+  // raises it (max(value, twice the old bound)) and runs again. By hand:
+  // then n = 3 raises n to 3; else k = 5 raises k to 5; then 10 raises n to
+  // 10; then 2, else 4: none; else 11 raises k to 11; then 0: none (4).
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* x = g->AddValue("x", DType::kFloat32, {100});
+  ir::Value* c = g->AddValue("c", DType::kBool, {});
+  g->inputs() = {x, c};
+  ir::Value* mx = g->AddValue("mx");
+  ir::Value* n = g->AddValue("n");
+  ir::Value* y = g->AddValue("y");
+  g->AddNode("ReduceMax", "max", {x}, {mx})->SetAttr("keepdims", ir::Attribute::Int(0));
+  g->AddNode("Cast", "as_int", {mx}, {n})->SetAttr("to", ir::Attribute::Int(7));
+  auto then_b = std::make_shared<ir::Graph>();
+  then_b->set_name("then");
+  then_b->set_parent(g.get());
+  ir::Value* r = then_b->AddValue("r");
+  ir::Value* to = then_b->AddValue("then_out");
+  then_b->AddNode("Range", "range",
+                  {then_b->AddConstant("zero", test::I64({}, {0})), n, then_b->AddConstant("one", test::I64({}, {1}))},
+                  {r});
+  then_b->AddNode("Cast", "range_f", {r}, {to})->SetAttr("to", ir::Attribute::Int(1));
+  then_b->outputs().push_back(to);
+  auto else_b = std::make_shared<ir::Graph>();
+  else_b->set_name("else");
+  else_b->set_parent(g.get());
+  ir::Value* mn = else_b->AddValue("mn");
+  ir::Value* neg = else_b->AddValue("neg");
+  ir::Value* k = else_b->AddValue("k");
+  ir::Value* eo = else_b->AddValue("else_out");
+  else_b->AddNode("ReduceMin", "min", {x}, {mn})->SetAttr("keepdims", ir::Attribute::Int(1));
+  else_b->AddNode("Neg", "negate", {mn}, {neg});
+  else_b->AddNode("Cast", "k_int", {neg}, {k})->SetAttr("to", ir::Attribute::Int(7));
+  else_b->AddNode("ConstantOfShape", "fill", {k}, {eo})
+      ->SetAttr("value", ir::Attribute::Tensor(test::F32({1}, {2.f})));
+  else_b->outputs().push_back(eo);
+  ir::Node* iff = g->AddNode("If", "if_prov", {c}, {y});
+  SetBranches(iff, then_b, else_b);
+  g->outputs() = {y};
+  test::SetLatestVersions(*g);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Model& m = **model;
+  EXPECT_EQ(m.outputs()[0].dims.at(0).max, -1);  // no bound known before a run
+  std::uint64_t raises = 0;
+  struct Case {
+    bool then;
+    float value;  // the maximum (then) or minus the minimum (else)
+    bool raise;
+  };
+  for (const Case& cs : std::vector<Case>{{true, 3.5f, true},
+                                          {false, 5.f, true},
+                                          {true, 10.f, true},
+                                          {true, 2.f, false},
+                                          {false, 4.f, false},
+                                          {false, 11.5f, true},
+                                          {true, 0.f, false}}) {
+    std::vector<float> xs(100, 0.f);
+    if (cs.then) xs[37] = cs.value;
+    else xs[61] = -cs.value;
+    std::uint8_t cv = cs.then;
+    std::vector<TensorRef> ins = {TensorRef::Of(xs.data(), {100}), TensorRef{&cv, DType::kBool, {}}};
+    std::vector<float> out;
+    Status st;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      auto shapes = m.OutputShapesFor(ins);
+      ASSERT_TRUE(shapes.ok()) << shapes.status().ToString();
+      out.assign(static_cast<std::size_t>(NumElements(shapes.value()[0])), -1.f);
+      st = m.Execute(ins, {TensorRef::Of(out.data(), shapes.value()[0])});
+      if (st.ok()) break;
+    }
+    ASSERT_TRUE(st.ok()) << cs.value << ": " << st.ToString();
+    raises += cs.raise;
+    EXPECT_EQ(m.plan_stats().bound_raises, raises) << cs.value;
+    const auto e = static_cast<std::int64_t>(cs.value);
+    ASSERT_EQ(m.output_shape(0), (Shape{e})) << cs.value;
+    for (std::int64_t i = 0; i < e; ++i) {
+      EXPECT_EQ(out[static_cast<std::size_t>(i)], cs.then ? static_cast<float>(i) : 2.f) << cs.value << " " << i;
+    }
+  }
+}
+
 // x[3,4], c -> If(c: x * 2 [3,4]; else: Concat(x, x) flattened [24]) -> y,
 // whose rank depends on c -> Relu -> Add 1 -> w, Shape(w) -> s. `consumer`
 // adds one more node on w (type, extra constant input or none).

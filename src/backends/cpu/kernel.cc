@@ -231,8 +231,8 @@ static Result<bool> EvalProvenUpperBound(ir::Node& node, std::uint64_t limit_byt
 // A provisional bound for output `o`, computed from data with no bound the
 // arithmetic proves, where it feeds a slot that admits one
 // (ir::Value::bound_provisional): the bound its model raised it to, else 1
-// per element. Top-level graphs only (an If branch's plan is made with its
-// parent's).
+// per element. In If branches too (their raises go up to the model; an If's
+// captured value feeds such a slot where its branch input does).
 static void SetProvisionalBound(ir::Value* o, std::uint64_t limit_bytes) {
   if (!o || o->value_upper_bound() || o->is_constant() || o->bound_value()) return;
   const DType ot = o->dtype();
@@ -240,8 +240,6 @@ static void SetProvisionalBound(ir::Value* o, std::uint64_t limit_bytes) {
       static_cast<std::uint64_t>(NumElements(o->shape())) * DTypeSize(ot) > limit_bytes) {
     return;
   }
-  const ir::Graph* g = o->owner();
-  if (!g || g->parent()) return;
   bool feeds = false;
   for (const ir::Use& u : o->uses()) feeds = feeds || (u.node && ops::InferContext::ProvisionalSlot(*u.node, u.index));
   if (!feeds || !ops::InferContext::ValueDecidedByData(o)) return;
