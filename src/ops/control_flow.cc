@@ -124,7 +124,10 @@ Status InferIf(InferContext& c) {
 }  // namespace
 
 void PassUpperBound(const ir::Value& from, ir::Value& to) {
-  if (from.bound_provisional()) to.set_provisional_bound(from.value_upper_bound());
+  // (Only between values of one type and shape: a file may pair others,
+  // which InferIf then refuses by name.)
+  if (from.dtype() != to.dtype() || from.shape() != to.shape()) to.set_value_upper_bound(nullptr);
+  else if (from.bound_provisional()) to.set_provisional_bound(from.value_upper_bound());
   else to.set_value_upper_bound(from.value_upper_bound(), from.value_nonnegative());
 }
 

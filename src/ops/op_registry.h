@@ -180,7 +180,8 @@ Status InferNode(ir::Node& node);
 int IfBranchNotTaken(const ir::Node& n);
 // An If's captured value `from` passes its upper bound on values
 // (ir::Value::value_upper_bound), proven or provisional, to the branch's
-// input `to` (none where it has none).
+// input `to` (none where it has none, or where the two differ in type or
+// shape).
 void PassUpperBound(const ir::Value& from, ir::Value& to);
 inline constexpr std::int64_t kShapeInputProbe = 1;
 using ir::kShapeInputFloatElements;
