@@ -69,9 +69,10 @@ case $rc in
   77) summary="${summary}cli_cuda_device              SKIP (known gap: $(grep SKIP "$LOGS/cli_cuda_device.log" | head -1))\n" ;;
   *) summary="${summary}cli_cuda_device              FAIL rc=$rc\n"; status=1 ;;
 esac
-# ResNet-50 and BERT-base (exported here with seeded weights): outputs against
+# ResNet-50, BERT-base and a small encoder with symbolic batch and seq at three
+# shapes (exported here with seeded weights): outputs against
 # PyTorch in float64, latency against PyTorch eager and CUDA graphs.
-step models 180 "$PY" "$(dirname "$0")/gpu-models.py" --kiln "$K/bin/kiln" --work "$WORK/models" \
+step models 240 "$PY" "$(dirname "$0")/gpu-models.py" --kiln "$K/bin/kiln" --work "$WORK/models" \
   --runs "${GPU_CHECK_RUNS:-200}"
 cp "$WORK/models/models.json" "$LOGS/" 2>/dev/null
 # Where BERT-base's time goes: one run under Nsight Compute, summed by kernel

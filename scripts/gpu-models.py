@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Model check and latency on a GPU machine (run by scripts/gpu-check.sh there).
 
-  python3 scripts/gpu-models.py --kiln KILN --work DIR [--models resnet50,bert_base] [--runs 200]
+  python3 scripts/gpu-models.py --kiln KILN --work DIR [--models resnet50,bert_base,bert_dynamic] [--runs 200]
 
 For each model: seeded random weights in PyTorch (ResNet-50 from torchvision; the BERT-base
 encoder of bench/suite_export.py), exported to ONNX on that machine (too big to carry), compiled
@@ -11,7 +11,9 @@ likewise, for scale). Latency at batch 1: `kiln bench --device cuda` (host tenso
 so its figure includes the input upload and the output download) against PyTorch on the same
 GPU, eager and replaying a CUDA graph, each timed per run with a synchronisation (median), both
 with device-resident inputs and with the host copies Kiln's figure includes. TF32 is off on both
-sides. Prints one line per model and writes DIR/models.json.
+sides. `bert_dynamic` (issue 13 on the GPU): one .kiln of a small encoder with symbolic batch and
+seq at three shapes, and a model with extents from data (see dynamic_models). Prints one line per
+model and writes DIR/models.json.
 """
 import argparse
 import json
@@ -124,11 +126,91 @@ def torch_times(m, inputs, runs):
     return res
 
 
+def dynamic_models(a, d):
+    """Issue 13 on the GPU: one .kiln of a small BERT-style encoder exported with symbolic batch
+    and seq, compiled for cuda with no flags, run at three shapes against PyTorch in float64;
+    then a model whose extents follow from data (Range to int(max(x))) compiled for cuda and run
+    there, whose outcome (its outputs against NumPy, or Kiln's refusal) is reported as it is."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "models"))
+    import test_bert
+    r = {}
+    args = types.SimpleNamespace(seed=0, vocab=1000, hidden=256, layers=2, heads=4, seq=128, max_pos=512)
+    m = test_bert.build_model(args).eval()
+    ids, mask = test_bert.make_inputs(args, 2, 64, 0)
+    onnx_path = os.path.join(d, "model.onnx")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+                "last_hidden_state": {0: "batch", 1: "seq"}, "pooler_output": {0: "batch"}}
+        kw = dict(opset_version=13, input_names=["input_ids", "attention_mask"],
+                  output_names=["last_hidden_state", "pooler_output"], do_constant_folding=True,
+                  dynamic_axes=axes)
+        targs = (torch.from_numpy(ids), torch.from_numpy(mask))
+        try:
+            torch.onnx.export(m, targs, onnx_path, dynamo=False, **kw)
+        except TypeError:
+            torch.onnx.export(m, targs, onnx_path, **kw)
+    kf = os.path.join(d, "cuda.kiln")
+    p = subprocess.run([a.kiln, "compile", "--model", onnx_path, "--output", kf, "--target", "cuda"],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode:
+        raise RuntimeError("compile: " + (p.stderr or p.stdout)[-800:])
+    errs = {}
+    for b, sq in ((1, 16), (2, 64), (4, 128)):
+        ids, mask = test_bert.make_inputs(args, b, sq, b * 1000 + sq)
+        specs = []
+        for n, v in (("input_ids", ids), ("attention_mask", mask)):
+            f = os.path.join(d, f"{n}_{b}x{sq}.npy")
+            np.save(f, v)
+            specs += ["--input", f"{n}={f}"]
+        with torch.no_grad():
+            ref = [t.numpy() for t in m.double()(torch.from_numpy(ids), torch.from_numpy(mask))]
+        od = os.path.join(d, f"out_{b}x{sq}")
+        p = subprocess.run([a.kiln, "run", kf, "--device", "cuda", "--output-dir", od] + specs,
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode:
+            raise RuntimeError(f"run {b}x{sq}: " + (p.stderr or p.stdout)[-800:])
+        outs = [np.load(os.path.join(od, f"output_{j}.npy")) for j in range(len(ref))]
+        errs[f"{b}x{sq}"] = max(rel(o, f) for o, f in zip(outs, ref))
+    m.float()
+    r["kiln_rel_err_by_shape"] = errs
+    r["kiln_rel_err"] = max(errs.values())
+    # Extents from data: y = 2 * Range(0, int(max(x))) of x[1000].
+    import onnx
+    from onnx import helper as h, TensorProto as T
+    nodes = [h.make_node("ReduceMax", ["x"], ["mx"], keepdims=0), h.make_node("Cast", ["mx"], ["n"], to=T.INT64),
+             h.make_node("Range", ["zero", "n", "one"], ["r"]), h.make_node("Cast", ["r"], ["rf"], to=T.FLOAT),
+             h.make_node("Add", ["rf", "rf"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1000])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["d"])],
+                     [h.make_tensor("zero", T.INT64, [], [0]), h.make_tensor("one", T.INT64, [], [1])])
+    dp = os.path.join(d, "data_dependent.onnx")
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), dp)
+    dk = os.path.join(d, "data_dependent.kiln")
+    x = np.full(1000, -1, np.float32)
+    x[17] = 300.5
+    xp = os.path.join(d, "dd_x.npy")
+    np.save(xp, x)
+    p = subprocess.run([a.kiln, "compile", "--model", dp, "--output", dk, "--target", "cuda"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode == 0:
+        p = subprocess.run([a.kiln, "run", dk, "--device", "cuda", "--input", "x=" + xp, "--output-dir",
+                            os.path.join(d, "dd_out")], capture_output=True, text=True, timeout=60)
+    if p.returncode == 0:
+        got = np.load(os.path.join(d, "dd_out", "output_0.npy"))
+        want = np.arange(300, dtype=np.float32) * 2
+        r["data_dependent"] = "equal to NumPy" if got.shape == want.shape and np.array_equal(got, want) else \
+            f"DIFFERS from NumPy (shape {got.shape})"
+    else:
+        r["data_dependent"] = "refused: " + (p.stderr or p.stdout).strip()[-300:]
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--models", default="resnet50,bert_base")
+    ap.add_argument("--models", default="resnet50,bert_base,bert_dynamic")
     ap.add_argument("--runs", type=int, default=200)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -141,6 +223,9 @@ def main():
         try:
             d = os.path.join(a.work, name)
             os.makedirs(d, exist_ok=True)
+            if name == "bert_dynamic":
+                r.update(dynamic_models(a, d))
+                continue
             m, inputs, out_names = build(name)
             onnx_path = os.path.join(d, "model.onnx")
             export(m, inputs, out_names, onnx_path)
@@ -199,6 +284,10 @@ def main():
     for r in results:
         if "error" in r:
             print(f"{r['model']:10} ERROR {r['error'][:300]}")
+            continue
+        if r["model"] == "bert_dynamic":
+            print(f"{r['model']:10} {r['kiln_rel_err']:9.2e} by shape {r['kiln_rel_err_by_shape']}; "
+                  f"data-dependent extents: {r['data_dependent']}")
             continue
         print(f"{r['model']:10} {r['kiln_rel_err']:9.2e} {r['torch_f32_rel_err']:9.2e} {r['kiln_ms']:8.3f} "
               f"{r['torch_eager_ms']:7.3f} {r['torch_graph_ms']:7.3f} {r['torch_eager_host_ms']:8.3f} "

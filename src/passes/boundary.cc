@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "backends/cpu/kernel.h"
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 
@@ -96,8 +97,20 @@ Status CheckResolved(ir::Graph& g, const PassOptions&) {
     for (ir::Value* in : g.inputs()) in->set_shape_input(false);
   }
   if (dynamic) {
+    // As the loader does: bounds on values (proven or provisional) and,
+    // where the model has symbolic dims, shape arithmetic at the probe, so
+    // that values the placement pass copied between memories still decide
+    // the shapes they decided before.
+    const ir::Graph* root = &g;
+    while (root->parent()) root = root->parent();
+    bool symbolic = false;
+    for (const ir::Value* in : root->inputs()) symbolic = symbolic || in->symbolic_mask() != 0;
     KILN_RETURN_IF_ERROR(g.TopologicalSort());
-    for (auto& n : g.nodes()) KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+    for (auto& n : g.nodes()) {
+      KILN_RETURN_IF_ERROR(ops::InferNode(*n));
+      KILN_RETURN_IF_ERROR(cpu::EvalUpperBound(*n, cpu::kBoundValueLimit).status());
+      if (symbolic) KILN_RETURN_IF_ERROR(cpu::EvalBound(*n, cpu::kBoundValueLimit).status());
+    }
   }
   for (auto& v : g.values()) {
     if (v->dtype() == DType::kUndefined) {

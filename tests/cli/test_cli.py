@@ -3,6 +3,7 @@
 naming the culprit, never crash (signal) and never leave a broken file."""
 import argparse
 import json
+import itertools
 import os
 import subprocess
 import sys
@@ -530,20 +531,31 @@ class CliBadInput(unittest.TestCase):
                                numpy_helper.from_array(np.array([0], np.int64), "ax"),
                                numpy_helper.from_array(np.array(-5, np.int64), "lim"),
                                numpy_helper.from_array(np.array(0, np.float32), "zf")])
-        k = os.path.join(WORK, "prov_if.kiln")
-        rc, out = kiln("compile", "--model", save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
-                                                  "prov_if.onnx"), "--output", k)
-        self.assertEqual(rc, 0, out)
-        rc, out = kiln("inspect", k)
-        self.assertIn("y float32[?]", out)
+        onnx_path = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "prov_if.onnx")
+        # Also compiled for a device without Range and ConstantOfShape: those run on the CPU,
+        # and the counts reach them through copies between memories.
+        lack = "sim:lack=Range+ConstantOfShape"
+        runs = []
+        for target, name in (("cpu", "prov_if.kiln"), (lack, "prov_if_lack.kiln")):
+            k = os.path.join(WORK, name)
+            rc, out = kiln("compile", "--model", onnx_path, "--output", k, "--target", target)
+            self.assertEqual(rc, 0, out)
+            rc, out = kiln("inspect", k)
+            self.assertIn("y float32[?]", out)
+            runs.append((k, target))
+        # (The branches' copies: inspect's placement summary counts top-level nodes only.)
+        self.assertIn(b"MemcpyToHost", read(runs[1][0]))
+        self.assertNotIn(b"MemcpyToHost", read(runs[0][0]))
         rng = np.random.default_rng(5)
         xp = os.path.join(WORK, "prov_if_x.npy")
-        for top, shift in ((2000.0, -1), (300.0, -2), (50.0, -2), (None, -12), (5000.0, -11), (7.5, 1)):
+        for (top, shift), (k, device) in itertools.product(
+                ((2000.0, -1), (300.0, -2), (50.0, -2), (None, -12), (5000.0, -11), (7.5, 1)), runs):
             x = (shift - np.abs(rng.standard_normal(1000))).astype(np.float32)
             if top is not None:
                 x[int(rng.integers(1000))] = top
             np.save(xp, x)
-            rc, out = kiln("run", k, "--input", "x=" + xp, "--output-dir", os.path.join(WORK, "prov_if_o"))
+            rc, out = kiln("run", k, "--device", device, "--input", "x=" + xp,
+                           "--output-dir", os.path.join(WORK, "prov_if_o"))
             self.assertEqual(rc, 0, out)
             n = int(x.max())
             if x.astype(np.float64).sum() > 0:

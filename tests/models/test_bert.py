@@ -161,9 +161,9 @@ def export(mdir, args):
     return [t.shape for t in expected], sorted(ops), model
 
 
-def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args, ranges=None):
+def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args, ranges=None, device=None):
     """Runs the symbolic .kiln at every (batch, seq), each against PyTorch; returns (ok, message).
-    `ranges`: {symbol: (min, max)} the file must report (else 1..unbounded)."""
+    `ranges`: {symbol: (min, max)} the file must report (else 1..unbounded). `device`: run there."""
     import json
     import torch
 
@@ -182,7 +182,7 @@ def run_dynamic(kiln, kiln_file, mdir, model, shapes_list, args, ranges=None):
         ids, mask = make_inputs(args, batch, seq, args.seed + 1 + k)
         with torch.no_grad():
             expected = [t.numpy() for t in model(torch.from_numpy(ids), torch.from_numpy(mask))]
-        cmd = [kiln, "run", kiln_file]
+        cmd = [kiln, "run", kiln_file] + (["--device", device] if device else [])
         for name, arr in zip(INPUT_NAMES, (ids, mask)):
             path = os.path.join(mdir, f"{name}_{batch}x{seq}.npy")
             np.save(path, arr)
@@ -262,6 +262,8 @@ def main():
                     help="with --dynamic: BATCHxSEQ list to run at")
     ap.add_argument("--ranges", default="",
                     help="with --dynamic: also compile with this --input-shape (ranges, gears) and test that")
+    ap.add_argument("--placed-target", default="",
+                    help="with --dynamic: also compile for this target (e.g. sim:lack=Concat) and run there")
     ap.add_argument("--max-pos", type=int, default=0, help="position table size (default max(64, seq, shapes))")
     args = ap.parse_args()
     shapes_list = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.dynamic else []
@@ -286,6 +288,18 @@ def main():
             if args.ranges:
                 ok2, msg2 = run_ranged(kiln, mdir, model, shapes_list, args)
                 ok, msg = ok and ok2, f"{msg}; with --input-shape {args.ranges!r}: {msg2}"
+            if args.placed_target:
+                # Compiled for a device lacking some shape ops: they run on the CPU and the
+                # values that decide shapes cross between memories through copies.
+                placed = os.path.join(mdir, "model_placed.kiln")
+                run([kiln, "compile", "--model", os.path.join(mdir, "model.onnx"), "--output", placed,
+                     "--target", args.placed_target], f"kiln compile --target {args.placed_target}", args.timeout)
+                inspect = run([kiln, "inspect", placed], "kiln inspect", args.timeout, echo=False)
+                if "on the CPU" not in inspect:
+                    raise TestError(f"--target {args.placed_target}: no node was placed on the CPU; the check "
+                                    "would not cover copies")
+                ok3, msg3 = run_dynamic(kiln, placed, mdir, model, shapes_list, args, device=args.placed_target)
+                ok, msg = ok and ok3, f"{msg}; compiled for {args.placed_target!r}: {msg3}"
             print(f"{'PASS' if ok else 'FAIL'} bert dynamic ({args.layers} layers, hidden {args.hidden}, "
                   f"{args.heads} heads, one .kiln at batch x seq {args.shapes}): {msg}", flush=True)
             return 0 if ok else 1

@@ -74,12 +74,27 @@ Result<std::unique_ptr<Kernel>> CreateKernel(const KernelInit& init) {
 
 // The bound the arithmetic proves (EvalUpperBound).
 static Result<bool> EvalProvenUpperBound(ir::Node& node, std::uint64_t limit_bytes) {
-  if (node.HasSubgraphs() || !node.domain().empty() || node.num_outputs() != 1 || !node.output(0)) return false;
+  const bool copy = ir::IsCopyToHost(node) || ir::IsCopyFromHost(node);
+  if (node.HasSubgraphs() || (!node.domain().empty() && !copy) || node.num_outputs() != 1 || !node.output(0)) {
+    return false;
+  }
   ir::Value* out = node.output(0);
   const DType ot = out->dtype();
   if ((ot != DType::kInt64 && ot != DType::kInt32) || !IsStatic(out->shape()) ||
       static_cast<std::uint64_t>(NumElements(out->shape())) * DTypeSize(ot) > limit_bytes) {
     return false;
+  }
+  if (copy) {
+    // A value copied between memories (placement) keeps its proven bound.
+    // (A provisional one is not passed on: the copy, which feeds the slot,
+    // gets its own, raised under its own name.)
+    const ir::Value* in = node.num_inputs() == 1 ? node.input(0) : nullptr;
+    if (!in || !in->value_upper_bound() || in->bound_provisional() || in->dtype() != ot ||
+        in->value_upper_bound()->shape() != out->shape()) {
+      return false;
+    }
+    out->set_value_upper_bound(in->value_upper_bound(), in->value_nonnegative());
+    return true;
   }
   const std::string& t = node.op_type();
   if (t == "Shape" || t == "Size") {
@@ -294,6 +309,15 @@ Result<std::vector<HostTensorPtr>> EvalNode(const ir::Node& node,
 }
 
 Result<bool> EvalBound(ir::Node& node, std::uint64_t limit_bytes) {
+  if ((ir::IsCopyToHost(node) || ir::IsCopyFromHost(node)) && node.num_inputs() == 1 && node.num_outputs() == 1 &&
+      node.input(0) && node.output(0)) {
+    // Shape arithmetic copied between memories (placement): the same value.
+    const ir::Value* in = node.input(0);
+    HostTensorPtr b = in->is_constant() ? (in->constant()->device() ? nullptr : in->constant()) : in->bound_value();
+    if (!b || b->dtype() != node.output(0)->dtype() || b->shape() != node.output(0)->shape()) return false;
+    node.output(0)->set_bound_value(std::move(b));
+    return true;
+  }
   if (node.HasSubgraphs() || !node.domain().empty()) return false;
   if (!ir::ShapeValueOutputs(node, limit_bytes)) return false;
   std::vector<HostTensorPtr> ins;
