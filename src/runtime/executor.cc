@@ -1377,18 +1377,11 @@ std::string ValuesText(const HostTensor& t) {
 namespace {
 // Whether `g`, or a graph nested in it, holds a value with a provisional bound.
 bool HoldsProvisional(const ir::Graph& g) {
-  for (const auto& v : g.values()) {
-    if (v->bound_provisional()) return true;
-  }
-  for (const auto& n : g.nodes()) {
-    for (const auto& [k, a] : n->attrs()) {
-      if (a.g && HoldsProvisional(*a.g)) return true;
-      for (const auto& sg : a.graphs) {
-        if (sg && HoldsProvisional(*sg)) return true;
-      }
-    }
-  }
-  return false;
+  bool any = false;
+  ir::ForEachGraph(g, [&any](const ir::Graph& x) {
+    for (const auto& v : x.values()) any = any || v->bound_provisional();
+  });
+  return any;
 }
 }  // namespace
 

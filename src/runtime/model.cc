@@ -436,15 +436,9 @@ class ModelImpl final : public Model {
   // The raised bound of value `name`, in `g` and the graphs nested in it (an
   // If branch's own values; ONNX names are unique across a model's graphs).
   static void SetRaisedBound(ir::Graph& g, const std::string& name, const HostTensorPtr& bound) {
-    if (ir::Value* v = g.FindValue(name)) v->set_raised_bound(bound);
-    for (auto& n : g.nodes()) {
-      for (auto& [k, a] : n->attrs()) {
-        if (a.g) SetRaisedBound(*a.g, name, bound);
-        for (auto& sg : a.graphs) {
-          if (sg) SetRaisedBound(*sg, name, bound);
-        }
-      }
-    }
+    ir::ForEachGraph(g, [&](ir::Graph& x) {
+      if (ir::Value* v = x.FindValue(name)) v->set_raised_bound(bound);
+    });
   }
 
   Status ExecuteAsync(Stream& stream, const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs) override {
