@@ -241,6 +241,24 @@ TEST(ConvInteger, RescaledChannelsLastAtChannelCountsOffTheVectorWidth) {
     CheckRescaledConvInteger(rc);
   }
 }
+// Sums that stay within 2^24 (16 input channels): where oneDNN's int8 is
+// not exact (unit_int8_isa_AVX2 / _AVX) the convolution runs in float32 on
+// x - x_zp, channels-last and NCHW, grouped too, with the range reported
+// to a DynamicQuantizeLinear.
+TEST(ConvInteger, RescaledWithSumsExactInFloat) {
+  for (bool channels_last : {true, false}) {
+    for (std::int64_t group : {1, 2}) {
+      RescaleCase rc;
+      rc.c = 16;
+      rc.m = 24;
+      rc.group = group;
+      rc.channels_last = channels_last;
+      rc.quantize_after = true;
+      rc.act = group == 1 ? Act::kRelu : Act::kLeakyRelu;
+      CheckRescaledConvInteger(rc);
+    }
+  }
+}
 TEST(ConvInteger, RescaledNchwIsTheGraphsBitForBit) {
   RescaleCase rc;
   rc.channels_last = false;

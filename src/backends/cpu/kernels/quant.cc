@@ -1245,9 +1245,11 @@ class DnnlQConvKernel : public Kernel {
     const bool u8w = w->dtype() == DType::kUInt8;
     if (!WeightZeroPointShiftable(init, integer ? 3 : 5, u8w)) return false;
     // oneDNN's int8 where its pairs are exact; else QLinearConv takes the
-    // float32 route (ConvInteger's int32 sums would not stay exact there).
+    // float32 route, and so does a rescaled ConvInteger whose sums stay
+    // exact in float32 (its output is float(sum) rescaled; an int32 output
+    // would need sums past 2^24 exact).
     f32_ = !Int8PairsExact(*w, u8w, init.inputs[0].dtype);
-    if (f32_ && integer) return false;
+    if (f32_ && integer && !(rescale && SumsFitFloat(*w, u8w, cout))) return false;
     // oneDNN's convolution stores an s32 result through float: exact only
     // while every sum it forms stays within 2^24 (|x|, |x_zp| <= 255). A
     // float32 destination is float(sum) itself, the Cast the graph had.
@@ -1382,8 +1384,10 @@ class DnnlQConvKernel : public Kernel {
       if (xf.size() < static_cast<std::size_t>(x_count_)) xf.resize(static_cast<std::size_t>(x_count_));
       CenterToFloat(x_type_, x, xf.data(), x_count_, static_cast<float>(src_zp_));
       x = xf.data();
-      if (yf.size() < dst_plain_.get_size() / sizeof(float)) yf.resize(dst_plain_.get_size() / sizeof(float));
-      y = yf.data();
+      if (!rescale_) {  // QLinearConv: float sums, requantised below
+        if (yf.size() < dst_plain_.get_size() / sizeof(float)) yf.resize(dst_plain_.get_size() / sizeof(float));
+        y = yf.data();
+      }
     }
     if (to_src_) {
       if (src_buf.size() < src_md_.get_size()) src_buf.resize(src_md_.get_size());
@@ -1411,7 +1415,7 @@ class DnnlQConvKernel : public Kernel {
       epilogue_.Load(a, cout_, sv, bv);
       epilogue_.ApplyInPlace(a.out_as<float>(0), sv.data(), bv.data(), y_outer_, cout_, y_inner_, nhwc_, range_.get());
     }
-    if (f32_) {
+    if (f32_ && !rescale_) {
       if (nhwc_) Requantize(out_type_, yf.data(), a.out(0), y_batch_ * y_inner_, cout_, 1, scales_, static_cast<float>(dst_zp_));
       else Requantize(out_type_, yf.data(), a.out(0), y_batch_, cout_, y_inner_, scales_, static_cast<float>(dst_zp_));
     }
