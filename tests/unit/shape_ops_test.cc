@@ -167,7 +167,8 @@ TEST(Transpose, FewRowsOfManyColumnsSplitIntoBlocks) {
 // interleaving copy (ShuffleNet's channel shuffle on channels-last data).
 // float32 with 2 and 3 columns (the AVX2 interleaves, their 8-wide bodies
 // and tails; 9001 rows: blocks of 4096 rows, a short last one, two outer
-// indices), and an int8 and a float64 case; against
+// indices), int8 with 2 and 3 columns (3: the SSSE3 byte interleave, its
+// 16-wide body and tail) and a float64 case; against
 // y[a][b][d][c] = x[a][b][c][d].
 TEST(Transpose, LastTwoDimsWithAShortNewLastDim) {
   struct Case {
@@ -176,7 +177,8 @@ TEST(Transpose, LastTwoDimsWithAShortNewLastDim) {
   };
   for (const Case& c : {Case{{2, 3, 2, 19}, DType::kFloat32}, Case{{1, 4, 3, 10}, DType::kFloat32},
                         Case{{3, 1, 2, 9}, DType::kInt8}, Case{{2, 2, 4, 8}, DType::kFloat64},
-                        Case{{1, 2, 3, 9001}, DType::kFloat32}, Case{{1, 1, 2, 9001}, DType::kFloat32}}) {
+                        Case{{1, 2, 3, 9001}, DType::kFloat32}, Case{{1, 1, 2, 9001}, DType::kFloat32},
+                        Case{{1, 2, 3, 9001}, DType::kInt8}, Case{{2, 1, 3, 37}, DType::kInt8}}) {
     SCOPED_TRACE(ShapeToString(c.shape) + " " + DTypeName(c.dtype));
     const std::int64_t n = NumElements(c.shape), rows = c.shape[2], cols = c.shape[3];
     auto x = std::make_shared<HostTensor>(c.dtype, c.shape);

@@ -148,6 +148,40 @@ __attribute__((target("avx2"))) void Interleave3Avx2(const std::uint32_t* a, con
   for (; i < n; ++i) dst[3 * i] = a[i], dst[3 * i + 1] = b[i], dst[3 * i + 2] = c[i];
 }
 
+// Three byte planes interleaved, dst[3 p + k] = plane_k[p] (a uint8 RGB
+// image to channels-last, the first Transpose of a quantized vision model):
+// per 16 pixels, each output vector is three byte shuffles of the planes
+// or-ed together (SSSE3; a -1 index gives 0). Returns the pixels done.
+__attribute__((target("ssse3"))) std::int64_t Interleave3x8(const std::uint8_t* a, const std::uint8_t* b,
+                                                            const std::uint8_t* c, std::uint8_t* dst, std::int64_t n) {
+  // Output byte e (of 48) comes from plane e % 3, pixel e / 3.
+  alignas(16) std::int8_t idx[3][3][16];  // [output vector][plane][lane]
+  for (int v = 0; v < 3; ++v) {
+    for (int k = 0; k < 3; ++k) {
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * v + l;
+        idx[v][k][l] = static_cast<std::int8_t>(e % 3 == k ? e / 3 : -1);
+      }
+    }
+  }
+  __m128i m[3][3];
+  for (int v = 0; v < 3; ++v) {
+    for (int k = 0; k < 3; ++k) m[v][k] = _mm_load_si128(reinterpret_cast<const __m128i*>(idx[v][k]));
+  }
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i));
+    const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i));
+    const __m128i z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i));
+    for (int v = 0; v < 3; ++v) {
+      const __m128i o = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(x, m[v][0]), _mm_shuffle_epi8(y, m[v][1])),
+                                     _mm_shuffle_epi8(z, m[v][2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * i + 16 * v), o);
+    }
+  }
+  return i;
+}
+
 // Transposes of the last two dims where the new last dim is short (2-8:
 // ShuffleNet's channel shuffle on channels-last data, [.., g, C/g] ->
 // [.., C/g, g]): per outer index, `cols` contiguous source rows interleaved
@@ -176,8 +210,16 @@ bool InterleaveCopy(const E* in, E* out, std::int64_t outer, std::int64_t rows, 
           continue;
         }
       }
+      std::int64_t done = 0;
+      if constexpr (sizeof(E) == 1) {
+        static const bool ssse3 = __builtin_cpu_supports("ssse3");
+        if (cols == 3 && ssse3) {
+          done = Interleave3x8(reinterpret_cast<const std::uint8_t*>(src), reinterpret_cast<const std::uint8_t*>(src + rows),
+                               reinterpret_cast<const std::uint8_t*>(src + 2 * rows), reinterpret_cast<std::uint8_t*>(dst), n);
+        }
+      }
       for (std::int64_t j = 0; j < cols; ++j) {
-        for (std::int64_t i = 0; i < n; ++i) dst[i * cols + j] = src[j * rows + i];
+        for (std::int64_t i = done; i < n; ++i) dst[i * cols + j] = src[j * rows + i];
       }
     }
   });
