@@ -436,6 +436,13 @@ void CheckQLinearMatMul(bool b_as_input, bool u8_weights, int wmax = 127) {
       const double want = std::clamp(std::nearbyint(acc * as * bs[j] / ys) + yzp, 0.0, 255.0);
       ASSERT_LE(std::fabs(out[r * n + j] - want), 1.0) << r << "," << j;
       exact += out[r * n + j] == want;
+      // And exactly as the kernels define it (ONNX Runtime's MLAS too): the
+      // int32 sum as float32 times the float32 ratio as * bs / ys, rounded
+      // to nearest even, plus the zero point, saturated.
+      const volatile float ratio = as * bs[j] / ys;
+      const volatile float v = static_cast<float>(static_cast<std::int32_t>(acc)) * ratio;
+      const float want_f = std::clamp(std::nearbyint(v) + yzp, 0.f, 255.f);
+      ASSERT_EQ(out[r * n + j], static_cast<std::uint8_t>(want_f)) << r << "," << j;
     }
   EXPECT_GE(exact, 2 * 5 * n * 98 / 100);
 }

@@ -1456,8 +1456,10 @@ class DnnlQConvKernel : public Kernel {
 class DnnlQMatMulKernel : public Kernel {
  public:
   // `integer`: MatMulInteger (A, B, a_zp?, b_zp?): the int32 sums, with
-  // A's zero point (one value) read at run time.
-  Result<bool> Init(const KernelInit& init, bool integer = false) {
+  // A's zero point (one value) read at run time. `dequantize` (QLinearMatMul
+  // with kiln.dequantize): the requantised result dequantized with the same
+  // y scale and zero point, plus the bias (input 8, a constant), as float32.
+  Result<bool> Init(const KernelInit& init, bool integer = false, bool dequantize = false) {
     using dt = dnnl::memory::data_type;
     const int bi = integer ? 1 : 3;
     if (integer) {
@@ -1491,11 +1493,13 @@ class DnnlQMatMulKernel : public Kernel {
     }
     const DType a_type = init.inputs[0].dtype, y_type = init.outputs[0].dtype;
     const dt at = f32_ ? dt::f32 : a_type == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt yt = f32_ ? dt::f32 : integer ? dt::s32 : y_type == DType::kUInt8 ? dt::u8 : dt::s8;
+    if (dequantize && y_type != DType::kFloat32) return false;
+    const dt yt = f32_ ? dt::f32 : dt::s32;  // int8: the sums (MatMulInteger's output, else requantised below)
     const dt wt = f32_ ? dt::f32 : dt::s8;
     if (!integer) {
       src_zp_ = a_type == DType::kUInt8 ? init.const_input(2)->data_as<std::uint8_t>()[0] : init.const_input(2)->data_as<std::int8_t>()[0];
-      dst_zp_ = y_type == DType::kUInt8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
+      const DType zt = init.inputs[7].dtype;
+      dst_zp_ = zt == DType::kUInt8 ? init.const_input(7)->data_as<std::uint8_t>()[0] : init.const_input(7)->data_as<std::int8_t>()[0];
     }
     if (f32_) {
       a_type_ = a_type;
@@ -1505,7 +1509,21 @@ class DnnlQMatMulKernel : public Kernel {
       k_ = k;
       n_ = n;
     }
-    if (integer) {
+    if (dequantize) {
+      if (integer || f32_ || init.outputs[0].dtype != DType::kFloat32) return false;
+      if (init.inputs.size() > 8 && init.inputs[8].present()) {
+        const HostTensor* bias = init.const_input(8);
+        const std::int64_t nb = bias ? NumElements(bias->shape()) : 0;
+        if (!bias || bias->dtype() != DType::kFloat32 || (nb != 1 && nb != n)) return false;
+        for (std::int64_t j = 0; j < n; ++j) bias_.push_back(bias->data_as<float>()[nb == 1 ? 0 : j]);
+      }
+    }
+    // QLinearMatMul on the int8 route requantises itself (oneDNN's output
+    // scales and zero points cost it a third more per call at 32 rows, and
+    // the dequantizing form would take a second pass), from the same int32
+    // sums MatMulInteger takes.
+    own_requant_ = !integer && !f32_;
+    if (integer || own_requant_) {
       // No zero point in the primitive (its s32 result then stays integer):
       // sum (a - zp) b = sum a b - zp * colsum[n], corrected after it, in
       // int32. Column sums of the int8 weights, exact.
@@ -1517,15 +1535,26 @@ class DnnlQMatMulKernel : public Kernel {
         }
       }
       rows_ = rows;
+      n_ = n;
+    }
+    if (own_requant_) {
+      // The int32 wrap of zp * colsum (as MatMulInteger subtracts it),
+      // the per-column scales, the output's bounds and zero point.
+      zp_colsum_.resize(static_cast<std::size_t>(n));
+      for (std::int64_t j = 0; j < n; ++j) {
+        zp_colsum_[j] = static_cast<std::int32_t>(static_cast<std::uint32_t>(src_zp_ * colsum_[j]));
+      }
+      col_scales_.resize(static_cast<std::size_t>(n));
+      for (std::int64_t j = 0; j < n; ++j) col_scales_[j] = scales[scales.size() == 1 ? 0 : j];
+      dequantize_ = dequantize;
+      out_type_ = dequantize ? init.inputs[7].dtype : y_type;
+      const HostTensor* yzp = init.const_input(7);
+      out_zp_ = out_type_ == DType::kUInt8 ? yzp->data_as<std::uint8_t>()[0] : yzp->data_as<std::int8_t>()[0];
+      y_scale_ = init.const_input(6)->data_as<float>()[0];
     }
     bool ok = false;
     Status st = DnnlCall(integer ? "MatMulInteger" : "QLinearMatMul", [&] {
       dnnl::primitive_attr attr;
-      if (!integer && !f32_) {
-        attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
-        attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-        attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
-      }
       attr = UserScratchpad(attr);
       const dnnl::memory::desc a_md = PlainDesc({rows, k}, at), y_md = PlainDesc({rows, n}, yt);
       dnnl::matmul::desc d(a_md, dnnl::memory::desc({k, n}, wt, dnnl::memory::format_tag::any), y_md);
@@ -1551,14 +1580,8 @@ class DnnlQMatMulKernel : public Kernel {
       if (!layout.empty()) layout = std::string(f32_ ? "qmatmul-f32:" : "qmatmul:") + (u8w ? "u8:" : "s8:") + layout;
       packed_ = init.prepack_cache ? init.prepack_cache->Get<dnnl::memory>(b->data(), layout, pack) : pack();
       scratch_ = ScratchpadFor(pd);
-      src_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &src_zp_);
-      dst_zp_mem_ = dnnl::memory(PlainDesc({1}, dt::s32), DnnlEngine(), &dst_zp_);
       args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, *packed_}, {DNNL_ARG_DST, dst_},
                {DNNL_ARG_SCRATCHPAD, scratch_.mem}};
-      if (!integer && !f32_) {
-        args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = src_zp_mem_;
-        args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = dst_zp_mem_;
-      }
       ok = true;
     });
     if (!st.ok()) return false;
@@ -1581,6 +1604,20 @@ class DnnlQMatMulKernel : public Kernel {
       return Status::Ok();
     }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
+    if (own_requant_) {
+      thread_local std::vector<std::int32_t> acc;
+      if (acc.size() < static_cast<std::size_t>(rows_ * n_)) acc.resize(static_cast<std::size_t>(rows_ * n_));
+      dst_.set_data_handle(acc.data());
+      scratch_.Bind(a.ctx);
+      prim_.execute(DnnlStream(), args_);
+      DnnlStream().wait();
+      const std::int32_t* ap = acc.data();
+      void* y = a.out(0);
+      ParallelFor(rows_, std::max<std::int64_t>(1, 16384 / n_), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) RequantRow(ap + r * n_, y, r * n_);
+      });
+      return Status::Ok();
+    }
     dst_.set_data_handle(a.out(0));
     scratch_.Bind(a.ctx);
     prim_.execute(DnnlStream(), args_);
@@ -1600,12 +1637,76 @@ class DnnlQMatMulKernel : public Kernel {
   std::size_t workspace_bytes() const override { return scratch_.bytes; }
 
  private:
+  // One row of int32 sums a (minus zp * colsum) requantised as the
+  // definition says, q = saturate(round_even(float(sum) * scale[j]) +
+  // y_zp), into the output at element `at`; with dequantize_ the float32
+  // (q - y_zp) * y_scale [+ bias[j]] instead (DequantizeLinear's and the
+  // Add's steps, each rounded; q - y_zp is the rounded, clamped value).
+  void RequantRow(const std::int32_t* a, void* y, std::int64_t at) const {
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    const bool u8 = out_type_ == DType::kUInt8;
+    const float lo = (u8 ? 0.f : -128.f) - static_cast<float>(out_zp_);
+    const float hi = (u8 ? 255.f : 127.f) - static_cast<float>(out_zp_);
+    std::int64_t j = avx2 ? RequantRowAvx2(a, y, at, lo, hi) : 0;
+    for (; j < n_; ++j) {
+      float v = static_cast<float>(static_cast<std::int32_t>(static_cast<std::uint32_t>(a[j]) -
+                                                             static_cast<std::uint32_t>(zp_colsum_[j])));
+      v = v * col_scales_[j];
+      v = std::nearbyint(std::min(std::max(v, lo), hi));
+      if (dequantize_) {
+        float f = v * y_scale_;
+        if (!bias_.empty()) f = f + bias_[j];
+        static_cast<float*>(y)[at + j] = f;
+      } else if (u8) {
+        static_cast<std::uint8_t*>(y)[at + j] = static_cast<std::uint8_t>(static_cast<int>(v) + out_zp_);
+      } else {
+        static_cast<std::int8_t*>(y)[at + j] = static_cast<std::int8_t>(static_cast<int>(v) + out_zp_);
+      }
+    }
+  }
+  // RequantRow's steps 8 columns at a time; returns the columns done.
+  __attribute__((target("avx2"))) std::int64_t RequantRowAvx2(const std::int32_t* a, void* y, std::int64_t at,
+                                                              float lo, float hi) const {
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), vys = _mm256_set1_ps(y_scale_);
+    const __m256i vzp = _mm256_set1_epi32(out_zp_);
+    const bool u8 = out_type_ == DType::kUInt8, bias = !bias_.empty();
+    std::int64_t j = 0;
+    for (; j + 8 <= n_; j += 8) {
+      const __m256i s = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j)),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(zp_colsum_.data() + j)));
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(col_scales_.data() + j));
+      v = _mm256_round_ps(_mm256_min_ps(_mm256_max_ps(v, vlo), vhi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if (dequantize_) {
+        __m256 f = _mm256_mul_ps(v, vys);
+        if (bias) {
+          asm("" : "+x"(f));  // no contraction with the add
+          f = _mm256_add_ps(f, _mm256_loadu_ps(bias_.data() + j));
+        }
+        _mm256_storeu_ps(static_cast<float*>(y) + at + j, f);
+        continue;
+      }
+      const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), vzp);  // within the type's range
+      const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      const __m128i b8 = u8 ? _mm_packus_epi16(w16, w16) : _mm_packs_epi16(w16, w16);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(static_cast<std::uint8_t*>(y) + at + j), b8);
+    }
+    return j;
+  }
+
   dnnl::matmul prim_;
-  dnnl::memory src_, dst_, src_zp_mem_, dst_zp_mem_;
+  dnnl::memory src_, dst_;
   std::shared_ptr<dnnl::memory> packed_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
   ZeroPointInput src_zp_in_;
-  std::vector<std::int64_t> colsum_;  // MatMulInteger only
+  std::vector<std::int64_t> colsum_;  // MatMulInteger, and QLinearMatMul on the int8 route
+  // QLinearMatMul on the int8 route (own_requant_): zp * colsum as int32,
+  // per-column scales, the output's type and zero point (dequantize_: of
+  // the requantised values), y scale and bias (dequantize_).
+  bool own_requant_ = false, dequantize_ = false;
+  std::vector<std::int32_t> zp_colsum_;
+  std::vector<float> col_scales_, bias_;
+  int out_zp_ = 0;
+  float y_scale_ = 0.f;
   std::int64_t rows_ = 0, k_ = 0, n_ = 0;
   // The float32 route (f32_): types and per-column scales.
   bool f32_ = false;
@@ -2119,6 +2220,11 @@ class DequantizedQMatMulKernel : public Kernel {
 
 Result<std::unique_ptr<Kernel>> MakeQLinearMatMul(const KernelInit& init) {
   if (init.node->GetInt(ops::kDequantizeAttr, 0) == 1 && init.outputs[0].dtype == DType::kFloat32) {
+    // The int8 matmul requantising and dequantizing in one pass, else the
+    // QLinearMatMul's kernel and a dequantizing pass after it.
+    auto fused = std::make_unique<DnnlQMatMulKernel>();
+    KILN_ASSIGN_OR_RETURN(bool fused_ok, fused->Init(init, false, true));
+    if (fused_ok) return std::unique_ptr<Kernel>(std::move(fused));
     KernelInit base = init;  // the QLinearMatMul itself: inputs 0..7, its quantized output
     base.inputs.resize(8);
     if (base.const_inputs.size() > 8) base.const_inputs.resize(8);
