@@ -326,9 +326,12 @@ TEST(ConvInteger, RescaleNearMissesAreNotFused) {
 
 // MatMulInteger [2, 5, 300] x [300, 24] -> Cast -> Mul(a_scale * b_scale[n])
 // -> Add(bias[n]): per column.
+// 24 columns with no activation, 21 (a vector's tail) with Relu.
 TEST(MatMulInteger, RescaledIsTheGraphsBitForBit) {
+ for (const auto& [nn, relu] : {std::pair<std::int64_t, bool>{24, false}, {21, true}}) {
+  SCOPED_TRACE(nn);
   std::mt19937 rng(22);
-  const std::int64_t b0 = 2, rows = 5, k = 300, nn = 24;
+  const std::int64_t b0 = 2, rows = 5, k = 300;
   std::vector<std::uint8_t> a(b0 * rows * k);
   for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
   std::vector<std::int8_t> bw(k * nn);
@@ -354,13 +357,18 @@ TEST(MatMulInteger, RescaledIsTheGraphsBitForBit) {
   g->AddNode("Mul", "rescale", {f, s}, {scaled});
   ir::Value* y = g->AddValue("y");
   g->AddNode("Add", "bias_add", {scaled, g->AddConstant("bias", Tensor(DType::kFloat32, {1, nn}, bias))}, {y});
+  if (relu) {
+    ir::Value* r = g->AddValue("r");
+    g->AddNode("Relu", "relu", {y}, {r});
+    y = r;
+  }
   g->outputs().push_back(y);
   test::TempDir dir;
   format::CompiledModel cm;
   auto model = CompileAndLoad(std::move(g), dir, &cm);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ(FindOp(cm, "MatMulInteger")->GetInt(ops::kRescaleAttr, 0), 1);
-  EXPECT_EQ(CountOp(cm, "Cast") + CountOp(cm, "Add"), 0);
+  EXPECT_EQ(CountOp(cm, "Cast") + CountOp(cm, "Add") + CountOp(cm, "Relu"), 0);
   for (auto [zp, ascale] : {std::pair<std::uint8_t, float>{0, 0.02f}, {200, 1.5f}}) {
     std::vector<float> out(b0 * rows * nn, -1.f);
     ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {b0, rows, k}}, TensorRef::Of(&ascale, {}),
@@ -374,11 +382,12 @@ TEST(MatMulInteger, RescaledIsTheGraphsBitForBit) {
         volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
         v = v * sc;
         v = v + bias[j];
-        const float want = v;
+        const float want = relu && v < 0.f ? 0.f : static_cast<float>(v);
         ASSERT_TRUE(SameBits(out[r * nn + j], want)) << "zp " << int(zp) << " at " << r << "," << j << ": "
                                                      << out[r * nn + j] << " vs " << want;
       }
   }
+ }
 }
 
 // A QDQ transformer's projection after fuse-qdq: QLinearMatMul ->

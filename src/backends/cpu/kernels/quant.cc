@@ -1459,8 +1459,18 @@ class DnnlQMatMulKernel : public Kernel {
   // A's zero point (one value) read at run time. `dequantize` (QLinearMatMul
   // with kiln.dequantize): the requantised result dequantized with the same
   // y scale and zero point, plus the bias (input 8, a constant), as float32.
-  Result<bool> Init(const KernelInit& init, bool integer = false, bool dequantize = false) {
+  // `rescale` (with `integer`: MatMulInteger with kiln.rescale): the sums
+  // minus zp * colsum converted to float32 and rescaled, act(float(sum) *
+  // S + B) (RescaleEpilogue's steps), in the same pass.
+  Result<bool> Init(const KernelInit& init, bool integer = false, bool dequantize = false, bool rescale = false) {
     using dt = dnnl::memory::data_type;
+    if (rescale) {
+      if (!integer || init.outputs[0].dtype != DType::kFloat32 || init.inputs.size() < 5 || !init.inputs[4].present()) {
+        return false;
+      }
+      if (!epilogue_.Init(init).ok()) return false;  // the fallback names the activation
+      rescale_ = true;
+    }
     const int bi = integer ? 1 : 3;
     if (integer) {
       if (!RuntimeSrcZeroPoint(init, &src_zp_in_)) return false;
@@ -1604,6 +1614,39 @@ class DnnlQMatMulKernel : public Kernel {
       return Status::Ok();
     }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
+    if (rescale_) {
+      thread_local std::vector<std::int32_t> acc, zc;
+      thread_local std::vector<float> sv, bv;
+      if (acc.size() < static_cast<std::size_t>(rows_ * n_)) acc.resize(static_cast<std::size_t>(rows_ * n_));
+      dst_.set_data_handle(acc.data());
+      scratch_.Bind(a.ctx);
+      prim_.execute(DnnlStream(), args_);
+      DnnlStream().wait();
+      zc.resize(static_cast<std::size_t>(n_));
+      for (std::int64_t j = 0; j < n_; ++j) {
+        zc[j] = static_cast<std::int32_t>(static_cast<std::uint32_t>(std::int64_t{src_zp_} * colsum_[j]));
+      }
+      epilogue_.Load(a, n_, sv, bv);
+      const std::int32_t* ap = acc.data();
+      const std::int32_t* zp = zc.data();
+      const float* s = sv.data();
+      const float* b = bv.data();
+      float* y = a.out_as<float>(0);
+      const std::int64_t n = n_;
+      ParallelFor(rows_, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          // sum (a - zp) b, wrapping as int32 does, converted once (the Cast)
+          float* yr = y + r * n;
+          const std::int32_t* ar = ap + r * n;
+          for (std::int64_t j = 0; j < n; ++j) {
+            yr[j] = static_cast<float>(static_cast<std::int32_t>(static_cast<std::uint32_t>(ar[j]) -
+                                                                 static_cast<std::uint32_t>(zp[j])));
+          }
+          epilogue_.Span(yr, s, b, true, n);
+        }
+      });
+      return Status::Ok();
+    }
     if (own_requant_) {
       thread_local std::vector<std::int32_t> acc;
       if (acc.size() < static_cast<std::size_t>(rows_ * n_)) acc.resize(static_cast<std::size_t>(rows_ * n_));
@@ -1703,6 +1746,8 @@ class DnnlQMatMulKernel : public Kernel {
   // per-column scales, the output's type and zero point (dequantize_: of
   // the requantised values), y scale and bias (dequantize_).
   bool own_requant_ = false, dequantize_ = false;
+  bool rescale_ = false;  // MatMulInteger with kiln.rescale
+  RescaleEpilogue epilogue_;
   std::vector<std::int32_t> zp_colsum_;
   std::vector<float> col_scales_, bias_;
   int out_zp_ = 0;
@@ -2105,6 +2150,10 @@ Result<std::unique_ptr<Kernel>> MakeRescaledKernel(const KernelInit& init, bool 
   if (!matmul) {
     auto fast = std::make_unique<DnnlQConvKernel>();
     KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init, true, true));
+    if (ok) return std::unique_ptr<Kernel>(std::move(fast));
+  } else {
+    auto fast = std::make_unique<DnnlQMatMulKernel>();
+    KILN_ASSIGN_OR_RETURN(bool ok, fast->Init(init, true, false, true));
     if (ok) return std::unique_ptr<Kernel>(std::move(fast));
   }
   KernelInit base = init;  // the integer op itself: inputs 0..3, an int32 output
