@@ -1533,6 +1533,7 @@ class DnnlQMatMulKernel : public Kernel {
     // the dequantizing form would take a second pass), from the same int32
     // sums MatMulInteger takes.
     own_requant_ = !integer && !f32_;
+    if (own_requant_ && scales.size() != 1 && static_cast<std::int64_t>(scales.size()) != n) return false;
     if (integer || own_requant_) {
       // No zero point in the primitive (its s32 result then stays integer):
       // sum (a - zp) b = sum a b - zp * colsum[n], corrected after it, in
