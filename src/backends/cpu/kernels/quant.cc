@@ -1616,19 +1616,14 @@ class DnnlQMatMulKernel : public Kernel {
     }
     src_.set_data_handle(const_cast<void*>(a.in(0)));
     if (rescale_) {
-      thread_local std::vector<std::int32_t> acc, zc;
+      const std::int32_t* ap = SumsToBuffer(a);
+      thread_local std::vector<std::int32_t> zc;
       thread_local std::vector<float> sv, bv;
-      if (acc.size() < static_cast<std::size_t>(rows_ * n_)) acc.resize(static_cast<std::size_t>(rows_ * n_));
-      dst_.set_data_handle(acc.data());
-      scratch_.Bind(a.ctx);
-      prim_.execute(DnnlStream(), args_);
-      DnnlStream().wait();
       zc.resize(static_cast<std::size_t>(n_));
       for (std::int64_t j = 0; j < n_; ++j) {
         zc[j] = static_cast<std::int32_t>(static_cast<std::uint32_t>(std::int64_t{src_zp_} * colsum_[j]));
       }
       epilogue_.Load(a, n_, sv, bv);
-      const std::int32_t* ap = acc.data();
       const std::int32_t* zp = zc.data();
       const float* s = sv.data();
       const float* b = bv.data();
@@ -1649,13 +1644,7 @@ class DnnlQMatMulKernel : public Kernel {
       return Status::Ok();
     }
     if (own_requant_) {
-      thread_local std::vector<std::int32_t> acc;
-      if (acc.size() < static_cast<std::size_t>(rows_ * n_)) acc.resize(static_cast<std::size_t>(rows_ * n_));
-      dst_.set_data_handle(acc.data());
-      scratch_.Bind(a.ctx);
-      prim_.execute(DnnlStream(), args_);
-      DnnlStream().wait();
-      const std::int32_t* ap = acc.data();
+      const std::int32_t* ap = SumsToBuffer(a);
       void* y = a.out(0);
       ParallelFor(rows_, std::max<std::int64_t>(1, 16384 / n_), [&](std::int64_t r0, std::int64_t r1) {
         for (std::int64_t r = r0; r < r1; ++r) RequantRow(ap + r * n_, y, r * n_);
@@ -1681,6 +1670,16 @@ class DnnlQMatMulKernel : public Kernel {
   std::size_t workspace_bytes() const override { return scratch_.bytes; }
 
  private:
+  // The int8 matmul's int32 sums (no zero point) into a per-thread buffer.
+  const std::int32_t* SumsToBuffer(const KernelArgs& a) {
+    thread_local std::vector<std::int32_t> acc;
+    if (acc.size() < static_cast<std::size_t>(rows_ * n_)) acc.resize(static_cast<std::size_t>(rows_ * n_));
+    dst_.set_data_handle(acc.data());
+    scratch_.Bind(a.ctx);
+    prim_.execute(DnnlStream(), args_);
+    DnnlStream().wait();
+    return acc.data();
+  }
   // One row of int32 sums a (minus zp * colsum) requantised as the
   // definition says, q = saturate(round_even(float(sum) * scale[j]) +
   // y_zp), into the output at element `at`; with dequantize_ the float32

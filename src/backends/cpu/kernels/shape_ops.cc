@@ -155,15 +155,22 @@ __attribute__((target("avx2"))) void Interleave3Avx2(const std::uint32_t* a, con
 __attribute__((target("ssse3"))) std::int64_t Interleave3x8(const std::uint8_t* a, const std::uint8_t* b,
                                                             const std::uint8_t* c, std::uint8_t* dst, std::int64_t n) {
   // Output byte e (of 48) comes from plane e % 3, pixel e / 3.
-  alignas(16) std::int8_t idx[3][3][16];  // [output vector][plane][lane]
-  for (int v = 0; v < 3; ++v) {
-    for (int k = 0; k < 3; ++k) {
-      for (int l = 0; l < 16; ++l) {
-        const int e = 16 * v + l;
-        idx[v][k][l] = static_cast<std::int8_t>(e % 3 == k ? e / 3 : -1);
+  struct Index {
+    alignas(16) std::int8_t at[3][3][16];  // [output vector][plane][lane]
+  };
+  static constexpr Index idx_table = [] {
+    Index t{};
+    for (int v = 0; v < 3; ++v) {
+      for (int k = 0; k < 3; ++k) {
+        for (int l = 0; l < 16; ++l) {
+          const int e = 16 * v + l;
+          t.at[v][k][l] = static_cast<std::int8_t>(e % 3 == k ? e / 3 : -1);
+        }
       }
     }
-  }
+    return t;
+  }();
+  const auto& idx = idx_table.at;
   __m128i m[3][3];
   for (int v = 0; v < 3; ++v) {
     for (int k = 0; k < 3; ++k) m[v][k] = _mm_load_si128(reinterpret_cast<const __m128i*>(idx[v][k]));
