@@ -26,6 +26,9 @@ struct QConvCase {
   bool weights_as_input = false;  // the reference kernel instead of oneDNN's
   int wmax = 127;                 // weights in [-wmax, wmax]; 64: exact on oneDNN without VNNI too
   bool int8_act = false;          // int8 activations and output (zero points -7 / 5) instead of uint8
+  // Activations 0 or 255 and weights -wmax or wmax only: any pair of
+  // products summed in int16 (oneDNN's vpmaddubsw without VNNI) saturates.
+  bool extreme = false;
 };
 
 // y = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - xzp)(w - wzp) + B)) + yzp), uint8.
@@ -34,12 +37,12 @@ void CheckQLinearConv(const QConvCase& q) {
   const std::int64_t cg = q.cin / q.group;
   const std::int64_t oh = (q.h + 2 * q.pad - q.k) / q.stride + 1, ow = (q.w + 2 * q.pad - q.k) / q.stride + 1;
   std::vector<std::uint8_t> x(q.n * q.cin * q.h * q.w);
-  for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
+  for (auto& v : x) v = static_cast<std::uint8_t>(q.extreme ? (rng() % 4 ? 255 : 0) : rng() % 256);
   const std::size_t wn = q.cout * cg * q.k * q.k;
   std::vector<std::int8_t> w8(wn);
   std::vector<std::uint8_t> wu(wn);
   for (std::size_t i = 0; i < wn; ++i) {
-    const int v = static_cast<int>(rng() % (2 * q.wmax + 1)) - q.wmax;
+    const int v = q.extreme ? (rng() % 2 ? q.wmax : -q.wmax) : static_cast<int>(rng() % (2 * q.wmax + 1)) - q.wmax;
     w8[i] = static_cast<std::int8_t>(v);
     wu[i] = static_cast<std::uint8_t>(v + 128);
   }
@@ -190,6 +193,27 @@ TEST(QLinearConv, DepthwiseStride2OnOneDnn) {
   q.cin = q.cout = q.group = 16;
   q.stride = 2;
   q.h = q.w = 9;
+  CheckQLinearConv(q);
+}
+// Full-range weights against uint8 activations at their extremes: a pair
+// of products summed in int16 would saturate (255 * 127 * 2 > 32767).
+// Without VNNI a depthwise convolution keeps oneDNN's int8 kernel, which
+// multiplies one product per 32-bit lane (DepthwiseInt8Exact, quant.cc);
+// a grouped one with four channels a group takes the float32 route (a
+// mistaken int8 route there fails: 183 against 255). Under
+// `unit_int8_isa_AVX2` / `_AVX` both must stay exact.
+TEST(QLinearConv, DepthwiseFullRangeWeightsAtTheExtremesAreExact) {
+  QConvCase q;
+  q.extreme = true;
+  q.cin = q.cout = q.group = 24;  // a tail past 16 and 8 channels
+  q.h = q.w = 10;
+  CheckQLinearConv(q);
+  q.stride = 2;
+  q.u8_weights = true;  // uint8 with zero point 128: -127 and 127 shifted
+  CheckQLinearConv(q);
+  q.stride = 1;
+  q.u8_weights = false;
+  q.group = 6;  // four channels a group: not depthwise
   CheckQLinearConv(q);
 }
 TEST(QLinearConv, ReferenceKernelWhenWeightsAreAnInput) {

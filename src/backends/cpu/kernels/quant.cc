@@ -709,6 +709,23 @@ bool Int8PairsExact(const HostTensor& w, bool u8w, DType x_type) {
   }
   return true;
 }
+// A depthwise convolution (one input and one output channel per group) is
+// exact on oneDNN's jit int8 kernels without VNNI too, for uint8
+// activations and any int8 weights: they have no pairs to sum, each uint8
+// widened to a 32-bit lane (high half zero) and each int8 weight sign
+// extended, multiplied with vpmaddwd (one int16 product per lane, the other
+// half 0 x sign) and added in int32 (oneDNN 2.6, jit_uni_x8s8s32x /
+// jit_avx512_core_x8s8s32x compute(): "okay for depthwise since src is
+// zero-extended"). Only those implementations: DepthwiseInt8Impl checks
+// the one oneDNN picked.
+bool DepthwiseInt8Exact(DType x_type, std::int64_t group, std::int64_t cin, std::int64_t cout) {
+  static const bool has_int8 =
+      (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
+  return has_int8 && x_type == DType::kUInt8 && group > 1 && cin == group && cout == group;
+}
+bool DepthwiseInt8Impl(const std::string& impl) {
+  return impl.rfind("jit_int8:", 0) == 0 || impl.rfind("jit_uni_int8:", 0) == 0;
+}
 
 // ConvInteger / MatMulInteger's activation zero point (input 2): absent (0)
 // or one value, a constant or computed (DynamicQuantizeLinear's), read at
@@ -1248,8 +1265,14 @@ class DnnlQConvKernel : public Kernel {
     // float32 route, and so does a rescaled ConvInteger whose sums stay
     // exact in float32 (its output is float(sum) rescaled; an int32 output
     // would need sums past 2^24 exact).
-    f32_ = !Int8PairsExact(*w, u8w, init.inputs[0].dtype);
-    if (f32_ && integer && !(rescale && SumsFitFloat(*w, u8w, cout))) return false;
+    // Without VNNI a depthwise convolution keeps oneDNN's int8 kernel where
+    // it is exact (DepthwiseInt8Exact); if oneDNN picks another for it, the
+    // float32 route below, where that one is allowed.
+    const bool pairs_exact = Int8PairsExact(*w, u8w, init.inputs[0].dtype);
+    const bool dw_int8 = !pairs_exact && DepthwiseInt8Exact(init.inputs[0].dtype, group, x[1], cout);
+    const bool f32_allowed = !integer || (rescale && SumsFitFloat(*w, u8w, cout));
+    f32_ = !pairs_exact && !dw_int8;
+    if (f32_ && !f32_allowed) return false;
     // oneDNN's convolution stores an s32 result through float: exact only
     // while every sum it forms stays within 2^24 (|x|, |x_zp| <= 255). A
     // float32 destination is float(sum) itself, the Cast the graph had.
@@ -1285,47 +1308,59 @@ class DnnlQConvKernel : public Kernel {
       src_zp_ = init.inputs[0].dtype == DType::kUInt8 ? xzp->data_as<std::uint8_t>()[0] : xzp->data_as<std::int8_t>()[0];
       dst_zp_ = init.outputs[0].dtype == DType::kUInt8 ? yzp->data_as<std::uint8_t>()[0] : yzp->data_as<std::int8_t>()[0];
     }
-    if (f32_) {
-      x_type_ = init.inputs[0].dtype;
-      out_type_ = init.outputs[0].dtype;
-      scales_ = scales;
-      nhwc_ = nhwc;
-      cout_ = cout;
-      x_count_ = NumElements(x);
-      y_batch_ = y[0];
-      y_inner_ = NumElements(y) / std::max<std::int64_t>(1, y[0] * y[1]);
-    }
+    // What the float32 route needs (used only on it).
+    x_type_ = init.inputs[0].dtype;
+    out_type_ = init.outputs[0].dtype;
+    scales_ = scales;
+    nhwc_ = nhwc;
+    cout_ = cout;
+    x_count_ = NumElements(x);
+    y_batch_ = y[0];
+    y_inner_ = NumElements(y) / std::max<std::int64_t>(1, y[0] * y[1]);
     KILN_ASSIGN_OR_RETURN(const DnnlConvWindow win, ConvWindow(*init.node, x, ws));
     const dnnl::memory::dims &strides = win.strides, &dil = win.dilations, &pl = win.pads_begin, &pr = win.pads_end;
     const Shape wg = GroupedWeights(ws, group);
-    const dt xt = f32_ ? dt::f32 : init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt yt = f32_ || rescale ? dt::f32 : integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
-    const dt wt = f32_ ? dt::f32 : dt::s8;
     using tag = dnnl::memory::format_tag;
-    src_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(x.begin(), x.end()), xt, tag::nhwc) : PlainDesc(x, xt);
-    dst_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(y.begin(), y.end()), yt, tag::nhwc) : PlainDesc(y, yt);
     if (has_bias) {
       const HostTensor* b = init.const_input(8);
       bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
-      if (f32_) fbias_.assign(bias_.begin(), bias_.end());
+      fbias_.assign(bias_.begin(), bias_.end());
     }
     bool ok = false;
     Status st = DnnlCall(integer ? "ConvInteger" : "QLinearConv", [&] {
       auto any = [](const Shape& s, dt t) {
         return dnnl::memory::desc(dnnl::memory::dims(s.begin(), s.end()), t, dnnl::memory::format_tag::any);
       };
+      dt xt{}, yt{}, wt{};
+      dnnl::memory::desc b_md;
+      // The descriptor and primitive for the route f32_ names.
+      auto describe = [&](dnnl::primitive_attr* attr) {
+        xt = f32_ ? dt::f32 : init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+        yt = f32_ || rescale ? dt::f32 : integer ? dt::s32 : init.outputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
+        wt = f32_ ? dt::f32 : dt::s8;
+        src_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(x.begin(), x.end()), xt, tag::nhwc) : PlainDesc(x, xt);
+        dst_plain_ = nhwc ? dnnl::memory::desc(dnnl::memory::dims(y.begin(), y.end()), yt, tag::nhwc) : PlainDesc(y, yt);
+        *attr = dnnl::primitive_attr();
+        if (!f32_) {
+          if (!integer) attr->set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
+          attr->set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+          if (!integer) attr->set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+        }
+        *attr = UserScratchpad(*attr);
+        b_md = has_bias ? PlainDesc({cout}, f32_ ? dt::f32 : dt::s32) : dnnl::memory::desc();
+        return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                               f32_ && nhwc ? src_plain_ : any(x, xt), any(wg, wt), b_md,
+                                               f32_ && nhwc ? dst_plain_ : any(y, yt), strides, dil, pl, pr);
+      };
       dnnl::primitive_attr attr;
-      if (!f32_) {
-        if (!integer) attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
-        attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-        if (!integer) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
-      }
-      attr = UserScratchpad(attr);
-      const dnnl::memory::desc b_md = has_bias ? PlainDesc({cout}, f32_ ? dt::f32 : dt::s32) : dnnl::memory::desc();
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        f32_ && nhwc ? src_plain_ : any(x, xt), any(wg, wt), b_md,
-                                        f32_ && nhwc ? dst_plain_ : any(y, yt), strides, dil, pl, pr);
+      dnnl::convolution_forward::desc d = describe(&attr);
       dnnl::convolution_forward::primitive_desc pd(d, attr, DnnlEngine());
+      if (dw_int8 && !DepthwiseInt8Impl(pd.impl_info_str())) {
+        if (!f32_allowed) return;  // ok stays false: the reference kernel runs it
+        f32_ = true;
+        d = describe(&attr);
+        pd = dnnl::convolution_forward::primitive_desc(d, attr, DnnlEngine());
+      }
       if (!f32_) SkipAmxWhereItLoses(&pd, d, attr, ws, group, NumElements(y));
       prim_ = dnnl::convolution_forward(pd);
       src_md_ = pd.src_desc();
