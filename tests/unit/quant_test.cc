@@ -29,6 +29,7 @@ struct QConvCase {
   // Activations 0 or 255 and weights -wmax or wmax only: any pair of
   // products summed in int16 (oneDNN's vpmaddubsw without VNNI) saturates.
   bool extreme = false;
+  int zero_zps = 0;  // 1: the activation's zero point 0, 2: the output's, 3: both (oneDNN without those attributes)
 };
 
 // y = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - xzp)(w - wzp) + B)) + yzp), uint8.
@@ -51,7 +52,7 @@ void CheckQLinearConv(const QConvCase& q) {
   std::vector<std::int32_t> bias(q.cout);
   for (auto& b : bias) b = static_cast<std::int32_t>(rng() % 2001) - 1000;
   const float xs = 0.02f, ys = 0.05f;
-  const int xzp = q.int8_act ? -7 : 120, yzp = q.int8_act ? 5 : 100;
+  const int xzp = q.zero_zps & 1 ? 0 : q.int8_act ? -7 : 120, yzp = q.zero_zps & 2 ? 0 : q.int8_act ? 5 : 100;
   const int wzp = q.u8_weights ? 128 : 0;
   const DType at = q.int8_act ? DType::kInt8 : DType::kUInt8;
   // x's bytes as the activation type's values.
@@ -215,6 +216,22 @@ TEST(QLinearConv, DepthwiseFullRangeWeightsAtTheExtremesAreExact) {
   q.u8_weights = false;
   q.group = 6;  // four channels a group: not depthwise
   CheckQLinearConv(q);
+}
+// Zero points of 0 (what a quantizer gives a ReLU's output): oneDNN's
+// primitive without zero-point attributes, a depthwise one on its brdgmm
+// kernel where the CPU has VNNI. Also with only one of the two at 0.
+TEST(QLinearConv, ZeroPointsOfZero) {
+  for (int zeros : {3, 1, 2}) {
+    QConvCase q;
+    q.zero_zps = zeros;
+    CheckQLinearConv(q);
+    q.cin = q.cout = q.group = 32;
+    q.h = q.w = 12;
+    CheckQLinearConv(q);
+    q.stride = 2;
+    q.int8_act = true;
+    CheckQLinearConv(q);
+  }
 }
 TEST(QLinearConv, ReferenceKernelWhenWeightsAreAnInput) {
   QConvCase q;
