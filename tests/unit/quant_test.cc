@@ -695,7 +695,9 @@ void CheckConvInteger(std::int64_t c, std::int64_t m, std::int64_t group, bool e
   test::TempDir dir;
   auto model = CompileAndLoad(std::move(g), dir);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{131}, std::uint8_t{255}}) {  // each run its own zero point
+  // Each run its own zero point; 0 again after others (a depthwise one has a
+  // second primitive for runs at 0).
+  for (std::uint8_t zp : {std::uint8_t{0}, std::uint8_t{131}, std::uint8_t{0}, std::uint8_t{255}}) {
     std::vector<std::int32_t> out(n * m * oh * ow, -1);
     ASSERT_TRUE((*model)->Execute({{x.data(), DType::kUInt8, {n, c, h, w}}, {&zp, DType::kUInt8, {}}},
                                   {{out.data(), DType::kInt32, {n, m, oh, ow}}}).ok());
@@ -717,6 +719,9 @@ void CheckConvInteger(std::int64_t c, std::int64_t m, std::int64_t group, bool e
   }
 }
 TEST(ConvInteger, RuntimeZeroPointExactSums) { CheckConvInteger(6, 10, 2, false); }
+// Depthwise, 24 channels (a vector tail), extreme weights: runs at zero point
+// 0 take oneDNN's primitive without the zero point, the others the one with.
+TEST(ConvInteger, DepthwiseRuntimeZeroPointZeroAndNot) { CheckConvInteger(24, 24, 24, true); }
 // 96 channels of +127/-128 weights: 255 * 864 * 128 > 2^24, so where oneDNN's
 // int8 is not exact the float32 primitives run in several runs of channels.
 TEST(ConvInteger, RuntimeZeroPointExactSumsInRuns) { CheckConvInteger(96, 7, 1, true); }
