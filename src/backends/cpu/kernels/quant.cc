@@ -1478,7 +1478,9 @@ class DnnlQConvKernel : public Kernel {
       if (integer && !f32_ && group > 1 && x[1] == group && cout == group) {
         const dnnl::primitive_attr plain_attr = UserScratchpad();
         dnnl::convolution_forward::primitive_desc zpd(d, plain_attr, DnnlEngine());
-        if (zpd.src_desc() == src_md_ && zpd.dst_desc() == dst_md_) {
+        // Without VNNI only an implementation DepthwiseInt8Impl knows is exact.
+        if (zpd.src_desc() == src_md_ && zpd.dst_desc() == dst_md_ &&
+            (pairs_exact || DepthwiseInt8Impl(zpd.impl_info_str()))) {
           zero_zp_prim_ = dnnl::convolution_forward(zpd);
           zero_zp_packed_ = packed_for(zpd.weights_desc());
           zero_zp_scratch_ = ScratchpadFor(zpd);
