@@ -696,12 +696,16 @@ bool ExactInt8Isa() {
   }();
   return ok;
 }
+// Whether oneDNN has jit int8 kernels here at all (AVX2 and up; dnnl's ISA
+// values are bit sets: every ISA from AVX2 up holds AVX2's bits).
+bool OneDnnInt8Isa() {
+  static const bool ok =
+      (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
+  return ok;
+}
 bool Int8PairsExact(const HostTensor& w, bool u8w, DType x_type) {
   if (ExactInt8Isa()) return true;
-  // dnnl's ISA values are bit sets: every ISA from AVX2 up holds AVX2's bits.
-  static const bool has_int8 =
-      (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
-  if (!has_int8 || x_type != DType::kUInt8) return false;
+  if (!OneDnnInt8Isa() || x_type != DType::kUInt8) return false;
   const std::int64_t n = NumElements(w.shape());
   for (std::int64_t i = 0; i < n; ++i) {
     const int v = u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
@@ -717,11 +721,9 @@ bool Int8PairsExact(const HostTensor& w, bool u8w, DType x_type) {
 // half 0 x sign) and added in int32 (oneDNN 2.6, jit_uni_x8s8s32x /
 // jit_avx512_core_x8s8s32x compute(): "okay for depthwise since src is
 // zero-extended"). Only those implementations: DepthwiseInt8Impl checks
-// the one oneDNN picked.
-bool DepthwiseInt8Exact(DType x_type, std::int64_t group, std::int64_t cin, std::int64_t cout) {
-  static const bool has_int8 =
-      (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
-  return has_int8 && x_type == DType::kUInt8 && group > 1 && cin == group && cout == group;
+// the one oneDNN picked. `depthwise`: the caller's shape test.
+bool DepthwiseInt8Exact(DType x_type, bool depthwise) {
+  return depthwise && OneDnnInt8Isa() && x_type == DType::kUInt8;
 }
 bool DepthwiseInt8Impl(const std::string& impl) {
   return impl.rfind("jit_int8:", 0) == 0 || impl.rfind("jit_uni_int8:", 0) == 0;
@@ -877,6 +879,18 @@ void RequantRun(const float* a, const float* sc, float s, Q* o, std::int64_t n, 
   }
   for (; i < n; ++i) o[i] = RoundToQ<Q>(a[i] * (sc ? sc[i] : s), b, zp);
 }
+// Per-channel factors of channels-last rows tiled over whole rows: the
+// length, a multiple of lcm(channels, lanes) of at least 256 values, or 0
+// where lcm passes 4096 (or there are no channels). TileRows fills one.
+std::int64_t TilePeriod(std::int64_t channels, std::int64_t lanes) {
+  if (channels <= 0) return 0;
+  const std::int64_t lcm = channels / std::gcd(channels, lanes) * lanes;
+  return lcm > 4096 ? 0 : lcm * ((256 + lcm - 1) / lcm);
+}
+void TileRows(const float* f, std::int64_t channels, std::int64_t period, std::vector<float>* out) {
+  out->resize(static_cast<std::size_t>(period));
+  for (std::int64_t i = 0; i < period; i += channels) std::copy(f, f + channels, out->begin() + i);  // period: whole rows
+}
 template <typename Q>
 void RequantizeRows(const float* acc, Q* y, std::int64_t outer, std::int64_t channels, std::int64_t inner,
                     const std::vector<float>& scales, float zp) {
@@ -889,13 +903,11 @@ void RequantizeRows(const float* acc, Q* y, std::int64_t outer, std::int64_t cha
     // The scales tiled over whole rows to a multiple of 32 values of at
     // least 256 (if that takes at most 4096), so that one call covers many
     // short rows (MobileNetV2's 16 and 24 channels) in the vector loop.
-    std::int64_t period = channels > 0 ? channels / std::gcd<std::int64_t>(channels, 32) * 32 : 0;
-    if (period == 0 || period > 4096) period = channels;
-    period *= (256 + period - 1) / std::max<std::int64_t>(period, 1);
+    std::int64_t period = TilePeriod(channels, 32);
+    if (period == 0) period = channels;  // one row a call (none: no channels)
     const std::int64_t rows_per = channels > 0 ? period / channels : 1;
     thread_local std::vector<float> tiled;  // the caller's; the workers get its pointer
-    tiled.resize(static_cast<std::size_t>(period));
-    for (std::int64_t i = 0; i < period; ++i) tiled[static_cast<std::size_t>(i)] = scales[static_cast<std::size_t>(i % channels)];
+    TileRows(scales.data(), channels, period, &tiled);
     const float* t = tiled.data();
     ParallelFor(outer, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(channels, 1)), [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; r += rows_per) {
@@ -1131,19 +1143,14 @@ class RescaleEpilogue {
       // AVX-512: the factors tiled to a multiple of lcm(channels, 16) of at
       // least 256 values (fewer trips of the outer loop), if lcm is at most
       // 4096 (RescaleTiled512).
-      std::int64_t period = channels > 0 ? channels / std::gcd<std::int64_t>(channels, 16) * 16 : 0;
-      const bool tiled = avx512 && period > 0 && period <= 4096;
-      if (tiled) period *= (256 + period - 1) / period;
+      const std::int64_t period = TilePeriod(channels, 16);
+      const bool tiled = avx512 && period > 0;
       // Per calling thread, reused across runs; the workers get pointers
       // (a thread_local named inside the lambda would be the worker's own).
       thread_local std::vector<float> st_buf, bt_buf;
       if (tiled) {
-        st_buf.resize(static_cast<std::size_t>(period));
-        bt_buf.resize(has_bias() ? st_buf.size() : 0);
-        for (std::int64_t i = 0; i < period; i += channels) {  // period: a multiple of channels
-          std::copy(s, s + channels, st_buf.begin() + i);
-          if (has_bias()) std::copy(b, b + channels, bt_buf.begin() + i);
-        }
+        TileRows(s, channels, period, &st_buf);
+        if (has_bias()) TileRows(b, channels, period, &bt_buf);
       }
       const float* st = st_buf.data();
       const float* bt = has_bias() ? bt_buf.data() : nullptr;
@@ -1328,8 +1335,9 @@ class DnnlQConvKernel : public Kernel {
     // Without VNNI a depthwise convolution keeps oneDNN's int8 kernel where
     // it is exact (DepthwiseInt8Exact); if oneDNN picks another for it, the
     // float32 route below, where that one is allowed.
+    const bool depthwise = group > 1 && x[1] == group && cout == group;  // one channel in and out per group
     const bool pairs_exact = Int8PairsExact(*w, u8w, init.inputs[0].dtype);
-    const bool dw_int8 = !pairs_exact && DepthwiseInt8Exact(init.inputs[0].dtype, group, x[1], cout);
+    const bool dw_int8 = !pairs_exact && DepthwiseInt8Exact(init.inputs[0].dtype, depthwise);
     const bool f32_allowed = !integer || (rescale && SumsFitFloat(*w, u8w, cout));
     f32_ = !pairs_exact && !dw_int8;
     if (f32_ && !f32_allowed) return false;
@@ -1475,7 +1483,7 @@ class DnnlQConvKernel : public Kernel {
       // the time, 1 thread, Zen 5). Its own packed weights (a depthwise
       // layer's are small), and only where it reads and writes the same
       // layouts as the first.
-      if (integer && !f32_ && group > 1 && x[1] == group && cout == group) {
+      if (integer && !f32_ && depthwise) {
         const dnnl::primitive_attr plain_attr = UserScratchpad();
         dnnl::convolution_forward::primitive_desc zpd(d, plain_attr, DnnlEngine());
         // Without VNNI only an implementation DepthwiseInt8Impl knows is exact.
