@@ -511,7 +511,7 @@ namespace {
 // (docs/design.md): the values here sit at, and a few ulps around, every
 // tie k + 0.5 within the range and past it, for scales of many magnitudes
 // and mantissas, both types and extreme zero points; plus random values,
-// NaN, infinities and signed zeros.
+// quotients beyond 2^24 and int32, NaN, infinities and signed zeros.
 template <typename Q>
 void CheckQuantizeAtTies(DType qt) {
   std::vector<float> xs;
@@ -545,8 +545,18 @@ void CheckQuantizeAtTies(DType qt) {
         x.push_back(down);
       }
     }
-    const float special[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 3e38f, -3e38f, 1e-40f};
-    for (float v : special) x.push_back(v);
+    // Each special value alone among values a quarter from an integer
+    // quotient (no tie near), in its own aligned group of 64 (the vector
+    // loop takes 64 at a time and handles a group with any tie apart).
+    auto safe = [&] { return (static_cast<float>(static_cast<int>(rng() % 601) - 300) + 0.25f) * s; };
+    while (x.size() % 64 != 0) x.push_back(safe());
+    std::vector<float> special = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 3e38f, -3e38f, 1e-40f};
+    // Quotients past the bounds, past 2^24 and past int32's range.
+    for (float m : {600.f, -600.f, 1e6f, -1e6f, 2e7f, -2e7f, 5e9f, -5e9f}) special.push_back(m * s);
+    for (float v : special) {
+      x.push_back(v);
+      for (int u = 0; u < 63; ++u) x.push_back(safe());
+    }
     while (static_cast<std::int64_t>(x.size()) < count) {
       x.push_back((static_cast<float>(rng() % 2000001) / 1000000.f - 1.f) * 400.f * s);
     }
