@@ -722,6 +722,95 @@ TEST(ConvInteger, RuntimeZeroPointExactSums) { CheckConvInteger(6, 10, 2, false)
 // Depthwise, 24 channels (a vector tail), extreme weights: runs at zero point
 // 0 take oneDNN's primitive without the zero point, the others the one with.
 TEST(ConvInteger, DepthwiseRuntimeZeroPointZeroAndNot) { CheckConvInteger(24, 24, 24, true); }
+// DynamicQuantizeLinear -> ConvInteger, the quantizer's input made by
+// `pre`: "relu", "relu_pool" (Relu, then a 1x1 MaxPool), "clip06" (Clip to
+// [0, 6]), all >= 0, where the kernel drops its zero point (the graph gives
+// 0 on every run); "clip_neg" (Clip to [-1, 6]) and "clip_bad" (bounds 0
+// and -2: every value -2), where it must read it (not 0). Each against the
+// definitions: the range with 0, scale, zero point, round half to even,
+// then the sums of (q - zp) * w; 1x1 (16 -> 24) and depthwise 3x3 (24).
+void CheckProvedZeroPoint(const std::string& pre, bool depthwise) {
+  const std::int64_t c = depthwise ? 24 : 16, m = 24, h = 9, w = 7, k = depthwise ? 3 : 1, pad = depthwise ? 1 : 0;
+  const std::int64_t cg = depthwise ? 1 : c;
+  std::mt19937 rng(depthwise ? 3 : 4);
+  std::normal_distribution<float> nd(0.5f, 2.f);
+  std::vector<float> x(static_cast<std::size_t>(c * h * w));
+  for (float& v : x) v = nd(rng);
+  std::vector<std::int8_t> wt(static_cast<std::size_t>(m * cg * k * k));
+  for (auto& v : wt) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* xv = g->AddValue("x", DType::kFloat32, {1, c, h, w});
+  g->inputs() = {xv};
+  ir::Value* a = g->AddValue("a");
+  float lo = 0.f, hi = INFINITY;
+  if (pre == "relu" || pre == "relu_pool") {
+    g->AddNode("Relu", "relu", {xv}, {a});
+    if (pre == "relu_pool") {
+      ir::Value* p = g->AddValue("p");
+      ir::Node* mp = g->AddNode("MaxPool", "pool", {a}, {p});
+      mp->SetAttr("kernel_shape", ir::Attribute::Ints({1, 1}));
+      a = p;
+    }
+  } else {
+    lo = pre == "clip06" ? 0.f : pre == "clip_neg" ? -1.f : 0.f;
+    hi = pre == "clip_bad" ? -2.f : 6.f;
+    g->AddNode("Clip", "clip",
+               {xv, g->AddConstant("lo", Tensor(DType::kFloat32, {}, std::vector<float>{lo})),
+                g->AddConstant("hi", Tensor(DType::kFloat32, {}, std::vector<float>{hi}))},
+               {a});
+  }
+  ir::Value *q = g->AddValue("q"), *qs = g->AddValue("qs"), *qz = g->AddValue("qz"), *y = g->AddValue("y");
+  g->AddNode("DynamicQuantizeLinear", "dql", {a}, {q, qs, qz});
+  ir::Node* conv =
+      g->AddNode("ConvInteger", "ci", {q, g->AddConstant("w", Tensor(DType::kInt8, {m, cg, k, k}, wt)), qz}, {y});
+  conv->SetAttr("pads", ir::Attribute::Ints({pad, pad, pad, pad}));
+  if (depthwise) conv->SetAttr("group", ir::Attribute::Int(c));
+  g->outputs() = {y, qz};
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  // The definitions.
+  std::vector<float> act(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) act[i] = std::min(std::max(x[i], lo), hi);
+  float mn = 0.f, mx = 0.f;
+  for (float v : act) mn = std::min(mn, v), mx = std::max(mx, v);
+  const float scale = (mx - mn) / 255.f;
+  const int zp = static_cast<int>(std::min(255.f, std::max(0.f, std::nearbyint((0.f - mn) / scale))));
+  std::vector<int> qv(act.size());
+  for (std::size_t i = 0; i < act.size(); ++i) {
+    qv[i] = static_cast<int>(std::min(255.f, std::max(0.f, std::nearbyint(act[i] / scale) + static_cast<float>(zp))));
+  }
+  std::vector<std::int32_t> out(static_cast<std::size_t>(m * h * w), -1);
+  std::uint8_t got_zp = 77;
+  ASSERT_TRUE((*model)->Execute({TensorRef::Of(x.data(), {1, c, h, w})},
+                                {{out.data(), DType::kInt32, {1, m, h, w}}, {&got_zp, DType::kUInt8, {}}}).ok());
+  EXPECT_EQ(static_cast<int>(got_zp), zp);
+  EXPECT_EQ(zp == 0, pre != "clip_neg" && pre != "clip_bad") << "the case is not what it claims";
+  for (std::int64_t oc = 0; oc < m; ++oc)
+    for (std::int64_t i = 0; i < h; ++i)
+      for (std::int64_t j = 0; j < w; ++j) {
+        std::int64_t acc = 0;
+        for (std::int64_t ci = 0; ci < cg; ++ci) {
+          const std::int64_t ch = depthwise ? oc : ci;
+          for (std::int64_t ki = 0; ki < k; ++ki)
+            for (std::int64_t kj = 0; kj < k; ++kj) {
+              const std::int64_t r = i - pad + ki, t = j - pad + kj;
+              if (r < 0 || r >= h || t < 0 || t >= w) continue;
+              acc += (qv[static_cast<std::size_t>((ch * h + r) * w + t)] - zp) * wt[static_cast<std::size_t>(((oc * cg + ci) * k + ki) * k + kj)];
+            }
+        }
+        ASSERT_EQ(out[static_cast<std::size_t>((oc * h + i) * w + j)], acc) << pre << " at " << oc << "," << i << "," << j;
+      }
+}
+TEST(ConvInteger, ZeroPointTheGraphProvesZero) {
+  for (bool dw : {false, true}) {
+    for (const char* pre : {"relu", "relu_pool", "clip06", "clip_neg", "clip_bad"}) {
+      SCOPED_TRACE(std::string(pre) + (dw ? " depthwise" : " 1x1"));
+      CheckProvedZeroPoint(pre, dw);
+    }
+  }
+}
+
 // 96 channels of +127/-128 weights: 255 * 864 * 128 > 2^24, so where oneDNN's
 // int8 is not exact the float32 primitives run in several runs of channels.
 TEST(ConvInteger, RuntimeZeroPointExactSumsInRuns) { CheckConvInteger(96, 7, 1, true); }

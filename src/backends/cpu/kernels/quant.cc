@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <numeric>
 #include <type_traits>
 
@@ -758,6 +759,58 @@ inline void ReadSrcZeroPoint(const KernelArgs& a, const ZeroPointInput& z, std::
   *out = z.type == DType::kUInt8 ? static_cast<std::int32_t>(*a.in_as<std::uint8_t>(z.index))
                                  : static_cast<std::int32_t>(*a.in_as<std::int8_t>(z.index));
 }
+// Whether every value of `v` is >= 0 or NaN, by how the graph makes it: a
+// Relu; a Clip whose bounds are constants >= 0 (an absent upper one is
+// +inf); an op with such an activation fused (kiln.activation: Relu, or
+// Clip with both bounds >= 0; the activation is the last step of every op
+// that carries it); or a pool, layout op or concatenation of such values.
+// Anything else is not known to be.
+bool ScalarAtLeastZero(const ir::Value* c) {
+  if (!c || !c->is_constant() || c->dtype() != DType::kFloat32 || NumElements(c->shape()) != 1) return false;
+  return c->constant()->data_as<float>()[0] >= 0.f;  // false for NaN
+}
+bool NonNegative(const ir::Value* v, int depth = 0) {
+  const ir::Node* p = v ? v->producer() : nullptr;
+  if (!p || depth > 32) return false;
+  if (p->FindAttr(ops::kActAttr)) {
+    const std::string act = p->GetString(ops::kActAttr, "");
+    return act == "Relu" ||
+           (act == "Clip" && p->GetFloat(ops::kActAlphaAttr, -1.f) >= 0.f && p->GetFloat(ops::kActBetaAttr, -1.f) >= 0.f);
+  }
+  if (!p->domain().empty() || p->num_outputs() < 1 || p->output(0) != v) return false;
+  const std::string& t = p->op_type();
+  if (t == "Relu") return true;
+  if (t == "Clip") {  // its bounds are inputs (the importer makes Clip-6's attributes inputs)
+    const ir::Value* lo = p->num_inputs() > 1 ? p->input(1) : nullptr;
+    const ir::Value* hi = p->num_inputs() > 2 ? p->input(2) : nullptr;
+    return ScalarAtLeastZero(lo) && (!hi || ScalarAtLeastZero(hi));
+  }
+  static const std::set<std::string> kKeeps = {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool",
+                                               "Reshape", "Flatten", "Transpose", "Identity", "Squeeze",
+                                               "Unsqueeze"};
+  if (kKeeps.count(t)) return p->num_inputs() > 0 && NonNegative(p->input(0), depth + 1);
+  if (t == "Concat") {
+    for (const ir::Value* in : p->inputs()) {
+      if (!NonNegative(in, depth + 1)) return false;
+    }
+    return p->num_inputs() > 0;
+  }
+  return false;
+}
+// Whether a ConvInteger's activation zero point (input 2) is 0 on every
+// run: absent, or DynamicQuantizeLinear's (its output 2) over values
+// NonNegative knows are >= 0. Its range then starts at 0 (NaNs are
+// skipped), so its zero point is saturate(round(0 - 0 / scale)) = 0, and 0
+// for an all-zero input. oneDNN's convolutions without a zero point are
+// faster (brgconv 1x1 and brdgmm depthwise, as for a QLinearConv's 0).
+bool SrcZeroPointAlwaysZero(const ir::Node* node) {
+  if (!node || node->num_inputs() <= 2 || !node->input(2)) return true;
+  const ir::Value* z = node->input(2);
+  const ir::Node* p = z->producer();
+  return p && p->op_type() == "DynamicQuantizeLinear" && p->domain().empty() && p->num_outputs() > 2 &&
+         p->output(2) == z && NonNegative(p->input(0));
+}
+
 // Whether 255 * sum_k |w[o, k]| <= 2^24 for every output channel o of
 // `rows` (the leading dim): then each int32 sum of 8-bit activations (and a
 // zero point's compensation) is exact in float32.
@@ -1314,10 +1367,12 @@ class DnnlQConvKernel : public Kernel {
   // and the add; the 52 convolutions 1.7 ms against 3.3, 1 thread, Zen 5).
   Result<bool> Init(const KernelInit& init, bool integer = false, bool rescale = false) {
     using dt = dnnl::memory::data_type;
+    name_ = init.node ? init.node->Describe() : std::string(integer ? "ConvInteger" : "QLinearConv");
     const int wi = integer ? 1 : 3;
     const HostTensor* w = init.const_input(wi);
     if (integer) {
       if (!RuntimeSrcZeroPoint(init, &src_zp_in_)) return false;
+      src_zp_zero_ = SrcZeroPointAlwaysZero(init.node);
     } else {
       for (int i : {1, 2, 4, 5, 6, 7}) {
         if (!init.const_input(i)) return false;
@@ -1411,7 +1466,8 @@ class DnnlQConvKernel : public Kernel {
       };
       dt xt{}, yt{}, wt{};
       dnnl::memory::desc b_md;
-      const bool src_zp_attr = integer || src_zp_ != 0, dst_zp_attr = !integer && dst_zp_ != 0;
+      // ConvInteger's is read at each run, unless the graph proves it 0.
+      const bool src_zp_attr = integer ? !src_zp_zero_ : src_zp_ != 0, dst_zp_attr = !integer && dst_zp_ != 0;
       // The descriptor and primitive for the route f32_ names.
       auto describe = [&](dnnl::primitive_attr* attr) {
         xt = f32_ ? dt::f32 : init.inputs[0].dtype == DType::kUInt8 ? dt::u8 : dt::s8;
@@ -1493,7 +1549,7 @@ class DnnlQConvKernel : public Kernel {
       // the time, 1 thread, Zen 5). Its own packed weights (a depthwise
       // layer's are small), and only where it reads and writes the same
       // layouts as the first.
-      if (integer && !f32_ && depthwise) {
+      if (integer && !f32_ && depthwise && src_zp_attr) {
         const dnnl::primitive_attr plain_attr = UserScratchpad();
         dnnl::convolution_forward::primitive_desc zpd(d, plain_attr, DnnlEngine());
         // Without VNNI only an implementation DepthwiseInt8Impl knows is exact.
@@ -1516,6 +1572,9 @@ class DnnlQConvKernel : public Kernel {
 
   Status Run(const KernelArgs& a) override {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
+    if (src_zp_zero_ && src_zp_ != 0) {  // SrcZeroPointAlwaysZero was wrong: refuse rather than miscompute
+      return Error(StatusCode::kInternal, name_, ": activation zero point ", src_zp_, " where the graph gives 0");
+    }
     // Channels-last copies of the activations: per thread, reused.
     thread_local std::vector<std::uint8_t> src_buf, dst_buf;
     // The float32 route's centred input and float sums.
@@ -1593,6 +1652,8 @@ class DnnlQConvKernel : public Kernel {
   std::vector<std::int32_t> bias_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
   ZeroPointInput src_zp_in_;
+  bool src_zp_zero_ = false;  // ConvInteger: SrcZeroPointAlwaysZero (no zero-point attribute)
+  std::string name_;
   // The float32 route (f32_): types, per-channel scales and the output's
   // extents (batch, channels, positions per channel).
   bool f32_ = false, nhwc_ = false;
