@@ -11,7 +11,8 @@ suite's, bert_base included; cached in DIR/<model>/) and converted with
 tools/convert_half.py (float32 inputs become the half type; token ids stay). For each thread count the variants run
 interleaved, round by round: Kiln float32, Kiln float16, Kiln bfloat16, ONNX Runtime
 float32, ONNX Runtime float16 (ONNX Runtime has no bfloat16 Conv on the CPU). Reported:
-the median over rounds of each round's median. Writes the section between
+the median over rounds of each round's median, and each ratio as the median over
+rounds of that round's ratio. Writes the section between
 <!-- bench:half:begin --> and <!-- bench:half:end --> in --out.
 """
 import argparse
@@ -117,7 +118,7 @@ def main():
                         errors.append(f"{what}: {e}")
                         res[(eng, dt)] = None
             med = {v: (statistics.median(x) if x else None) for v, x in res.items()}
-            rows.append((model, threads, med))
+            rows.append((model, threads, med, res))
     cpu, nproc, rev, date = machine_info()
     cmd = " ".join(shlex.quote(c) for c in ["/usr/bin/python3", os.path.relpath(sys.argv[0], os.getcwd())]
                    + sys.argv[1:])
@@ -126,7 +127,11 @@ def main():
         return "n/a" if x is None else f"{x:.{nd}f}"
 
     def ratio(a, b):
-        return f(a / b, 3) if a and b else "n/a"
+        # Per round (the two runs minutes apart at most), then the median
+        # over rounds: a slow period of a shared host moves both.
+        if not a or not b or len(a) != len(b):
+            return "n/a"
+        return f(statistics.median(x / y for x, y in zip(a, b)), 3)
 
     out = [BEGIN, "## Half precision: float16 / bfloat16 models vs float32 (CPU, batch 1)", "",
            f"- Machine: {cpu}, nproc {nproc}; {date}; Kiln commit {rev}; ONNX Runtime {ort_version}",
@@ -137,14 +142,16 @@ def main():
            "matrix products with constant weights take bfloat16 operands (kiln.bf16). ONNX Runtime runs the "
            "float16 model as its CPU provider does (it has no bfloat16 Conv on the CPU).",
            f"- {args.rounds} interleaved rounds of all five variants, each {args.runs} timed runs after "
-           f"{args.warmup} warm-up runs; median over rounds of each round's median, in ms.", "",
+           f"{args.warmup} warm-up runs; median over rounds of each round's median, in ms; ratios: the median "
+           "over rounds of each round's ratio.", "",
            "| model | threads | Kiln fp32 | Kiln fp16 | Kiln bf16 | Kiln fp16/fp32 | Kiln bf16/fp32 "
            "| ORT fp32 | ORT fp16 | Kiln fp16 / ORT fp16 |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for model, threads, m in rows:
+    for model, threads, m, per in rows:
         k32, k16, kb, o32, o16 = (m[v] for v in VARIANTS)
-        out.append(f"| {model} | {threads} | {f(k32)} | {f(k16)} | {f(kb)} | {ratio(k16, k32)} | {ratio(kb, k32)} "
-                   f"| {f(o32)} | {f(o16)} | {ratio(k16, o16)} |")
+        r32, r16, rb, q32, q16 = (per[v] for v in VARIANTS)
+        out.append(f"| {model} | {threads} | {f(k32)} | {f(k16)} | {f(kb)} | {ratio(r16, r32)} | {ratio(rb, r32)} "
+                   f"| {f(o32)} | {f(o16)} | {ratio(r16, q16)} |")
     if errors:
         out += ["", "Errors:", ""] + [f"- {e[:300]}" for e in errors]
     out += ["", f"Command: `{cmd}`", END]

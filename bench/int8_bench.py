@@ -13,7 +13,7 @@ Layers of ResNet/MobileNet shapes, batch 1, random weights (seeded): a float32 C
 and a QLinearConv model (uint8 activations with zero points, int8 per-channel weights,
 int32 bias: the form ONNX Runtime's quantizer writes). Each runs with `kiln bench` and
 bench/ort_bench.js, interleaved round by round; reported: median over rounds of each
-round's median; 1-thread runs all pinned to one CPU (--pin-cpu: a shared host's vCPUs can run
+round's median, and each ratio as the median over rounds of that round's ratio; 1-thread runs all pinned to one CPU (--pin-cpu: a shared host's vCPUs can run
 at very different speeds). Writes the section between <!-- bench:int8:begin --> and
 <!-- bench:int8:end --> in --out.
 """
@@ -204,7 +204,7 @@ def main():
                     except (BenchError, KeyError) as e:
                         errors.append(f"{what}: {e}")
                         res[(eng, kind)] = None
-            rows.append((name, threads, {v: (statistics.median(x) if x else None) for v, x in res.items()}))
+            rows.append((name, threads, {v: (statistics.median(x) if x else None) for v, x in res.items()}, res))
     cpu, nproc, rev, date = machine_info()
     flags = open("/proc/cpuinfo").read()
     vnni = ", ".join(f for f in ("avx512_vnni", "avx_vnni") if f in flags) or "no VNNI"
@@ -215,7 +215,11 @@ def main():
         return "n/a" if x is None else f"{x:.3f}"
 
     def ratio(a, b):
-        return f"{a / b:.3f}" if a and b else "n/a"
+        # Per round (the two runs minutes apart at most), then the median
+        # over rounds: a slow period of a shared host moves both.
+        if not a or not b or len(a) != len(b):
+            return "n/a"
+        return f"{statistics.median(x / y for x, y in zip(a, b)):.3f}"
 
     out = [BEGIN, "## Int8: QLinearConv layers and QDQ models vs float32 (CPU, batch 1)", "",
            f"- Machine: {cpu} ({vnni}), nproc {nproc}; {date}; Kiln commit {rev}; ONNX Runtime {ort_version}",
@@ -223,13 +227,15 @@ def main():
            "(zero points 120 / 100), int8 per-channel weights, int32 bias. Kiln runs QLinearConv on oneDNN's "
            "int8 convolution (NCHW uint8 in and out, reordered to its channels-last layout inside the kernel).",
            f"- {args.rounds} interleaved rounds, each {args.runs} timed runs after {args.warmup} warm-up runs; "
-           "median over rounds of each round's median, in ms; "
+           "median over rounds of each round's median, in ms; ratios: the median over rounds of each round's "
+           "ratio; "
            + (f"1-thread runs pinned to CPU {args.pin_cpu}." if args.pin_cpu >= 0 else "not pinned."), "",
            "| layer | threads | Kiln fp32 | Kiln int8 | Kiln int8/fp32 | ORT fp32 | ORT int8 | Kiln int8 / ORT int8 |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, threads, m in rows:
+    for name, threads, m, per in rows:
         k32, k8, o32, o8 = (m[v] for v in variants)
-        out.append(f"| {name} | {threads} | {f(k32)} | {f(k8)} | {ratio(k8, k32)} | {f(o32)} | {f(o8)} | {ratio(k8, o8)} |")
+        r32, r8, q32, q8 = (per[v] for v in variants)
+        out.append(f"| {name} | {threads} | {f(k32)} | {f(k8)} | {ratio(r8, r32)} | {f(o32)} | {f(o8)} | {ratio(r8, q8)} |")
     if accuracy:
         out += ["", "Models from tools/quantize.py: QDQ (Kiln fuses it into QLinearConv / QLinearMatMul), "
                 "QOperator (QLinearConv, com.microsoft QLinearAdd, QLinearGlobalAveragePool...) and dynamic "
