@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
 import convert_half  # noqa: E402
 from results_md import write_section  # noqa: E402
-from run_bench import (ORT_BENCH, BenchError, int_list, log, machine_info,  # noqa: E402
+from run_bench import (ORT_BENCH, BenchError, int_list, log, machine_info, paired_ratio,  # noqa: E402
                        parse_json, run)
 from run_bench import prepare as export_model  # noqa: E402
 
@@ -127,11 +127,7 @@ def main():
         return "n/a" if x is None else f"{x:.{nd}f}"
 
     def ratio(a, b):
-        # Per round (the two runs minutes apart at most), then the median
-        # over rounds: a slow period of a shared host moves both.
-        if not a or not b or len(a) != len(b):
-            return "n/a"
-        return f(statistics.median(x / y for x, y in zip(a, b)), 3)
+        return f(paired_ratio(a, b), 3)
 
     out = [BEGIN, "## Half precision: float16 / bfloat16 models vs float32 (CPU, batch 1)", "",
            f"- Machine: {cpu}, nproc {nproc}; {date}; Kiln commit {rev}; ONNX Runtime {ort_version}",

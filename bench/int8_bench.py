@@ -31,7 +31,8 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from results_md import write_section  # noqa: E402
-from run_bench import ORT_BENCH, BenchError, int_list, log, machine_info, parse_json, run  # noqa: E402
+from run_bench import (ORT_BENCH, BenchError, int_list, log, machine_info, paired_ratio,  # noqa: E402
+                       parse_json, run)
 
 BEGIN, END = "<!-- bench:int8:begin -->", "<!-- bench:int8:end -->"
 # name: (cin, cout, hw, k, stride, group)
@@ -215,11 +216,8 @@ def main():
         return "n/a" if x is None else f"{x:.3f}"
 
     def ratio(a, b):
-        # Per round (the two runs minutes apart at most), then the median
-        # over rounds: a slow period of a shared host moves both.
-        if not a or not b or len(a) != len(b):
-            return "n/a"
-        return f"{statistics.median(x / y for x, y in zip(a, b)):.3f}"
+        r = paired_ratio(a, b)
+        return "n/a" if r is None else f"{r:.3f}"
 
     out = [BEGIN, "## Int8: QLinearConv layers and QDQ models vs float32 (CPU, batch 1)", "",
            f"- Machine: {cpu} ({vnni}), nproc {nproc}; {date}; Kiln commit {rev}; ONNX Runtime {ort_version}",

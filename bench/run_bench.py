@@ -95,6 +95,15 @@ def run(cmd, what, timeout=3600):
     return p.stdout
 
 
+def paired_ratio(a, b):
+    """The median over rounds of each round's a / b (lists of per-round medians, same length; the two
+    runs of a round are minutes apart at most, so a slow period of a shared host moves both), or
+    None where either is missing."""
+    if not a or not b or len(a) != len(b):
+        return None
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
 def parse_json(text, what):
     """Parses a tool's JSON output: the whole text, else its last line that is a JSON object."""
     try:

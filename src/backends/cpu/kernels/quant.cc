@@ -1367,7 +1367,6 @@ class DnnlQConvKernel : public Kernel {
   // and the add; the 52 convolutions 1.7 ms against 3.3, 1 thread, Zen 5).
   Result<bool> Init(const KernelInit& init, bool integer = false, bool rescale = false) {
     using dt = dnnl::memory::data_type;
-    name_ = init.node ? init.node->Describe() : std::string(integer ? "ConvInteger" : "QLinearConv");
     const int wi = integer ? 1 : 3;
     const HostTensor* w = init.const_input(wi);
     if (integer) {
@@ -1573,7 +1572,8 @@ class DnnlQConvKernel : public Kernel {
   Status Run(const KernelArgs& a) override {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
     if (src_zp_zero_ && src_zp_ != 0) {  // SrcZeroPointAlwaysZero was wrong: refuse rather than miscompute
-      return Error(StatusCode::kInternal, name_, ": activation zero point ", src_zp_, " where the graph gives 0");
+      // (the executor adds the node's name)
+      return Error(StatusCode::kInternal, "activation zero point ", src_zp_, " where the graph gives 0");
     }
     // Channels-last copies of the activations: per thread, reused.
     thread_local std::vector<std::uint8_t> src_buf, dst_buf;
@@ -1653,7 +1653,6 @@ class DnnlQConvKernel : public Kernel {
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
   ZeroPointInput src_zp_in_;
   bool src_zp_zero_ = false;  // ConvInteger: SrcZeroPointAlwaysZero (no zero-point attribute)
-  std::string name_;
   // The float32 route (f32_): types, per-channel scales and the output's
   // extents (batch, channels, positions per channel).
   bool f32_ = false, nhwc_ = false;
