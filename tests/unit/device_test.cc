@@ -5,14 +5,17 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <thread>
+#include <vector>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/util.h"
 #include "api/compiler.h"
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
@@ -699,6 +702,45 @@ TEST(DeviceModelCompare, SimIsBitIdenticalToCpu) {
     ys.push_back(y);
   }
   EXPECT_EQ(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * sizeof(float)), 0);
+}
+
+// ParallelFor's grain is the least share of one thread: [0, n) in equal
+// shares of at least `grain` items on as many threads as there are such
+// shares (at most the kernel thread count), each item once; below two
+// shares the caller runs it all.
+TEST(Threads, ParallelForSharesHoldAtLeastTheGrain) {
+  struct Share { std::int64_t b, e; };
+  auto shares = [](int threads, std::int64_t n, std::int64_t grain) {
+    cpu::UseThreads(threads);
+    std::vector<Share> got(16, Share{-1, -1});
+    std::atomic<int> calls{0};
+    cpu::ParallelFor(n, grain, [&](std::int64_t b, std::int64_t e) {
+      got[static_cast<std::size_t>(omp_get_thread_num())] = Share{b, e};
+      ++calls;
+    });
+    cpu::UseThreads(1);
+    std::vector<Share> out;
+    for (const Share& s : got) {
+      if (s.b >= 0) out.push_back(s);
+    }
+    EXPECT_EQ(static_cast<int>(out.size()), calls.load());
+    return out;
+  };
+  struct Case { int threads; std::int64_t n, grain; std::size_t want; };
+  for (const Case& c : {Case{4, 3 * 1000 + 5, 1000, 3}, Case{4, 100 * 1000, 1000, 4}, Case{4, 2 * 1000 - 1, 1000, 1},
+                        Case{2, 2 * 1000, 1000, 2}, Case{2, 1999, 1000, 1}, Case{1, 100000, 1000, 1},
+                        Case{8, 7, 1, 7}, Case{3, 5, 0, 3}}) {
+    std::vector<Share> s = shares(c.threads, c.n, c.grain);
+    ASSERT_EQ(s.size(), c.want) << c.threads << " threads, n " << c.n << ", grain " << c.grain;
+    std::sort(s.begin(), s.end(), [](const Share& a, const Share& b) { return a.b < b.b; });
+    std::int64_t next = 0;
+    for (const Share& x : s) {
+      EXPECT_EQ(x.b, next);
+      if (s.size() > 1) EXPECT_GE(x.e - x.b, std::max<std::int64_t>(1, c.grain)) << c.n << " / " << c.grain;
+      next = x.e;
+    }
+    EXPECT_EQ(next, c.n);
+  }
 }
 
 // The kernel thread count belongs to the execution context: two threads

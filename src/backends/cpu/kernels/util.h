@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -69,12 +70,15 @@ struct BroadcastPlan {
 };
 BroadcastPlan MakeBroadcastPlan(const Shape& a, const Shape& b, const Shape& out);
 
-// Runs body(begin, end) over [0, n) on the kernel thread count when n is
-// large enough to pay for the fork.
+// Runs body(begin, end) over [0, n) in equal chunks of at least `grain`
+// items (what one thread's share must be to pay for the fork), on as many of
+// the kernel threads as there are such chunks: on one (the caller, no fork)
+// when n < 2 * grain.
 template <typename Body>
 void ParallelFor(std::int64_t n, std::int64_t grain, Body&& body) {
-  const int threads = NumThreads();
-  if (threads <= 1 || n < 2 * grain) {
+  const std::int64_t chunks = n / std::max<std::int64_t>(1, grain);
+  const int threads = static_cast<int>(std::min<std::int64_t>(NumThreads(), chunks));
+  if (threads <= 1) {
     body(std::int64_t{0}, n);
     return;
   }
