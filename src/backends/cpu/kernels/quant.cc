@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels/int16_conv.h"
 #include "backends/cpu/kernels/quant.h"
 #include "backends/cpu/kernels/util.h"
 #include "common/checked.h"
@@ -715,6 +716,12 @@ bool OneDnnInt8Isa() {
   static const bool ok =
       (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
   return ok;
+}
+// $KILN_INT8_INT16=off: the float32 route where the int16-product kernel
+// would run (tests compare the two; A/B runs).
+bool Int16Enabled() {
+  const char* env = std::getenv("KILN_INT8_INT16");
+  return !(env && std::string(env) == "off");
 }
 bool Int8PairsExact(const HostTensor& w, bool u8w, DType x_type) {
   if (ExactInt8Isa()) return true;
@@ -1410,11 +1417,50 @@ class DnnlQConvKernel : public Kernel {
     const bool dw_int8 = !pairs_exact && DepthwiseInt8Exact(init.inputs[0].dtype, depthwise);
     const bool f32_allowed = !integer || (rescale && SumsFitFloat(*w, u8w, cout));
     f32_ = !pairs_exact && !dw_int8;
-    if (f32_ && !f32_allowed) return false;
+    // Without VNNI a channels-last 2-D convolution of one group that would
+    // take the float32 route runs the exact int16-product kernel instead
+    // (int16_conv.h): int32 sums of any 8-bit operands, no float32 copies
+    // of x, about twice float32's multiply-adds a cycle where the CPU has
+    // two vector multiply pipes. $KILN_INT8_INT16=off keeps the float32
+    // route (for tests and A/B runs).
+    // Inputs of fewer than 8 channels (an RGB stem) stay on the float32
+    // route: oneDNN's direct convolution runs them as fast (ResNet-18's
+    // 7x7 stem) or twice as fast (MobileNetV2's 3x3 stride 2 one) as this
+    // kernel, whose pairs there are few and padded (Zen 4 with oneDNN held
+    // to AVX2, 1 thread).
+    if (f32_ && nhwc && group == 1 && x.size() == 4 && x[1] >= 8 && Int16ConvAvailable() && Int16Enabled()) {
+      KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
+      Int16ConvShape cs;
+      cs.n = x[0], cs.c = x[1], cs.h = x[2], cs.w = x[3];
+      cs.k = cout, cs.oh = y[2], cs.ow = y[3], cs.kh = ws[2], cs.kw = ws[3];
+      cs.sh = cw.strides[0], cs.sw = cw.strides[1], cs.dh = cw.dilations[0] + 1, cs.dw = cw.dilations[1] + 1;
+      cs.pad_top = cw.pads_begin[0], cs.pad_left = cw.pads_begin[1];
+      cs.pad_bottom = cw.pads_end[0], cs.pad_right = cw.pads_end[1];
+      auto conv = std::make_shared<Int16Conv>();
+      if (y.size() == 4 && ws.size() == 4 && ws[1] == x[1] && conv->Plan(cs)) {
+        std::string key = std::string("qconv-i16:") + (u8w ? "u8" : "s8");
+        for (std::int64_t v : {cs.n, cs.h, cs.w, cs.c, cs.k, cs.oh, cs.ow, cs.kh, cs.kw, cs.sh, cs.sw, cs.dh, cs.dw,
+                               cs.pad_top, cs.pad_left, cs.pad_bottom, cs.pad_right}) {
+          key += ":" + std::to_string(v);
+        }
+        auto pack = [&] {
+          std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
+          for (std::size_t i = 0; i < s8.size(); ++i) {
+            s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(w->data_as<std::uint8_t>()[i]) - 128)
+                        : w->data_as<std::int8_t>()[i];
+          }
+          conv->PackWeights(s8.data());
+          w->ReleasePages();
+          return conv;
+        };
+        i16_ = init.prepack_cache ? init.prepack_cache->Get<Int16Conv>(w->data(), key, pack) : pack();
+      }
+    }
+    if (f32_ && !f32_allowed && !i16_) return false;
     // oneDNN's convolution stores an s32 result through float: exact only
     // while every sum it forms stays within 2^24 (|x|, |x_zp| <= 255). A
     // float32 destination is float(sum) itself, the Cast the graph had.
-    if (integer && !rescale && !SumsFitFloat(*w, u8w, cout)) return false;
+    if (integer && !rescale && !i16_ && !SumsFitFloat(*w, u8w, cout)) return false;
     rescale_ = rescale;
     if (rescale) {
       if (!epilogue_.Init(init).ok()) return false;  // the fallback names the activation
@@ -1464,6 +1510,7 @@ class DnnlQConvKernel : public Kernel {
       bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
       fbias_.assign(bias_.begin(), bias_.end());
     }
+    if (i16_) return true;  // no oneDNN primitive
     bool ok = false;
     Status st = DnnlCall(integer ? "ConvInteger" : "QLinearConv", [&] {
       auto any = [](const Shape& s, dt t) {
@@ -1588,6 +1635,41 @@ class DnnlQConvKernel : public Kernel {
     dnnl::stream& s = DnnlStream();
     const void* x = a.in(0);
     void* y = a.out(0);
+    if (i16_) {
+      // ConvInteger (rescaled): float(sum) into the output, rescaled below;
+      // QLinearConv: requantised as it is stored.
+      Int16ConvOut o;
+      if (rescale_) {
+        o.f = a.out_as<float>(0);
+      } else {
+        o.q = a.out(0);
+        o.q_signed = out_type_ == DType::kInt8;
+        o.scales = scales_.data();
+        o.scale_count = static_cast<std::int64_t>(scales_.size());
+        o.zp = static_cast<float>(dst_zp_);
+      }
+      i16_->Run(x, x_type_ == DType::kInt8, src_zp_, bias_.empty() ? nullptr : bias_.data(), o);
+    } else {
+      RunOneDnn(a, x, y, s, src_buf, dst_buf, xf, yf);
+    }
+    if (rescale_) {  // float(sum) -> act(float(sum) * S + B), in place
+      thread_local std::vector<float> sv, bv;
+      epilogue_.Load(a, cout_, sv, bv);
+      epilogue_.ApplyInPlace(a.out_as<float>(0), sv.data(), bv.data(), y_outer_, cout_, y_inner_, nhwc_, range_.get());
+    }
+    if (f32_ && !rescale_ && !i16_) {
+      if (nhwc_) Requantize(out_type_, yf.data(), a.out(0), y_batch_ * y_inner_, cout_, 1, scales_, static_cast<float>(dst_zp_));
+      else Requantize(out_type_, yf.data(), a.out(0), y_batch_, cout_, y_inner_, scales_, static_cast<float>(dst_zp_));
+    }
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return std::max(scratch_.bytes, zero_zp_scratch_.bytes); }
+
+ private:
+  // The oneDNN primitive's part of Run: the float32 route's centred input,
+  // layout reorders, the primitive.
+  void RunOneDnn(const KernelArgs& a, const void* x, void* y, dnnl::stream& s, std::vector<std::uint8_t>& src_buf,
+                 std::vector<std::uint8_t>& dst_buf, std::vector<float>& xf, std::vector<float>& yf) {
     if (f32_) {
       // Grown only: a resize down and up again would zero-fill each run.
       if (xf.size() < static_cast<std::size_t>(x_count_)) xf.resize(static_cast<std::size_t>(x_count_));
@@ -1624,21 +1706,12 @@ class DnnlQConvKernel : public Kernel {
       from_dst_.execute(s, dst_, plain);
     }
     s.wait();
-    if (rescale_) {  // float(sum) -> act(float(sum) * S + B), in place
-      thread_local std::vector<float> sv, bv;
-      epilogue_.Load(a, cout_, sv, bv);
-      epilogue_.ApplyInPlace(a.out_as<float>(0), sv.data(), bv.data(), y_outer_, cout_, y_inner_, nhwc_, range_.get());
-    }
-    if (f32_ && !rescale_) {
-      if (nhwc_) Requantize(out_type_, yf.data(), a.out(0), y_batch_ * y_inner_, cout_, 1, scales_, static_cast<float>(dst_zp_));
-      else Requantize(out_type_, yf.data(), a.out(0), y_batch_, cout_, y_inner_, scales_, static_cast<float>(dst_zp_));
-    }
-    return Status::Ok();
   }
-  std::size_t workspace_bytes() const override { return std::max(scratch_.bytes, zero_zp_scratch_.bytes); }
 
- private:
   dnnl::convolution_forward prim_;
+  // The exact int16-product kernel (no VNNI, channels-last, group 1), in
+  // place of the primitive (f32_ stays set; the kernel requantises).
+  std::shared_ptr<Int16Conv> i16_;
   // Depthwise ConvInteger: the primitive without a zero point, its weights
   // and arguments, for runs whose zero point is 0 (zero_zp_packed_ set).
   dnnl::convolution_forward zero_zp_prim_;

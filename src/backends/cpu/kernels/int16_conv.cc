@@ -1,0 +1,348 @@
+// Exact 8-bit convolution on int16 products (vpmaddwd): see int16_conv.h.
+#include "backends/cpu/kernels/int16_conv.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "backends/cpu/kernels/util.h"
+#include "common/checked.h"
+
+#define KILN_AVX2 __attribute__((target("avx2")))
+
+namespace kiln::cpu {
+namespace {
+
+using I64 = std::int64_t;
+constexpr I64 kPanel = 16;  // output channels per panel (two vectors of 8 int32)
+// Output pixels per micro-tile: 8 int32 accumulators, two weight vectors,
+// the broadcast activation pair and vpmaddwd's product (which, without
+// VNNI, cannot accumulate in place) leave the 16 vector registers room; 6
+// rows would need all 16 and GCC spills them (55 against 84 G
+// multiply-adds/s in L1, Zen 4).
+constexpr int kRows = 4;
+// Channel pairs per pass over a panel's weights (taps times pairs cut into
+// chunks): 256 pairs are 16 KiB of packed weights, which stay in L1 while
+// the row's tiles run over them; the partial sums wait in a per-thread
+// int32 row between chunks.
+constexpr I64 kChunkPairs = 256;
+
+enum class Mode { kFloat, kInt32, kUInt8, kInt8 };
+
+// What a tile's last chunk stores, per panel: bias, scales (quantized
+// modes), the clamp bounds (the type's range minus the zero point) and
+// the zero point.
+struct Epilogue {
+  alignas(32) std::int32_t bias[kPanel];
+  alignas(32) float scale[kPanel];
+  float lo = 0.f, hi = 0.f;
+  std::int32_t zp = 0;
+};
+
+// One chunk of the sums of up to R (<= 4) output pixels, a0 + r * rs being
+// pixel r's first value at tap 0, by one panel of 16 channels: taps
+// [t0, t1), channel pairs [q0, q1) of each, b the chunk's packed weights.
+// `first`: start from 0, else from part (R rows of 16 int32); `last`:
+// store the results (Mode) to y (ldy values apart, cols valid), else the
+// partial sums to part.
+template <int R, Mode M>
+KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64 t1, I64 q0, I64 q1,
+                    const std::int16_t* b, bool first, bool last, std::int32_t* part, const Epilogue& ep, void* y,
+                    I64 ldy, I64 cols) {
+  __m256i c0[R], c1[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    c0[r] = first ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel));
+    c1[r] = first ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel + 8));
+  }
+  for (I64 t = t0; t < t1; ++t) {
+    const std::int16_t* a = a0 + toff[t];
+    for (I64 q = q0; q < q1; ++q, b += 32) {
+      const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+      const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        std::int32_t pair;
+        std::memcpy(&pair, a + r * rs + 2 * q, sizeof(pair));
+        const __m256i av = _mm256_set1_epi32(pair);
+        c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(av, b0));
+        c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(av, b1));
+      }
+    }
+  }
+  if (!last) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(part + r * kPanel), c0[r]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(part + r * kPanel + 8), c1[r]);
+    }
+    return;
+  }
+  const __m256i bias0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256i s0 = _mm256_add_epi32(c0[r], bias0), s1 = _mm256_add_epi32(c1[r], bias1);
+    if constexpr (M == Mode::kFloat) {
+      float* o = static_cast<float*>(y) + r * ldy;
+      const __m256 f0 = _mm256_cvtepi32_ps(s0), f1 = _mm256_cvtepi32_ps(s1);
+      if (cols == kPanel) {
+        _mm256_storeu_ps(o, f0);
+        _mm256_storeu_ps(o + 8, f1);
+      } else {
+        alignas(32) float tmp[kPanel];
+        _mm256_store_ps(tmp, f0);
+        _mm256_store_ps(tmp + 8, f1);
+        std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
+      }
+    } else if constexpr (M == Mode::kInt32) {
+      std::int32_t* o = static_cast<std::int32_t*>(y) + r * ldy;
+      if (cols == kPanel) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), s0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 8), s1);
+      } else {
+        alignas(32) std::int32_t tmp[kPanel];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), s0);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), s1);
+        std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(std::int32_t));
+      }
+    } else {
+      // float(sum) * scale, clamped to the bounds, rounded to nearest even
+      // (vcvtps2dq under the default rounding mode), plus the zero point:
+      // the float32 route's RequantLanes step for step. Within the type's
+      // range, so the saturating packs only narrow.
+      const __m256 lo = _mm256_set1_ps(ep.lo), hi = _mm256_set1_ps(ep.hi);
+      const __m256i z = _mm256_set1_epi32(ep.zp);
+      const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_load_ps(ep.scale));
+      const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_load_ps(ep.scale + 8));
+      const __m256i q0v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v0, lo), hi)), z);
+      const __m256i q1v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v1, lo), hi)), z);
+      const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(q0v), _mm256_extracti128_si256(q0v, 1));
+      const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(q1v), _mm256_extracti128_si256(q1v, 1));
+      const __m128i qb = M == Mode::kUInt8 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+      std::uint8_t* o = static_cast<std::uint8_t*>(y) + r * ldy;
+      if (cols == kPanel) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), qb);
+      } else {
+        alignas(16) std::uint8_t tmp[kPanel];
+        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), qb);
+        std::memcpy(o, tmp, static_cast<std::size_t>(cols));
+      }
+    }
+  }
+}
+
+struct TileArgs {
+  const std::int16_t* a0;
+  I64 rs;
+  const I64* toff;
+  I64 t0, t1, q0, q1;
+  const std::int16_t* b;
+  bool first, last;
+  std::int32_t* part;
+  const Epilogue* ep;
+  void* y;
+  I64 ldy, cols;
+};
+
+template <Mode M>
+KILN_AVX2 void TileAny(int rows, const TileArgs& g) {
+#define KILN_I16_TILE(R) \
+  Tile<R, M>(g.a0, g.rs, g.toff, g.t0, g.t1, g.q0, g.q1, g.b, g.first, g.last, g.part, *g.ep, g.y, g.ldy, g.cols)
+  switch (rows) {
+    case 4: KILN_I16_TILE(4); break;
+    case 3: KILN_I16_TILE(3); break;
+    case 2: KILN_I16_TILE(2); break;
+    default: KILN_I16_TILE(1); break;
+  }
+#undef KILN_I16_TILE
+}
+
+// One row of the padded image: w values of c channels (x - zp) between
+// `left` and `right` zero pixels, each pixel cp >= c wide (the extra
+// channel 0).
+template <typename T>
+KILN_AVX2 void WidenRow(const T* x, I64 w, I64 c, I64 cp, I64 left, I64 right, std::int32_t zp, std::int16_t* o) {
+  std::fill(o, o + left * cp, std::int16_t{0});
+  o += left * cp;
+  if (cp == c) {
+    const I64 n = w * c;
+    const __m256i z = _mm256_set1_epi16(static_cast<std::int16_t>(zp));
+    I64 i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+      const __m256i wv = std::is_same_v<T, std::int8_t> ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm256_sub_epi16(wv, z));
+    }
+    for (; i < n; ++i) o[i] = static_cast<std::int16_t>(x[i] - zp);
+  } else {
+    for (I64 p = 0; p < w; ++p) {
+      for (I64 ch = 0; ch < c; ++ch) o[p * cp + ch] = static_cast<std::int16_t>(x[p * c + ch] - zp);
+      for (I64 ch = c; ch < cp; ++ch) o[p * cp + ch] = 0;
+    }
+  }
+  o += w * cp;
+  std::fill(o, o + right * cp, std::int16_t{0});
+}
+
+}  // namespace
+
+bool Int16ConvAvailable() {
+  static const bool ok = __builtin_cpu_supports("avx2");
+  return ok;
+}
+
+bool Int16Conv::Plan(const Int16ConvShape& s) {
+  s_ = s;
+  for (I64 v : {s.n, s.h, s.w, s.c, s.k, s.oh, s.ow, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw}) {
+    if (v <= 0) return false;
+  }
+  for (I64 v : {s.pad_top, s.pad_left, s.pad_bottom, s.pad_right}) {
+    if (v < 0) return false;
+  }
+  I64 taps = 0, bytes = 0;
+  if (!CheckedAdd(s.h, s.pad_top, &hp_) || !CheckedAdd(hp_, s.pad_bottom, &hp_) || !CheckedAdd(s.w, s.pad_left, &wp_) ||
+      !CheckedAdd(wp_, s.pad_right, &wp_) || !CheckedMul(s.kh, s.kw, &taps)) {
+    return false;
+  }
+  // Every window lies in the padded image (the output extents follow from
+  // the input's and the pads; a shape that says otherwise is refused).
+  if ((s.oh - 1) * s.sh + (s.kh - 1) * s.dh >= hp_ || (s.ow - 1) * s.sw + (s.kw - 1) * s.dw >= wp_) return false;
+  cp_ = s.c + (s.c & 1);
+  taps_ = taps;
+  if (!CheckedMul(s.n, hp_, &image_) || !CheckedMul(image_, wp_, &image_) || !CheckedMul(image_, cp_, &image_)) {
+    return false;
+  }
+  if (!CheckedMul(image_, 2, &bytes) || bytes > kMaxTensorBytes) return false;
+  kp_ = cp_ / 2;
+  panels_ = (s.k + kPanel - 1) / kPanel;
+  I64 packed = 0;
+  if (!CheckedMul(panels_ * kPanel, taps_, &packed) || !CheckedMul(packed, cp_, &packed) ||
+      !CheckedMul(packed, 2, &bytes) || bytes > kMaxTensorBytes) {
+    return false;
+  }
+  tap_off_.clear();
+  for (I64 i = 0; i < s.kh; ++i) {
+    for (I64 j = 0; j < s.kw; ++j) tap_off_.push_back((i * s.dh * wp_ + j * s.dw) * cp_);
+  }
+  return true;
+}
+
+void Int16Conv::PackWeights(const std::int8_t* w) {
+  const I64 pairs = taps_ * kp_;  // pairs per panel
+  const std::size_t count = static_cast<std::size_t>(panels_ * pairs * 2 * kPanel);  // Plan bounded the bytes
+  packed_.reset(static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64)));
+  if (!packed_) throw std::bad_alloc();
+  std::int16_t* packed = packed_.get();
+  std::fill(packed, packed + count, std::int16_t{0});
+  for (I64 o = 0; o < s_.k; ++o) {
+    const I64 p = o / kPanel, col = o % kPanel;
+    for (I64 ch = 0; ch < s_.c; ++ch) {
+      for (I64 t = 0; t < taps_; ++t) {
+        const I64 k = t * cp_ + ch;  // its place in the panel's run of values: tap-major, channels padded to cp_
+        const I64 dst = ((p * pairs + k / 2) * kPanel + col) * 2 + (k & 1);
+        packed[dst] = w[(o * s_.c + ch) * taps_ + t];  // OIHW: t = i * kw + j
+      }
+    }
+  }
+}
+
+void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::int32_t* bias,
+                    const Int16ConvOut& out) const {
+  thread_local std::vector<std::int16_t> image;  // the caller's; the workers get its pointer
+  if (image.size() < static_cast<std::size_t>(image_)) image.resize(static_cast<std::size_t>(image_));
+  std::int16_t* img = image.data();
+  const Int16ConvShape& s = s_;
+  const I64 cp = cp_, hp = hp_, wp = wp_;
+  // The padded image, a row of it at a time.
+  ParallelFor(s.n * hp, std::max<I64>(1, 16384 / std::max<I64>(1, wp * cp)), [&](I64 r0, I64 r1) {
+    for (I64 r = r0; r < r1; ++r) {
+      const I64 b = r / hp, ih = r % hp - s.pad_top;
+      std::int16_t* o = img + r * wp * cp;
+      if (ih < 0 || ih >= s.h) {
+        std::fill(o, o + wp * cp, std::int16_t{0});
+        continue;
+      }
+      const I64 off = ((b * s.h + ih) * s.w) * s.c;
+      if (x_signed) WidenRow(static_cast<const std::int8_t*>(x) + off, s.w, s.c, cp, s.pad_left, s.pad_right, x_zp, o);
+      else WidenRow(static_cast<const std::uint8_t*>(x) + off, s.w, s.c, cp, s.pad_left, s.pad_right, x_zp, o);
+    }
+  });
+  // Work units: output rows times chunks of panels, enough units for the
+  // threads where there are few rows (7x7 maps, a matrix product's one row).
+  const I64 rows = s.n * s.oh;
+  const I64 want = 8 * NumThreads();
+  const I64 chunks = rows >= want ? 1 : std::min(panels_, (want + rows - 1) / rows);
+  const I64 per_chunk = (panels_ + chunks - 1) / chunks;
+  const I64 kp = kp_, panel_vals = taps_ * cp * kPanel;
+  // Multiply-adds per unit: a share pays for the fork past ~50K of them.
+  const I64 unit_macs = std::max<I64>(1, s.ow * per_chunk * kPanel * taps_ * cp);
+  // The chunks of each panel's (tap, channel pair) sequence: whole taps
+  // while they fit kChunkPairs, else one tap's pairs in pieces.
+  struct Chunk {
+    I64 t0, t1, q0, q1, off;  // off: the chunk's first pair in the panel
+  };
+  std::vector<Chunk> ks;
+  if (kp <= kChunkPairs) {
+    const I64 per = std::max<I64>(1, kChunkPairs / kp);
+    for (I64 t = 0; t < taps_; t += per) ks.push_back({t, std::min(taps_, t + per), 0, kp, t * kp});
+  } else {
+    for (I64 t = 0; t < taps_; ++t) {
+      for (I64 q = 0; q < kp; q += kChunkPairs) ks.push_back({t, t + 1, q, std::min(kp, q + kChunkPairs), t * kp + q});
+    }
+  }
+  const Mode mode = out.f ? Mode::kFloat : out.i ? Mode::kInt32 : out.q_signed ? Mode::kInt8 : Mode::kUInt8;
+  const I64 elem = mode == Mode::kUInt8 || mode == Mode::kInt8 ? 1 : 4;
+  char* ybase = reinterpret_cast<char*>(out.f ? static_cast<void*>(out.f) : out.i ? static_cast<void*>(out.i) : out.q);
+  const I64 rs = s.sw * cp;  // an output row's pixels in the image
+  ParallelFor(rows * chunks, std::max<I64>(1, 50000 / unit_macs), [&](I64 u0, I64 u1) {
+    Epilogue ep;
+    if (mode == Mode::kUInt8 || mode == Mode::kInt8) {
+      const float qmin = mode == Mode::kUInt8 ? 0.f : -128.f, qmax = mode == Mode::kUInt8 ? 255.f : 127.f;
+      ep.lo = qmin - out.zp;
+      ep.hi = qmax - out.zp;
+      ep.zp = static_cast<std::int32_t>(out.zp);
+    }
+    thread_local std::vector<std::int32_t> partial;  // a row's partial sums between chunks
+    const I64 tiles = (s.ow + kRows - 1) / kRows;
+    if (ks.size() > 1 && partial.size() < static_cast<std::size_t>(tiles * kRows * kPanel)) {
+      partial.resize(static_cast<std::size_t>(tiles * kRows * kPanel));
+    }
+    for (I64 u = u0; u < u1; ++u) {
+      const I64 row = u / chunks, chunk = u % chunks;
+      const I64 b = row / s.oh, oh = row % s.oh;
+      const I64 p0 = chunk * per_chunk, p1 = std::min(panels_, p0 + per_chunk);
+      const std::int16_t* arow = img + ((b * hp + oh * s.sh) * wp) * cp;
+      for (I64 p = p0; p < p1; ++p) {
+        const I64 c0 = p * kPanel, cols = std::min(kPanel, s.k - c0);
+        for (I64 j = 0; j < kPanel; ++j) {
+          ep.bias[j] = bias && j < cols ? bias[c0 + j] : 0;
+          ep.scale[j] = out.scales && j < cols ? out.scales[out.scale_count == 1 ? 0 : c0 + j] : 0.f;
+        }
+        const std::int16_t* bp = packed_.get() + p * panel_vals;
+        for (std::size_t ci = 0; ci < ks.size(); ++ci) {
+          const Chunk& k = ks[ci];
+          for (I64 tile = 0; tile < tiles; ++tile) {
+            const I64 ow = tile * kRows;
+            const int n = static_cast<int>(std::min<I64>(kRows, s.ow - ow));
+            const I64 yoff = (row * s.ow + ow) * s.k + c0;
+            const TileArgs g{arow + ow * rs, rs, tap_off_.data(), k.t0, k.t1, k.q0, k.q1, bp + k.off * 32,
+                             ci == 0, ci + 1 == ks.size(),
+                             ks.size() > 1 ? partial.data() + tile * kRows * kPanel : nullptr, &ep,
+                             ybase + yoff * elem, s.k, cols};
+            switch (mode) {
+              case Mode::kFloat: TileAny<Mode::kFloat>(n, g); break;
+              case Mode::kInt32: TileAny<Mode::kInt32>(n, g); break;
+              case Mode::kUInt8: TileAny<Mode::kUInt8>(n, g); break;
+              case Mode::kInt8: TileAny<Mode::kInt8>(n, g); break;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,176 @@
+// The exact int16-product convolution (backends/cpu/kernels/int16_conv.h)
+// against a direct convolution in int64 written here: uint8 and int8
+// activations with zero points at the ends of their ranges, weights at
+// -128 and 127 (where vpmaddubsw's int16 pairs would saturate), odd channel
+// counts (the padded channel), output channels that are not a multiple of
+// the 16-wide panel, rows that are not a multiple of the 4-pixel tile, sums
+// carried between chunks of whole taps and of one tap's channels,
+// strides, dilations, asymmetric pads, batches, float, int32 and requantised
+// uint8 / int8 outputs (per-channel scales, saturating ends),
+// 1 and 2 threads, and sums past 2^24 (exact in int32, not in float32).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+#include "backends/cpu/kernels/int16_conv.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct Case {
+  Int16ConvShape s;
+  bool x_signed = false;
+  std::int32_t zp = 0;
+  bool extremes = false;  // weights only -128 / 127, activations only their range's ends
+};
+
+// out: 0 float, 1 int32, 2 uint8, 3 int8 (requantised).
+void Check(Case cs, int threads, int out) {
+  Int16ConvShape& s = cs.s;
+  s.oh = (s.h + s.pad_top + s.pad_bottom - s.dh * (s.kh - 1) - 1) / s.sh + 1;
+  s.ow = (s.w + s.pad_left + s.pad_right - s.dw * (s.kw - 1) - 1) / s.sw + 1;
+  SCOPED_TRACE("n" + std::to_string(s.n) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +
+               std::to_string(s.c) + " -> " + std::to_string(s.k) + " k" + std::to_string(s.kh) + "x" +
+               std::to_string(s.kw) + " s" + std::to_string(s.sh) + " d" + std::to_string(s.dh) +
+               (cs.x_signed ? " int8" : " uint8") + " zp " + std::to_string(cs.zp) + " threads " +
+               std::to_string(threads) + " out " + std::to_string(out));
+  std::uint32_t seed = 7;
+  auto rnd = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<int>(seed >> 8);
+  };
+  const std::int64_t nx = s.n * s.h * s.w * s.c, nw = s.k * s.c * s.kh * s.kw;
+  std::vector<std::uint8_t> xu(static_cast<std::size_t>(nx));
+  std::vector<std::int8_t> w(static_cast<std::size_t>(nw));
+  std::vector<std::int32_t> bias(static_cast<std::size_t>(s.k));
+  for (auto& v : xu) v = static_cast<std::uint8_t>(cs.extremes ? (rnd() % 2 ? 255 : 0) : rnd() % 256);
+  for (auto& v : w) v = static_cast<std::int8_t>(cs.extremes ? (rnd() % 2 ? 127 : -128) : rnd() % 256 - 128);
+  for (auto& v : bias) v = rnd() % 20001 - 10000;
+  auto xval = [&](std::int64_t i) -> std::int64_t {
+    return cs.x_signed ? static_cast<std::int64_t>(static_cast<std::int8_t>(xu[i])) : xu[i];
+  };
+  Int16Conv conv;
+  ASSERT_TRUE(conv.Plan(s));
+  conv.PackWeights(w.data());
+  const std::int64_t ny = s.n * s.oh * s.ow * s.k;
+  std::vector<float> yf(ny, -1.f), scales(static_cast<std::size_t>(s.k));
+  std::vector<std::int32_t> yi(ny, -1);
+  std::vector<std::uint8_t> yq(ny, 0x5a);
+  // Requantisation: scales around 1/2000 (some outputs saturate), per
+  // channel, and a zero point inside the type's range.
+  for (auto& v : scales) v = static_cast<float>(rnd() % 1000 + 1) * 1e-6f;
+  const float qzp = out == 2 ? 100.f : -20.f;
+  Int16ConvOut o;
+  if (out == 0) o.f = yf.data();
+  if (out == 1) o.i = yi.data();
+  if (out >= 2) {
+    o.q = yq.data();
+    o.q_signed = out == 3;
+    o.scales = scales.data();
+    o.scale_count = s.k;
+    o.zp = qzp;
+  }
+  UseThreads(threads);
+  conv.Run(xu.data(), cs.x_signed, cs.zp, bias.data(), o);
+  UseThreads(1);
+  std::int64_t bad = 0;
+  for (std::int64_t b = 0; b < s.n; ++b)
+    for (std::int64_t i = 0; i < s.oh; ++i)
+      for (std::int64_t j = 0; j < s.ow; ++j)
+        for (std::int64_t oc = 0; oc < s.k; ++oc) {
+          std::int64_t sum = bias[oc];
+          for (std::int64_t p = 0; p < s.kh; ++p)
+            for (std::int64_t q = 0; q < s.kw; ++q) {
+              const std::int64_t ih = i * s.sh + p * s.dh - s.pad_top, iw = j * s.sw + q * s.dw - s.pad_left;
+              if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;  // padding: the zero point, 0 after centring
+              for (std::int64_t ch = 0; ch < s.c; ++ch) {
+                sum += (xval(((b * s.h + ih) * s.w + iw) * s.c + ch) - cs.zp) *
+                       w[((oc * s.c + ch) * s.kh + p) * s.kw + q];
+              }
+            }
+          const std::int64_t at = ((b * s.oh + i) * s.ow + j) * s.k + oc;
+          // int32 wraps (the definition's int32 accumulation); these sums fit.
+          double want = static_cast<double>(sum), got = 0;
+          if (out == 0) {
+            want = static_cast<float>(sum);
+            got = yf[at];
+          } else if (out == 1) {
+            got = yi[at];
+          } else {
+            // saturate(round_half_even(float(sum) * scale) + zp), in float32 as the float32 route.
+            const float v = static_cast<float>(sum) * scales[static_cast<std::size_t>(oc)];
+            const double lo = out == 2 ? 0 : -128, hi = out == 2 ? 255 : 127;
+            want = std::min(hi, std::max(lo, static_cast<double>(std::nearbyint(v)) + qzp));
+            got = out == 2 ? static_cast<double>(yq[at]) : static_cast<double>(static_cast<std::int8_t>(yq[at]));
+          }
+          if (want != got && ++bad <= 5) {
+            ADD_FAILURE() << "at n" << b << " (" << i << ", " << j << ") channel " << oc << ": want " << want
+                          << ", got " << got;
+          }
+        }
+  EXPECT_EQ(bad, 0);
+}
+
+Int16ConvShape Shape(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t k, std::int64_t kh,
+                     std::int64_t kw, std::int64_t stride, std::int64_t dil, std::int64_t pt, std::int64_t pl,
+                     std::int64_t pb, std::int64_t pr) {
+  Int16ConvShape s;
+  s.n = n, s.h = h, s.w = w, s.c = c, s.k = k, s.kh = kh, s.kw = kw, s.sh = s.sw = stride, s.dh = s.dw = dil;
+  s.pad_top = pt, s.pad_left = pl, s.pad_bottom = pb, s.pad_right = pr;
+  return s;
+}
+
+TEST(Int16Conv, MatchesInt64Reference) {
+  if (!Int16ConvAvailable()) GTEST_SKIP() << "no AVX2";
+  const std::vector<Case> cases = {
+      {Shape(1, 9, 13, 16, 32, 3, 3, 1, 1, 1, 1, 1, 1), false, 128},   // 3x3 pad 1, rows of 13 (6 + 6 + 1)
+      {Shape(2, 8, 7, 3, 20, 7, 7, 2, 1, 3, 3, 3, 3), false, 0},      // 3 channels 7x7 stride 2, batch 2, 20 = 16 + 4
+      {Shape(1, 10, 11, 24, 40, 1, 1, 1, 1, 0, 0, 0, 0), true, -128},  // 1x1, int8 activations
+      {Shape(1, 12, 12, 10, 17, 3, 3, 2, 2, 2, 1, 0, 3), true, 127},   // dilation 2, asymmetric pads
+      {Shape(1, 5, 6, 33, 5, 3, 1, 1, 1, 1, 0, 1, 0), false, 255},     // 3x1 window, odd channels, 5 outputs
+      {Shape(1, 1, 50, 64, 48, 1, 1, 1, 1, 0, 0, 0, 0), false, 3},     // a matrix product's shape: one row
+      {Shape(1, 6, 9, 100, 18, 3, 3, 1, 1, 1, 1, 1, 1), false, 77},    // 50 pairs a tap: chunks of 5 taps and 4
+      {Shape(1, 3, 6, 1030, 33, 1, 2, 1, 1, 0, 0, 0, 1), true, 5},     // 515 pairs a tap: each cut in 3 chunks
+      {Shape(1, 15, 14, 3, 32, 3, 3, 2, 1, 1, 1, 1, 1), false, 114},  // 3 channels (padded to 4) 3x3 stride 2
+      {Shape(2, 11, 9, 4, 20, 7, 5, 2, 1, 3, 2, 3, 2), true, -3},     // 7x5 window on 4 channels, batch 2
+      {Shape(1, 9, 9, 7, 16, 3, 3, 1, 2, 2, 2, 2, 2), false, 0},      // 7 channels, dilation 2
+  };
+  for (const Case& c : cases) {
+    for (int threads : {1, 2}) {
+      for (int out : {0, 1, 2, 3}) Check(c, threads, out);
+    }
+  }
+}
+
+TEST(Int16Conv, SaturatingPairsAndSumsPastFloatAreExact) {
+  if (!Int16ConvAvailable()) GTEST_SKIP() << "no AVX2";
+  // Activations 0 / 255 with zero point 0 and weights -128 / 127: the pairs
+  // vpmaddubsw would saturate (255 * 127 * 2 > 32767), and with 9 * 512
+  // products of up to 32640 the sums pass 2^24, where float32 would round.
+  Case c{Shape(1, 4, 8, 512, 24, 3, 3, 1, 1, 1, 1, 1, 1), false, 0, true};
+  Check(c, 2, 1);
+  Case s{Shape(1, 3, 7, 256, 16, 1, 1, 1, 1, 0, 0, 0, 0), true, -128, true};  // int8 0/255 bytes: -1 and 0, zp -128
+  Check(s, 1, 1);
+}
+
+TEST(Int16Conv, PlanRefusesWindowsOutsideTheImageAndEmptyShapes) {
+  Int16Conv conv;
+  Int16ConvShape s = Shape(1, 4, 4, 8, 8, 3, 3, 1, 1, 0, 0, 0, 0);
+  s.oh = s.ow = 3;  // one past what a 4x4 input without pads gives
+  EXPECT_FALSE(conv.Plan(s));
+  s.oh = s.ow = 2;
+  EXPECT_TRUE(conv.Plan(s));
+  s.c = 0;
+  EXPECT_FALSE(conv.Plan(s));
+  Int16ConvShape big = Shape(1 << 20, 1 << 20, 1 << 20, 8, 8, 1, 1, 1, 1, 0, 0, 0, 0);
+  big.oh = big.ow = 1 << 20;
+  EXPECT_FALSE(conv.Plan(big));  // the padded image passes kMaxTensorBytes
+}
+
+}  // namespace
+}  // namespace kiln::cpu
