@@ -1785,6 +1785,41 @@ class DnnlQMatMulKernel : public Kernel {
     // oneDNN's int8 where its pairs are exact, else QLinearMatMul's float32
     // route (MatMulInteger's int32 sums would not stay exact there).
     f32_ = !Int8PairsExact(*b, u8w, init.inputs[0].dtype);
+    // Without VNNI: Kiln's exact int16-product kernel (int16_conv.h) as a
+    // 1x1 convolution of one row of `rows` pixels (A's rows, k channels)
+    // into n channels, in place of both the float32 route and the int8
+    // primitive; its sums are exact (A's zero point subtracted as it
+    // widens), so every form below takes them as the int8 route's with no
+    // zero-point correction. $KILN_INT8_INT16=off keeps the float32 route.
+    if (f32_ && Int16ConvAvailable() && Int16Enabled()) {
+      Int16ConvShape cs;
+      cs.n = cs.h = cs.oh = 1;
+      cs.w = cs.ow = rows;
+      cs.c = k;
+      cs.k = n;
+      auto conv = std::make_shared<Int16Conv>();
+      if (conv->Plan(cs)) {
+        auto pack = [&] {
+          std::vector<std::int8_t> t(static_cast<std::size_t>(k * n));  // B^T: [n, k] (OIHW, 1x1)
+          for (std::int64_t p = 0; p < k; ++p) {
+            for (std::int64_t j = 0; j < n; ++j) {
+              const std::int64_t i = p * n + j;
+              t[static_cast<std::size_t>(j * k + p)] =
+                  u8w ? static_cast<std::int8_t>(static_cast<int>(b->data_as<std::uint8_t>()[i]) - 128)
+                      : b->data_as<std::int8_t>()[i];
+            }
+          }
+          conv->PackWeights(t.data());
+          return conv;
+        };
+        const std::string key = std::string("qmatmul-i16:") + (u8w ? "u8:" : "s8:") + std::to_string(rows) + "x" +
+                                std::to_string(k) + "x" + std::to_string(n);
+        i16_ = init.prepack_cache ? init.prepack_cache->Get<Int16Conv>(b->data(), key, pack) : pack();
+        f32_ = false;
+        a_signed_ = init.inputs[0].dtype == DType::kInt8;
+        integer_ = integer;
+      }
+    }
     if (f32_ && integer) return false;
     std::vector<float> scales;
     if (!integer) {
@@ -1841,6 +1876,7 @@ class DnnlQMatMulKernel : public Kernel {
       }
       rows_ = rows;
       n_ = n;
+      if (i16_) std::fill(colsum_.begin(), colsum_.end(), 0);  // its sums need no correction
     }
     if (own_requant_) {
       // The int32 wrap of zp * colsum (as MatMulInteger subtracts it),
@@ -1857,6 +1893,7 @@ class DnnlQMatMulKernel : public Kernel {
       out_zp_ = out_type_ == DType::kUInt8 ? yzp->data_as<std::uint8_t>()[0] : yzp->data_as<std::int8_t>()[0];
       y_scale_ = init.const_input(6)->data_as<float>()[0];
     }
+    if (i16_) return true;  // no oneDNN primitive
     bool ok = false;
     Status st = DnnlCall(integer ? "MatMulInteger" : "QLinearMatMul", [&] {
       dnnl::primitive_attr attr;
@@ -1908,7 +1945,22 @@ class DnnlQMatMulKernel : public Kernel {
       Requantize(out_type_, yf.data(), a.out(0), rows_, n_, 1, scales_, static_cast<float>(dst_zp_));
       return Status::Ok();
     }
-    src_.set_data_handle(const_cast<void*>(a.in(0)));
+    if (i16_ && !rescale_ && (integer_ || (own_requant_ && !dequantize_))) {
+      // MatMulInteger's int32 sums, or QLinearMatMul requantised as stored.
+      Int16ConvOut o;
+      if (integer_) {
+        o.i = a.out_as<std::int32_t>(0);
+      } else {
+        o.q = a.out(0);
+        o.q_signed = out_type_ == DType::kInt8;
+        o.scales = col_scales_.data();
+        o.scale_count = n_;
+        o.zp = static_cast<float>(out_zp_);
+      }
+      i16_->Run(a.in(0), a_signed_, src_zp_, nullptr, o);
+      return Status::Ok();
+    }
+    if (!i16_) src_.set_data_handle(const_cast<void*>(a.in(0)));
     if (rescale_) {
       const std::int32_t* ap = SumsToBuffer(a);
       thread_local std::vector<std::int32_t> zc;
@@ -1968,6 +2020,12 @@ class DnnlQMatMulKernel : public Kernel {
   const std::int32_t* SumsToBuffer(const KernelArgs& a) {
     thread_local std::vector<std::int32_t> acc;
     if (acc.size() < static_cast<std::size_t>(rows_ * n_)) acc.resize(static_cast<std::size_t>(rows_ * n_));
+    if (i16_) {  // the exact sums, A's zero point subtracted
+      Int16ConvOut o;
+      o.i = acc.data();
+      i16_->Run(a.in(0), a_signed_, src_zp_, nullptr, o);
+      return acc.data();
+    }
     dst_.set_data_handle(acc.data());
     scratch_.Bind(a.ctx);
     prim_.execute(DnnlStream(), args_);
@@ -2031,6 +2089,10 @@ class DnnlQMatMulKernel : public Kernel {
   }
 
   dnnl::matmul prim_;
+  // Without VNNI, the int16-product kernel in place of prim_ (colsum_ then
+  // zero: its sums have A's zero point subtracted already).
+  std::shared_ptr<Int16Conv> i16_;
+  bool a_signed_ = false, integer_ = false;
   dnnl::memory src_, dst_;
   std::shared_ptr<dnnl::memory> packed_;
   std::int32_t src_zp_ = 0, dst_zp_ = 0;
