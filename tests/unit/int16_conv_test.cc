@@ -6,7 +6,8 @@
 // the 16-wide panel, rows that are not a multiple of the 4-pixel tile, sums
 // carried between chunks of whole taps and of one tap's channels,
 // strides, dilations, asymmetric pads, batches, float, int32 and requantised
-// uint8 / int8 outputs (per-channel scales, saturating ends),
+// uint8 / int8 outputs (per-channel scales, saturating ends), rescaled
+// float outputs with each activation and the range they report,
 // 1 and 2 threads, and sums past 2^24 (exact in int32, not in float32).
 #include <gtest/gtest.h>
 
@@ -29,7 +30,9 @@ struct Case {
   bool extremes = false;  // weights only -128 / 127, activations only their range's ends
 };
 
-// out: 0 float, 1 int32, 2 uint8, 3 int8 (requantised).
+// out: 0 float, 1 int32, 2 uint8, 3 int8 (requantised), 4 rescaled with a
+// bias and Relu, its range too, 5 rescaled without a bias and LeakyRelu,
+// 6 rescaled with Clip(-3, 40).
 void Check(Case cs, int threads, int out) {
   Int16ConvShape& s = cs.s;
   s.oh = (s.h + s.pad_top + s.pad_bottom - s.dh * (s.kh - 1) - 1) / s.sh + 1;
@@ -58,17 +61,28 @@ void Check(Case cs, int threads, int out) {
   ASSERT_TRUE(conv.Plan(s));
   conv.PackWeights(w.data());
   const std::int64_t ny = s.n * s.oh * s.ow * s.k;
-  std::vector<float> yf(ny, -1.f), scales(static_cast<std::size_t>(s.k));
+  std::vector<float> yf(ny, -1.f), scales(static_cast<std::size_t>(s.k)), rb(static_cast<std::size_t>(s.k));
   std::vector<std::int32_t> yi(ny, -1);
   std::vector<std::uint8_t> yq(ny, 0x5a);
   // Requantisation: scales around 1/2000 (some outputs saturate), per
   // channel, and a zero point inside the type's range.
   for (auto& v : scales) v = static_cast<float>(rnd() % 1000 + 1) * 1e-6f;
   const float qzp = out == 2 ? 100.f : -20.f;
+  for (auto& v : rb) v = static_cast<float>(rnd() % 2001 - 1000) * 0.01f;
+  float range_min = 7.f, range_max = -7.f;
   Int16ConvOut o;
-  if (out == 0) o.f = yf.data();
+  if (out == 0 || out >= 4) o.f = yf.data();
+  if (out >= 4) {
+    o.rescale = scales.data();
+    o.rbias = out == 5 ? nullptr : rb.data();
+    o.act = out == 4 ? 1 : out == 5 ? 2 : 3;
+    o.alpha = out == 5 ? 0.125f : -3.f;
+    o.beta = 40.f;
+    o.range_min = &range_min;
+    o.range_max = &range_max;
+  }
   if (out == 1) o.i = yi.data();
-  if (out >= 2) {
+  if (out == 2 || out == 3) {
     o.q = yq.data();
     o.q_signed = out == 3;
     o.scales = scales.data();
@@ -79,6 +93,7 @@ void Check(Case cs, int threads, int out) {
   conv.Run(xu.data(), cs.x_signed, cs.zp, bias.data(), o);
   UseThreads(1);
   std::int64_t bad = 0;
+  double want_min = 0, want_max = 0;
   for (std::int64_t b = 0; b < s.n; ++b)
     for (std::int64_t i = 0; i < s.oh; ++i)
       for (std::int64_t j = 0; j < s.ow; ++j)
@@ -101,6 +116,18 @@ void Check(Case cs, int threads, int out) {
             got = yf[at];
           } else if (out == 1) {
             got = yi[at];
+          } else if (out >= 4) {
+            // float(sum) * scale, + bias, each rounded in float32, then the activation.
+            volatile float v = static_cast<float>(sum) * scales[static_cast<std::size_t>(oc)];
+            if (out != 5) v = v + rb[static_cast<std::size_t>(oc)];
+            float r = v;
+            if (out == 4) r = r < 0.f ? 0.f : r;
+            if (out == 5) r = r < 0.f ? 0.125f * r : r;
+            if (out == 6) r = std::min(std::max(r, -3.f), 40.f);
+            want = r;
+            got = yf[at];
+            want_min = std::min(want_min, want);
+            want_max = std::max(want_max, want);
           } else {
             // saturate(round_half_even(float(sum) * scale) + zp), in float32 as the float32 route.
             const float v = static_cast<float>(sum) * scales[static_cast<std::size_t>(oc)];
@@ -114,6 +141,10 @@ void Check(Case cs, int threads, int out) {
           }
         }
   EXPECT_EQ(bad, 0);
+  if (out >= 4) {
+    EXPECT_EQ(range_min, static_cast<float>(want_min));
+    EXPECT_EQ(range_max, static_cast<float>(want_max));
+  }
 }
 
 Int16ConvShape Shape(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, std::int64_t k, std::int64_t kh,
@@ -142,7 +173,7 @@ TEST(Int16Conv, MatchesInt64Reference) {
   };
   for (const Case& c : cases) {
     for (int threads : {1, 2}) {
-      for (int out : {0, 1, 2, 3}) Check(c, threads, out);
+      for (int out : {0, 1, 2, 3, 4, 5, 6}) Check(c, threads, out);
     }
   }
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "backends/cpu/kernels/util.h"
@@ -29,17 +30,41 @@ constexpr int kRows = 4;
 // int32 row between chunks.
 constexpr I64 kChunkPairs = 256;
 
-enum class Mode { kFloat, kInt32, kUInt8, kInt8 };
+enum class Mode { kFloat, kInt32, kUInt8, kInt8, kRescale };
 
 // What a tile's last chunk stores, per panel: bias, scales (quantized
 // modes), the clamp bounds (the type's range minus the zero point) and
 // the zero point.
 struct Epilogue {
-  alignas(32) std::int32_t bias[kPanel];
-  alignas(32) float scale[kPanel];
+  // The panel's 16 values of each (padded with 0 past the channels).
+  const std::int32_t* bias = nullptr;
+  const float* scale = nullptr;
   float lo = 0.f, hi = 0.f;
   std::int32_t zp = 0;
+  // kRescale: the float bias (add), the activation, and the running
+  // minimum and maximum per lane of what was stored (range).
+  const float* fbias = nullptr;
+  bool add = false, range = false;
+  int act = 0;
+  float alpha = 0.f, beta = 0.f;
+  alignas(32) float rlo[8] = {}, rhi[8] = {};
 };
+
+// act(float(s) * scale [+ bias]), RescaleEpilogue's steps (no FMA: the
+// multiply and the add round separately; maxps/minps keep a NaN).
+KILN_AVX2 inline __m256 Rescale8(__m256i s, const float* scale, const float* bias, const Epilogue& ep) {
+  __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(scale));
+  if (ep.add) v = _mm256_add_ps(v, _mm256_loadu_ps(bias));
+  const __m256 zero = _mm256_setzero_ps();
+  if (ep.act == 1) {
+    v = _mm256_max_ps(zero, v);  // v < 0 ? 0 : v
+  } else if (ep.act == 2) {
+    v = _mm256_blendv_ps(v, _mm256_mul_ps(_mm256_set1_ps(ep.alpha), v), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+  } else if (ep.act == 3) {
+    v = _mm256_min_ps(_mm256_set1_ps(ep.beta), _mm256_max_ps(_mm256_set1_ps(ep.alpha), v));
+  }
+  return v;
+}
 
 // One chunk of the sums of up to R (<= 4) output pixels, a0 + r * rs being
 // pixel r's first value at tap 0, by one panel of 16 channels: taps
@@ -49,7 +74,7 @@ struct Epilogue {
 // partial sums to part.
 template <int R, Mode M>
 KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64 t1, I64 q0, I64 q1,
-                    const std::int16_t* b, bool first, bool last, std::int32_t* part, const Epilogue& ep, void* y,
+                    const std::int16_t* b, bool first, bool last, std::int32_t* part, Epilogue& ep, void* y,
                     I64 ldy, I64 cols) {
   __m256i c0[R], c1[R];
 #pragma GCC unroll 4
@@ -80,8 +105,8 @@ KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64
     }
     return;
   }
-  const __m256i bias0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(ep.bias));
-  const __m256i bias1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     const __m256i s0 = _mm256_add_epi32(c0[r], bias0), s1 = _mm256_add_epi32(c1[r], bias1);
@@ -96,6 +121,31 @@ KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64
         _mm256_store_ps(tmp, f0);
         _mm256_store_ps(tmp + 8, f1);
         std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
+      }
+    } else if constexpr (M == Mode::kRescale) {
+      float* o = static_cast<float*>(y) + r * ldy;
+      const __m256 f0 = Rescale8(s0, ep.scale, ep.fbias, ep), f1 = Rescale8(s1, ep.scale + 8, ep.fbias + 8, ep);
+      if (cols == kPanel) {
+        _mm256_storeu_ps(o, f0);
+        _mm256_storeu_ps(o + 8, f1);
+      } else {
+        alignas(32) float tmp[kPanel];
+        _mm256_store_ps(tmp, f0);
+        _mm256_store_ps(tmp + 8, f1);
+        std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
+      }
+      if (ep.range) {
+        // Padded channels hold act(0 * 0): harmless, as the range is of
+        // min(0, min) and max(0, max) and their value, with the stored ones
+        // in the same tile, lies within the stored ones' span or at 0.
+        // (minps / maxps keep the running value where the result is NaN.)
+        __m256 lo = _mm256_load_ps(ep.rlo), hi = _mm256_load_ps(ep.rhi);
+        lo = _mm256_min_ps(f0, lo);
+        hi = _mm256_max_ps(f0, hi);
+        lo = _mm256_min_ps(f1, lo);
+        hi = _mm256_max_ps(f1, hi);
+        _mm256_store_ps(ep.rlo, lo);
+        _mm256_store_ps(ep.rhi, hi);
       }
     } else if constexpr (M == Mode::kInt32) {
       std::int32_t* o = static_cast<std::int32_t*>(y) + r * ldy;
@@ -115,8 +165,8 @@ KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64
       // range, so the saturating packs only narrow.
       const __m256 lo = _mm256_set1_ps(ep.lo), hi = _mm256_set1_ps(ep.hi);
       const __m256i z = _mm256_set1_epi32(ep.zp);
-      const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_load_ps(ep.scale));
-      const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_load_ps(ep.scale + 8));
+      const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_loadu_ps(ep.scale));
+      const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_loadu_ps(ep.scale + 8));
       const __m256i q0v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v0, lo), hi)), z);
       const __m256i q1v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v1, lo), hi)), z);
       const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(q0v), _mm256_extracti128_si256(q0v, 1));
@@ -142,7 +192,7 @@ struct TileArgs {
   const std::int16_t* b;
   bool first, last;
   std::int32_t* part;
-  const Epilogue* ep;
+  Epilogue* ep;
   void* y;
   I64 ldy, cols;
 };
@@ -293,12 +343,42 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
       for (I64 q = 0; q < kp; q += kChunkPairs) ks.push_back({t, t + 1, q, std::min(kp, q + kChunkPairs), t * kp + q});
     }
   }
-  const Mode mode = out.f ? Mode::kFloat : out.i ? Mode::kInt32 : out.q_signed ? Mode::kInt8 : Mode::kUInt8;
+  const Mode mode = out.f ? (out.rescale ? Mode::kRescale : Mode::kFloat)
+                          : out.i ? Mode::kInt32 : out.q_signed ? Mode::kInt8 : Mode::kUInt8;
+  float range_lo = 0.f, range_hi = 0.f;
+  std::mutex range_mu;
+  // Per channel, padded to whole panels with 0: bias, the scale (of the
+  // requantisation or the rescale) and the rescale's bias.
+  thread_local std::vector<std::int32_t> pad_bias;  // the caller's; the workers get pointers
+  thread_local std::vector<float> pad_scale, pad_fbias;
+  const std::size_t padded = static_cast<std::size_t>(panels_ * kPanel);
+  pad_bias.assign(padded, 0);
+  pad_scale.assign(padded, 0.f);
+  pad_fbias.assign(padded, 0.f);
+  for (I64 c = 0; c < s.k; ++c) {
+    if (bias) pad_bias[c] = bias[c];
+    if (mode == Mode::kRescale) pad_scale[c] = out.rescale[c];
+    else if (out.scales) pad_scale[c] = out.scales[out.scale_count == 1 ? 0 : c];
+    if (out.rbias) pad_fbias[c] = out.rbias[c];
+  }
+  const std::int32_t* pb = pad_bias.data();
+  const float *ps = pad_scale.data(), *pf = pad_fbias.data();
+  // Where one chunk holds every panel's weights and they fit L1 (a small
+  // reduction: MobileNetV2's 16 -> 96 1x1 has 3 KiB), each tile of pixels
+  // runs every panel before the next tile, so that a pixel's channels are
+  // stored together; else each panel runs over the row's tiles (its
+  // weights stay in L1 while they do).
+  const bool tile_major = ks.size() == 1 && panels_ * panel_vals * 2 <= 16384;
   const I64 elem = mode == Mode::kUInt8 || mode == Mode::kInt8 ? 1 : 4;
   char* ybase = reinterpret_cast<char*>(out.f ? static_cast<void*>(out.f) : out.i ? static_cast<void*>(out.i) : out.q);
   const I64 rs = s.sw * cp;  // an output row's pixels in the image
   ParallelFor(rows * chunks, std::max<I64>(1, 50000 / unit_macs), [&](I64 u0, I64 u1) {
     Epilogue ep;
+    ep.add = out.rbias != nullptr;
+    ep.range = mode == Mode::kRescale && out.range_min;
+    ep.act = out.act;
+    ep.alpha = out.alpha;
+    ep.beta = out.beta;
     if (mode == Mode::kUInt8 || mode == Mode::kInt8) {
       const float qmin = mode == Mode::kUInt8 ? 0.f : -128.f, qmax = mode == Mode::kUInt8 ? 255.f : 127.f;
       ep.lo = qmin - out.zp;
@@ -315,34 +395,56 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
       const I64 b = row / s.oh, oh = row % s.oh;
       const I64 p0 = chunk * per_chunk, p1 = std::min(panels_, p0 + per_chunk);
       const std::int16_t* arow = img + ((b * hp + oh * s.sh) * wp) * cp;
-      for (I64 p = p0; p < p1; ++p) {
+      const I64 tiles_in_row = (s.ow + kRows - 1) / kRows;
+      // One tile by one panel over chunk ci.
+      auto run = [&](I64 p, std::size_t ci, I64 tile) {
         const I64 c0 = p * kPanel, cols = std::min(kPanel, s.k - c0);
-        for (I64 j = 0; j < kPanel; ++j) {
-          ep.bias[j] = bias && j < cols ? bias[c0 + j] : 0;
-          ep.scale[j] = out.scales && j < cols ? out.scales[out.scale_count == 1 ? 0 : c0 + j] : 0.f;
+        ep.bias = pb + c0;
+        ep.scale = ps + c0;
+        ep.fbias = pf + c0;
+        const Chunk& k = ks[ci];
+        const I64 ow = tile * kRows;
+        const int n = static_cast<int>(std::min<I64>(kRows, s.ow - ow));
+        const I64 yoff = (row * s.ow + ow) * s.k + c0;
+        const TileArgs g{arow + ow * rs, rs, tap_off_.data(), k.t0, k.t1, k.q0, k.q1,
+                         packed_.get() + p * panel_vals + k.off * 32, ci == 0, ci + 1 == ks.size(),
+                         ks.size() > 1 ? partial.data() + tile * kRows * kPanel : nullptr, &ep,
+                         ybase + yoff * elem, s.k, cols};
+        switch (mode) {
+          case Mode::kFloat: TileAny<Mode::kFloat>(n, g); break;
+          case Mode::kInt32: TileAny<Mode::kInt32>(n, g); break;
+          case Mode::kUInt8: TileAny<Mode::kUInt8>(n, g); break;
+          case Mode::kInt8: TileAny<Mode::kInt8>(n, g); break;
+          case Mode::kRescale: TileAny<Mode::kRescale>(n, g); break;
         }
-        const std::int16_t* bp = packed_.get() + p * panel_vals;
-        for (std::size_t ci = 0; ci < ks.size(); ++ci) {
-          const Chunk& k = ks[ci];
-          for (I64 tile = 0; tile < tiles; ++tile) {
-            const I64 ow = tile * kRows;
-            const int n = static_cast<int>(std::min<I64>(kRows, s.ow - ow));
-            const I64 yoff = (row * s.ow + ow) * s.k + c0;
-            const TileArgs g{arow + ow * rs, rs, tap_off_.data(), k.t0, k.t1, k.q0, k.q1, bp + k.off * 32,
-                             ci == 0, ci + 1 == ks.size(),
-                             ks.size() > 1 ? partial.data() + tile * kRows * kPanel : nullptr, &ep,
-                             ybase + yoff * elem, s.k, cols};
-            switch (mode) {
-              case Mode::kFloat: TileAny<Mode::kFloat>(n, g); break;
-              case Mode::kInt32: TileAny<Mode::kInt32>(n, g); break;
-              case Mode::kUInt8: TileAny<Mode::kUInt8>(n, g); break;
-              case Mode::kInt8: TileAny<Mode::kInt8>(n, g); break;
-            }
+      };
+      if (tile_major) {
+        for (I64 tile = 0; tile < tiles_in_row; ++tile) {
+          for (I64 p = p0; p < p1; ++p) run(p, 0, tile);
+        }
+      } else {
+        for (I64 p = p0; p < p1; ++p) {
+          for (std::size_t ci = 0; ci < ks.size(); ++ci) {
+            for (I64 tile = 0; tile < tiles_in_row; ++tile) run(p, ci, tile);
           }
         }
       }
     }
+    if (ep.range) {
+      float lo = 0.f, hi = 0.f;
+      for (int j = 0; j < 8; ++j) {
+        lo = ep.rlo[j] < lo ? ep.rlo[j] : lo;
+        hi = ep.rhi[j] > hi ? ep.rhi[j] : hi;
+      }
+      std::lock_guard<std::mutex> lock(range_mu);
+      range_lo = lo < range_lo ? lo : range_lo;
+      range_hi = hi > range_hi ? hi : range_hi;
+    }
   });
+  if (out.range_min) {
+    *out.range_min = range_lo;
+    *out.range_max = range_hi;
+  }
 }
 
 }  // namespace kiln::cpu

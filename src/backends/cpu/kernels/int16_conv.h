@@ -54,6 +54,18 @@ struct Int16ConvOut {
   const float* scales = nullptr;  // [k], or one value when scale_count is 1
   std::int64_t scale_count = 1;
   float zp = 0.f;
+  // With f and `rescale` ([k]): act(float(sum + bias) * rescale[c] +
+  // rbias[c]) instead (rbias [k] or null: no add), the multiply and the
+  // add rounded separately, act 0 none, 1 Relu, 2 LeakyRelu(alpha), 3
+  // Clip(alpha, beta): RescaleEpilogue's steps (ConvInteger with
+  // kiln.rescale). With range_min / range_max, also min(0, min) and
+  // max(0, max) of what was stored, NaNs skipped (device::ValueRange).
+  const float* rescale = nullptr;
+  const float* rbias = nullptr;
+  int act = 0;
+  float alpha = 0.f, beta = 0.f;
+  float* range_min = nullptr;
+  float* range_max = nullptr;
 };
 
 class Int16Conv {

@@ -717,6 +717,16 @@ bool OneDnnInt8Isa() {
       (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
   return ok;
 }
+// The int16-product kernel (int16_conv.h) runs convolutions and matrix
+// products without VNNI only where each output sums at least this many
+// products: below, its per-output epilogue (bias, conversion, scale,
+// clamp, store) outweighs its faster multiply-adds, and oneDNN's float32
+// kernels were faster. Per layer, MobileNetV2's 1x1s (Zen 4, oneDNN held
+// to AVX2, 1 thread, float32 route against the kernel): 16 -> 96 at
+// 112x112 408 against 677-849 us, 24 -> 144 at 56x56 197 against 286-296,
+// 32 -> 192 at 28x28 88 against 108-115, 64 -> 384 at 14x14 93 against 83-92,
+// 96 -> 576 205 against 175, 576 -> 96 200 against 148.
+constexpr std::int64_t kInt16MinReduction = 64;
 // $KILN_INT8_INT16=off: the float32 route where the int16-product kernel
 // would run (tests compare the two; A/B runs).
 bool Int16Enabled() {
@@ -1178,6 +1188,11 @@ class RescaleEpilogue {
     return Status::Ok();
   }
   bool has_bias() const { return bias_per_ >= 0; }
+  // The activation as RescaleAvx's `act` (0 none, 1 Relu, 2 LeakyRelu, 3
+  // Clip) and its attributes.
+  int act() const { return static_cast<int>(act_); }
+  float alpha() const { return alpha_; }
+  float beta() const { return beta_; }
   // This run's scale and bias, one per channel (a single value broadcast),
   // so the loops below run with unit strides and vectorize.
   void Load(const KernelArgs& a, std::int64_t channels, std::vector<float>& sv, std::vector<float>& bv) const {
@@ -1423,12 +1438,12 @@ class DnnlQConvKernel : public Kernel {
     // of x, about twice float32's multiply-adds a cycle where the CPU has
     // two vector multiply pipes. $KILN_INT8_INT16=off keeps the float32
     // route (for tests and A/B runs).
-    // Inputs of fewer than 8 channels (an RGB stem) stay on the float32
-    // route: oneDNN's direct convolution runs them as fast (ResNet-18's
-    // 7x7 stem) or twice as fast (MobileNetV2's 3x3 stride 2 one) as this
-    // kernel, whose pairs there are few and padded (Zen 4 with oneDNN held
-    // to AVX2, 1 thread).
-    if (f32_ && nhwc && group == 1 && x.size() == 4 && x[1] >= 8 && Int16ConvAvailable() && Int16Enabled()) {
+    // Only where each output sums at least kInt16MinReduction products
+    // (taps x channels) and there are 8 or more input channels (an RGB
+    // stem stays on the float32 route): below that the kernel's per-output
+    // epilogue outweighs its faster products.
+    if (f32_ && nhwc && group == 1 && x.size() == 4 && ws.size() == 4 && x[1] >= 8 &&
+        x[1] * ws[2] * ws[3] >= kInt16MinReduction && Int16ConvAvailable() && Int16Enabled()) {
       KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
       Int16ConvShape cs;
       cs.n = x[0], cs.c = x[1], cs.h = x[2], cs.w = x[3];
@@ -1639,8 +1654,19 @@ class DnnlQConvKernel : public Kernel {
       // ConvInteger (rescaled): float(sum) into the output, rescaled below;
       // QLinearConv: requantised as it is stored.
       Int16ConvOut o;
-      if (rescale_) {
+      thread_local std::vector<float> sv, bv;
+      if (rescale_) {  // act(float(sum) * S + B) as it is stored, and the range
+        epilogue_.Load(a, cout_, sv, bv);
         o.f = a.out_as<float>(0);
+        o.rescale = sv.data();
+        o.rbias = epilogue_.has_bias() ? bv.data() : nullptr;
+        o.act = epilogue_.act();
+        o.alpha = epilogue_.alpha();
+        o.beta = epilogue_.beta();
+        if (range_) {
+          o.range_min = &range_->min;
+          o.range_max = &range_->max;
+        }
       } else {
         o.q = a.out(0);
         o.q_signed = out_type_ == DType::kInt8;
@@ -1649,15 +1675,16 @@ class DnnlQConvKernel : public Kernel {
         o.zp = static_cast<float>(dst_zp_);
       }
       i16_->Run(x, x_type_ == DType::kInt8, src_zp_, bias_.empty() ? nullptr : bias_.data(), o);
-    } else {
-      RunOneDnn(a, x, y, s, src_buf, dst_buf, xf, yf);
+      if (range_) range_->valid = true;
+      return Status::Ok();
     }
+    RunOneDnn(a, x, y, s, src_buf, dst_buf, xf, yf);
     if (rescale_) {  // float(sum) -> act(float(sum) * S + B), in place
       thread_local std::vector<float> sv, bv;
       epilogue_.Load(a, cout_, sv, bv);
       epilogue_.ApplyInPlace(a.out_as<float>(0), sv.data(), bv.data(), y_outer_, cout_, y_inner_, nhwc_, range_.get());
     }
-    if (f32_ && !rescale_ && !i16_) {
+    if (f32_ && !rescale_) {
       if (nhwc_) Requantize(out_type_, yf.data(), a.out(0), y_batch_ * y_inner_, cout_, 1, scales_, static_cast<float>(dst_zp_));
       else Requantize(out_type_, yf.data(), a.out(0), y_batch_, cout_, y_inner_, scales_, static_cast<float>(dst_zp_));
     }
@@ -1791,7 +1818,7 @@ class DnnlQMatMulKernel : public Kernel {
     // primitive; its sums are exact (A's zero point subtracted as it
     // widens), so every form below takes them as the int8 route's with no
     // zero-point correction. $KILN_INT8_INT16=off keeps the float32 route.
-    if (f32_ && Int16ConvAvailable() && Int16Enabled()) {
+    if (f32_ && k >= kInt16MinReduction && Int16ConvAvailable() && Int16Enabled()) {
       Int16ConvShape cs;
       cs.n = cs.h = cs.oh = 1;
       cs.w = cs.ow = rows;
