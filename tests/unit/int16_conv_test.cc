@@ -7,7 +7,9 @@
 // carried between chunks of whole taps and of one tap's channels,
 // strides, dilations, asymmetric pads, batches, float, int32 and requantised
 // uint8 / int8 outputs (per-channel scales, saturating ends), rescaled
-// float outputs with each activation and the range they report,
+// float outputs with each activation and the range they report, Winograd
+// F(2x2, 3x3) and the direct kernel on every 3x3 case (part tiles, several
+// blocks, sums that wrap int32 inside the transform, the exact bound),
 // 1 and 2 threads, and sums past 2^24 (exact in int32, not in float32).
 #include <gtest/gtest.h>
 
@@ -28,12 +30,13 @@ struct Case {
   bool x_signed = false;
   std::int32_t zp = 0;
   bool extremes = false;  // weights only -128 / 127, activations only their range's ends
+  bool uniform = false;   // every activation 255 and weight -128: the largest sums
 };
 
 // out: 0 float, 1 int32, 2 uint8, 3 int8 (requantised), 4 rescaled with a
 // bias and Relu, its range too, 5 rescaled without a bias and LeakyRelu,
 // 6 rescaled with Clip(-3, 40).
-void Check(Case cs, int threads, int out) {
+void Check(Case cs, int threads, int out, bool winograd = true) {
   Int16ConvShape& s = cs.s;
   s.oh = (s.h + s.pad_top + s.pad_bottom - s.dh * (s.kh - 1) - 1) / s.sh + 1;
   s.ow = (s.w + s.pad_left + s.pad_right - s.dw * (s.kw - 1) - 1) / s.sw + 1;
@@ -41,7 +44,7 @@ void Check(Case cs, int threads, int out) {
                std::to_string(s.c) + " -> " + std::to_string(s.k) + " k" + std::to_string(s.kh) + "x" +
                std::to_string(s.kw) + " s" + std::to_string(s.sh) + " d" + std::to_string(s.dh) +
                (cs.x_signed ? " int8" : " uint8") + " zp " + std::to_string(cs.zp) + " threads " +
-               std::to_string(threads) + " out " + std::to_string(out));
+               std::to_string(threads) + " out " + std::to_string(out) + (winograd ? "" : " direct"));
   std::uint32_t seed = 7;
   auto rnd = [&] {
     seed = seed * 1664525u + 1013904223u;
@@ -51,14 +54,18 @@ void Check(Case cs, int threads, int out) {
   std::vector<std::uint8_t> xu(static_cast<std::size_t>(nx));
   std::vector<std::int8_t> w(static_cast<std::size_t>(nw));
   std::vector<std::int32_t> bias(static_cast<std::size_t>(s.k));
-  for (auto& v : xu) v = static_cast<std::uint8_t>(cs.extremes ? (rnd() % 2 ? 255 : 0) : rnd() % 256);
-  for (auto& v : w) v = static_cast<std::int8_t>(cs.extremes ? (rnd() % 2 ? 127 : -128) : rnd() % 256 - 128);
+  for (auto& v : xu) v = static_cast<std::uint8_t>(cs.uniform ? 255 : cs.extremes ? (rnd() % 2 ? 255 : 0) : rnd() % 256);
+  for (auto& v : w) {
+    v = static_cast<std::int8_t>(cs.uniform ? -128 : cs.extremes ? (rnd() % 2 ? 127 : -128) : rnd() % 256 - 128);
+  }
   for (auto& v : bias) v = rnd() % 20001 - 10000;
   auto xval = [&](std::int64_t i) -> std::int64_t {
     return cs.x_signed ? static_cast<std::int64_t>(static_cast<std::int8_t>(xu[i])) : xu[i];
   };
   Int16Conv conv;
-  ASSERT_TRUE(conv.Plan(s));
+  ASSERT_TRUE(conv.Plan(s, winograd));
+  EXPECT_EQ(conv.winograd(), winograd && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.dh == 1 && s.c >= 16 &&
+                                 s.k >= 16 && s.c <= 1827);
   conv.PackWeights(w.data());
   const std::int64_t ny = s.n * s.oh * s.ow * s.k;
   std::vector<float> yf(ny, -1.f), scales(static_cast<std::size_t>(s.k)), rb(static_cast<std::size_t>(s.k));
@@ -170,10 +177,20 @@ TEST(Int16Conv, MatchesInt64Reference) {
       {Shape(1, 15, 14, 3, 32, 3, 3, 2, 1, 1, 1, 1, 1), false, 114},  // 3 channels (padded to 4) 3x3 stride 2
       {Shape(2, 11, 9, 4, 20, 7, 5, 2, 1, 3, 2, 3, 2), true, -3},     // 7x5 window on 4 channels, batch 2
       {Shape(1, 9, 9, 7, 16, 3, 3, 1, 2, 2, 2, 2, 2), false, 0},      // 7 channels, dilation 2
+      // Winograd F(2x2, 3x3): odd output extents (part tiles), no pads,
+      // asymmetric pads, batch 2, channels off 16 (the transform's tail),
+      // output channels off the panel.
+      {Shape(1, 7, 9, 16, 16, 3, 3, 1, 1, 0, 0, 0, 0), false, 200},
+      {Shape(2, 10, 5, 34, 40, 3, 3, 1, 1, 2, 0, 1, 1), true, -100},
+      {Shape(1, 23, 21, 48, 33, 3, 3, 1, 1, 1, 1, 1, 1), false, 0},   // 132 tiles: several blocks
+      {Shape(1, 3, 4, 1900, 16, 3, 3, 1, 1, 1, 1, 1, 1), false, 9},   // past Winograd's exact bound: direct
   };
   for (const Case& c : cases) {
     for (int threads : {1, 2}) {
-      for (int out : {0, 1, 2, 3, 4, 5, 6}) Check(c, threads, out);
+      for (int out : {0, 1, 2, 3, 4, 5, 6}) {
+        Check(c, threads, out);
+        Check(c, threads, out, false);
+      }
     }
   }
 }
@@ -184,7 +201,12 @@ TEST(Int16Conv, SaturatingPairsAndSumsPastFloatAreExact) {
   // vpmaddubsw would saturate (255 * 127 * 2 > 32767), and with 9 * 512
   // products of up to 32640 the sums pass 2^24, where float32 would round.
   Case c{Shape(1, 4, 8, 512, 24, 3, 3, 1, 1, 1, 1, 1, 1), false, 0, true};
-  Check(c, 2, 1);
+  Check(c, 2, 1);         // Winograd: sums of transformed values wrap int32, the result does not
+  Check(c, 2, 1, false);  // direct
+  // Winograd at its bound: 1827 channels of 255 x -128, the centre
+  // output's sum 9 * 1827 * -32640 (just above -2^29: 4 y just above -2^31).
+  Case b{Shape(1, 3, 3, 1827, 16, 3, 3, 1, 1, 1, 1, 1, 1), false, 0, false, true};
+  Check(b, 1, 1);
   Case s{Shape(1, 3, 7, 256, 16, 1, 1, 1, 1, 0, 0, 0, 0), true, -128, true};  // int8 0/255 bytes: -1 and 0, zp -128
   Check(s, 1, 1);
 }

@@ -29,6 +29,12 @@ constexpr int kRows = 4;
 // the row's tiles run over them; the partial sums wait in a per-thread
 // int32 row between chunks.
 constexpr I64 kChunkPairs = 256;
+// Winograd F(2x2, 3x3): 16 transformed positions; at least 16 channels in
+// and out (the transforms' cost against the 2.25x fewer products), and at
+// most 1827 in: the exact result's bound below.
+constexpr I64 kXi = 16;
+constexpr I64 kWinoMinChannels = 16;
+constexpr I64 kWinoMaxChannels = 1827;
 
 enum class Mode { kFloat, kInt32, kUInt8, kInt8, kRescale };
 
@@ -64,6 +70,83 @@ KILN_AVX2 inline __m256 Rescale8(__m256i s, const float* scale, const float* bia
     v = _mm256_min_ps(_mm256_set1_ps(ep.beta), _mm256_max_ps(_mm256_set1_ps(ep.alpha), v));
   }
   return v;
+}
+
+// Stores one pixel's 16 channels of sums s0, s1 (bias added) as the mode
+// says, cols of them valid, at y.
+template <Mode M>
+KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, Epilogue& ep, void* y, I64 cols) {
+  if constexpr (M == Mode::kFloat) {
+    float* o = static_cast<float*>(y);
+    const __m256 f0 = _mm256_cvtepi32_ps(s0), f1 = _mm256_cvtepi32_ps(s1);
+    if (cols == kPanel) {
+      _mm256_storeu_ps(o, f0);
+      _mm256_storeu_ps(o + 8, f1);
+    } else {
+      alignas(32) float tmp[kPanel];
+      _mm256_store_ps(tmp, f0);
+      _mm256_store_ps(tmp + 8, f1);
+      std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
+    }
+  } else if constexpr (M == Mode::kRescale) {
+    float* o = static_cast<float*>(y);
+    const __m256 f0 = Rescale8(s0, ep.scale, ep.fbias, ep), f1 = Rescale8(s1, ep.scale + 8, ep.fbias + 8, ep);
+    if (cols == kPanel) {
+      _mm256_storeu_ps(o, f0);
+      _mm256_storeu_ps(o + 8, f1);
+    } else {
+      alignas(32) float tmp[kPanel];
+      _mm256_store_ps(tmp, f0);
+      _mm256_store_ps(tmp + 8, f1);
+      std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
+    }
+    if (ep.range) {
+      // Padded channels hold act(0 * 0): harmless, as the range is of
+      // min(0, min) and max(0, max) and their value, with the stored ones
+      // in the same tile, lies within the stored ones' span or at 0.
+      // (minps / maxps keep the running value where the result is NaN.)
+      __m256 lo = _mm256_load_ps(ep.rlo), hi = _mm256_load_ps(ep.rhi);
+      lo = _mm256_min_ps(f0, lo);
+      hi = _mm256_max_ps(f0, hi);
+      lo = _mm256_min_ps(f1, lo);
+      hi = _mm256_max_ps(f1, hi);
+      _mm256_store_ps(ep.rlo, lo);
+      _mm256_store_ps(ep.rhi, hi);
+    }
+  } else if constexpr (M == Mode::kInt32) {
+    std::int32_t* o = static_cast<std::int32_t*>(y);
+    if (cols == kPanel) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), s0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 8), s1);
+    } else {
+      alignas(32) std::int32_t tmp[kPanel];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), s0);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), s1);
+      std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(std::int32_t));
+    }
+  } else {
+    // float(sum) * scale, clamped to the bounds, rounded to nearest even
+    // (vcvtps2dq under the default rounding mode), plus the zero point:
+    // the float32 route's RequantLanes step for step. Within the type's
+    // range, so the saturating packs only narrow.
+    const __m256 lo = _mm256_set1_ps(ep.lo), hi = _mm256_set1_ps(ep.hi);
+    const __m256i z = _mm256_set1_epi32(ep.zp);
+    const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_loadu_ps(ep.scale));
+    const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_loadu_ps(ep.scale + 8));
+    const __m256i q0v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v0, lo), hi)), z);
+    const __m256i q1v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v1, lo), hi)), z);
+    const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(q0v), _mm256_extracti128_si256(q0v, 1));
+    const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(q1v), _mm256_extracti128_si256(q1v, 1));
+    const __m128i qb = M == Mode::kUInt8 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+    std::uint8_t* o = static_cast<std::uint8_t*>(y);
+    if (cols == kPanel) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), qb);
+    } else {
+      alignas(16) std::uint8_t tmp[kPanel];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), qb);
+      std::memcpy(o, tmp, static_cast<std::size_t>(cols));
+    }
+  }
 }
 
 // One chunk of the sums of up to R (<= 4) output pixels, a0 + r * rs being
@@ -107,80 +190,11 @@ KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64
   }
   const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
   const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  char* yb = static_cast<char*>(y);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    const __m256i s0 = _mm256_add_epi32(c0[r], bias0), s1 = _mm256_add_epi32(c1[r], bias1);
-    if constexpr (M == Mode::kFloat) {
-      float* o = static_cast<float*>(y) + r * ldy;
-      const __m256 f0 = _mm256_cvtepi32_ps(s0), f1 = _mm256_cvtepi32_ps(s1);
-      if (cols == kPanel) {
-        _mm256_storeu_ps(o, f0);
-        _mm256_storeu_ps(o + 8, f1);
-      } else {
-        alignas(32) float tmp[kPanel];
-        _mm256_store_ps(tmp, f0);
-        _mm256_store_ps(tmp + 8, f1);
-        std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
-      }
-    } else if constexpr (M == Mode::kRescale) {
-      float* o = static_cast<float*>(y) + r * ldy;
-      const __m256 f0 = Rescale8(s0, ep.scale, ep.fbias, ep), f1 = Rescale8(s1, ep.scale + 8, ep.fbias + 8, ep);
-      if (cols == kPanel) {
-        _mm256_storeu_ps(o, f0);
-        _mm256_storeu_ps(o + 8, f1);
-      } else {
-        alignas(32) float tmp[kPanel];
-        _mm256_store_ps(tmp, f0);
-        _mm256_store_ps(tmp + 8, f1);
-        std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
-      }
-      if (ep.range) {
-        // Padded channels hold act(0 * 0): harmless, as the range is of
-        // min(0, min) and max(0, max) and their value, with the stored ones
-        // in the same tile, lies within the stored ones' span or at 0.
-        // (minps / maxps keep the running value where the result is NaN.)
-        __m256 lo = _mm256_load_ps(ep.rlo), hi = _mm256_load_ps(ep.rhi);
-        lo = _mm256_min_ps(f0, lo);
-        hi = _mm256_max_ps(f0, hi);
-        lo = _mm256_min_ps(f1, lo);
-        hi = _mm256_max_ps(f1, hi);
-        _mm256_store_ps(ep.rlo, lo);
-        _mm256_store_ps(ep.rhi, hi);
-      }
-    } else if constexpr (M == Mode::kInt32) {
-      std::int32_t* o = static_cast<std::int32_t*>(y) + r * ldy;
-      if (cols == kPanel) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), s0);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 8), s1);
-      } else {
-        alignas(32) std::int32_t tmp[kPanel];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), s0);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 8), s1);
-        std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(std::int32_t));
-      }
-    } else {
-      // float(sum) * scale, clamped to the bounds, rounded to nearest even
-      // (vcvtps2dq under the default rounding mode), plus the zero point:
-      // the float32 route's RequantLanes step for step. Within the type's
-      // range, so the saturating packs only narrow.
-      const __m256 lo = _mm256_set1_ps(ep.lo), hi = _mm256_set1_ps(ep.hi);
-      const __m256i z = _mm256_set1_epi32(ep.zp);
-      const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_loadu_ps(ep.scale));
-      const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_loadu_ps(ep.scale + 8));
-      const __m256i q0v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v0, lo), hi)), z);
-      const __m256i q1v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v1, lo), hi)), z);
-      const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(q0v), _mm256_extracti128_si256(q0v, 1));
-      const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(q1v), _mm256_extracti128_si256(q1v, 1));
-      const __m128i qb = M == Mode::kUInt8 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
-      std::uint8_t* o = static_cast<std::uint8_t*>(y) + r * ldy;
-      if (cols == kPanel) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), qb);
-      } else {
-        alignas(16) std::uint8_t tmp[kPanel];
-        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), qb);
-        std::memcpy(o, tmp, static_cast<std::size_t>(cols));
-      }
-    }
+    Store16<M>(_mm256_add_epi32(c0[r], bias0), _mm256_add_epi32(c1[r], bias1), ep,
+               yb + r * ldy * static_cast<I64>(M == Mode::kUInt8 || M == Mode::kInt8 ? 1 : 4), cols);
   }
 }
 
@@ -237,6 +251,64 @@ KILN_AVX2 void WidenRow(const T* x, I64 w, I64 c, I64 cp, I64 left, I64 right, s
   std::fill(o, o + right * cp, std::int16_t{0});
 }
 
+Mode ModeOf(const Int16ConvOut& out) {
+  return out.f ? (out.rescale ? Mode::kRescale : Mode::kFloat)
+               : out.i ? Mode::kInt32 : out.q_signed ? Mode::kInt8 : Mode::kUInt8;
+}
+
+// A worker's epilogue state for `out` (its factors' pointers set per panel).
+Epilogue EpilogueOf(const Int16ConvOut& out) {
+  const Mode mode = ModeOf(out);
+  Epilogue ep;
+  ep.add = out.rbias != nullptr;
+  ep.range = mode == Mode::kRescale && out.range_min;
+  ep.act = out.act;
+  ep.alpha = out.alpha;
+  ep.beta = out.beta;
+  if (mode == Mode::kUInt8 || mode == Mode::kInt8) {
+    const float qmin = mode == Mode::kUInt8 ? 0.f : -128.f, qmax = mode == Mode::kUInt8 ? 255.f : 127.f;
+    ep.lo = qmin - out.zp;
+    ep.hi = qmax - out.zp;
+    ep.zp = static_cast<std::int32_t>(out.zp);
+  }
+  return ep;
+}
+
+// Folds a worker's range lanes into the run's.
+void MergeRange(const Epilogue& ep, std::mutex* mu, float* lo_all, float* hi_all) {
+  if (!ep.range) return;
+  float lo = 0.f, hi = 0.f;
+  for (int j = 0; j < 8; ++j) {
+    lo = ep.rlo[j] < lo ? ep.rlo[j] : lo;
+    hi = ep.rhi[j] > hi ? ep.rhi[j] : hi;
+  }
+  std::lock_guard<std::mutex> lock(*mu);
+  *lo_all = lo < *lo_all ? lo : *lo_all;
+  *hi_all = hi > *hi_all ? hi : *hi_all;
+}
+
+// Per channel, padded to whole panels with 0: bias, the scale (of the
+// requantisation or the rescale) and the rescale's bias. The calling
+// thread's (reused across runs); the workers get pointers.
+struct PanelFactors {
+  std::vector<std::int32_t> bias;
+  std::vector<float> scale, fbias;
+};
+const PanelFactors& Factors(I64 k, I64 panels, const std::int32_t* bias, const Int16ConvOut& out) {
+  thread_local PanelFactors f;
+  const std::size_t padded = static_cast<std::size_t>(panels * kPanel);
+  f.bias.assign(padded, 0);
+  f.scale.assign(padded, 0.f);
+  f.fbias.assign(padded, 0.f);
+  for (I64 c = 0; c < k; ++c) {
+    if (bias) f.bias[c] = bias[c];
+    if (out.rescale) f.scale[c] = out.rescale[c];
+    else if (out.scales) f.scale[c] = out.scales[out.scale_count == 1 ? 0 : c];
+    if (out.rbias) f.fbias[c] = out.rbias[c];
+  }
+  return f;
+}
+
 }  // namespace
 
 bool Int16ConvAvailable() {
@@ -244,7 +316,7 @@ bool Int16ConvAvailable() {
   return ok;
 }
 
-bool Int16Conv::Plan(const Int16ConvShape& s) {
+bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
   s_ = s;
   for (I64 v : {s.n, s.h, s.w, s.c, s.k, s.oh, s.ow, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw}) {
     if (v <= 0) return false;
@@ -259,9 +331,27 @@ bool Int16Conv::Plan(const Int16ConvShape& s) {
   }
   // Every window lies in the padded image (the output extents follow from
   // the input's and the pads; a shape that says otherwise is refused).
-  if ((s.oh - 1) * s.sh + (s.kh - 1) * s.dh >= hp_ || (s.ow - 1) * s.sw + (s.kw - 1) * s.dw >= wp_) return false;
+  I64 reach_h = 0, reach_w = 0, span_h = 0, span_w = 0;
+  if (!CheckedMul(s.oh - 1, s.sh, &reach_h) || !CheckedMul(s.kh - 1, s.dh, &span_h) ||
+      !CheckedAdd(reach_h, span_h, &reach_h) || !CheckedMul(s.ow - 1, s.sw, &reach_w) ||
+      !CheckedMul(s.kw - 1, s.dw, &span_w) || !CheckedAdd(reach_w, span_w, &reach_w) || reach_h >= hp_ ||
+      reach_w >= wp_) {
+    return false;
+  }
   cp_ = s.c + (s.c & 1);
   taps_ = taps;
+  // Winograd F(2x2, 3x3): 3x3, stride 1, no dilation, enough channels for
+  // the transforms to pay, and few enough for the exact bound. Its 4x4
+  // input tiles start at even rows and columns: the image grows to whole
+  // tiles (zero rows and columns past the pads).
+  wino_ = winograd && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
+          s.c >= kWinoMinChannels && s.k >= kWinoMinChannels && s.c <= kWinoMaxChannels;
+  if (wino_) {
+    th_ = (s.oh + 1) / 2;
+    tw_ = (s.ow + 1) / 2;
+    hp_ = std::max(hp_, 2 * th_ + 2);
+    wp_ = std::max(wp_, 2 * tw_ + 2);
+  }
   if (!CheckedMul(s.n, hp_, &image_) || !CheckedMul(image_, wp_, &image_) || !CheckedMul(image_, cp_, &image_)) {
     return false;
   }
@@ -269,7 +359,7 @@ bool Int16Conv::Plan(const Int16ConvShape& s) {
   kp_ = cp_ / 2;
   panels_ = (s.k + kPanel - 1) / kPanel;
   I64 packed = 0;
-  if (!CheckedMul(panels_ * kPanel, taps_, &packed) || !CheckedMul(packed, cp_, &packed) ||
+  if (!CheckedMul(panels_ * kPanel, wino_ ? kXi : taps_, &packed) || !CheckedMul(packed, cp_, &packed) ||
       !CheckedMul(packed, 2, &bytes) || bytes > kMaxTensorBytes) {
     return false;
   }
@@ -281,6 +371,10 @@ bool Int16Conv::Plan(const Int16ConvShape& s) {
 }
 
 void Int16Conv::PackWeights(const std::int8_t* w) {
+  if (wino_) {
+    PackWinograd(w);
+    return;
+  }
   const I64 pairs = taps_ * kp_;  // pairs per panel
   const std::size_t count = static_cast<std::size_t>(panels_ * pairs * 2 * kPanel);  // Plan bounded the bytes
   packed_.reset(static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64)));
@@ -316,10 +410,15 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
         continue;
       }
       const I64 off = ((b * s.h + ih) * s.w) * s.c;
-      if (x_signed) WidenRow(static_cast<const std::int8_t*>(x) + off, s.w, s.c, cp, s.pad_left, s.pad_right, x_zp, o);
-      else WidenRow(static_cast<const std::uint8_t*>(x) + off, s.w, s.c, cp, s.pad_left, s.pad_right, x_zp, o);
+      const I64 right = wp - s.w - s.pad_left;  // the pad, and Winograd's whole tiles
+      if (x_signed) WidenRow(static_cast<const std::int8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
+      else WidenRow(static_cast<const std::uint8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
     }
   });
+  if (wino_) {
+    RunWinograd(img, bias, out);
+    return;
+  }
   // Work units: output rows times chunks of panels, enough units for the
   // threads where there are few rows (7x7 maps, a matrix product's one row).
   const I64 rows = s.n * s.oh;
@@ -343,26 +442,12 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
       for (I64 q = 0; q < kp; q += kChunkPairs) ks.push_back({t, t + 1, q, std::min(kp, q + kChunkPairs), t * kp + q});
     }
   }
-  const Mode mode = out.f ? (out.rescale ? Mode::kRescale : Mode::kFloat)
-                          : out.i ? Mode::kInt32 : out.q_signed ? Mode::kInt8 : Mode::kUInt8;
+  const Mode mode = ModeOf(out);
   float range_lo = 0.f, range_hi = 0.f;
   std::mutex range_mu;
-  // Per channel, padded to whole panels with 0: bias, the scale (of the
-  // requantisation or the rescale) and the rescale's bias.
-  thread_local std::vector<std::int32_t> pad_bias;  // the caller's; the workers get pointers
-  thread_local std::vector<float> pad_scale, pad_fbias;
-  const std::size_t padded = static_cast<std::size_t>(panels_ * kPanel);
-  pad_bias.assign(padded, 0);
-  pad_scale.assign(padded, 0.f);
-  pad_fbias.assign(padded, 0.f);
-  for (I64 c = 0; c < s.k; ++c) {
-    if (bias) pad_bias[c] = bias[c];
-    if (mode == Mode::kRescale) pad_scale[c] = out.rescale[c];
-    else if (out.scales) pad_scale[c] = out.scales[out.scale_count == 1 ? 0 : c];
-    if (out.rbias) pad_fbias[c] = out.rbias[c];
-  }
-  const std::int32_t* pb = pad_bias.data();
-  const float *ps = pad_scale.data(), *pf = pad_fbias.data();
+  const PanelFactors& fac = Factors(s.k, panels_, bias, out);
+  const std::int32_t* pb = fac.bias.data();
+  const float *ps = fac.scale.data(), *pf = fac.fbias.data();
   // Where one chunk holds every panel's weights and they fit L1 (a small
   // reduction: MobileNetV2's 16 -> 96 1x1 has 3 KiB), each tile of pixels
   // runs every panel before the next tile, so that a pixel's channels are
@@ -373,18 +458,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   char* ybase = reinterpret_cast<char*>(out.f ? static_cast<void*>(out.f) : out.i ? static_cast<void*>(out.i) : out.q);
   const I64 rs = s.sw * cp;  // an output row's pixels in the image
   ParallelFor(rows * chunks, std::max<I64>(1, 50000 / unit_macs), [&](I64 u0, I64 u1) {
-    Epilogue ep;
-    ep.add = out.rbias != nullptr;
-    ep.range = mode == Mode::kRescale && out.range_min;
-    ep.act = out.act;
-    ep.alpha = out.alpha;
-    ep.beta = out.beta;
-    if (mode == Mode::kUInt8 || mode == Mode::kInt8) {
-      const float qmin = mode == Mode::kUInt8 ? 0.f : -128.f, qmax = mode == Mode::kUInt8 ? 255.f : 127.f;
-      ep.lo = qmin - out.zp;
-      ep.hi = qmax - out.zp;
-      ep.zp = static_cast<std::int32_t>(out.zp);
-    }
+    Epilogue ep = EpilogueOf(out);
     thread_local std::vector<std::int32_t> partial;  // a row's partial sums between chunks
     const I64 tiles = (s.ow + kRows - 1) / kRows;
     if (ks.size() > 1 && partial.size() < static_cast<std::size_t>(tiles * kRows * kPanel)) {
@@ -430,16 +504,234 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
         }
       }
     }
-    if (ep.range) {
-      float lo = 0.f, hi = 0.f;
-      for (int j = 0; j < 8; ++j) {
-        lo = ep.rlo[j] < lo ? ep.rlo[j] : lo;
-        hi = ep.rhi[j] > hi ? ep.rhi[j] : hi;
+    MergeRange(ep, &range_mu, &range_lo, &range_hi);
+  });
+  if (out.range_min) {
+    *out.range_min = range_lo;
+    *out.range_max = range_hi;
+  }
+}
+
+// Winograd F(2x2, 3x3) in integers (Lavin & Gray, 2016), exact:
+//   B^T = [1  0 -1  0]   2G = [2  0 0]   A^T = [1 1  1  0]
+//         [0  1  1  0]        [1  1 1]         [0 1 -1 -1]
+//         [0 -1  1  0]        [1 -1 1]
+//         [0  1  0 -1]        [0  0 2]
+// V = B^T d B of each 4x4 input tile (x - x_zp: |V| <= 4 * 255, int16),
+// U' = (2G) g (2G)^T = 4 G g G^T of each 3x3 filter (|U'| <= 9 * 128,
+// int16), M[xi] = sum over channels of V[xi] U'[xi] (vpmaddwd pairs of at
+// most 2 * 1020 * 1152, int32 sums), and A^T M A = 4 y for the 2x2 output
+// tile. Every step but the last is a ring operation, so modulo 2^32 (where
+// the sums wrap) the result is 4 y exactly; while |4 y| < 2^31, i.e. |y| <
+// 2^29, it is 4 y itself and an arithmetic shift by 2 gives y. |y| <= 9 *
+// c * 255 * 128 = 293760 c, under 2^29 for c <= 1827 (kWinoMaxChannels).
+// The products per output drop from 9 to 4 per channel (16 per 2x2 tile).
+void Int16Conv::PackWinograd(const std::int8_t* w) {
+  const I64 kp = kp_;
+  const std::size_t count = static_cast<std::size_t>(kXi * panels_ * kp * 2 * kPanel);
+  packed_.reset(static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64)));
+  if (!packed_) throw std::bad_alloc();
+  std::int16_t* packed = packed_.get();
+  std::fill(packed, packed + count, std::int16_t{0});
+  for (I64 o = 0; o < s_.k; ++o) {
+    const I64 p = o / kPanel, col = o % kPanel;
+    for (I64 ch = 0; ch < s_.c; ++ch) {
+      const std::int8_t* g = w + (o * s_.c + ch) * 9;
+      int t[4][3];  // (2G) g
+      for (int j = 0; j < 3; ++j) {
+        t[0][j] = 2 * g[j];
+        t[1][j] = g[j] + g[3 + j] + g[6 + j];
+        t[2][j] = g[j] - g[3 + j] + g[6 + j];
+        t[3][j] = 2 * g[6 + j];
       }
-      std::lock_guard<std::mutex> lock(range_mu);
-      range_lo = lo < range_lo ? lo : range_lo;
-      range_hi = hi > range_hi ? hi : range_hi;
+      for (int i = 0; i < 4; ++i) {
+        const int u[4] = {2 * t[i][0], t[i][0] + t[i][1] + t[i][2], t[i][0] - t[i][1] + t[i][2], 2 * t[i][2]};
+        for (int j = 0; j < 4; ++j) {
+          const I64 xi = i * 4 + j;
+          const I64 dst = (((xi * panels_ + p) * kp + ch / 2) * kPanel + col) * 2 + (ch & 1);
+          packed[dst] = static_cast<std::int16_t>(u[j]);  // |u| <= 1152
+        }
+      }
     }
+  }
+}
+
+namespace {
+
+// V = B^T d B for one tile, 16 channels at a time (cp a multiple of 16; a
+// tail of pairs done one lane at a time). d: the tile's top-left value in
+// the image (rows wp * cp apart, pixels cp apart); v: V[0] of this tile,
+// the 16 positions `vstride` values apart.
+KILN_AVX2 void InputTile(const std::int16_t* d, I64 row, I64 cp, std::int16_t* v, I64 vstride) {
+  I64 ch = 0;
+  for (; ch + 16 <= cp; ch += 16) {
+    __m256i t[4][4];
+    for (int r = 0; r < 4; ++r) {
+      const std::int16_t* p = d + r * row + ch;
+      const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + cp));
+      const __m256i d2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * cp));
+      const __m256i d3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 3 * cp));
+      t[r][0] = _mm256_sub_epi16(d0, d2);
+      t[r][1] = _mm256_add_epi16(d1, d2);
+      t[r][2] = _mm256_sub_epi16(d2, d1);
+      t[r][3] = _mm256_sub_epi16(d1, d3);
+    }
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v0 = _mm256_sub_epi16(t[0][j], t[2][j]), v1 = _mm256_add_epi16(t[1][j], t[2][j]);
+      const __m256i v2 = _mm256_sub_epi16(t[2][j], t[1][j]), v3 = _mm256_sub_epi16(t[1][j], t[3][j]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + (0 * 4 + j) * vstride + ch), v0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + (1 * 4 + j) * vstride + ch), v1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + (2 * 4 + j) * vstride + ch), v2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + (3 * 4 + j) * vstride + ch), v3);
+    }
+  }
+  for (; ch < cp; ++ch) {
+    int t[4][4];
+    for (int r = 0; r < 4; ++r) {
+      const std::int16_t* p = d + r * row + ch;
+      t[r][0] = p[0] - p[2 * cp];
+      t[r][1] = p[cp] + p[2 * cp];
+      t[r][2] = p[2 * cp] - p[cp];
+      t[r][3] = p[cp] - p[3 * cp];
+    }
+    for (int j = 0; j < 4; ++j) {
+      v[(0 * 4 + j) * vstride + ch] = static_cast<std::int16_t>(t[0][j] - t[2][j]);
+      v[(1 * 4 + j) * vstride + ch] = static_cast<std::int16_t>(t[1][j] + t[2][j]);
+      v[(2 * 4 + j) * vstride + ch] = static_cast<std::int16_t>(t[2][j] - t[1][j]);
+      v[(3 * 4 + j) * vstride + ch] = static_cast<std::int16_t>(t[1][j] - t[3][j]);
+    }
+  }
+}
+
+// A^T M A >> 2 for 8 channels: m[xi] (16 vectors) -> y[dy * 2 + dx].
+KILN_AVX2 inline void OutputTile8(const std::int32_t* m, I64 mstride, __m256i y[4]) {
+  __m256i s[4][2];
+  for (int r = 0; r < 4; ++r) {
+    const __m256i m0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + (r * 4 + 0) * mstride));
+    const __m256i m1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + (r * 4 + 1) * mstride));
+    const __m256i m2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + (r * 4 + 2) * mstride));
+    const __m256i m3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + (r * 4 + 3) * mstride));
+    s[r][0] = _mm256_add_epi32(_mm256_add_epi32(m0, m1), m2);
+    s[r][1] = _mm256_sub_epi32(_mm256_sub_epi32(m1, m2), m3);
+  }
+  for (int j = 0; j < 2; ++j) {
+    y[j] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(s[0][j], s[1][j]), s[2][j]), 2);
+    y[2 + j] = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_sub_epi32(s[1][j], s[2][j]), s[3][j]), 2);
+  }
+}
+
+// The output transform of `nt` tiles (first tile index t0) for panel p
+// (M: [16 positions][tb tiles][16 channels]), bias added, stored as the
+// mode says.
+template <Mode M>
+KILN_AVX2 void OutputTiles(const std::int32_t* mbuf, I64 tb, I64 nt, I64 t0, I64 p, const Int16ConvShape& s, I64 th,
+                           I64 tw, const std::int32_t* pb, const float* ps, const float* pf, Epilogue& ep,
+                           char* ybase) {
+  constexpr I64 elem = M == Mode::kUInt8 || M == Mode::kInt8 ? 1 : 4;
+  const I64 c0 = p * kPanel, cols = std::min(kPanel, s.k - c0);
+  ep.bias = pb + c0;
+  ep.scale = ps + c0;
+  ep.fbias = pf + c0;
+  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  for (I64 i = 0; i < nt; ++i) {
+    const I64 t = t0 + i, b = t / (th * tw), ti = t / tw % th, tj = t % tw;
+    const std::int32_t* m = mbuf + i * kPanel;
+    __m256i lo[4], hi[4];
+    OutputTile8(m, tb * kPanel, lo);
+    OutputTile8(m + 8, tb * kPanel, hi);
+    for (int q = 0; q < 4; ++q) {
+      const I64 oy = 2 * ti + q / 2, ox = 2 * tj + q % 2;
+      if (oy >= s.oh || ox >= s.ow) continue;
+      const I64 off = ((b * s.oh + oy) * s.ow + ox) * s.k + c0;
+      Store16<M>(_mm256_add_epi32(lo[q], bias0), _mm256_add_epi32(hi[q], bias1), ep, ybase + off * elem, cols);
+    }
+  }
+}
+
+}  // namespace
+
+void Int16Conv::RunWinograd(const std::int16_t* img, const std::int32_t* bias, const Int16ConvOut& out) const {
+  const Int16ConvShape& s = s_;
+  const I64 cp = cp_, kp = kp_, tiles = s.n * th_ * tw_;
+  // Work units: blocks of tiles times chunks of panels. A block's V
+  // (16 x tiles x cp int16) stays within about 384 KiB (L2), 4 to 128
+  // tiles: each (position, panel) of weights is read once per block; M is
+  // one panel's (16 x tiles x 16 int32), transformed back before the next.
+  // With several threads, enough units for them: chunks of panels before
+  // smaller blocks (a chunk computes its block's V again, which costs less
+  // than reading the weights again).
+  // Blocks of equal size (within a tile), and a unit count that is a
+  // multiple of the threads where the panels allow: ParallelFor gives each
+  // thread a run of whole units (ResNet-18's 14x14 layer in blocks of 48 and
+  // 1 tile ran no faster on two threads than on one).
+  const int threads = NumThreads();
+  const I64 want = threads > 1 ? 4 * threads : 1;
+  const I64 tb_max = std::clamp<I64>(393216 / (kXi * 2 * cp) / kRows * kRows, kRows, 128);
+  const I64 blocks = (tiles + tb_max - 1) / tb_max;
+  const I64 tb = (tiles + blocks - 1) / blocks;
+  I64 chunks = blocks >= want ? 1 : std::min(panels_, (want + blocks - 1) / blocks);
+  while (threads > 1 && (blocks * chunks) % threads != 0 && chunks < panels_) ++chunks;
+  // Panels per chunk as even as they go (the first panels_ % chunks get one more).
+  const I64 base_panels = panels_ / chunks, extra_panels = panels_ % chunks;
+  const Mode mode = ModeOf(out);
+  float range_lo = 0.f, range_hi = 0.f;
+  std::mutex range_mu;
+  const PanelFactors& fac = Factors(s.k, panels_, bias, out);
+  const std::int32_t* pb = fac.bias.data();
+  const float *ps = fac.scale.data(), *pf = fac.fbias.data();
+  char* ybase = reinterpret_cast<char*>(out.f ? static_cast<void*>(out.f) : out.i ? static_cast<void*>(out.i) : out.q);
+  // Chunks of the channel pairs (partial sums kept between them).
+  std::vector<std::pair<I64, I64>> qs;
+  for (I64 q = 0; q < kp; q += kChunkPairs) qs.emplace_back(q, std::min(kp, q + kChunkPairs));
+  static const I64 kZeroTap = 0;
+  alignas(32) static const std::int32_t kZeros[kPanel] = {};
+  ParallelFor(blocks * chunks, 1, [&](I64 u0, I64 u1) {
+    thread_local std::vector<std::int16_t> vbuf;
+    thread_local std::vector<std::int32_t> mbuf, partial;
+    if (vbuf.size() < static_cast<std::size_t>(kXi * tb * cp)) vbuf.resize(static_cast<std::size_t>(kXi * tb * cp));
+    if (mbuf.size() < static_cast<std::size_t>(kXi * tb * kPanel)) mbuf.resize(static_cast<std::size_t>(kXi * tb * kPanel));
+    if (qs.size() > 1 && partial.size() < static_cast<std::size_t>(tb * kPanel)) {
+      partial.resize(static_cast<std::size_t>(tb * kPanel));
+    }
+    Epilogue sums;  // the products' stores: int32, no bias
+    sums.bias = kZeros;
+    Epilogue ep = EpilogueOf(out);
+    for (I64 u = u0; u < u1; ++u) {
+      const I64 block = u / chunks, chunk = u % chunks;
+      const I64 t0 = block * tb, nt = std::min(tb, tiles - t0);
+      const I64 p0 = chunk * base_panels + std::min(chunk, extra_panels);
+      const I64 p1 = p0 + base_panels + (chunk < extra_panels ? 1 : 0);
+      if (p0 >= p1) continue;
+      for (I64 i = 0; i < nt; ++i) {
+        const I64 t = t0 + i, b = t / (th_ * tw_), ti = t / tw_ % th_, tj = t % tw_;
+        InputTile(img + ((b * hp_ + 2 * ti) * wp_ + 2 * tj) * cp, wp_ * cp, cp, vbuf.data() + i * cp, tb * cp);
+      }
+      for (I64 p = p0; p < p1; ++p) {
+        for (I64 xi = 0; xi < kXi; ++xi) {
+          const std::int16_t* bp = packed_.get() + (xi * panels_ + p) * kp * 2 * kPanel;
+          for (std::size_t ci = 0; ci < qs.size(); ++ci) {
+            for (I64 g = 0; g < nt; g += kRows) {
+              const int n = static_cast<int>(std::min<I64>(kRows, nt - g));
+              const TileArgs a{vbuf.data() + (xi * tb + g) * cp, cp, &kZeroTap, 0, 1, qs[ci].first, qs[ci].second,
+                               bp + qs[ci].first * 2 * kPanel, ci == 0, ci + 1 == qs.size(),
+                               qs.size() > 1 ? partial.data() + g * kPanel : nullptr, &sums,
+                               mbuf.data() + (xi * tb + g) * kPanel, kPanel, kPanel};
+              TileAny<Mode::kInt32>(n, a);
+            }
+          }
+        }
+        switch (mode) {
+          case Mode::kFloat: OutputTiles<Mode::kFloat>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
+          case Mode::kInt32: OutputTiles<Mode::kInt32>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
+          case Mode::kUInt8: OutputTiles<Mode::kUInt8>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
+          case Mode::kInt8: OutputTiles<Mode::kInt8>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
+          case Mode::kRescale: OutputTiles<Mode::kRescale>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
+        }
+      }
+    }
+    MergeRange(ep, &range_mu, &range_lo, &range_hi);
   });
   if (out.range_min) {
     *out.range_min = range_lo;

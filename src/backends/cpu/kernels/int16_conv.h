@@ -72,7 +72,10 @@ class Int16Conv {
  public:
   // False where the padded image or the packed weights would pass
   // kMaxTensorBytes (checked arithmetic) or a dimension is not positive.
-  bool Plan(const Int16ConvShape& s);
+  // `winograd`: 3x3 stride-1 convolutions of 16 to 1827 input channels
+  // (and 16+ output channels) run as Winograd F(2x2, 3x3) in integers
+  // (see int16_conv.cc); false: always the direct kernel.
+  bool Plan(const Int16ConvShape& s, bool winograd = true);
   // w: OIHW [k, c, kh, kw], each value w - w_zp within [-128, 127] (int8
   // as is, uint8 with zero point 128 shifted by the caller).
   void PackWeights(const std::int8_t* w);
@@ -82,12 +85,18 @@ class Int16Conv {
   void Run(const void* x, bool x_signed, std::int32_t x_zp, const std::int32_t* bias, const Int16ConvOut& out) const;
 
   const Int16ConvShape& shape() const { return s_; }
+  bool winograd() const { return wino_; }
 
  private:
   Int16ConvShape s_;
   // cp_: values per pixel of the image (c rounded up to even); taps_ /
   // kp_: the window's taps and the channel pairs per tap.
   std::int64_t cp_ = 0, hp_ = 0, wp_ = 0, panels_ = 0, taps_ = 0, kp_ = 0, image_ = 0;
+  // Winograd: its output tiles down and across.
+  bool wino_ = false;
+  std::int64_t th_ = 0, tw_ = 0;
+  void PackWinograd(const std::int8_t* w);
+  void RunWinograd(const std::int16_t* img, const std::int32_t* bias, const Int16ConvOut& out) const;
   std::vector<std::int64_t> tap_off_;  // per tap, its offset in the image (int16 values)
   // 64-byte aligned: a weight vector split over two cache lines (half of
   // them from a 16-byte aligned vector) costs two loads.

@@ -733,6 +733,12 @@ bool Int16Enabled() {
   const char* env = std::getenv("KILN_INT8_INT16");
   return !(env && std::string(env) == "off");
 }
+// $KILN_INT8_WINOGRAD=off: the int16 kernel's direct form for 3x3 stride-1
+// convolutions too, where it would run Winograd F(2x2, 3x3).
+bool Int16WinogradEnabled() {
+  const char* env = std::getenv("KILN_INT8_WINOGRAD");
+  return !(env && std::string(env) == "off");
+}
 bool Int8PairsExact(const HostTensor& w, bool u8w, DType x_type) {
   if (ExactInt8Isa()) return true;
   if (!OneDnnInt8Isa() || x_type != DType::kUInt8) return false;
@@ -1452,8 +1458,8 @@ class DnnlQConvKernel : public Kernel {
       cs.pad_top = cw.pads_begin[0], cs.pad_left = cw.pads_begin[1];
       cs.pad_bottom = cw.pads_end[0], cs.pad_right = cw.pads_end[1];
       auto conv = std::make_shared<Int16Conv>();
-      if (y.size() == 4 && ws.size() == 4 && ws[1] == x[1] && conv->Plan(cs)) {
-        std::string key = std::string("qconv-i16:") + (u8w ? "u8" : "s8");
+      if (y.size() == 4 && ws.size() == 4 && ws[1] == x[1] && conv->Plan(cs, Int16WinogradEnabled())) {
+        std::string key = std::string(conv->winograd() ? "qconv-i16-wino:" : "qconv-i16:") + (u8w ? "u8" : "s8");
         for (std::int64_t v : {cs.n, cs.h, cs.w, cs.c, cs.k, cs.oh, cs.ow, cs.kh, cs.kw, cs.sh, cs.sw, cs.dh, cs.dw,
                                cs.pad_top, cs.pad_left, cs.pad_bottom, cs.pad_right}) {
           key += ":" + std::to_string(v);
