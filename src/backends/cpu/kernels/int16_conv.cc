@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <type_traits>
 
 #include "backends/cpu/kernels/util.h"
 #include "common/checked.h"
@@ -72,34 +73,40 @@ KILN_AVX2 inline __m256 Rescale8(__m256i s, const float* scale, const float* bia
   return v;
 }
 
+// 16 floats at o, cols of them.
+KILN_AVX2 inline void StoreFloats16(float* o, __m256 f0, __m256 f1, I64 cols) {
+  if (cols == kPanel) {
+    _mm256_storeu_ps(o, f0);
+    _mm256_storeu_ps(o + 8, f1);
+  } else {
+    alignas(32) float tmp[kPanel];
+    _mm256_store_ps(tmp, f0);
+    _mm256_store_ps(tmp + 8, f1);
+    std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
+  }
+}
+
+// Calls f(std::integral_constant<Mode, m>) for the run's mode.
+template <typename F>
+void WithMode(Mode m, F&& f) {
+  switch (m) {
+    case Mode::kFloat: f(std::integral_constant<Mode, Mode::kFloat>{}); break;
+    case Mode::kInt32: f(std::integral_constant<Mode, Mode::kInt32>{}); break;
+    case Mode::kUInt8: f(std::integral_constant<Mode, Mode::kUInt8>{}); break;
+    case Mode::kInt8: f(std::integral_constant<Mode, Mode::kInt8>{}); break;
+    case Mode::kRescale: f(std::integral_constant<Mode, Mode::kRescale>{}); break;
+  }
+}
+
 // Stores one pixel's 16 channels of sums s0, s1 (bias added) as the mode
 // says, cols of them valid, at y.
 template <Mode M>
 KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, Epilogue& ep, void* y, I64 cols) {
   if constexpr (M == Mode::kFloat) {
-    float* o = static_cast<float*>(y);
-    const __m256 f0 = _mm256_cvtepi32_ps(s0), f1 = _mm256_cvtepi32_ps(s1);
-    if (cols == kPanel) {
-      _mm256_storeu_ps(o, f0);
-      _mm256_storeu_ps(o + 8, f1);
-    } else {
-      alignas(32) float tmp[kPanel];
-      _mm256_store_ps(tmp, f0);
-      _mm256_store_ps(tmp + 8, f1);
-      std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
-    }
+    StoreFloats16(static_cast<float*>(y), _mm256_cvtepi32_ps(s0), _mm256_cvtepi32_ps(s1), cols);
   } else if constexpr (M == Mode::kRescale) {
-    float* o = static_cast<float*>(y);
     const __m256 f0 = Rescale8(s0, ep.scale, ep.fbias, ep), f1 = Rescale8(s1, ep.scale + 8, ep.fbias + 8, ep);
-    if (cols == kPanel) {
-      _mm256_storeu_ps(o, f0);
-      _mm256_storeu_ps(o + 8, f1);
-    } else {
-      alignas(32) float tmp[kPanel];
-      _mm256_store_ps(tmp, f0);
-      _mm256_store_ps(tmp + 8, f1);
-      std::memcpy(o, tmp, static_cast<std::size_t>(cols) * sizeof(float));
-    }
+    StoreFloats16(static_cast<float*>(y), f0, f1, cols);
     if (ep.range) {
       // Padded channels hold act(0 * 0): harmless, as the range is of
       // min(0, min) and max(0, max) and their value, with the stored ones
@@ -370,17 +377,20 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
   return true;
 }
 
+std::int16_t* Int16Conv::Allocate(std::size_t count) {
+  packed_.reset(static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64)));
+  if (!packed_) throw std::bad_alloc();
+  std::fill(packed_.get(), packed_.get() + count, std::int16_t{0});
+  return packed_.get();
+}
+
 void Int16Conv::PackWeights(const std::int8_t* w) {
   if (wino_) {
     PackWinograd(w);
     return;
   }
   const I64 pairs = taps_ * kp_;  // pairs per panel
-  const std::size_t count = static_cast<std::size_t>(panels_ * pairs * 2 * kPanel);  // Plan bounded the bytes
-  packed_.reset(static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64)));
-  if (!packed_) throw std::bad_alloc();
-  std::int16_t* packed = packed_.get();
-  std::fill(packed, packed + count, std::int16_t{0});
+  std::int16_t* packed = Allocate(static_cast<std::size_t>(panels_ * pairs * 2 * kPanel));  // Plan bounded the bytes
   for (I64 o = 0; o < s_.k; ++o) {
     const I64 p = o / kPanel, col = o % kPanel;
     for (I64 ch = 0; ch < s_.c; ++ch) {
@@ -484,13 +494,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
                          packed_.get() + p * panel_vals + k.off * 32, ci == 0, ci + 1 == ks.size(),
                          ks.size() > 1 ? partial.data() + tile * kRows * kPanel : nullptr, &ep,
                          ybase + yoff * elem, s.k, cols};
-        switch (mode) {
-          case Mode::kFloat: TileAny<Mode::kFloat>(n, g); break;
-          case Mode::kInt32: TileAny<Mode::kInt32>(n, g); break;
-          case Mode::kUInt8: TileAny<Mode::kUInt8>(n, g); break;
-          case Mode::kInt8: TileAny<Mode::kInt8>(n, g); break;
-          case Mode::kRescale: TileAny<Mode::kRescale>(n, g); break;
-        }
+        WithMode(mode, [&](auto m) { TileAny<decltype(m)::value>(n, g); });
       };
       if (tile_major) {
         for (I64 tile = 0; tile < tiles_in_row; ++tile) {
@@ -528,11 +532,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
 // The products per output drop from 9 to 4 per channel (16 per 2x2 tile).
 void Int16Conv::PackWinograd(const std::int8_t* w) {
   const I64 kp = kp_;
-  const std::size_t count = static_cast<std::size_t>(kXi * panels_ * kp * 2 * kPanel);
-  packed_.reset(static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64)));
-  if (!packed_) throw std::bad_alloc();
-  std::int16_t* packed = packed_.get();
-  std::fill(packed, packed + count, std::int16_t{0});
+  std::int16_t* packed = Allocate(static_cast<std::size_t>(kXi * panels_ * kp * 2 * kPanel));
   for (I64 o = 0; o < s_.k; ++o) {
     const I64 p = o / kPanel, col = o % kPanel;
     for (I64 ch = 0; ch < s_.c; ++ch) {
@@ -722,13 +722,9 @@ void Int16Conv::RunWinograd(const std::int16_t* img, const std::int32_t* bias, c
             }
           }
         }
-        switch (mode) {
-          case Mode::kFloat: OutputTiles<Mode::kFloat>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
-          case Mode::kInt32: OutputTiles<Mode::kInt32>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
-          case Mode::kUInt8: OutputTiles<Mode::kUInt8>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
-          case Mode::kInt8: OutputTiles<Mode::kInt8>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
-          case Mode::kRescale: OutputTiles<Mode::kRescale>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase); break;
-        }
+        WithMode(mode, [&](auto m) {
+          OutputTiles<decltype(m)::value>(mbuf.data(), tb, nt, t0, p, s, th_, tw_, pb, ps, pf, ep, ybase);
+        });
       }
     }
     MergeRange(ep, &range_mu, &range_lo, &range_hi);

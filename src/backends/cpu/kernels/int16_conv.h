@@ -96,6 +96,7 @@ class Int16Conv {
   bool wino_ = false;
   std::int64_t th_ = 0, tw_ = 0;
   void PackWinograd(const std::int8_t* w);
+  std::int16_t* Allocate(std::size_t count);  // packed_: count zeros, 64-byte aligned
   void RunWinograd(const std::int16_t* img, const std::int32_t* bias, const Int16ConvOut& out) const;
   std::vector<std::int64_t> tap_off_;  // per tap, its offset in the image (int16 values)
   // 64-byte aligned: a weight vector split over two cache lines (half of
