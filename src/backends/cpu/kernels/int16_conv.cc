@@ -316,6 +316,32 @@ const PanelFactors& Factors(I64 k, I64 panels, const std::int32_t* bias, const I
   return f;
 }
 
+// What both forms of a run share: the mode, the padded factors, where the
+// output goes, and the range gathered from the workers.
+struct OutState {
+  OutState(const Int16ConvOut& out, I64 k, I64 panels, const std::int32_t* bias)
+      : mode(ModeOf(out)),
+        fac(Factors(k, panels, bias, out)),
+        pb(fac.bias.data()),
+        ps(fac.scale.data()),
+        pf(fac.fbias.data()),
+        ybase(reinterpret_cast<char*>(out.f ? static_cast<void*>(out.f) : out.i ? static_cast<void*>(out.i) : out.q)) {}
+  void Merge(const Epilogue& ep) { MergeRange(ep, &mu, &lo, &hi); }
+  void Finish(const Int16ConvOut& out) const {
+    if (out.range_min) {
+      *out.range_min = lo;
+      *out.range_max = hi;
+    }
+  }
+  const Mode mode;
+  const PanelFactors& fac;
+  const std::int32_t* pb;
+  const float *ps, *pf;
+  char* ybase;
+  float lo = 0.f, hi = 0.f;
+  std::mutex mu;
+};
+
 }  // namespace
 
 bool Int16ConvAvailable() {
@@ -452,12 +478,10 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
       for (I64 q = 0; q < kp; q += kChunkPairs) ks.push_back({t, t + 1, q, std::min(kp, q + kChunkPairs), t * kp + q});
     }
   }
-  const Mode mode = ModeOf(out);
-  float range_lo = 0.f, range_hi = 0.f;
-  std::mutex range_mu;
-  const PanelFactors& fac = Factors(s.k, panels_, bias, out);
-  const std::int32_t* pb = fac.bias.data();
-  const float *ps = fac.scale.data(), *pf = fac.fbias.data();
+  OutState st(out, s.k, panels_, bias);
+  const Mode mode = st.mode;
+  const std::int32_t* pb = st.pb;
+  const float *ps = st.ps, *pf = st.pf;
   // Where one chunk holds every panel's weights and they fit L1 (a small
   // reduction: MobileNetV2's 16 -> 96 1x1 has 3 KiB), each tile of pixels
   // runs every panel before the next tile, so that a pixel's channels are
@@ -465,7 +489,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   // weights stay in L1 while they do).
   const bool tile_major = ks.size() == 1 && panels_ * panel_vals * 2 <= 16384;
   const I64 elem = mode == Mode::kUInt8 || mode == Mode::kInt8 ? 1 : 4;
-  char* ybase = reinterpret_cast<char*>(out.f ? static_cast<void*>(out.f) : out.i ? static_cast<void*>(out.i) : out.q);
+  char* ybase = st.ybase;
   const I64 rs = s.sw * cp;  // an output row's pixels in the image
   ParallelFor(rows * chunks, std::max<I64>(1, 50000 / unit_macs), [&](I64 u0, I64 u1) {
     Epilogue ep = EpilogueOf(out);
@@ -508,12 +532,9 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
         }
       }
     }
-    MergeRange(ep, &range_mu, &range_lo, &range_hi);
+    st.Merge(ep);
   });
-  if (out.range_min) {
-    *out.range_min = range_lo;
-    *out.range_max = range_hi;
-  }
+  st.Finish(out);
 }
 
 // Winograd F(2x2, 3x3) in integers (Lavin & Gray, 2016), exact:
@@ -675,13 +696,11 @@ void Int16Conv::RunWinograd(const std::int16_t* img, const std::int32_t* bias, c
   while (threads > 1 && (blocks * chunks) % threads != 0 && chunks < panels_) ++chunks;
   // Panels per chunk as even as they go (the first panels_ % chunks get one more).
   const I64 base_panels = panels_ / chunks, extra_panels = panels_ % chunks;
-  const Mode mode = ModeOf(out);
-  float range_lo = 0.f, range_hi = 0.f;
-  std::mutex range_mu;
-  const PanelFactors& fac = Factors(s.k, panels_, bias, out);
-  const std::int32_t* pb = fac.bias.data();
-  const float *ps = fac.scale.data(), *pf = fac.fbias.data();
-  char* ybase = reinterpret_cast<char*>(out.f ? static_cast<void*>(out.f) : out.i ? static_cast<void*>(out.i) : out.q);
+  OutState st(out, s.k, panels_, bias);
+  const Mode mode = st.mode;
+  const std::int32_t* pb = st.pb;
+  const float *ps = st.ps, *pf = st.pf;
+  char* ybase = st.ybase;
   // Chunks of the channel pairs (partial sums kept between them).
   std::vector<std::pair<I64, I64>> qs;
   for (I64 q = 0; q < kp; q += kChunkPairs) qs.emplace_back(q, std::min(kp, q + kChunkPairs));
@@ -727,12 +746,9 @@ void Int16Conv::RunWinograd(const std::int16_t* img, const std::int32_t* bias, c
         });
       }
     }
-    MergeRange(ep, &range_mu, &range_lo, &range_hi);
+    st.Merge(ep);
   });
-  if (out.range_min) {
-    *out.range_min = range_lo;
-    *out.range_max = range_hi;
-  }
+  st.Finish(out);
 }
 
 }  // namespace kiln::cpu
