@@ -1221,7 +1221,7 @@ class RescaleEpilogue {
                     std::int64_t inner, bool channels_last, device::ValueRange* range = nullptr) const {
     // Values per thread at least (a fork costs a few us): 16K, so the
     // rescale of a 14x14 map of 384 or 576 channels is split over two threads
-    // (dynamic MobileNetV2, Zen 4, 2 threads: those ConvIntegers 0.79-0.89 of
+    // (dynamic MobileNetV2, Zen 4, 2 threads: those ConvIntegers 0.79-0.91 of
     // their time with 64K, where it ran on one).
     constexpr std::int64_t kGrain = 16384;
     float mn = 0.f, mx = 0.f;
