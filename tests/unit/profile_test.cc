@@ -67,7 +67,9 @@ TEST(Profile, EveryTaskIsTimedPerRun) {
     ASSERT_EQ(t.spans_us.size(), 3u) << t.node;
     for (std::size_t r = 0; r < 3; ++r) {
       EXPECT_GE(t.spans_us[r].second, 0.0);
-      if (r > 0) EXPECT_GT(t.spans_us[r].first, t.spans_us[r - 1].first) << t.node;
+      if (r > 0) {
+        EXPECT_GT(t.spans_us[r].first, t.spans_us[r - 1].first) << t.node;
+      }
     }
   }
   // Within a run the relu starts after the conv ended.
