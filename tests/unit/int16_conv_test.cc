@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct Case {
   std::int32_t zp = 0;
   bool extremes = false;  // weights only -128 / 127, activations only their range's ends
   bool uniform = false;   // every activation 255 and weight -128: the largest sums
+  // Requantisation (out 2 and 3): its scales times this, and its zero
+  // point where not NaN (else 100 for uint8, -20 for int8).
+  float scale_mul = 1.f;
+  float qzp = std::numeric_limits<float>::quiet_NaN();
 };
 
 // out: 0 float, 1 int32, 2 uint8, 3 int8 (requantised), 4 rescaled with a
@@ -73,8 +78,8 @@ void Check(Case cs, int threads, int out, bool winograd = true) {
   std::vector<std::uint8_t> yq(ny, 0x5a);
   // Requantisation: scales around 1/2000 (some outputs saturate), per
   // channel, and a zero point inside the type's range.
-  for (auto& v : scales) v = static_cast<float>(rnd() % 1000 + 1) * 1e-6f;
-  const float qzp = out == 2 ? 100.f : -20.f;
+  for (auto& v : scales) v = static_cast<float>(rnd() % 1000 + 1) * 1e-6f * (out == 2 || out == 3 ? cs.scale_mul : 1.f);
+  const float qzp = !std::isnan(cs.qzp) ? cs.qzp : out == 2 ? 100.f : -20.f;
   for (auto& v : rb) v = static_cast<float>(rnd() % 2001 - 1000) * 0.01f;
   float range_min = 7.f, range_max = -7.f;
   Int16ConvOut o;
@@ -177,6 +182,12 @@ TEST(Int16Conv, MatchesInt64Reference) {
       {Shape(1, 15, 14, 3, 32, 3, 3, 2, 1, 1, 1, 1, 1), false, 114},  // 3 channels (padded to 4) 3x3 stride 2
       {Shape(2, 11, 9, 4, 20, 7, 5, 2, 1, 3, 2, 3, 2), true, -3},     // 7x5 window on 4 channels, batch 2
       {Shape(1, 9, 9, 7, 16, 3, 3, 1, 2, 2, 2, 2, 2), false, 0},      // 7 channels, dilation 2
+      // Small reductions (every panel of a pixel tile in turn): 1x1 of 16
+      // channels to 96 over rows of 4 + 4 + 2 pixels, 8 channels to 24
+      // (half a panel), 3x3 of 8 channels stride 2.
+      {Shape(1, 3, 10, 16, 96, 1, 1, 1, 1, 0, 0, 0, 0), false, 37},
+      {Shape(2, 5, 7, 8, 24, 1, 1, 1, 1, 0, 0, 0, 0), true, 0},
+      {Shape(1, 9, 11, 8, 16, 3, 3, 2, 1, 1, 1, 1, 1), false, 255},
       // Winograd F(2x2, 3x3): odd output extents (part tiles), no pads,
       // asymmetric pads, batch 2, channels off 16 (the transform's tail),
       // output channels off the panel.
@@ -209,6 +220,27 @@ TEST(Int16Conv, SaturatingPairsAndSumsPastFloatAreExact) {
   Check(b, 1, 1);
   Case s{Shape(1, 3, 7, 256, 16, 1, 1, 1, 1, 0, 0, 0, 0), true, -128, true};  // int8 0/255 bytes: -1 and 0, zp -128
   Check(s, 1, 1);
+}
+
+TEST(Int16Conv, RequantisationSaturatesFarPastTheTypesRange) {
+  if (!Int16ConvAvailable()) GTEST_SKIP() << "no AVX2";
+  // Scales up to 1e6 put float(sum) * scale far past +-2^31 (where the
+  // conversion to int32 fails) on both sides; zero points at each end of
+  // the types' ranges. uint8 (out 2) and int8 (out 3), direct and Winograd.
+  for (float zp : {0.f, 255.f, -128.f, 127.f}) {
+    for (float mul : {1.f, 1e3f, 1e9f}) {
+      const int out = zp == 0.f || zp == 255.f ? 2 : 3;
+      Case c{Shape(1, 6, 7, 16, 20, 3, 3, 1, 1, 1, 1, 1, 1), false, 90};
+      c.scale_mul = mul;
+      c.qzp = zp;
+      Check(c, 1, out);
+      Check(c, 1, out, false);
+      Case d{Shape(1, 4, 9, 16, 32, 1, 1, 1, 1, 0, 0, 0, 0), true, 0};
+      d.scale_mul = mul;
+      d.qzp = zp;
+      Check(d, 2, out);
+    }
+  }
 }
 
 TEST(Int16Conv, PlanRefusesWindowsOutsideTheImageAndEmptyShapes) {

@@ -40,13 +40,13 @@ constexpr I64 kWinoMaxChannels = 1827;
 enum class Mode { kFloat, kInt32, kUInt8, kInt8, kRescale };
 
 // What a tile's last chunk stores, per panel: bias, scales (quantized
-// modes), the clamp bounds (the type's range minus the zero point) and
-// the zero point.
+// modes), the upper clamp bound (the type's maximum minus the zero point)
+// and the zero point.
 struct Epilogue {
   // The panel's 16 values of each (padded with 0 past the channels).
   const std::int32_t* bias = nullptr;
   const float* scale = nullptr;
-  float lo = 0.f, hi = 0.f;
+  float hi = 0.f;
   std::int32_t zp = 0;
   // kRescale: the float bias (add), the activation, and the running
   // minimum and maximum per lane of what was stored (range).
@@ -100,8 +100,10 @@ void WithMode(Mode m, F&& f) {
 
 // Stores one pixel's 16 channels of sums s0, s1 (bias added) as the mode
 // says, cols of them valid, at y.
+// (Quantized modes: qhi the upper bound ep.hi, qzp ep.zp in each int16
+// lane, set once by the caller.)
 template <Mode M>
-KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, Epilogue& ep, void* y, I64 cols) {
+KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, Epilogue& ep, void* y, I64 cols, __m256 qhi, __m256i qzp) {
   if constexpr (M == Mode::kFloat) {
     StoreFloats16(static_cast<float*>(y), _mm256_cvtepi32_ps(s0), _mm256_cvtepi32_ps(s1), cols);
   } else if constexpr (M == Mode::kRescale) {
@@ -134,17 +136,20 @@ KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, Epilogue& ep, void* y, I64
   } else {
     // float(sum) * scale, clamped to the bounds, rounded to nearest even
     // (vcvtps2dq under the default rounding mode), plus the zero point:
-    // the float32 route's RequantLanes step for step. Within the type's
-    // range, so the saturating packs only narrow.
-    const __m256 lo = _mm256_set1_ps(ep.lo), hi = _mm256_set1_ps(ep.hi);
-    const __m256i z = _mm256_set1_epi32(ep.zp);
+    // the float32 route's RequantLanes step for step, in fewer steps. The
+    // upper clamp comes before the conversion (past 2^31 it would give
+    // INT_MIN); the lower one is the saturation of the packs and the
+    // add: below lo, round(v) + zp lies below the type's minimum
+    // whether or not int16 saturated it first (zp within [-128, 255]),
+    // and the bounds are integers, so clamping before or after rounding
+    // agree. packs_epi32 interleaves the two vectors' 128-bit halves;
+    // the permute puts channels 0-15 back in order.
     const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_loadu_ps(ep.scale));
     const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_loadu_ps(ep.scale + 8));
-    const __m256i q0v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v0, lo), hi)), z);
-    const __m256i q1v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v1, lo), hi)), z);
-    const __m128i w0 = _mm_packs_epi32(_mm256_castsi256_si128(q0v), _mm256_extracti128_si256(q0v, 1));
-    const __m128i w1 = _mm_packs_epi32(_mm256_castsi256_si128(q1v), _mm256_extracti128_si256(q1v, 1));
-    const __m128i qb = M == Mode::kUInt8 ? _mm_packus_epi16(w0, w1) : _mm_packs_epi16(w0, w1);
+    const __m256i r0 = _mm256_cvtps_epi32(_mm256_min_ps(v0, qhi)), r1 = _mm256_cvtps_epi32(_mm256_min_ps(v1, qhi));
+    const __m256i w = _mm256_adds_epi16(_mm256_permute4x64_epi64(_mm256_packs_epi32(r0, r1), 0xD8), qzp);
+    const __m128i wl = _mm256_castsi256_si128(w), wh = _mm256_extracti128_si256(w, 1);
+    const __m128i qb = M == Mode::kUInt8 ? _mm_packus_epi16(wl, wh) : _mm_packs_epi16(wl, wh);
     std::uint8_t* o = static_cast<std::uint8_t*>(y);
     if (cols == kPanel) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o), qb);
@@ -163,14 +168,17 @@ KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, Epilogue& ep, void* y, I64
 // store the results (Mode) to y (ldy values apart, cols valid), else the
 // partial sums to part.
 template <int R, Mode M>
-KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64 t1, I64 q0, I64 q1,
+KILN_AVX2 inline __attribute__((always_inline)) void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64 t1, I64 q0, I64 q1,
                     const std::int16_t* b, bool first, bool last, std::int32_t* part, Epilogue& ep, void* y,
                     I64 ldy, I64 cols) {
+  // The first chunk starts from the bias (the sums wrap alike either way).
   __m256i c0[R], c1[R];
+  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
+  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    c0[r] = first ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel));
-    c1[r] = first ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel + 8));
+    c0[r] = first ? bias0 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel));
+    c1[r] = first ? bias1 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel + 8));
   }
   for (I64 t = t0; t < t1; ++t) {
     const std::int16_t* a = a0 + toff[t];
@@ -195,15 +203,37 @@ KILN_AVX2 void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64
     }
     return;
   }
-  const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
-  const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
   char* yb = static_cast<char*>(y);
+  const __m256 qhi = _mm256_set1_ps(ep.hi);
+  const __m256i qzp = _mm256_set1_epi16(static_cast<std::int16_t>(ep.zp));
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    Store16<M>(_mm256_add_epi32(c0[r], bias0), _mm256_add_epi32(c1[r], bias1), ep,
-               yb + r * ldy * static_cast<I64>(M == Mode::kUInt8 || M == Mode::kInt8 ? 1 : 4), cols);
+    Store16<M>(c0[r], c1[r], ep, yb + r * ldy * static_cast<I64>(M == Mode::kUInt8 || M == Mode::kInt8 ? 1 : 4), cols,
+               qhi, qzp);
   }
 }
+
+// A chunk of a panel's (tap, channel pair) sequence; off: its first pair
+// in the panel.
+struct Chunk {
+  I64 t0, t1, q0, q1, off;
+};
+
+// What the direct form's work units share.
+struct RowJob {
+  const Int16ConvShape& s;
+  const std::int16_t* img;
+  const std::int16_t* packed;
+  const I64* toff;
+  const Chunk* ks;
+  I64 nks;
+  I64 hp, wp, cp, rs, chunks, per_chunk, panels, panel_vals;
+  bool tile_major;
+  const std::int32_t* pb;
+  const float *ps, *pf;
+  char* ybase;
+  I64 elem;
+};
 
 struct TileArgs {
   const std::int16_t* a0;
@@ -229,6 +259,55 @@ KILN_AVX2 void TileAny(int rows, const TileArgs& g) {
     default: KILN_I16_TILE(1); break;
   }
 #undef KILN_I16_TILE
+}
+
+// Work units [u0, u1) (output rows times chunks of panels) in mode M: full
+// tiles of kRows pixels call Tile<kRows, M> directly, so that a small
+// reduction (MobileNetV2's 16 -> 96 1x1: 8 channel pairs a tile) does not
+// pay a dispatch per tile and panel.
+template <Mode M>
+KILN_AVX2 void RunUnits(const RowJob& j, I64 u0, I64 u1, Epilogue& ep, std::int32_t* partial) {
+  const Int16ConvShape& s = j.s;
+  const I64 tiles = (s.ow + kRows - 1) / kRows, full = s.ow / kRows;
+  const I64 ldy = s.k;
+  for (I64 u = u0; u < u1; ++u) {
+    const I64 row = u / j.chunks, chunk = u % j.chunks;
+    const I64 b = row / s.oh, oh = row % s.oh;
+    const I64 p0 = chunk * j.per_chunk, p1 = std::min(j.panels, p0 + j.per_chunk);
+    const std::int16_t* arow = j.img + ((b * j.hp + oh * s.sh) * j.wp) * j.cp;
+    char* yrow = j.ybase + row * s.ow * s.k * j.elem;
+    // One tile by one panel over chunk ci.
+    auto run = [&](I64 p, I64 ci, I64 tile) __attribute__((always_inline, target("avx2"))) {
+      const I64 c0 = p * kPanel, cols = std::min(kPanel, s.k - c0);
+      ep.bias = j.pb + c0;
+      ep.scale = j.ps + c0;
+      ep.fbias = j.pf + c0;
+      const Chunk& k = j.ks[ci];
+      const I64 ow = tile * kRows;
+      const std::int16_t* bw = j.packed + p * j.panel_vals + k.off * 32;
+      std::int32_t* part = j.nks > 1 ? partial + tile * kRows * kPanel : nullptr;
+      void* y = yrow + (ow * s.k + c0) * j.elem;
+      if (tile < full) {
+        Tile<kRows, M>(arow + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks, part, ep,
+                       y, ldy, cols);
+      } else {
+        const TileArgs g{arow + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks, part,
+                         &ep, y, ldy, cols};
+        TileAny<M>(static_cast<int>(s.ow - ow), g);
+      }
+    };
+    if (j.tile_major) {
+      for (I64 tile = 0; tile < tiles; ++tile) {
+        for (I64 p = p0; p < p1; ++p) run(p, 0, tile);
+      }
+    } else {
+      for (I64 p = p0; p < p1; ++p) {
+        for (I64 ci = 0; ci < j.nks; ++ci) {
+          for (I64 tile = 0; tile < tiles; ++tile) run(p, ci, tile);
+        }
+      }
+    }
+  }
 }
 
 // One row of the padded image: w values of c channels (x - zp) between
@@ -273,8 +352,7 @@ Epilogue EpilogueOf(const Int16ConvOut& out) {
   ep.alpha = out.alpha;
   ep.beta = out.beta;
   if (mode == Mode::kUInt8 || mode == Mode::kInt8) {
-    const float qmin = mode == Mode::kUInt8 ? 0.f : -128.f, qmax = mode == Mode::kUInt8 ? 255.f : 127.f;
-    ep.lo = qmin - out.zp;
+    const float qmax = mode == Mode::kUInt8 ? 255.f : 127.f;
     ep.hi = qmax - out.zp;
     ep.zp = static_cast<std::int32_t>(out.zp);
   }
@@ -466,9 +544,6 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   const I64 unit_macs = std::max<I64>(1, s.ow * per_chunk * kPanel * taps_ * cp);
   // The chunks of each panel's (tap, channel pair) sequence: whole taps
   // while they fit kChunkPairs, else one tap's pairs in pieces.
-  struct Chunk {
-    I64 t0, t1, q0, q1, off;  // off: the chunk's first pair in the panel
-  };
   std::vector<Chunk> ks;
   if (kp <= kChunkPairs) {
     const I64 per = std::max<I64>(1, kChunkPairs / kp);
@@ -491,6 +566,10 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   const I64 elem = mode == Mode::kUInt8 || mode == Mode::kInt8 ? 1 : 4;
   char* ybase = st.ybase;
   const I64 rs = s.sw * cp;  // an output row's pixels in the image
+  const RowJob job{s,        img,          packed_.get(), tap_off_.data(), ks.data(), static_cast<I64>(ks.size()),
+                   hp,       wp,           cp,            rs,              chunks,    per_chunk,
+                   panels_,  panel_vals,   tile_major,    pb,              ps,        pf,
+                   ybase,    elem};
   ParallelFor(rows * chunks, std::max<I64>(1, 50000 / unit_macs), [&](I64 u0, I64 u1) {
     Epilogue ep = EpilogueOf(out);
     thread_local std::vector<std::int32_t> partial;  // a row's partial sums between chunks
@@ -498,40 +577,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
     if (ks.size() > 1 && partial.size() < static_cast<std::size_t>(tiles * kRows * kPanel)) {
       partial.resize(static_cast<std::size_t>(tiles * kRows * kPanel));
     }
-    for (I64 u = u0; u < u1; ++u) {
-      const I64 row = u / chunks, chunk = u % chunks;
-      const I64 b = row / s.oh, oh = row % s.oh;
-      const I64 p0 = chunk * per_chunk, p1 = std::min(panels_, p0 + per_chunk);
-      const std::int16_t* arow = img + ((b * hp + oh * s.sh) * wp) * cp;
-      const I64 tiles_in_row = (s.ow + kRows - 1) / kRows;
-      // One tile by one panel over chunk ci.
-      auto run = [&](I64 p, std::size_t ci, I64 tile) {
-        const I64 c0 = p * kPanel, cols = std::min(kPanel, s.k - c0);
-        ep.bias = pb + c0;
-        ep.scale = ps + c0;
-        ep.fbias = pf + c0;
-        const Chunk& k = ks[ci];
-        const I64 ow = tile * kRows;
-        const int n = static_cast<int>(std::min<I64>(kRows, s.ow - ow));
-        const I64 yoff = (row * s.ow + ow) * s.k + c0;
-        const TileArgs g{arow + ow * rs, rs, tap_off_.data(), k.t0, k.t1, k.q0, k.q1,
-                         packed_.get() + p * panel_vals + k.off * 32, ci == 0, ci + 1 == ks.size(),
-                         ks.size() > 1 ? partial.data() + tile * kRows * kPanel : nullptr, &ep,
-                         ybase + yoff * elem, s.k, cols};
-        WithMode(mode, [&](auto m) { TileAny<decltype(m)::value>(n, g); });
-      };
-      if (tile_major) {
-        for (I64 tile = 0; tile < tiles_in_row; ++tile) {
-          for (I64 p = p0; p < p1; ++p) run(p, 0, tile);
-        }
-      } else {
-        for (I64 p = p0; p < p1; ++p) {
-          for (std::size_t ci = 0; ci < ks.size(); ++ci) {
-            for (I64 tile = 0; tile < tiles_in_row; ++tile) run(p, ci, tile);
-          }
-        }
-      }
-    }
+    WithMode(mode, [&](auto m) { RunUnits<decltype(m)::value>(job, u0, u1, ep, partial.data()); });
     st.Merge(ep);
   });
   st.Finish(out);
@@ -656,6 +702,8 @@ KILN_AVX2 void OutputTiles(const std::int32_t* mbuf, I64 tb, I64 nt, I64 t0, I64
   ep.fbias = pf + c0;
   const __m256i bias0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias));
   const __m256i bias1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ep.bias + 8));
+  const __m256 qhi = _mm256_set1_ps(ep.hi);
+  const __m256i qzp = _mm256_set1_epi16(static_cast<std::int16_t>(ep.zp));
   for (I64 i = 0; i < nt; ++i) {
     const I64 t = t0 + i, b = t / (th * tw), ti = t / tw % th, tj = t % tw;
     const std::int32_t* m = mbuf + i * kPanel;
@@ -666,7 +714,8 @@ KILN_AVX2 void OutputTiles(const std::int32_t* mbuf, I64 tb, I64 nt, I64 t0, I64
       const I64 oy = 2 * ti + q / 2, ox = 2 * tj + q % 2;
       if (oy >= s.oh || ox >= s.ow) continue;
       const I64 off = ((b * s.oh + oy) * s.ow + ox) * s.k + c0;
-      Store16<M>(_mm256_add_epi32(lo[q], bias0), _mm256_add_epi32(hi[q], bias1), ep, ybase + off * elem, cols);
+      Store16<M>(_mm256_add_epi32(lo[q], bias0), _mm256_add_epi32(hi[q], bias1), ep, ybase + off * elem, cols, qhi,
+                 qzp);
     }
   }
 }

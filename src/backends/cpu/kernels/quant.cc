@@ -719,14 +719,16 @@ bool OneDnnInt8Isa() {
 }
 // The int16-product kernel (int16_conv.h) runs convolutions and matrix
 // products without VNNI only where each output sums at least this many
-// products: below, its per-output epilogue (bias, conversion, scale,
-// clamp, store) outweighs its faster multiply-adds, and oneDNN's float32
-// kernels were faster. Per layer, MobileNetV2's 1x1s (Zen 4, oneDNN held
-// to AVX2, 1 thread, float32 route against the kernel): 16 -> 96 at
-// 112x112 408 against 677-849 us, 24 -> 144 at 56x56 197 against 286-296,
-// 32 -> 192 at 28x28 88 against 108-115, 64 -> 384 at 14x14 93 against 83-92,
-// 96 -> 576 205 against 175, 576 -> 96 200 against 148.
-constexpr std::int64_t kInt16MinReduction = 64;
+// products: below, its per-output epilogue (conversion, scale, clamp,
+// pack, store) outweighs its faster multiply-adds, and the float32 route
+// was faster. Per QLinearConv (Zen 4, oneDNN held to AVX2, 1 thread, best
+// of 3 runs of 100, kernel against float32 route, us): 1x1 at 112x112 of
+// 8 -> 8 channels 63 against 41, 8 -> 32 103 against 113; 12 -> 24 at
+// 56x56 33 against 27; 16 -> 16 at 56x56 20 against 23; 16 -> 96 at
+// 112x112 429 against 503; 32 -> 16 at 112x112 119 against 167; 3x3 of
+// 8 -> 16 at 56x56 51 against 88. MobileNetV2's 1x1s of 16, 24 and 32
+// channels: 440 against 644, 200 against 261, 79 against 108.
+constexpr std::int64_t kInt16MinReduction = 16;
 // $KILN_INT8_INT16=off: the float32 route where the int16-product kernel
 // would run (tests compare the two; A/B runs).
 bool Int16Enabled() {
@@ -1445,9 +1447,11 @@ class DnnlQConvKernel : public Kernel {
     // two vector multiply pipes. $KILN_INT8_INT16=off keeps the float32
     // route (for tests and A/B runs).
     // Only where each output sums at least kInt16MinReduction products
-    // (taps x channels) and there are 8 or more input channels (an RGB
-    // stem stays on the float32 route): below that the kernel's per-output
-    // epilogue outweighs its faster products.
+    // (taps x channels) and there are 8 or more input channels: below
+    // that the kernel's per-output epilogue outweighs its faster
+    // products, and an RGB stem's taps of 2 channel pairs each cost more
+    // than their products (MobileNetV2's 3 -> 32 3x3 stride 2 at 224x224
+    // 441 against 275 us on the float32 route).
     if (f32_ && nhwc && group == 1 && x.size() == 4 && ws.size() == 4 && x[1] >= 8 &&
         x[1] * ws[2] * ws[3] >= kInt16MinReduction && Int16ConvAvailable() && Int16Enabled()) {
       KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
