@@ -41,10 +41,31 @@ struct Case {
 // out: 0 float, 1 int32, 2 uint8, 3 int8 (requantised), 4 rescaled with a
 // bias and Relu, its range too, 5 rescaled without a bias and LeakyRelu,
 // 6 rescaled with Clip(-3, 40).
-void Check(Case cs, int threads, int out, bool winograd = true) {
-  Int16ConvShape& s = cs.s;
+// The case's shape with its output extents.
+Int16ConvShape Planned(Int16ConvShape s) {
   s.oh = (s.h + s.pad_top + s.pad_bottom - s.dh * (s.kh - 1) - 1) / s.sh + 1;
   s.ow = (s.w + s.pad_left + s.pad_right - s.dw * (s.kw - 1) - 1) / s.sw + 1;
+  return s;
+}
+
+// The case's weights (OIHW): a sequence of their own, so that cases of the
+// same channels and window have the same weights.
+std::vector<std::int8_t> Weights(const Case& cs) {
+  std::uint32_t seed = 11;
+  std::vector<std::int8_t> w(static_cast<std::size_t>(cs.s.k * cs.s.c * cs.s.kh * cs.s.kw));
+  for (auto& v : w) {
+    seed = seed * 1664525u + 1013904223u;
+    const int r = static_cast<int>(seed >> 8);
+    v = static_cast<std::int8_t>(cs.uniform ? -128 : cs.extremes ? (r % 2 ? 127 : -128) : r % 256 - 128);
+  }
+  return w;
+}
+
+// `shared`: take its packed weights (planned for the same channels,
+// window and form, packed with Weights(cs)) instead of packing them.
+void Check(Case cs, int threads, int out, bool winograd = true, const Int16Conv* shared = nullptr) {
+  Int16ConvShape& s = cs.s;
+  s = Planned(s);
   SCOPED_TRACE("n" + std::to_string(s.n) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +
                std::to_string(s.c) + " -> " + std::to_string(s.k) + " k" + std::to_string(s.kh) + "x" +
                std::to_string(s.kw) + " s" + std::to_string(s.sh) + " d" + std::to_string(s.dh) +
@@ -55,14 +76,11 @@ void Check(Case cs, int threads, int out, bool winograd = true) {
     seed = seed * 1664525u + 1013904223u;
     return static_cast<int>(seed >> 8);
   };
-  const std::int64_t nx = s.n * s.h * s.w * s.c, nw = s.k * s.c * s.kh * s.kw;
+  const std::int64_t nx = s.n * s.h * s.w * s.c;
   std::vector<std::uint8_t> xu(static_cast<std::size_t>(nx));
-  std::vector<std::int8_t> w(static_cast<std::size_t>(nw));
+  const std::vector<std::int8_t> w = Weights(cs);
   std::vector<std::int32_t> bias(static_cast<std::size_t>(s.k));
   for (auto& v : xu) v = static_cast<std::uint8_t>(cs.uniform ? 255 : cs.extremes ? (rnd() % 2 ? 255 : 0) : rnd() % 256);
-  for (auto& v : w) {
-    v = static_cast<std::int8_t>(cs.uniform ? -128 : cs.extremes ? (rnd() % 2 ? 127 : -128) : rnd() % 256 - 128);
-  }
   for (auto& v : bias) v = rnd() % 20001 - 10000;
   auto xval = [&](std::int64_t i) -> std::int64_t {
     return cs.x_signed ? static_cast<std::int64_t>(static_cast<std::int8_t>(xu[i])) : xu[i];
@@ -71,7 +89,11 @@ void Check(Case cs, int threads, int out, bool winograd = true) {
   ASSERT_TRUE(conv.Plan(s, winograd));
   EXPECT_EQ(conv.winograd(), winograd && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.dh == 1 && s.c >= 16 &&
                                  s.k >= 16 && s.c <= 1827);
-  conv.PackWeights(w.data());
+  if (shared) {
+    ASSERT_TRUE(conv.ShareWeights(*shared));
+  } else {
+    conv.PackWeights(w.data());
+  }
   const std::int64_t ny = s.n * s.oh * s.ow * s.k;
   std::vector<float> yf(ny, -1.f), scales(static_cast<std::size_t>(s.k)), rb(static_cast<std::size_t>(s.k));
   std::vector<std::int32_t> yi(ny, -1);
@@ -241,6 +263,49 @@ TEST(Int16Conv, RequantisationSaturatesFarPastTheTypesRange) {
       Check(d, 2, out);
     }
   }
+}
+
+TEST(Int16Conv, PlansOfOtherExtentsShareOnePacking) {
+  if (!Int16ConvAvailable()) GTEST_SKIP() << "no AVX2";
+  // Weights packed once for a 6x9 input (pads 1) serve inputs of other
+  // extents, batches and pads (a model with dynamic shapes plans each),
+  // Winograd and direct alike.
+  const Case first{Shape(1, 6, 9, 24, 40, 3, 3, 1, 1, 1, 1, 1, 1), false, 7};
+  const std::vector<Case> others = {
+      {Shape(1, 11, 4, 24, 40, 3, 3, 1, 1, 0, 1, 2, 0), true, -5},
+      {Shape(2, 3, 17, 24, 40, 3, 3, 1, 1, 1, 1, 1, 1), false, 200},
+  };
+  for (bool winograd : {true, false}) {
+    Int16Conv packed;
+    ASSERT_TRUE(packed.Plan(Planned(first.s), winograd));
+    packed.PackWeights(Weights(first).data());
+    for (const Case& c : others) {
+      Int16Conv other;
+      ASSERT_TRUE(other.Plan(Planned(c.s), winograd));
+      EXPECT_EQ(other.WeightKey(), packed.WeightKey());
+      for (int out : {1, 2, 4}) Check(c, 2, out, winograd, &packed);
+    }
+  }
+  // Other channels, window or form: another packing, and no sharing.
+  Int16Conv packed;
+  ASSERT_TRUE(packed.Plan(Planned(first.s)));
+  packed.PackWeights(Weights(first).data());
+  for (Int16ConvShape s : {Shape(1, 6, 9, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1), Shape(1, 6, 9, 24, 32, 3, 3, 1, 1, 1, 1, 1, 1),
+                           Shape(1, 6, 9, 24, 40, 1, 3, 1, 1, 0, 1, 0, 1)}) {
+    Int16Conv other;
+    ASSERT_TRUE(other.Plan(Planned(s)));
+    EXPECT_NE(other.WeightKey(), packed.WeightKey());
+    EXPECT_FALSE(other.ShareWeights(packed));
+  }
+  Int16Conv direct;
+  ASSERT_TRUE(direct.Plan(Planned(first.s), false));
+  EXPECT_NE(direct.WeightKey(), packed.WeightKey());
+  EXPECT_FALSE(direct.ShareWeights(packed));
+  Int16Conv unpacked;
+  ASSERT_TRUE(unpacked.Plan(Planned(first.s)));
+  Int16Conv same;
+  ASSERT_TRUE(same.Plan(Planned(first.s)));
+  EXPECT_FALSE(same.ShareWeights(unpacked));  // nothing packed to share
 }
 
 TEST(Int16Conv, PlanRefusesWindowsOutsideTheImageAndEmptyShapes) {

@@ -3,6 +3,8 @@
 // input), both against a double-precision reference written here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -17,6 +19,7 @@ namespace {
 
 using test::CompileAndLoad;
 
+using test::In;
 using test::Tensor;
 
 struct QConvCase {
@@ -156,6 +159,76 @@ TEST(QLinearConv, OneByOneFewChannelsSkipsAmx) {
   q.cin = 32, q.cout = 16, q.h = 28, q.w = 28, q.k = 1, q.pad = 0;
   CheckQLinearConv(q);
 }
+// A model with dynamic shapes makes a kernel per node per plan; the
+// plans of one channels-last QLinearConv at other input extents share one
+// packing of its weights (oneDNN's, or without VNNI the int16-product
+// kernel's), and each computes its own extents right.
+TEST(QLinearConv, PlansOfOtherExtentsShareOnePacking) {
+  std::mt19937 rng(77);
+  const std::int64_t c = 24, k = 40;
+  std::vector<std::int8_t> w(static_cast<std::size_t>(k * c * 9));
+  for (auto& v : w) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> ws(static_cast<std::size_t>(k));
+  for (auto& v : ws) v = 0.002f + 0.0005f * static_cast<float>(rng() % 10);
+  std::vector<std::int32_t> bias(static_cast<std::size_t>(k));
+  for (auto& v : bias) v = static_cast<std::int32_t>(rng() % 2001) - 1000;
+  const float xs = 0.02f, ys = 0.05f;
+  const int xzp = 120, yzp = 100;
+  auto u8 = [](int v) { return Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{static_cast<std::uint8_t>(v)}); };
+  auto f32 = [](float v) { return Tensor(DType::kFloat32, {}, std::vector<float>{v}); };
+  const std::vector<HostTensorPtr> consts = {
+      nullptr, f32(xs), u8(xzp), Tensor(DType::kInt8, {k, c, 3, 3}, w), Tensor(DType::kFloat32, {k}, ws),
+      Tensor(DType::kInt8, {}, std::vector<std::int8_t>{0}), f32(ys), u8(yzp), Tensor(DType::kInt32, {k}, bias)};
+  device::PrepackCache cache;
+  std::vector<std::unique_ptr<cpu::Kernel>> held;  // as the cached plans hold theirs
+  for (auto [n, h, wd] : {std::array<std::int64_t, 3>{1, 6, 9}, {1, 11, 4}, {2, 3, 17}}) {
+    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(h) + "x" + std::to_string(wd));
+    test::NodeRunner r("QLinearConv", 10, {In(DType::kUInt8, {n, c, h, wd}), consts[1], consts[2], consts[3], consts[4],
+                                           consts[5], consts[6], consts[7], consts[8]});
+    r.Attr("pads", test::Ints({1, 1, 1, 1})).Attr(ops::kNhwcAttr, test::Int(1));
+    cpu::KernelInit init;
+    init.node = &r.node();
+    init.inputs = {{DType::kUInt8, {n, h, wd, c}}};  // physical NHWC
+    for (std::size_t i = 1; i < consts.size(); ++i) init.inputs.push_back({consts[i]->dtype(), consts[i]->shape()});
+    init.outputs = {{DType::kUInt8, {n, h, wd, k}}};
+    for (const HostTensorPtr& t : consts) init.const_inputs.push_back(t.get());
+    init.prepack_cache = &cache;
+    init.varying_shapes = true;
+    auto kernel = cpu::CreateKernel(init);
+    ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+    std::vector<std::uint8_t> x(static_cast<std::size_t>(n * h * wd * c)), y(static_cast<std::size_t>(n * h * wd * k));
+    for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
+    std::vector<void*> ptrs = {x.data()};
+    for (std::size_t i = 1; i < consts.size(); ++i) ptrs.push_back(const_cast<void*>(consts[i]->data()));
+    ptrs.push_back(y.data());
+    ASSERT_TRUE(kernel.value()->Run({ptrs.data(), 9}).ok());
+    int exact = 0, total = 0;
+    for (std::int64_t b = 0; b < n; ++b)
+      for (std::int64_t i = 0; i < h; ++i)
+        for (std::int64_t j = 0; j < wd; ++j)
+          for (std::int64_t o = 0; o < k; ++o) {
+            double acc = bias[o];
+            for (std::int64_t p = 0; p < 3; ++p)
+              for (std::int64_t q = 0; q < 3; ++q) {
+                const std::int64_t ih = i + p - 1, iw = j + q - 1;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                for (std::int64_t ch = 0; ch < c; ++ch) {
+                  acc += static_cast<double>(x[((b * h + ih) * wd + iw) * c + ch] - xzp) * w[((o * c + ch) * 3 + p) * 3 + q];
+                }
+              }
+            const double want = std::clamp(std::nearbyint(acc * xs * ws[o] / ys) + yzp, 0.0, 255.0);
+            const int got = y[((b * h + i) * wd + j) * k + o];
+            ASSERT_LE(std::fabs(got - want), 1.0) << "at n" << b << " (" << i << ", " << j << ") channel " << o;
+            exact += got == want;
+            ++total;
+          }
+    EXPECT_GE(exact, total * 99 / 100) << exact << " of " << total << " exact";
+    held.push_back(std::move(kernel).value());
+  }
+  EXPECT_EQ(cache.made(), 1u);
+  EXPECT_EQ(cache.shared(), 2u);
+}
+
 TEST(QLinearConv, Uint8WeightsZeroPoint128PerTensorOnOneDnn) {
   QConvCase q;
   q.u8_weights = true;

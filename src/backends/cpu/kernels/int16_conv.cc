@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <string>
 #include <type_traits>
 
 #include "backends/cpu/kernels/util.h"
@@ -213,19 +214,13 @@ KILN_AVX2 inline __attribute__((always_inline)) void Tile(const std::int16_t* a0
   }
 }
 
-// A chunk of a panel's (tap, channel pair) sequence; off: its first pair
-// in the panel.
-struct Chunk {
-  I64 t0, t1, q0, q1, off;
-};
-
 // What the direct form's work units share.
 struct RowJob {
   const Int16ConvShape& s;
   const std::int16_t* img;
   const std::int16_t* packed;
   const I64* toff;
-  const Chunk* ks;
+  const Int16Conv::Chunk* ks;
   I64 nks;
   I64 hp, wp, cp, rs, chunks, per_chunk, panels, panel_vals;
   bool tile_major;
@@ -282,7 +277,7 @@ KILN_AVX2 void RunUnits(const RowJob& j, I64 u0, I64 u1, Epilogue& ep, std::int3
       ep.bias = j.pb + c0;
       ep.scale = j.ps + c0;
       ep.fbias = j.pf + c0;
-      const Chunk& k = j.ks[ci];
+      const Int16Conv::Chunk& k = j.ks[ci];
       const I64 ow = tile * kRows;
       const std::int16_t* bw = j.packed + p * j.panel_vals + k.off * 32;
       std::int32_t* part = j.nks > 1 ? partial + tile * kRows * kPanel : nullptr;
@@ -478,12 +473,39 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
   for (I64 i = 0; i < s.kh; ++i) {
     for (I64 j = 0; j < s.kw; ++j) tap_off_.push_back((i * s.dh * wp_ + j * s.dw) * cp_);
   }
+  chunks_.clear();
+  if (kp_ <= kChunkPairs) {
+    const I64 per = std::max<I64>(1, kChunkPairs / kp_);
+    for (I64 t = 0; t < taps_; t += per) chunks_.push_back({t, std::min(taps_, t + per), 0, kp_, t * kp_});
+  } else {
+    for (I64 t = 0; t < taps_; ++t) {
+      for (I64 q = 0; q < kp_; q += kChunkPairs) {
+        chunks_.push_back({t, t + 1, q, std::min(kp_, q + kChunkPairs), t * kp_ + q});
+      }
+    }
+  }
+  packed_.reset();  // packed for another plan's channels or form, perhaps
+  return true;
+}
+
+std::string Int16Conv::WeightKey() const {
+  return std::to_string(s_.c) + ":" + std::to_string(s_.k) + ":" + std::to_string(s_.kh) + ":" +
+         std::to_string(s_.kw) + (wino_ ? ":wino" : ":direct");
+}
+
+bool Int16Conv::ShareWeights(const Int16Conv& other) {
+  if (!other.packed_ || other.s_.c != s_.c || other.s_.k != s_.k || other.s_.kh != s_.kh || other.s_.kw != s_.kw ||
+      other.wino_ != wino_) {
+    return false;
+  }
+  packed_ = other.packed_;
   return true;
 }
 
 std::int16_t* Int16Conv::Allocate(std::size_t count) {
-  packed_.reset(static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64)));
-  if (!packed_) throw std::bad_alloc();
+  auto* p = static_cast<std::int16_t*>(std::aligned_alloc(64, (count * sizeof(std::int16_t) + 63) / 64 * 64));
+  if (!p) throw std::bad_alloc();
+  packed_.reset(p, [](std::int16_t* q) { std::free(q); });
   std::fill(packed_.get(), packed_.get() + count, std::int16_t{0});
   return packed_.get();
 }
@@ -539,20 +561,10 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   const I64 want = 8 * NumThreads();
   const I64 chunks = rows >= want ? 1 : std::min(panels_, (want + rows - 1) / rows);
   const I64 per_chunk = (panels_ + chunks - 1) / chunks;
-  const I64 kp = kp_, panel_vals = taps_ * cp * kPanel;
+  const I64 panel_vals = taps_ * cp * kPanel;
   // Multiply-adds per unit: a share pays for the fork past ~50K of them.
   const I64 unit_macs = std::max<I64>(1, s.ow * per_chunk * kPanel * taps_ * cp);
-  // The chunks of each panel's (tap, channel pair) sequence: whole taps
-  // while they fit kChunkPairs, else one tap's pairs in pieces.
-  std::vector<Chunk> ks;
-  if (kp <= kChunkPairs) {
-    const I64 per = std::max<I64>(1, kChunkPairs / kp);
-    for (I64 t = 0; t < taps_; t += per) ks.push_back({t, std::min(taps_, t + per), 0, kp, t * kp});
-  } else {
-    for (I64 t = 0; t < taps_; ++t) {
-      for (I64 q = 0; q < kp; q += kChunkPairs) ks.push_back({t, t + 1, q, std::min(kp, q + kChunkPairs), t * kp + q});
-    }
-  }
+  const std::vector<Chunk>& ks = chunks_;
   OutState st(out, s.k, panels_, bias);
   const Mode mode = st.mode;
   const std::int32_t* pb = st.pb;

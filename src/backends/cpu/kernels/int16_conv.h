@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace kiln::cpu {
@@ -79,12 +80,26 @@ class Int16Conv {
   // w: OIHW [k, c, kh, kw], each value w - w_zp within [-128, 127] (int8
   // as is, uint8 with zero point 128 shifted by the caller).
   void PackWeights(const std::int8_t* w);
+  // Takes `other`'s packed weights, shared (false, and nothing taken,
+  // where other was planned for other channels, window or form, or has
+  // none): the plans of a node's other input extents (dynamic shapes)
+  // share one packing.
+  bool ShareWeights(const Int16Conv& other);
+  // What the packed weights depend on ("c:k:kh:kw:form"): a prepack-cache
+  // key for them, the same for every input extent.
+  std::string WeightKey() const;
   // bias: [k] int32 or null; outputs NHWC [n, oh, ow, k]. Sums wrap modulo
   // 2^32 (exact wherever the true sum fits int32, as the int32 definition
   // needs). Uses a per-thread int16 image of the padded input.
   void Run(const void* x, bool x_signed, std::int32_t x_zp, const std::int32_t* bias, const Int16ConvOut& out) const;
 
   const Int16ConvShape& shape() const { return s_; }
+  // The direct form's pieces of each panel's (tap, channel pair) sequence
+  // (set by Plan): whole taps while they fit a chunk, else one tap's pairs
+  // in pieces; off: the piece's first pair in the panel.
+  struct Chunk {
+    std::int64_t t0, t1, q0, q1, off;
+  };
   bool winograd() const { return wino_; }
 
  private:
@@ -99,12 +114,11 @@ class Int16Conv {
   std::int16_t* Allocate(std::size_t count);  // packed_: count zeros, 64-byte aligned
   void RunWinograd(const std::int16_t* img, const std::int32_t* bias, const Int16ConvOut& out) const;
   std::vector<std::int64_t> tap_off_;  // per tap, its offset in the image (int16 values)
+  std::vector<Chunk> chunks_;
   // 64-byte aligned: a weight vector split over two cache lines (half of
-  // them from a 16-byte aligned vector) costs two loads.
-  struct Free {
-    void operator()(std::int16_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::int16_t, Free> packed_;
+  // them from a 16-byte aligned vector) costs two loads. Shared by copies
+  // and ShareWeights.
+  std::shared_ptr<std::int16_t> packed_;
 };
 
 }  // namespace kiln::cpu

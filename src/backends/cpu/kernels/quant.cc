@@ -729,6 +729,11 @@ bool OneDnnInt8Isa() {
 // 8 -> 16 at 56x56 51 against 88. MobileNetV2's 1x1s of 16, 24 and 32
 // channels: 440 against 644, 200 against 261, 79 against 108.
 constexpr std::int64_t kInt16MinReduction = 16;
+// A weight as int8 w - w_zp: int8 as is, uint8 (zero point 128) shifted.
+inline int ShiftedWeight(const HostTensor& w, bool u8w, std::int64_t i) {
+  return u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
+}
+
 // $KILN_INT8_INT16=off: the float32 route where the int16-product kernel
 // would run (tests compare the two; A/B runs).
 bool Int16Enabled() {
@@ -1463,22 +1468,20 @@ class DnnlQConvKernel : public Kernel {
       cs.pad_bottom = cw.pads_end[0], cs.pad_right = cw.pads_end[1];
       auto conv = std::make_shared<Int16Conv>();
       if (y.size() == 4 && ws.size() == 4 && ws[1] == x[1] && conv->Plan(cs, Int16WinogradEnabled())) {
-        std::string key = std::string(conv->winograd() ? "qconv-i16-wino:" : "qconv-i16:") + (u8w ? "u8" : "s8");
-        for (std::int64_t v : {cs.n, cs.h, cs.w, cs.c, cs.k, cs.oh, cs.ow, cs.kh, cs.kw, cs.sh, cs.sw, cs.dh, cs.dw,
-                               cs.pad_top, cs.pad_left, cs.pad_bottom, cs.pad_right}) {
-          key += ":" + std::to_string(v);
-        }
+        // The packing depends on the channels, the window and the form, not
+        // on the input's extents: one per weight for every plan of a
+        // model with dynamic shapes.
+        const std::string key = std::string("qconv-i16:") + (u8w ? "u8:" : "s8:") + conv->WeightKey();
         auto pack = [&] {
+          auto packed = std::make_shared<Int16Conv>(*conv);
           std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
-          for (std::size_t i = 0; i < s8.size(); ++i) {
-            s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(w->data_as<std::uint8_t>()[i]) - 128)
-                        : w->data_as<std::int8_t>()[i];
-          }
-          conv->PackWeights(s8.data());
+          for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::int8_t>(ShiftedWeight(*w, u8w, i));
+          packed->PackWeights(s8.data());
           w->ReleasePages();
-          return conv;
+          return packed;
         };
-        i16_ = init.prepack_cache ? init.prepack_cache->Get<Int16Conv>(w->data(), key, pack) : pack();
+        i16_packed_ = init.prepack_cache ? init.prepack_cache->Get<Int16Conv>(w->data(), key, pack) : pack();
+        if (conv->ShareWeights(*i16_packed_)) i16_ = conv;
       }
     }
     if (f32_ && !f32_allowed && !i16_) return false;
@@ -1749,6 +1752,9 @@ class DnnlQConvKernel : public Kernel {
   // The exact int16-product kernel (no VNNI, channels-last, group 1), in
   // place of the primitive (f32_ stays set; the kernel requantises).
   std::shared_ptr<Int16Conv> i16_;
+  // The prepack cache's entry for i16_'s packed weights, held while this
+  // kernel lives (the cache keeps only what some kernel holds).
+  std::shared_ptr<const Int16Conv> i16_packed_;
   // Depthwise ConvInteger: the primitive without a zero point, its weights
   // and arguments, for runs whose zero point is 0 (zero_zp_packed_ set).
   dnnl::convolution_forward zero_zp_prim_;
@@ -1837,24 +1843,25 @@ class DnnlQMatMulKernel : public Kernel {
       auto conv = std::make_shared<Int16Conv>();
       if (conv->Plan(cs)) {
         auto pack = [&] {
+          auto packed = std::make_shared<Int16Conv>(*conv);
           std::vector<std::int8_t> t(static_cast<std::size_t>(k * n));  // B^T: [n, k] (OIHW, 1x1)
           for (std::int64_t p = 0; p < k; ++p) {
             for (std::int64_t j = 0; j < n; ++j) {
-              const std::int64_t i = p * n + j;
-              t[static_cast<std::size_t>(j * k + p)] =
-                  u8w ? static_cast<std::int8_t>(static_cast<int>(b->data_as<std::uint8_t>()[i]) - 128)
-                      : b->data_as<std::int8_t>()[i];
+              t[static_cast<std::size_t>(j * k + p)] = static_cast<std::int8_t>(ShiftedWeight(*b, u8w, p * n + j));
             }
           }
-          conv->PackWeights(t.data());
-          return conv;
+          packed->PackWeights(t.data());
+          return packed;
         };
-        const std::string key = std::string("qmatmul-i16:") + (u8w ? "u8:" : "s8:") + std::to_string(rows) + "x" +
-                                std::to_string(k) + "x" + std::to_string(n);
-        i16_ = init.prepack_cache ? init.prepack_cache->Get<Int16Conv>(b->data(), key, pack) : pack();
-        f32_ = false;
-        a_signed_ = init.inputs[0].dtype == DType::kInt8;
-        integer_ = integer;
+        // Keyed without A's row count (WeightKey): one packing for every plan.
+        const std::string key = std::string("qmatmul-i16:") + (u8w ? "u8:" : "s8:") + conv->WeightKey();
+        i16_packed_ = init.prepack_cache ? init.prepack_cache->Get<Int16Conv>(b->data(), key, pack) : pack();
+        if (conv->ShareWeights(*i16_packed_)) {
+          i16_ = conv;
+          f32_ = false;
+          a_signed_ = init.inputs[0].dtype == DType::kInt8;
+          integer_ = integer;
+        }
       }
     }
     if (f32_ && integer) return false;
@@ -1982,10 +1989,20 @@ class DnnlQMatMulKernel : public Kernel {
       Requantize(out_type_, yf.data(), a.out(0), rows_, n_, 1, scales_, static_cast<float>(dst_zp_));
       return Status::Ok();
     }
-    if (i16_ && !rescale_ && (integer_ || (own_requant_ && !dequantize_))) {
-      // MatMulInteger's int32 sums, or QLinearMatMul requantised as stored.
+    if (i16_ && (rescale_ || integer_ || (own_requant_ && !dequantize_))) {
+      // Rescaled MatMulInteger's act(float(sum) * S + B), MatMulInteger's
+      // int32 sums, or QLinearMatMul requantised, as stored.
       Int16ConvOut o;
-      if (integer_) {
+      thread_local std::vector<float> sv, bv;
+      if (rescale_) {
+        epilogue_.Load(a, n_, sv, bv);
+        o.f = a.out_as<float>(0);
+        o.rescale = sv.data();
+        o.rbias = epilogue_.has_bias() ? bv.data() : nullptr;
+        o.act = epilogue_.act();
+        o.alpha = epilogue_.alpha();
+        o.beta = epilogue_.beta();
+      } else if (integer_) {
         o.i = a.out_as<std::int32_t>(0);
       } else {
         o.q = a.out(0);
@@ -2129,6 +2146,9 @@ class DnnlQMatMulKernel : public Kernel {
   // Without VNNI, the int16-product kernel in place of prim_ (colsum_ then
   // zero: its sums have A's zero point subtracted already).
   std::shared_ptr<Int16Conv> i16_;
+  // The prepack cache's entry for i16_'s packed weights, held while this
+  // kernel lives (the cache keeps only what some kernel holds).
+  std::shared_ptr<const Int16Conv> i16_packed_;
   bool a_signed_ = false, integer_ = false;
   dnnl::memory src_, dst_;
   std::shared_ptr<dnnl::memory> packed_;
@@ -2180,10 +2200,6 @@ std::vector<std::int64_t> ExactFloatRuns(const std::vector<std::int64_t>& absum,
   }
   bounds.push_back(units);
   return bounds;
-}
-
-inline int ShiftedWeight(const HostTensor& w, bool u8w, std::int64_t i) {
-  return u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
 }
 
 // Adds (or, for the first run, stores) float sums into the int32 output.
