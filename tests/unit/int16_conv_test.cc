@@ -210,6 +210,12 @@ TEST(Int16Conv, MatchesInt64Reference) {
       {Shape(1, 3, 10, 16, 96, 1, 1, 1, 1, 0, 0, 0, 0), false, 37},
       {Shape(2, 5, 7, 8, 24, 1, 1, 1, 1, 0, 0, 0, 0), true, 0},
       {Shape(1, 9, 11, 8, 16, 3, 3, 2, 1, 1, 1, 1, 1), false, 255},
+      // Fewer than 8 channels: a tap per window row (kw x c values, the
+      // last pair's odd half on a zero weight), no pads (the last window
+      // ends the image), 1 channel 5x5 stride 2, 5 channels 3x1.
+      {Shape(1, 9, 10, 3, 24, 3, 3, 1, 1, 0, 0, 0, 0), false, 31},
+      {Shape(2, 8, 9, 1, 16, 5, 5, 2, 1, 2, 2, 1, 1), true, 0},
+      {Shape(1, 7, 8, 5, 20, 3, 1, 1, 1, 1, 0, 1, 0), false, 250},
       // Winograd F(2x2, 3x3): odd output extents (part tiles), no pads,
       // asymmetric pads, batch 2, channels off 16 (the transform's tail),
       // output channels off the panel.

@@ -38,6 +38,13 @@ constexpr I64 kXi = 16;
 constexpr I64 kWinoMinChannels = 16;
 constexpr I64 kWinoMaxChannels = 1827;
 
+// Inputs of fewer channels (RGB stems) take each window row as one tap:
+// its kw x c values lie together in the image when the channels are not
+// padded to even, so a tap sums ceil(kw * c / 2) channel pairs (the last
+// one's odd half meets a zero weight) rather than kw taps of c / 2 pairs
+// each, half of them padding for 3 channels, with a loop's cost per tap.
+constexpr I64 kRowTapChannels = 8;
+
 enum class Mode { kFloat, kInt32, kUInt8, kInt8, kRescale };
 
 // What a tile's last chunk stores, per panel: bias, scales (quantized
@@ -444,13 +451,21 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
       reach_w >= wp_) {
     return false;
   }
-  cp_ = s.c + (s.c & 1);
+  rowtap_ = s.c < kRowTapChannels && s.dw == 1;
+  cp_ = rowtap_ ? s.c : s.c + (s.c & 1);
   taps_ = taps;
+  kp_ = cp_ / 2;
+  if (rowtap_) {  // one tap per window row, its kw x c values in pairs
+    I64 span = 0;
+    if (!CheckedMul(s.kw, s.c, &span)) return false;
+    taps_ = s.kh;
+    kp_ = (span + 1) / 2;
+  }
   // Winograd F(2x2, 3x3): 3x3, stride 1, no dilation, enough channels for
   // the transforms to pay, and few enough for the exact bound. Its 4x4
   // input tiles start at even rows and columns: the image grows to whole
   // tiles (zero rows and columns past the pads).
-  wino_ = winograd && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
+  wino_ = winograd && !rowtap_ && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
           s.c >= kWinoMinChannels && s.k >= kWinoMinChannels && s.c <= kWinoMaxChannels;
   if (wino_) {
     th_ = (s.oh + 1) / 2;
@@ -458,20 +473,23 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
     hp_ = std::max(hp_, 2 * th_ + 2);
     wp_ = std::max(wp_, 2 * tw_ + 2);
   }
-  if (!CheckedMul(s.n, hp_, &image_) || !CheckedMul(image_, wp_, &image_) || !CheckedMul(image_, cp_, &image_)) {
+  // Row taps: the last pair of the image's last window row reads one value
+  // past it (its weight 0): one value of room.
+  if (!CheckedMul(s.n, hp_, &image_) || !CheckedMul(image_, wp_, &image_) || !CheckedMul(image_, cp_, &image_) ||
+      !CheckedAdd(image_, rowtap_ ? 1 : 0, &image_)) {
     return false;
   }
   if (!CheckedMul(image_, 2, &bytes) || bytes > kMaxTensorBytes) return false;
-  kp_ = cp_ / 2;
   panels_ = (s.k + kPanel - 1) / kPanel;
   I64 packed = 0;
-  if (!CheckedMul(panels_ * kPanel, wino_ ? kXi : taps_, &packed) || !CheckedMul(packed, cp_, &packed) ||
+  if (!CheckedMul(panels_ * kPanel, wino_ ? kXi : taps_, &packed) || !CheckedMul(packed, 2 * kp_, &packed) ||
       !CheckedMul(packed, 2, &bytes) || bytes > kMaxTensorBytes) {
     return false;
   }
   tap_off_.clear();
   for (I64 i = 0; i < s.kh; ++i) {
-    for (I64 j = 0; j < s.kw; ++j) tap_off_.push_back((i * s.dh * wp_ + j * s.dw) * cp_);
+    if (rowtap_) tap_off_.push_back(i * s.dh * wp_ * cp_);
+    for (I64 j = 0; j < s.kw && !rowtap_; ++j) tap_off_.push_back((i * s.dh * wp_ + j * s.dw) * cp_);
   }
   chunks_.clear();
   if (kp_ <= kChunkPairs) {
@@ -490,12 +508,12 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
 
 std::string Int16Conv::WeightKey() const {
   return std::to_string(s_.c) + ":" + std::to_string(s_.k) + ":" + std::to_string(s_.kh) + ":" +
-         std::to_string(s_.kw) + (wino_ ? ":wino" : ":direct");
+         std::to_string(s_.kw) + (wino_ ? ":wino" : rowtap_ ? ":rowtap" : ":direct");
 }
 
 bool Int16Conv::ShareWeights(const Int16Conv& other) {
   if (!other.packed_ || other.s_.c != s_.c || other.s_.k != s_.k || other.s_.kh != s_.kh || other.s_.kw != s_.kw ||
-      other.wino_ != wino_) {
+      other.wino_ != wino_ || other.rowtap_ != rowtap_) {
     return false;
   }
   packed_ = other.packed_;
@@ -517,13 +535,17 @@ void Int16Conv::PackWeights(const std::int8_t* w) {
   }
   const I64 pairs = taps_ * kp_;  // pairs per panel
   std::int16_t* packed = Allocate(static_cast<std::size_t>(panels_ * pairs * 2 * kPanel));  // Plan bounded the bytes
+  const I64 taps = s_.kh * s_.kw;
   for (I64 o = 0; o < s_.k; ++o) {
     const I64 p = o / kPanel, col = o % kPanel;
     for (I64 ch = 0; ch < s_.c; ++ch) {
-      for (I64 t = 0; t < taps_; ++t) {
-        const I64 k = t * cp_ + ch;  // its place in the panel's run of values: tap-major, channels padded to cp_
+      for (I64 t = 0; t < taps; ++t) {
+        // Its place in the panel's run of values: tap-major, channels
+        // padded to cp_ (row taps: window row i's kw x c values, padded to
+        // its pairs).
+        const I64 k = rowtap_ ? t / s_.kw * 2 * kp_ + t % s_.kw * s_.c + ch : t * cp_ + ch;
         const I64 dst = ((p * pairs + k / 2) * kPanel + col) * 2 + (k & 1);
-        packed[dst] = w[(o * s_.c + ch) * taps_ + t];  // OIHW: t = i * kw + j
+        packed[dst] = w[(o * s_.c + ch) * taps + t];  // OIHW: t = i * kw + j
       }
     }
   }
@@ -534,6 +556,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   thread_local std::vector<std::int16_t> image;  // the caller's; the workers get its pointer
   if (image.size() < static_cast<std::size_t>(image_)) image.resize(static_cast<std::size_t>(image_));
   std::int16_t* img = image.data();
+  if (rowtap_) img[image_ - 1] = 0;  // the room past the last window row
   const Int16ConvShape& s = s_;
   const I64 cp = cp_, hp = hp_, wp = wp_;
   // The padded image, a row of it at a time.
@@ -561,9 +584,9 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   const I64 want = 8 * NumThreads();
   const I64 chunks = rows >= want ? 1 : std::min(panels_, (want + rows - 1) / rows);
   const I64 per_chunk = (panels_ + chunks - 1) / chunks;
-  const I64 panel_vals = taps_ * cp * kPanel;
+  const I64 panel_vals = taps_ * 2 * kp_ * kPanel;
   // Multiply-adds per unit: a share pays for the fork past ~50K of them.
-  const I64 unit_macs = std::max<I64>(1, s.ow * per_chunk * kPanel * taps_ * cp);
+  const I64 unit_macs = std::max<I64>(1, s.ow * per_chunk * kPanel * taps_ * 2 * kp_);
   const std::vector<Chunk>& ks = chunks_;
   OutState st(out, s.k, panels_, bias);
   const Mode mode = st.mode;

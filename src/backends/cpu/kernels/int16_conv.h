@@ -16,7 +16,8 @@
 //
 // Layout: x is NHWC (uint8 or int8), copied each run into a zero-padded
 // int16 image [n][h + pads][w + pads][c rounded up to even] of x - x_zp (a
-// padded position is the zero point, so 0). Weights OIHW are packed once
+// padded position is the zero point, so 0); under 8 channels (RGB stems)
+// c is not rounded and each window row is one tap of kw x c values. Weights OIHW are packed once
 // into panels of 16 output channels: [panel][tap][c / 2][16][2] int16. The
 // micro-kernel computes up to 4 adjacent output pixels of one output row by
 // 16 channels in 8 int32 registers over a chunk of (tap, channel pair)
@@ -107,6 +108,10 @@ class Int16Conv {
   // cp_: values per pixel of the image (c rounded up to even); taps_ /
   // kp_: the window's taps and the channel pairs per tap.
   std::int64_t cp_ = 0, hp_ = 0, wp_ = 0, panels_ = 0, taps_ = 0, kp_ = 0, image_ = 0;
+  // Row taps (fewer than 8 input channels, no column dilation): a tap per
+  // window row, kw x c values together (cp_ = c, not padded), kp_ =
+  // ceil(kw * c / 2) pairs each.
+  bool rowtap_ = false;
   // Winograd: its output tiles down and across.
   bool wino_ = false;
   std::int64_t th_ = 0, tw_ = 0;

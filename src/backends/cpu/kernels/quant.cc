@@ -1452,12 +1452,9 @@ class DnnlQConvKernel : public Kernel {
     // two vector multiply pipes. $KILN_INT8_INT16=off keeps the float32
     // route (for tests and A/B runs).
     // Only where each output sums at least kInt16MinReduction products
-    // (taps x channels) and there are 8 or more input channels: below
-    // that the kernel's per-output epilogue outweighs its faster
-    // products, and an RGB stem's taps of 2 channel pairs each cost more
-    // than their products (MobileNetV2's 3 -> 32 3x3 stride 2 at 224x224
-    // 441 against 275 us on the float32 route).
-    if (f32_ && nhwc && group == 1 && x.size() == 4 && ws.size() == 4 && x[1] >= 8 &&
+    // (taps x channels): below that the kernel's per-output epilogue
+    // outweighs its faster products. RGB stems run on its im2col image.
+    if (f32_ && nhwc && group == 1 && x.size() == 4 && ws.size() == 4 &&
         x[1] * ws[2] * ws[3] >= kInt16MinReduction && Int16ConvAvailable() && Int16Enabled()) {
       KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
       Int16ConvShape cs;
