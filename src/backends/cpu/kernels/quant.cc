@@ -1449,13 +1449,15 @@ class DnnlQConvKernel : public Kernel {
     // take the float32 route runs the exact int16-product kernel instead
     // (int16_conv.h): int32 sums of any 8-bit operands, no float32 copies
     // of x, about twice float32's multiply-adds a cycle where the CPU has
-    // two vector multiply pipes. $KILN_INT8_INT16=off keeps the float32
-    // route (for tests and A/B runs).
-    // Only where each output sums at least kInt16MinReduction products
-    // (taps x channels): below that the kernel's per-output epilogue
-    // outweighs its faster products. RGB stems run on its im2col image.
-    if (f32_ && nhwc && group == 1 && x.size() == 4 && ws.size() == 4 &&
-        x[1] * ws[2] * ws[3] >= kInt16MinReduction && Int16ConvAvailable() && Int16Enabled()) {
+    // two vector multiply pipes; RGB stems as a tap per window row. Only
+    // where each output sums at least kInt16MinReduction products (taps x
+    // channels): below that the kernel's per-output epilogue outweighs its
+    // faster products. $KILN_INT8_INT16=off keeps the float32 route (for
+    // tests and A/B runs).
+    std::int64_t reduction = 0;
+    if (f32_ && nhwc && group == 1 && x.size() == 4 && ws.size() == 4 && y.size() == 4 && ws[1] == x[1] &&
+        CheckedMul(x[1], ws[2], &reduction) && CheckedMul(reduction, ws[3], &reduction) &&
+        reduction >= kInt16MinReduction && Int16ConvAvailable() && Int16Enabled()) {
       KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
       Int16ConvShape cs;
       cs.n = x[0], cs.c = x[1], cs.h = x[2], cs.w = x[3];
@@ -1464,7 +1466,7 @@ class DnnlQConvKernel : public Kernel {
       cs.pad_top = cw.pads_begin[0], cs.pad_left = cw.pads_begin[1];
       cs.pad_bottom = cw.pads_end[0], cs.pad_right = cw.pads_end[1];
       auto conv = std::make_shared<Int16Conv>();
-      if (y.size() == 4 && ws.size() == 4 && ws[1] == x[1] && conv->Plan(cs, Int16WinogradEnabled())) {
+      if (conv->Plan(cs, Int16WinogradEnabled())) {
         // The packing depends on the channels, the window and the form, not
         // on the input's extents: one per weight for every plan of a
         // model with dynamic shapes.
