@@ -561,6 +561,63 @@ void CheckQLinearMatMul(bool b_as_input, bool u8_weights, int wmax = 127) {
   EXPECT_GE(exact, 2 * 5 * n * 98 / 100);
 }
 
+// The plans of a QLinearMatMul at other row counts (dynamic shapes) share
+// one packing of its constant B (oneDNN's, or without VNNI the
+// int16-product kernel's) and each computes its own rows right.
+TEST(QLinearMatMul, PlansOfOtherRowCountsShareOnePacking) {
+  std::mt19937 rng(5);
+  const std::int64_t k = 72, n = 40;
+  std::vector<std::int8_t> b(static_cast<std::size_t>(k * n));
+  for (auto& v : b) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> bs(static_cast<std::size_t>(n));
+  for (auto& v : bs) v = 0.001f + 0.001f * static_cast<float>(rng() % 7);
+  const float as = 0.03f, ys = 0.2f;
+  const int azp = 110, yzp = 120;
+  auto u8 = [](int v) { return Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{static_cast<std::uint8_t>(v)}); };
+  auto f32 = [](float v) { return Tensor(DType::kFloat32, {}, std::vector<float>{v}); };
+  const std::vector<HostTensorPtr> consts = {nullptr, f32(as), u8(azp), Tensor(DType::kInt8, {k, n}, b),
+                                             Tensor(DType::kFloat32, {n}, bs),
+                                             Tensor(DType::kInt8, {n}, std::vector<std::int8_t>(n, 0)), f32(ys), u8(yzp)};
+  device::PrepackCache cache;
+  std::vector<std::unique_ptr<cpu::Kernel>> held;  // as the cached plans hold theirs
+  for (std::int64_t rows : {3, 17, 64}) {
+    SCOPED_TRACE(rows);
+    test::NodeRunner r("QLinearMatMul", 10, {In(DType::kUInt8, {rows, k}), consts[1], consts[2], consts[3], consts[4],
+                                             consts[5], consts[6], consts[7]});
+    cpu::KernelInit init;
+    init.node = &r.node();
+    init.inputs = {{DType::kUInt8, {rows, k}}};
+    for (std::size_t i = 1; i < consts.size(); ++i) init.inputs.push_back({consts[i]->dtype(), consts[i]->shape()});
+    init.outputs = {{DType::kUInt8, {rows, n}}};
+    for (const HostTensorPtr& t : consts) init.const_inputs.push_back(t.get());
+    init.prepack_cache = &cache;
+    init.varying_shapes = true;
+    auto kernel = cpu::CreateKernel(init);
+    ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(rows * k)), y(static_cast<std::size_t>(rows * n));
+    for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
+    std::vector<void*> ptrs = {a.data()};
+    for (std::size_t i = 1; i < consts.size(); ++i) ptrs.push_back(const_cast<void*>(consts[i]->data()));
+    ptrs.push_back(y.data());
+    ASSERT_TRUE(kernel.value()->Run({ptrs.data(), 8}).ok());
+    int exact = 0, total = 0;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (std::int64_t p = 0; p < k; ++p) acc += static_cast<double>(a[i * k + p] - azp) * b[p * n + j];
+        const double want = std::clamp(std::nearbyint(acc * as * bs[j] / ys) + yzp, 0.0, 255.0);
+        const int got = y[i * n + j];
+        ASSERT_LE(std::fabs(got - want), 1.0) << "at (" << i << ", " << j << ")";
+        exact += got == want;
+        ++total;
+      }
+    EXPECT_GE(exact, total * 99 / 100) << exact << " of " << total << " exact";
+    held.push_back(std::move(kernel).value());
+  }
+  EXPECT_EQ(cache.made(), 1u);
+  EXPECT_EQ(cache.shared(), 2u);
+}
+
 TEST(QLinearMatMul, ConstantInt8WeightsOnOneDnn) { CheckQLinearMatMul(false, false); }
 TEST(QLinearMatMul, ConstantUint8WeightsZeroPoint128OnOneDnn) { CheckQLinearMatMul(false, true); }
 TEST(QLinearMatMul, SevenBitWeightsOnOneDnnWithoutVnni) {
