@@ -65,6 +65,11 @@ struct Capabilities {
   // the machine that runs the model: kernels of nodes a model computes in
   // bfloat16 (ops::kBf16Attr) may then take bfloat16 operands.
   bool bf16_dot = false;
+  // Native 8-bit dot products (x86: AVX512-VNNI, AVX-VNNI or AMX-INT8), found
+  // on the machine that runs the model: without them the CPU's exact int8
+  // kernels run at about a quarter of the rate (the executor's cost model,
+  // runtime::TaskCostNs, counts 8-bit multiply-adds accordingly).
+  bool int8_dot = false;
   // Kernel library whose registry this device runs ("cpu" for cpu and sim).
   std::string kernel_library;
 };

@@ -161,6 +161,10 @@ constexpr double kNsPerActivationByte = 0.015;  // ~65 GB/s: L2-resident operand
 constexpr double kNsPerConstantByte = 0.055;    // ~18 GB/s: weights streamed from L3 / DRAM
 constexpr double kNsPerMac = 0.015;             // float32 (half types are computed in it): ~130 GFLOP/s
 constexpr double kNsPerIntMac = 0.003;          // 8-bit integer (VNNI or AMX dot products)
+// 8-bit without them: the exact int16-product kernel (int16_conv.h), 85-90 G
+// multiply-adds/s on a Zen 4 core at 256 bits (its float32 route and
+// oneDNN's int8 depthwise kernel are slower still).
+constexpr double kNsPerIntMacNoDot = 0.011;
 constexpr double kNsPerDepthwiseMac = 0.03;     // one input channel per group, any type: little reuse
 
 // Per-element cost (ns per element of input 0 or the outputs, the larger) of ops that compute more than a
@@ -197,7 +201,8 @@ double Bytes(const ir::Value* v) {
 bool Int8(const ir::Value* v) { return v && (v->dtype() == DType::kUInt8 || v->dtype() == DType::kInt8); }
 
 // Multiply-adds of the contractions, and the ns each costs.
-double MacNs(const ir::Node& n) {
+double MacNs(const ir::Node& n, bool int8_dot) {
+  const double int_mac = int8_dot ? kNsPerIntMac : kNsPerIntMacNoDot;
   const std::string& op = n.op_type();
   auto in = [&](int i) { return i < n.num_inputs() ? n.input(i) : nullptr; };
   const ir::Value* y = n.num_outputs() > 0 ? n.output(0) : nullptr;
@@ -212,14 +217,14 @@ double MacNs(const ir::Node& n) {
     // Depthwise: one input channel per group (W [OC, 1, k...]; the test
     // holds in either layout).
     const bool depthwise = n.GetInt("group", 1) > 1 && w->shape().size() > 1 && w->shape()[1] == 1;
-    return macs * (depthwise ? kNsPerDepthwiseMac : Int8(x) ? kNsPerIntMac : kNsPerMac);
+    return macs * (depthwise ? kNsPerDepthwiseMac : Int8(x) ? int_mac : kNsPerMac);
   }
   if (op == "MatMul" || op == "MatMulInteger" || op == "QLinearMatMul" || op == "Gemm") {
     const ir::Value* a = in(0);
     if (!a || a->shape().empty()) return 0;
     const bool ta = op == "Gemm" && n.GetInt("transA", 0) != 0 && a->shape().size() >= 2;
     const double k = static_cast<double>(ta ? a->shape()[a->shape().size() - 2] : a->shape().back());
-    return Elements(y) * k * (Int8(a) ? kNsPerIntMac : kNsPerMac);
+    return Elements(y) * k * (Int8(a) ? int_mac : kNsPerMac);
   }
   if (op == "LSTM" || op == "GRU" || op == "RNN") {  // W [dirs, G*H, I], R [dirs, G*H, H], X [seq, batch, I]
     const ir::Value* x = in(0);
@@ -233,7 +238,7 @@ double MacNs(const ir::Node& n) {
 }
 }  // namespace
 
-double TaskCostNs(const ir::Node& node) {
+double TaskCostNs(const ir::Node& node, bool int8_dot) {
   double act = 0, constant = 0;
   for (const ir::Value* v : node.inputs()) {
     if (!v) continue;
@@ -249,7 +254,7 @@ double TaskCostNs(const ir::Node& node) {
   // (a reduction's work is in what it reads).
   const double elems = std::max(out_elems, node.num_inputs() > 0 ? Elements(node.input(0)) : 0.0);
   return act * kNsPerActivationByte + constant * kNsPerConstantByte + elems * ElementNs(node.op_type()) +
-         MacNs(node);
+         MacNs(node, int8_dot);
 }
 
 // Whether a node runs on one kernel thread when the model runs on several:
@@ -260,7 +265,7 @@ double SmallTaskNs() {
   return env ? std::max(0.0, std::atof(env)) * 1e3 : 12e3;
 }
 
-bool SmallTask(const ir::Node& node, double limit_ns) {
+bool SmallTask(const ir::Node& node, double limit_ns, bool int8_dot) {
   if (limit_ns <= 0) return false;
   for (const ir::Value* v : node.inputs()) {
     if (v && v->varying_mask() != 0) return false;
@@ -268,7 +273,7 @@ bool SmallTask(const ir::Node& node, double limit_ns) {
   for (const ir::Value* v : node.outputs()) {
     if (v && v->varying_mask() != 0) return false;
   }
-  return TaskCostNs(node) < limit_ns;
+  return TaskCostNs(node, int8_dot) < limit_ns;
 }
 
 // (executor.h) Nodes of the model's graph whose kernel is the same in every
@@ -402,7 +407,7 @@ std::vector<TaskProfile> Executor::Profile() const {
       p.flops = 2 * numel(n.output(0)->shape()) * k;
     }
     for (const auto& [start, dur] : t.spans) p.spans_us.emplace_back(start / 1e3, dur / 1e3);
-    if (!t.dyn) p.cost_us = TaskCostNs(n) / 1e3;
+    if (!t.dyn) p.cost_us = TaskCostNs(n, device_->caps().int8_dot) / 1e3;
     p.one_thread = t.one_thread;
     out.push_back(std::move(p));
   }
@@ -831,7 +836,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const ir::Graph& graph, const
       // A small task's kernel is created, and later run, on one thread
       // (oneDNN fixes a primitive's parallelism when it is created).
       task.one_thread = !task.dyn && small_task_ns > 0 &&
-                        (task.on_host || caps.launches_run_on_host) && SmallTask(node, small_task_ns);
+                        (task.on_host || caps.launches_run_on_host) && SmallTask(node, small_task_ns, caps.int8_dot);
       if (task.one_thread) cpu::UseThreads(1);
       Status made = Status::Ok();
       // The static part of a model with symbolic dims: the kernel an earlier

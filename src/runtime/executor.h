@@ -116,7 +116,9 @@ struct DynamicTask {
 
 // A task's estimated time on one thread, in ns, from its static shapes
 // (bytes moved, per-element work, multiply-adds; executor.cc has the model).
-double TaskCostNs(const ir::Node& node);
+// `int8_dot`: the device's device::Capabilities::int8_dot (8-bit
+// multiply-adds cost about four times more without it).
+double TaskCostNs(const ir::Node& node, bool int8_dot = true);
 // A small tensor's values for messages: "[4, 2, 3]" (the first 16).
 std::string ValuesText(const HostTensor& t);
 // The values of an inferred graph (nodes in topological order) computed
@@ -131,7 +133,7 @@ std::set<const ir::Value*> ProvisionallyBounded(const ir::Graph& g);
 // faster: the fork and join cost what the second thread saves. Only tasks
 // whose launches run on the host (the CPU's kernels) use it.
 double SmallTaskNs();
-bool SmallTask(const ir::Node& node, double limit_ns = SmallTaskNs());
+bool SmallTask(const ir::Node& node, double limit_ns = SmallTaskNs(), bool int8_dot = true);
 
 struct Task {
   Executor* exec = nullptr;

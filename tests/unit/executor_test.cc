@@ -297,6 +297,10 @@ TEST(Executor, SmallTaskEstimatesATasksTimeOnOneThread) {
   EXPECT_TRUE(runtime::SmallTask(*gelu));                            // 4.3 us
   EXPECT_FALSE(runtime::SmallTask(*mm));                             // 47.1 us: worth a second thread
   EXPECT_TRUE(runtime::SmallTask(*mmi));                             // 10.9 us
+  // Without 8-bit dot products (device::Capabilities::int8_dot): 0.011 per
+  // 8-bit multiply-add, and the same MatMulInteger is worth a second thread.
+  EXPECT_NEAR(runtime::TaskCostNs(*mmi, false), (4096 + 65536) * 0.015 + 65536 * 0.055 + 32 * 512 * 128 * 0.011, 1e-6);
+  EXPECT_FALSE(runtime::SmallTask(*mmi, runtime::SmallTaskNs(), false));  // 27.7 us
   ir::Node* sym = add("symbolic", {4, 4});
   sym->input(0)->set_symbolic_mask(1);
   EXPECT_FALSE(runtime::SmallTask(*sym));  // a dim that varies: its size is not known here

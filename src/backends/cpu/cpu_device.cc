@@ -32,6 +32,7 @@ class CpuDeviceImpl final : public device::Device {
     caps_.channels_last_conv = true;
     caps_.fused_epilogues = true;
     caps_.bf16_dot = NativeBf16Dot();
+    caps_.int8_dot = NativeInt8Dot();
     caps_.kernel_library = "cpu";
   }
   const std::string& spec() const override { return spec_; }

@@ -107,6 +107,15 @@ bool NativeBf16Dot() {
   return yes;
 }
 
+bool NativeInt8Dot() {
+  static const bool yes = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_vnni || isa == dnnl::cpu_isa::avx512_core_bf16 ||
+           isa == dnnl::cpu_isa::avx512_core_amx || isa == dnnl::cpu_isa::avx2_vnni;
+  }();
+  return yes;
+}
+
 bool Bf16PaysOff(double macs_per_input) { return NumThreads() <= 1 || macs_per_input >= 128; }
 
 std::string PackedLayoutKey(const dnnl::memory::desc& md) {

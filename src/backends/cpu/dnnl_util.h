@@ -16,6 +16,10 @@ dnnl::stream& DnnlStream();  // thread_local
 // AMX-BF16. $KILN_BF16=off says no (A/B runs). The CPU device reports it as
 // device::Capabilities::bf16_dot.
 bool NativeBf16Dot();
+// Whether this CPU has 8-bit dot products (VNNI or AMX-INT8), as oneDNN sees
+// it (its effective ISA): oneDNN's int8 kernels are exact there for any
+// 8-bit operands. The CPU device reports it as device::Capabilities::int8_dot.
+bool NativeInt8Dot();
 // Whether a convolution or matrix product doing `macs_per_input`
 // multiply-adds per element of its activation input gains from bfloat16
 // operands when its kernel runs on the calling thread's kernel thread count

@@ -52,6 +52,7 @@ class SimDevice final : public device::Device, public device::OpWindow {
     caps_.channels_last_conv = nhwc;
     caps_.fused_epilogues = fusion;
     caps_.bf16_dot = cpu::NativeBf16Dot();  // it runs the CPU's kernels on this CPU
+    caps_.int8_dot = cpu::NativeInt8Dot();
     caps_.kernel_library = "cpu";
   }
   ~SimDevice() override = default;

@@ -702,14 +702,7 @@ class QConvKernel : public Kernel {
 // within [-64, 64] (7-bit weights, as ONNX Runtime's quantizer writes with
 // reduce_range) and uint8 activations (int8 ones make oneDNN halve the
 // weights there).
-bool ExactInt8Isa() {
-  static const bool ok = [] {
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    return isa == dnnl::cpu_isa::avx512_core_vnni || isa == dnnl::cpu_isa::avx512_core_bf16 ||
-           isa == dnnl::cpu_isa::avx512_core_amx || isa == dnnl::cpu_isa::avx2_vnni;
-  }();
-  return ok;
-}
+bool ExactInt8Isa() { return NativeInt8Dot(); }
 // Whether oneDNN has jit int8 kernels here at all (AVX2 and up; dnnl's ISA
 // values are bit sets: every ISA from AVX2 up holds AVX2's bits).
 bool OneDnnInt8Isa() {
