@@ -1199,6 +1199,18 @@ class RescaleEpilogue {
   int act() const { return static_cast<int>(act_); }
   float alpha() const { return alpha_; }
   float beta() const { return beta_; }
+  // This run's rescale as the int16-product kernel stores it: output 0 as
+  // act(float(sum) * S + B) (sv / bv hold this run's factors meanwhile).
+  void ToInt16Out(const KernelArgs& a, std::int64_t channels, std::vector<float>& sv, std::vector<float>& bv,
+                  Int16ConvOut& o) const {
+    Load(a, channels, sv, bv);
+    o.f = a.out_as<float>(0);
+    o.rescale = sv.data();
+    o.rbias = has_bias() ? bv.data() : nullptr;
+    o.act = act();
+    o.alpha = alpha();
+    o.beta = beta();
+  }
   // This run's scale and bias, one per channel (a single value broadcast),
   // so the loops below run with unit strides and vectorize.
   void Load(const KernelArgs& a, std::int64_t channels, std::vector<float>& sv, std::vector<float>& bv) const {
@@ -1661,13 +1673,7 @@ class DnnlQConvKernel : public Kernel {
       Int16ConvOut o;
       thread_local std::vector<float> sv, bv;
       if (rescale_) {  // act(float(sum) * S + B) as it is stored, and the range
-        epilogue_.Load(a, cout_, sv, bv);
-        o.f = a.out_as<float>(0);
-        o.rescale = sv.data();
-        o.rbias = epilogue_.has_bias() ? bv.data() : nullptr;
-        o.act = epilogue_.act();
-        o.alpha = epilogue_.alpha();
-        o.beta = epilogue_.beta();
+        epilogue_.ToInt16Out(a, cout_, sv, bv, o);
         if (range_) {
           o.range_min = &range_->min;
           o.range_max = &range_->max;
@@ -1987,13 +1993,7 @@ class DnnlQMatMulKernel : public Kernel {
       Int16ConvOut o;
       thread_local std::vector<float> sv, bv;
       if (rescale_) {
-        epilogue_.Load(a, n_, sv, bv);
-        o.f = a.out_as<float>(0);
-        o.rescale = sv.data();
-        o.rbias = epilogue_.has_bias() ? bv.data() : nullptr;
-        o.act = epilogue_.act();
-        o.alpha = epilogue_.alpha();
-        o.beta = epilogue_.beta();
+        epilogue_.ToInt16Out(a, n_, sv, bv, o);
       } else if (integer_) {
         o.i = a.out_as<std::int32_t>(0);
       } else {
