@@ -52,7 +52,7 @@ Int16ConvShape Planned(Int16ConvShape s) {
 // same channels and window have the same weights.
 std::vector<std::int8_t> Weights(const Case& cs) {
   std::uint32_t seed = 11;
-  std::vector<std::int8_t> w(static_cast<std::size_t>(cs.s.k * cs.s.c * cs.s.kh * cs.s.kw));
+  std::vector<std::int8_t> w(static_cast<std::size_t>(cs.s.k * (cs.s.c / cs.s.groups) * cs.s.kh * cs.s.kw));
   for (auto& v : w) {
     seed = seed * 1664525u + 1013904223u;
     const int r = static_cast<int>(seed >> 8);
@@ -66,7 +66,7 @@ std::vector<std::int8_t> Weights(const Case& cs) {
 void Check(Case cs, int threads, int out, bool winograd = true, const Int16Conv* shared = nullptr) {
   Int16ConvShape& s = cs.s;
   s = Planned(s);
-  SCOPED_TRACE("n" + std::to_string(s.n) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +
+  SCOPED_TRACE("groups " + std::to_string(s.groups) + " n" + std::to_string(s.n) + " " + std::to_string(s.h) + "x" + std::to_string(s.w) + "x" +
                std::to_string(s.c) + " -> " + std::to_string(s.k) + " k" + std::to_string(s.kh) + "x" +
                std::to_string(s.kw) + " s" + std::to_string(s.sh) + " d" + std::to_string(s.dh) +
                (cs.x_signed ? " int8" : " uint8") + " zp " + std::to_string(cs.zp) + " threads " +
@@ -88,7 +88,7 @@ void Check(Case cs, int threads, int out, bool winograd = true, const Int16Conv*
   Int16Conv conv;
   ASSERT_TRUE(conv.Plan(s, winograd));
   EXPECT_EQ(conv.winograd(), winograd && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.dh == 1 && s.c >= 16 &&
-                                 s.k >= 16 && s.c <= 1827);
+                                 s.k >= 16 && s.c <= 1827 && s.groups == 1);
   if (shared) {
     ASSERT_TRUE(conv.ShareWeights(*shared));
   } else {
@@ -137,9 +137,10 @@ void Check(Case cs, int threads, int out, bool winograd = true, const Int16Conv*
             for (std::int64_t q = 0; q < s.kw; ++q) {
               const std::int64_t ih = i * s.sh + p * s.dh - s.pad_top, iw = j * s.sw + q * s.dw - s.pad_left;
               if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;  // padding: the zero point, 0 after centring
-              for (std::int64_t ch = 0; ch < s.c; ++ch) {
-                sum += (xval(((b * s.h + ih) * s.w + iw) * s.c + ch) - cs.zp) *
-                       w[((oc * s.c + ch) * s.kh + p) * s.kw + q];
+              const std::int64_t cg = s.c / s.groups, g = oc / (s.k / s.groups);
+              for (std::int64_t ch = 0; ch < cg; ++ch) {
+                sum += (xval(((b * s.h + ih) * s.w + iw) * s.c + g * cg + ch) - cs.zp) *
+                       w[((oc * cg + ch) * s.kh + p) * s.kw + q];
               }
             }
           const std::int64_t at = ((b * s.oh + i) * s.ow + j) * s.k + oc;
@@ -232,6 +233,40 @@ TEST(Int16Conv, MatchesInt64Reference) {
       }
     }
   }
+}
+
+// Groups: each reads its own input channels (an odd count's last pair on
+// the next group's first channel or the pixel's padding, with a zero
+// weight) into its own panels of outputs (a group's last panel part empty).
+TEST(Int16Conv, GroupsMatchInt64Reference) {
+  if (!Int16ConvAvailable()) GTEST_SKIP() << "no AVX2";
+  auto grouped = [](Int16ConvShape s, std::int64_t g) {
+    s.groups = g;
+    return s;
+  };
+  const std::vector<Case> cases = {
+      {grouped(Shape(1, 7, 9, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1), 4), false, 37},    // ResNeXt-like: 16 -> 16 each
+      {grouped(Shape(2, 6, 5, 30, 40, 3, 3, 2, 1, 1, 1, 1, 1), 2), true, -9},     // 15 channels each (odd), 20 outputs
+      {grouped(Shape(1, 5, 8, 21, 24, 1, 1, 1, 1, 0, 0, 0, 0), 3), false, 200},   // 7 -> 8 each, odd total: padding
+      {grouped(Shape(1, 4, 6, 96, 48, 3, 1, 1, 1, 1, 0, 1, 0), 8), false, 0},     // 12 -> 6 each
+  };
+  for (const Case& c : cases) {
+    for (int threads : {1, 2}) {
+      for (int out : {0, 1, 2, 3, 4}) Check(c, threads, out);
+    }
+  }
+  // One packing for other extents of the same groups; none for other groups.
+  Int16Conv packed;
+  ASSERT_TRUE(packed.Plan(Planned(cases[0].s)));
+  packed.PackWeights(Weights(cases[0]).data());
+  Case other{grouped(Shape(1, 11, 4, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1), 4), true, 5};
+  Check(other, 2, 2, true, &packed);
+  Int16Conv two;
+  ASSERT_TRUE(two.Plan(Planned(grouped(cases[0].s, 2))));
+  EXPECT_NE(two.WeightKey(), packed.WeightKey());
+  EXPECT_FALSE(two.ShareWeights(packed));
+  Int16ConvShape bad = grouped(cases[0].s, 3);  // 64 channels in 3 groups
+  EXPECT_FALSE(two.Plan(Planned(bad)));
 }
 
 TEST(Int16Conv, SaturatingPairsAndSumsPastFloatAreExact) {

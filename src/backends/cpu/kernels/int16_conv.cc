@@ -235,6 +235,7 @@ struct RowJob {
   const float *ps, *pf;
   char* ybase;
   I64 elem;
+  I64 gp, kg, cg;  // panels, output and input channels per group
 };
 
 struct TileArgs {
@@ -280,22 +281,25 @@ KILN_AVX2 void RunUnits(const RowJob& j, I64 u0, I64 u1, Epilogue& ep, std::int3
     char* yrow = j.ybase + row * s.ow * s.k * j.elem;
     // One tile by one panel over chunk ci.
     auto run = [&](I64 p, I64 ci, I64 tile) __attribute__((always_inline, target("avx2"))) {
-      const I64 c0 = p * kPanel, cols = std::min(kPanel, s.k - c0);
-      ep.bias = j.pb + c0;
-      ep.scale = j.ps + c0;
-      ep.fbias = j.pf + c0;
+      // Panel p: group g's output channels c0 + [0, cols) (c0 within y's
+      // channels), reading the group's input channels (cin, in the image).
+      const I64 g = p / j.gp, c0 = g * j.kg + p % j.gp * kPanel, cols = std::min(kPanel, (g + 1) * j.kg - c0);
+      const I64 cin = g * j.cg;
+      ep.bias = j.pb + p * kPanel;
+      ep.scale = j.ps + p * kPanel;
+      ep.fbias = j.pf + p * kPanel;
       const Int16Conv::Chunk& k = j.ks[ci];
       const I64 ow = tile * kRows;
       const std::int16_t* bw = j.packed + p * j.panel_vals + k.off * 32;
       std::int32_t* part = j.nks > 1 ? partial + tile * kRows * kPanel : nullptr;
       void* y = yrow + (ow * s.k + c0) * j.elem;
       if (tile < full) {
-        Tile<kRows, M>(arow + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks, part, ep,
+        Tile<kRows, M>(arow + cin + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks, part, ep,
                        y, ldy, cols);
       } else {
-        const TileArgs g{arow + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks, part,
-                         &ep, y, ldy, cols};
-        TileAny<M>(static_cast<int>(s.ow - ow), g);
+        const TileArgs args{arow + cin + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks,
+                            part, &ep, y, ldy, cols};
+        TileAny<M>(static_cast<int>(s.ow - ow), args);
       }
     };
     if (j.tile_major) {
@@ -381,17 +385,21 @@ struct PanelFactors {
   std::vector<std::int32_t> bias;
   std::vector<float> scale, fbias;
 };
-const PanelFactors& Factors(I64 k, I64 panels, const std::int32_t* bias, const Int16ConvOut& out) {
+// Panel P holds output channels g * kg + (P % gp) * 16 + [0, 16) of group
+// g = P / gp (gp panels a group, kg channels; one group: P * 16 + [0, 16)).
+const PanelFactors& Factors(I64 k, I64 panels, I64 groups, const std::int32_t* bias, const Int16ConvOut& out) {
   thread_local PanelFactors f;
   const std::size_t padded = static_cast<std::size_t>(panels * kPanel);
   f.bias.assign(padded, 0);
   f.scale.assign(padded, 0.f);
   f.fbias.assign(padded, 0.f);
+  const I64 kg = k / groups, gp = panels / groups;
   for (I64 c = 0; c < k; ++c) {
-    if (bias) f.bias[c] = bias[c];
-    if (out.rescale) f.scale[c] = out.rescale[c];
-    else if (out.scales) f.scale[c] = out.scales[out.scale_count == 1 ? 0 : c];
-    if (out.rbias) f.fbias[c] = out.rbias[c];
+    const I64 at = (c / kg * gp) * kPanel + c % kg;  // its panel's first slot, plus its place in the group
+    if (bias) f.bias[at] = bias[c];
+    if (out.rescale) f.scale[at] = out.rescale[c];
+    else if (out.scales) f.scale[at] = out.scales[out.scale_count == 1 ? 0 : c];
+    if (out.rbias) f.fbias[at] = out.rbias[c];
   }
   return f;
 }
@@ -399,9 +407,9 @@ const PanelFactors& Factors(I64 k, I64 panels, const std::int32_t* bias, const I
 // What both forms of a run share: the mode, the padded factors, where the
 // output goes, and the range gathered from the workers.
 struct OutState {
-  OutState(const Int16ConvOut& out, I64 k, I64 panels, const std::int32_t* bias)
+  OutState(const Int16ConvOut& out, I64 k, I64 panels, I64 groups, const std::int32_t* bias)
       : mode(ModeOf(out)),
-        fac(Factors(k, panels, bias, out)),
+        fac(Factors(k, panels, groups, bias, out)),
         pb(fac.bias.data()),
         ps(fac.scale.data()),
         pf(fac.fbias.data()),
@@ -431,9 +439,11 @@ bool Int16ConvAvailable() {
 
 bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
   s_ = s;
-  for (I64 v : {s.n, s.h, s.w, s.c, s.k, s.oh, s.ow, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw}) {
+  for (I64 v : {s.n, s.h, s.w, s.c, s.k, s.oh, s.ow, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw, s.groups}) {
     if (v <= 0) return false;
   }
+  if (s.c % s.groups != 0 || s.k % s.groups != 0) return false;
+  const I64 cg = s.c / s.groups, kg = s.k / s.groups;
   for (I64 v : {s.pad_top, s.pad_left, s.pad_bottom, s.pad_right}) {
     if (v < 0) return false;
   }
@@ -451,10 +461,13 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
       reach_w >= wp_) {
     return false;
   }
-  rowtap_ = s.c < kRowTapChannels && s.dw == 1;
+  rowtap_ = s.groups == 1 && s.c < kRowTapChannels && s.dw == 1;
   cp_ = rowtap_ ? s.c : s.c + (s.c & 1);
   taps_ = taps;
-  kp_ = cp_ / 2;
+  // Groups: each reads its cg channels of the pixel in pairs from its
+  // first (an odd cg's last pair meets a zero weight on the next group's
+  // first channel, or on the pixel's padding or the image's room).
+  kp_ = s.groups == 1 ? cp_ / 2 : (cg + 1) / 2;
   if (rowtap_) {  // one tap per window row, its kw x c values in pairs
     I64 span = 0;
     if (!CheckedMul(s.kw, s.c, &span)) return false;
@@ -465,7 +478,7 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
   // the transforms to pay, and few enough for the exact bound. Its 4x4
   // input tiles start at even rows and columns: the image grows to whole
   // tiles (zero rows and columns past the pads).
-  wino_ = winograd && !rowtap_ && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
+  wino_ = winograd && s.groups == 1 && !rowtap_ && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
           s.c >= kWinoMinChannels && s.k >= kWinoMinChannels && s.c <= kWinoMaxChannels;
   if (wino_) {
     th_ = (s.oh + 1) / 2;
@@ -476,13 +489,13 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
   // Row taps: the last pair of the image's last window row reads one value
   // past it (its weight 0): one value of room.
   if (!CheckedMul(s.n, hp_, &image_) || !CheckedMul(image_, wp_, &image_) || !CheckedMul(image_, cp_, &image_) ||
-      !CheckedAdd(image_, rowtap_ ? 1 : 0, &image_)) {
+      !CheckedAdd(image_, rowtap_ || s.groups > 1 ? 1 : 0, &image_)) {
     return false;
   }
   if (!CheckedMul(image_, 2, &bytes) || bytes > kMaxTensorBytes) return false;
-  panels_ = (s.k + kPanel - 1) / kPanel;
+  panels_ = s.groups * ((kg + kPanel - 1) / kPanel);
   I64 packed = 0;
-  if (!CheckedMul(panels_ * kPanel, wino_ ? kXi : taps_, &packed) || !CheckedMul(packed, 2 * kp_, &packed) ||
+  if (!CheckedMul(panels_, kPanel, &packed) || !CheckedMul(packed, wino_ ? kXi : taps_, &packed) || !CheckedMul(packed, 2 * kp_, &packed) ||
       !CheckedMul(packed, 2, &bytes) || bytes > kMaxTensorBytes) {
     return false;
   }
@@ -508,11 +521,11 @@ bool Int16Conv::Plan(const Int16ConvShape& s, bool winograd) {
 
 std::string Int16Conv::WeightKey() const {
   return std::to_string(s_.c) + ":" + std::to_string(s_.k) + ":" + std::to_string(s_.kh) + ":" +
-         std::to_string(s_.kw) + (wino_ ? ":wino" : rowtap_ ? ":rowtap" : ":direct");
+         std::to_string(s_.kw) + ":g" + std::to_string(s_.groups) + (wino_ ? ":wino" : rowtap_ ? ":rowtap" : ":direct");
 }
 
 bool Int16Conv::ShareWeights(const Int16Conv& other) {
-  if (!other.packed_ || other.s_.c != s_.c || other.s_.k != s_.k || other.s_.kh != s_.kh || other.s_.kw != s_.kw ||
+  if (!other.packed_ || other.s_.c != s_.c || other.s_.k != s_.k || other.s_.kh != s_.kh || other.s_.kw != s_.kw || other.s_.groups != s_.groups ||
       other.wino_ != wino_ || other.rowtap_ != rowtap_) {
     return false;
   }
@@ -535,17 +548,17 @@ void Int16Conv::PackWeights(const std::int8_t* w) {
   }
   const I64 pairs = taps_ * kp_;  // pairs per panel
   std::int16_t* packed = Allocate(static_cast<std::size_t>(panels_ * pairs * 2 * kPanel));  // Plan bounded the bytes
-  const I64 taps = s_.kh * s_.kw;
+  const I64 taps = s_.kh * s_.kw, cg = s_.c / s_.groups, kg = s_.k / s_.groups, gp = panels_ / s_.groups;
   for (I64 o = 0; o < s_.k; ++o) {
-    const I64 p = o / kPanel, col = o % kPanel;
-    for (I64 ch = 0; ch < s_.c; ++ch) {
+    const I64 p = o / kg * gp + o % kg / kPanel, col = o % kg % kPanel;
+    for (I64 ch = 0; ch < cg; ++ch) {
       for (I64 t = 0; t < taps; ++t) {
         // Its place in the panel's run of values: tap-major, channels
         // padded to cp_ (row taps: window row i's kw x c values, padded to
         // its pairs).
-        const I64 k = rowtap_ ? t / s_.kw * 2 * kp_ + t % s_.kw * s_.c + ch : t * cp_ + ch;
+        const I64 k = rowtap_ ? t / s_.kw * 2 * kp_ + t % s_.kw * s_.c + ch : t * 2 * kp_ + ch;
         const I64 dst = ((p * pairs + k / 2) * kPanel + col) * 2 + (k & 1);
-        packed[dst] = w[(o * s_.c + ch) * taps + t];  // OIHW: t = i * kw + j
+        packed[dst] = w[(o * cg + ch) * taps + t];  // OIHW (I = cg): t = i * kw + j
       }
     }
   }
@@ -556,7 +569,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   thread_local std::vector<std::int16_t> image;  // the caller's; the workers get its pointer
   if (image.size() < static_cast<std::size_t>(image_)) image.resize(static_cast<std::size_t>(image_));
   std::int16_t* img = image.data();
-  if (rowtap_) img[image_ - 1] = 0;  // the room past the last window row
+  if (rowtap_ || s_.groups > 1) img[image_ - 1] = 0;  // the room past the last window row or group
   const Int16ConvShape& s = s_;
   const I64 cp = cp_, hp = hp_, wp = wp_;
   // The padded image, a row of it at a time.
@@ -588,7 +601,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   // Multiply-adds per unit: a share pays for the fork past ~50K of them.
   const I64 unit_macs = std::max<I64>(1, s.ow * per_chunk * kPanel * taps_ * 2 * kp_);
   const std::vector<Chunk>& ks = chunks_;
-  OutState st(out, s.k, panels_, bias);
+  OutState st(out, s.k, panels_, s.groups, bias);
   const Mode mode = st.mode;
   const std::int32_t* pb = st.pb;
   const float *ps = st.ps, *pf = st.pf;
@@ -604,7 +617,7 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   const RowJob job{s,        img,          packed_.get(), tap_off_.data(), ks.data(), static_cast<I64>(ks.size()),
                    hp,       wp,           cp,            rs,              chunks,    per_chunk,
                    panels_,  panel_vals,   tile_major,    pb,              ps,        pf,
-                   ybase,    elem};
+                   ybase,    elem,         panels_ / s.groups, s.k / s.groups, s.c / s.groups};
   ParallelFor(rows * chunks, std::max<I64>(1, 50000 / unit_macs), [&](I64 u0, I64 u1) {
     Epilogue ep = EpilogueOf(out);
     thread_local std::vector<std::int32_t> partial;  // a row's partial sums between chunks
@@ -780,7 +793,7 @@ void Int16Conv::RunWinograd(const std::int16_t* img, const std::int32_t* bias, c
   while (threads > 1 && (blocks * chunks) % threads != 0 && chunks < panels_) ++chunks;
   // Panels per chunk as even as they go (the first panels_ % chunks get one more).
   const I64 base_panels = panels_ / chunks, extra_panels = panels_ % chunks;
-  OutState st(out, s.k, panels_, bias);
+  OutState st(out, s.k, panels_, s.groups, bias);
   const Mode mode = st.mode;
   const std::int32_t* pb = st.pb;
   const float *ps = st.ps, *pf = st.pf;

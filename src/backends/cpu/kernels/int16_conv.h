@@ -39,6 +39,9 @@ struct Int16ConvShape {
   std::int64_t k = 0, oh = 0, ow = 0;       // output channels and extents (output NHWC)
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
   std::int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  // Groups: c / groups input channels to k / groups outputs each (weights
+  // [k, c / groups, kh, kw]); direct form only.
+  std::int64_t groups = 1;
 };
 
 // Whether this CPU runs it (AVX2).

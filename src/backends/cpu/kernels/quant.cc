@@ -722,6 +722,10 @@ bool OneDnnInt8Isa() {
 // 8 -> 16 at 56x56 51 against 88. MobileNetV2's 1x1s of 16, 24 and 32
 // channels: 440 against 644, 200 against 261, 79 against 108.
 constexpr std::int64_t kInt16MinReduction = 16;
+// Grouped convolutions run the kernel where each group has at least this
+// many outputs: its panels are 16 outputs of one group (a depthwise layer's
+// one output a group would use a sixteenth of each).
+constexpr std::int64_t kInt16MinGroupOutputs = 8;
 // A weight as int8 w - w_zp: int8 as is, uint8 (zero point 128) shifted.
 inline int ShiftedWeight(const HostTensor& w, bool u8w, std::int64_t i) {
   return u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
@@ -1430,11 +1434,12 @@ class DnnlQConvKernel : public Kernel {
     Shape x = init.inputs[0].shape;
     const Shape& ws = init.inputs[wi].shape;
     Shape y = init.outputs[0].shape;
-    if (nhwc) {  // physical NHWC -> logical NCHW dims
+    if (nhwc) {  // physical NHWC -> logical NCHW dims (2-D only; another rank: not this kernel)
+      if (x.size() != 4 || y.size() != 4) return false;
       x = {x[0], x[3], x[1], x[2]};
       y = {y[0], y[3], y[1], y[2]};
     }
-    if (x.size() < 3 || x.size() > 5) return false;
+    if (x.size() < 3 || x.size() > 5 || ws.empty()) return false;
     const std::int64_t cout = ws[0], group = init.node->GetInt("group", 1);
     const bool u8w = w->dtype() == DType::kUInt8;
     if (!WeightZeroPointShiftable(init, integer ? 3 : 5, u8w)) return false;
@@ -1454,14 +1459,16 @@ class DnnlQConvKernel : public Kernel {
     // take the float32 route runs the exact int16-product kernel instead
     // (int16_conv.h): int32 sums of any 8-bit operands, no float32 copies
     // of x, about twice float32's multiply-adds a cycle where the CPU has
-    // two vector multiply pipes; RGB stems as a tap per window row. Only
-    // where each output sums at least kInt16MinReduction products (taps x
-    // channels): below that the kernel's per-output epilogue outweighs its
-    // faster products. $KILN_INT8_INT16=off keeps the float32 route (for
-    // tests and A/B runs).
+    // two vector multiply pipes; RGB stems as a tap per window row; groups
+    // of at least kInt16MinGroupOutputs outputs each (a panel of 16 at
+    // least half used). Only where each output sums at least
+    // kInt16MinReduction products (taps x channels of its group): below
+    // that the kernel's per-output epilogue outweighs its faster products.
+    // $KILN_INT8_INT16=off keeps the float32 route (for tests and A/B runs).
     std::int64_t reduction = 0;
-    if (f32_ && nhwc && group == 1 && x.size() == 4 && ws.size() == 4 && y.size() == 4 && ws[1] == x[1] &&
-        CheckedMul(x[1], ws[2], &reduction) && CheckedMul(reduction, ws[3], &reduction) &&
+    if (f32_ && nhwc && group >= 1 && x.size() == 4 && ws.size() == 4 && y.size() == 4 && x[1] % group == 0 &&
+        cout % group == 0 && ws[1] == x[1] / group && (group == 1 || cout / group >= kInt16MinGroupOutputs) &&
+        CheckedMul(ws[1], ws[2], &reduction) && CheckedMul(reduction, ws[3], &reduction) &&
         reduction >= kInt16MinReduction && Int16ConvAvailable() && Int16Enabled()) {
       KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
       Int16ConvShape cs;
@@ -1470,6 +1477,7 @@ class DnnlQConvKernel : public Kernel {
       cs.sh = cw.strides[0], cs.sw = cw.strides[1], cs.dh = cw.dilations[0] + 1, cs.dw = cw.dilations[1] + 1;
       cs.pad_top = cw.pads_begin[0], cs.pad_left = cw.pads_begin[1];
       cs.pad_bottom = cw.pads_end[0], cs.pad_right = cw.pads_end[1];
+      cs.groups = group;
       auto conv = std::make_shared<Int16Conv>();
       if (conv->Plan(cs, Int16WinogradEnabled())) {
         // The packing depends on the channels, the window and the form, not
