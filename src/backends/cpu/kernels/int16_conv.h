@@ -1,5 +1,5 @@
 // Exact 8-bit convolution (and matrix product) for x86 CPUs without VNNI:
-// channels-last, group 1, sums of int16 products in int32.
+// channels-last, one group or several, sums of int16 products in int32.
 //
 // Without VNNI, oneDNN's int8 kernels (and ONNX Runtime's MLAS) multiply
 // uint8 x int8 with vpmaddubsw, which adds adjacent pairs into saturating
