@@ -159,6 +159,35 @@ TEST(QLinearConv, OneByOneFewChannelsSkipsAmx) {
   q.cin = 32, q.cout = 16, q.h = 28, q.w = 28, q.k = 1, q.pad = 0;
   CheckQLinearConv(q);
 }
+// Scalar quantization parameters as constants.
+HostTensorPtr U8Scalar(int v) { return Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{static_cast<std::uint8_t>(v)}); }
+HostTensorPtr F32Scalar(float v) { return Tensor(DType::kFloat32, {}, std::vector<float>{v}); }
+
+// One plan of a model with dynamic shapes: node r's kernel for a uint8
+// input 0 of `in` (as the kernel sees it) and the constants consts[1...],
+// made with the plans' shared prepack cache, run on x into y (a uint8
+// output of `out`); the kernel joins `held`, as the cached plans hold theirs.
+void RunPlan(test::NodeRunner& r, const Shape& in, const Shape& out, const std::vector<HostTensorPtr>& consts,
+             device::PrepackCache& cache, std::vector<std::unique_ptr<cpu::Kernel>>& held,
+             const std::vector<std::uint8_t>& x, std::vector<std::uint8_t>& y) {
+  cpu::KernelInit init;
+  init.node = &r.node();
+  init.inputs = {{DType::kUInt8, in}};
+  for (std::size_t i = 1; i < consts.size(); ++i) init.inputs.push_back({consts[i]->dtype(), consts[i]->shape()});
+  init.outputs = {{DType::kUInt8, out}};
+  for (const HostTensorPtr& t : consts) init.const_inputs.push_back(t.get());
+  init.prepack_cache = &cache;
+  init.varying_shapes = true;
+  auto kernel = cpu::CreateKernel(init);
+  ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+  y.assign(static_cast<std::size_t>(NumElements(out)), 0);
+  std::vector<void*> ptrs = {const_cast<std::uint8_t*>(x.data())};
+  for (std::size_t i = 1; i < consts.size(); ++i) ptrs.push_back(const_cast<void*>(consts[i]->data()));
+  ptrs.push_back(y.data());
+  ASSERT_TRUE(kernel.value()->Run({ptrs.data(), static_cast<int>(consts.size())}).ok());
+  held.push_back(std::move(kernel).value());
+}
+
 // A model with dynamic shapes makes a kernel per node per plan; the
 // plans of one channels-last QLinearConv at other input extents share one
 // packing of its weights (oneDNN's, or without VNNI the int16-product
@@ -174,11 +203,15 @@ TEST(QLinearConv, PlansOfOtherExtentsShareOnePacking) {
   for (auto& v : bias) v = static_cast<std::int32_t>(rng() % 2001) - 1000;
   const float xs = 0.02f, ys = 0.05f;
   const int xzp = 120, yzp = 100;
-  auto u8 = [](int v) { return Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{static_cast<std::uint8_t>(v)}); };
-  auto f32 = [](float v) { return Tensor(DType::kFloat32, {}, std::vector<float>{v}); };
-  const std::vector<HostTensorPtr> consts = {
-      nullptr, f32(xs), u8(xzp), Tensor(DType::kInt8, {k, c, 3, 3}, w), Tensor(DType::kFloat32, {k}, ws),
-      Tensor(DType::kInt8, {}, std::vector<std::int8_t>{0}), f32(ys), u8(yzp), Tensor(DType::kInt32, {k}, bias)};
+  const std::vector<HostTensorPtr> consts = {nullptr,
+                                             F32Scalar(xs),
+                                             U8Scalar(xzp),
+                                             Tensor(DType::kInt8, {k, c, 3, 3}, w),
+                                             Tensor(DType::kFloat32, {k}, ws),
+                                             Tensor(DType::kInt8, {}, std::vector<std::int8_t>{0}),
+                                             F32Scalar(ys),
+                                             U8Scalar(yzp),
+                                             Tensor(DType::kInt32, {k}, bias)};
   device::PrepackCache cache;
   std::vector<std::unique_ptr<cpu::Kernel>> held;  // as the cached plans hold theirs
   for (auto [n, h, wd] : {std::array<std::int64_t, 3>{1, 6, 9}, {1, 11, 4}, {2, 3, 17}}) {
@@ -186,22 +219,10 @@ TEST(QLinearConv, PlansOfOtherExtentsShareOnePacking) {
     test::NodeRunner r("QLinearConv", 10, {In(DType::kUInt8, {n, c, h, wd}), consts[1], consts[2], consts[3], consts[4],
                                            consts[5], consts[6], consts[7], consts[8]});
     r.Attr("pads", test::Ints({1, 1, 1, 1})).Attr(ops::kNhwcAttr, test::Int(1));
-    cpu::KernelInit init;
-    init.node = &r.node();
-    init.inputs = {{DType::kUInt8, {n, h, wd, c}}};  // physical NHWC
-    for (std::size_t i = 1; i < consts.size(); ++i) init.inputs.push_back({consts[i]->dtype(), consts[i]->shape()});
-    init.outputs = {{DType::kUInt8, {n, h, wd, k}}};
-    for (const HostTensorPtr& t : consts) init.const_inputs.push_back(t.get());
-    init.prepack_cache = &cache;
-    init.varying_shapes = true;
-    auto kernel = cpu::CreateKernel(init);
-    ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
-    std::vector<std::uint8_t> x(static_cast<std::size_t>(n * h * wd * c)), y(static_cast<std::size_t>(n * h * wd * k));
+    std::vector<std::uint8_t> x(static_cast<std::size_t>(n * h * wd * c)), y;
     for (auto& v : x) v = static_cast<std::uint8_t>(rng() % 256);
-    std::vector<void*> ptrs = {x.data()};
-    for (std::size_t i = 1; i < consts.size(); ++i) ptrs.push_back(const_cast<void*>(consts[i]->data()));
-    ptrs.push_back(y.data());
-    ASSERT_TRUE(kernel.value()->Run({ptrs.data(), 9}).ok());
+    RunPlan(r, {n, h, wd, c}, {n, h, wd, k}, consts, cache, held, x, y);  // physical NHWC
+    if (HasFatalFailure()) return;
     int exact = 0, total = 0;
     for (std::int64_t b = 0; b < n; ++b)
       for (std::int64_t i = 0; i < h; ++i)
@@ -223,7 +244,6 @@ TEST(QLinearConv, PlansOfOtherExtentsShareOnePacking) {
             ++total;
           }
     EXPECT_GE(exact, total * 99 / 100) << exact << " of " << total << " exact";
-    held.push_back(std::move(kernel).value());
   }
   EXPECT_EQ(cache.made(), 1u);
   EXPECT_EQ(cache.shared(), 2u);
@@ -573,33 +593,24 @@ TEST(QLinearMatMul, PlansOfOtherRowCountsShareOnePacking) {
   for (auto& v : bs) v = 0.001f + 0.001f * static_cast<float>(rng() % 7);
   const float as = 0.03f, ys = 0.2f;
   const int azp = 110, yzp = 120;
-  auto u8 = [](int v) { return Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{static_cast<std::uint8_t>(v)}); };
-  auto f32 = [](float v) { return Tensor(DType::kFloat32, {}, std::vector<float>{v}); };
-  const std::vector<HostTensorPtr> consts = {nullptr, f32(as), u8(azp), Tensor(DType::kInt8, {k, n}, b),
+  const std::vector<HostTensorPtr> consts = {nullptr,
+                                             F32Scalar(as),
+                                             U8Scalar(azp),
+                                             Tensor(DType::kInt8, {k, n}, b),
                                              Tensor(DType::kFloat32, {n}, bs),
-                                             Tensor(DType::kInt8, {n}, std::vector<std::int8_t>(n, 0)), f32(ys), u8(yzp)};
+                                             Tensor(DType::kInt8, {n}, std::vector<std::int8_t>(n, 0)),
+                                             F32Scalar(ys),
+                                             U8Scalar(yzp)};
   device::PrepackCache cache;
   std::vector<std::unique_ptr<cpu::Kernel>> held;  // as the cached plans hold theirs
   for (std::int64_t rows : {3, 17, 64}) {
     SCOPED_TRACE(rows);
     test::NodeRunner r("QLinearMatMul", 10, {In(DType::kUInt8, {rows, k}), consts[1], consts[2], consts[3], consts[4],
                                              consts[5], consts[6], consts[7]});
-    cpu::KernelInit init;
-    init.node = &r.node();
-    init.inputs = {{DType::kUInt8, {rows, k}}};
-    for (std::size_t i = 1; i < consts.size(); ++i) init.inputs.push_back({consts[i]->dtype(), consts[i]->shape()});
-    init.outputs = {{DType::kUInt8, {rows, n}}};
-    for (const HostTensorPtr& t : consts) init.const_inputs.push_back(t.get());
-    init.prepack_cache = &cache;
-    init.varying_shapes = true;
-    auto kernel = cpu::CreateKernel(init);
-    ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
-    std::vector<std::uint8_t> a(static_cast<std::size_t>(rows * k)), y(static_cast<std::size_t>(rows * n));
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(rows * k)), y;
     for (auto& v : a) v = static_cast<std::uint8_t>(rng() % 256);
-    std::vector<void*> ptrs = {a.data()};
-    for (std::size_t i = 1; i < consts.size(); ++i) ptrs.push_back(const_cast<void*>(consts[i]->data()));
-    ptrs.push_back(y.data());
-    ASSERT_TRUE(kernel.value()->Run({ptrs.data(), 8}).ok());
+    RunPlan(r, {rows, k}, {rows, n}, consts, cache, held, a, y);
+    if (HasFatalFailure()) return;
     int exact = 0, total = 0;
     for (std::int64_t i = 0; i < rows; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
@@ -612,7 +623,6 @@ TEST(QLinearMatMul, PlansOfOtherRowCountsShareOnePacking) {
         ++total;
       }
     EXPECT_GE(exact, total * 99 / 100) << exact << " of " << total << " exact";
-    held.push_back(std::move(kernel).value());
   }
   EXPECT_EQ(cache.made(), 1u);
   EXPECT_EQ(cache.shared(), 2u);
