@@ -116,6 +116,17 @@ bool NativeInt8Dot() {
   return yes;
 }
 
+bool Avx512Allowed() {
+  static const bool yes = [] {
+    const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return cpu && (isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+                   isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx);
+  }();
+  return yes;
+}
+
 bool Bf16PaysOff(double macs_per_input) { return NumThreads() <= 1 || macs_per_input >= 128; }
 
 std::string PackedLayoutKey(const dnnl::memory::desc& md) {

@@ -20,6 +20,12 @@ bool NativeBf16Dot();
 // it (its effective ISA): oneDNN's int8 kernels are exact there for any
 // 8-bit operands. The CPU device reports it as device::Capabilities::int8_dot.
 bool NativeInt8Dot();
+// Whether Kiln's own kernels may use AVX-512: the CPU has AVX-512F/BW/DQ/VL
+// and oneDNN's effective ISA is an AVX-512 one. $ONEDNN_MAX_CPU_ISA=AVX2
+// thus holds the whole engine to AVX2, as on a CPU without AVX-512 (Zen 2
+// and 3, Intel client cores): the tests and benchmarks that cap oneDNN
+// measure those CPUs' paths of Kiln's kernels too.
+bool Avx512Allowed();
 // Whether a convolution or matrix product doing `macs_per_input`
 // multiply-adds per element of its activation input gains from bfloat16
 // operands when its kernel runs on the calling thread's kernel thread count

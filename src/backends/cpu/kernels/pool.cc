@@ -373,7 +373,7 @@ void NhwcMaxPool(const Geom& g, const std::array<Taps, 3>& t, const T* x, T* y) 
   }
 #if defined(__x86_64__) || defined(__i386__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  static const bool avx512 = Avx512Allowed();
 #else
   constexpr bool avx2 = false, avx512 = false;
 #endif
