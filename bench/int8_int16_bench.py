@@ -8,7 +8,8 @@ against Kiln's float32 model (issue 15).
 
 DIR is a work directory bench/int8_bench.py has filled (DIR/int8_bench/<model>/model.kiln,
 <format>.kiln, the inputs, and ONNX Runtime's outputs <format>_ort_out/). Every run holds
-oneDNN to --isa (ONEDNN_MAX_CPU_ISA), so that on a CPU with VNNI the int8 kernels are chosen
+oneDNN to --isa (ONEDNN_MAX_CPU_ISA), and with it Kiln's own kernels (below AVX512_CORE they
+take their AVX2 paths: cpu::Avx512Allowed), so that on a CPU with VNNI the kernels are chosen
 as on one without: oneDNN's int8 primitives are then not exact for 8-bit weights and Kiln runs
 its int16-product kernel (int16_conv.h: vpmaddwd; Winograd F(2x2, 3x3) in integers for 3x3
 stride-1 layers) or, with KILN_INT8_INT16=off, the float32 route (oneDNN's float32 primitives
@@ -123,7 +124,8 @@ def main():
     m = f"{cpu} (family {family} model {model_no}; {vnni}), nproc {nproc}; Kiln commit {rev}"
     lines = [BEGIN, "## Int8 without VNNI: the int16-product kernel (oneDNN held to " + args.isa + "; CPU, batch 1)", "",
              "Written by `bench/int8_int16_bench.py`. Kiln's int8 with oneDNN held to " + args.isa +
-             " (`ONEDNN_MAX_CPU_ISA`), where its int8 primitives are not exact for 8-bit weights: the int16-product"
+             " (`ONEDNN_MAX_CPU_ISA`, which holds Kiln's own kernels to it too), where its int8 primitives are not"
+             " exact for 8-bit weights: the int16-product"
              " kernel (`int16_conv.h`: vpmaddwd on widened operands, exact; integer Winograd F(2x2, 3x3) for 3x3"
              " stride-1 layers) against the float32 route it replaced (`KILN_INT8_INT16=off`) and Kiln's float32 model"
              " (also held to " + args.isa + "; its own Winograd F(4x4, 3x3) is AVX2 code). ONNX Runtime cannot be held"
