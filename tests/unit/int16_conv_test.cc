@@ -306,6 +306,39 @@ TEST(Int16Conv, RequantisationSaturatesFarPastTheTypesRange) {
   }
 }
 
+TEST(Int16Conv, RangeSkipsPaddedChannelsAndNaN) {
+  if (!Int16ConvAvailable()) GTEST_SKIP() << "no AVX2";
+  // 24 outputs: the second panel stores 8 of its 16 lanes. With every
+  // rescale factor NaN, every stored value is NaN, and the range of what
+  // was stored (NaNs skipped, with 0) is [0, 0]; a padded lane would hold
+  // Clip(0) = 1.5. Direct and Winograd forms.
+  for (bool winograd : {false, true}) {
+    SCOPED_TRACE(winograd ? "winograd" : "direct");
+    Int16ConvShape s = Planned(Shape(1, 6, 7, 16, 24, 3, 3, 1, 1, 1, 1, 1, 1));
+    Int16Conv conv;
+    ASSERT_TRUE(conv.Plan(s, winograd));
+    ASSERT_EQ(conv.winograd(), winograd);
+    const std::vector<std::int8_t> w(static_cast<std::size_t>(s.k * s.c * 9), 3);
+    conv.PackWeights(w.data());
+    const std::vector<std::uint8_t> x(static_cast<std::size_t>(s.h * s.w * s.c), 200);
+    std::vector<float> y(static_cast<std::size_t>(s.oh * s.ow * s.k), 0.f);
+    const std::vector<float> scale(static_cast<std::size_t>(s.k), std::numeric_limits<float>::quiet_NaN());
+    float lo = 7.f, hi = -7.f;
+    Int16ConvOut o;
+    o.f = y.data();
+    o.rescale = scale.data();
+    o.act = 3;
+    o.alpha = 1.5f;
+    o.beta = 3.f;
+    o.range_min = &lo;
+    o.range_max = &hi;
+    conv.Run(x.data(), false, 0, nullptr, o);
+    for (float v : y) ASSERT_TRUE(std::isnan(v));
+    EXPECT_EQ(lo, 0.f);
+    EXPECT_EQ(hi, 0.f);
+  }
+}
+
 TEST(Int16Conv, PlansOfOtherExtentsShareOnePacking) {
   if (!Int16ConvAvailable()) GTEST_SKIP() << "no AVX2";
   // Weights packed once for a 6x9 input (pads 1) serve inputs of other

@@ -120,9 +120,12 @@ bool Avx512Allowed() {
   static const bool yes = [] {
     const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    return cpu && (isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
-                   isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx);
+    // oneDNN's ISA values are bit sets, each containing those it extends:
+    // every AVX-512 level past avx512_core (VNNI, BF16, AMX, later ones)
+    // contains avx512_core's bits; avx2_vnni and avx512_mic do not.
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return cpu && (isa & core) == core;
   }();
   return yes;
 }

@@ -189,15 +189,22 @@ KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, const StoreConsts& k, void
   } else if constexpr (M == Mode::kRescale) {
     const __m256 f0 = Rescale8(s0, 0, k), f1 = Rescale8(s1, 8, k);
     StoreFloats16(static_cast<float*>(y), f0, f1, cols);
-    // Padded channels hold act(0 * 0): harmless, as the range is of
-    // min(0, min) and max(0, max) and their value, with the stored ones
-    // in the same tile, lies within the stored ones' span or at 0.
-    // (minps / maxps keep the running value where the result is NaN.)
+    // Only the cols stored lanes: a padded channel holds act(0 * 0 + 0),
+    // which Clip can put outside the stored values' span (all of them NaN,
+    // or a clip range away from 0). The others become NaN, which minps /
+    // maxps skip (they keep the running value, their second operand).
     if constexpr (kRange) {
-      rlo = _mm256_min_ps(f0, rlo);
-      rhi = _mm256_max_ps(f0, rhi);
-      rlo = _mm256_min_ps(f1, rlo);
-      rhi = _mm256_max_ps(f1, rhi);
+      __m256 g0 = f0, g1 = f1;
+      if (cols < kPanel) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), n = _mm256_set1_epi32(static_cast<int>(cols));
+        const __m256 nan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+        g0 = _mm256_blendv_ps(nan, f0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lane)));
+        g1 = _mm256_blendv_ps(nan, f1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_add_epi32(lane, _mm256_set1_epi32(8)))));
+      }
+      rlo = _mm256_min_ps(g0, rlo);
+      rhi = _mm256_max_ps(g0, rhi);
+      rlo = _mm256_min_ps(g1, rlo);
+      rhi = _mm256_max_ps(g1, rhi);
     }
   } else if constexpr (M == Mode::kInt32) {
     std::int32_t* o = static_cast<std::int32_t*>(y);

@@ -213,8 +213,9 @@ __attribute__((target("avx2"))) std::int64_t QuantizeAvx2(const float* x, Q* y, 
 }
 
 // QuantizeRun in AVX-512, 16 at a time, without a division where it cannot
-// change the result: q = x * fl(1/s) is within 1.5 * 2^-23 * |x / s| of the
-// true quotient x / s, so within 2^-14 of the definition's fl(x / s) wherever
+// change the result: q = x * fl(1/s) is within 3 * 2^-24 * |x / s| of the
+// definition's fl(x / s) (the inverse's, the product's and the quotient's
+// roundings), so within 0.75 * 2^-13 of it wherever
 // the clamp to the type's range (integers, at most 255 from 0) lets it
 // matter (|x / s| <= 512); clamping is 1-Lipschitz and rounding to nearest
 // is constant between half-integers, so a clamped q farther than 2^-13 from
