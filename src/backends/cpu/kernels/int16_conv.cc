@@ -250,8 +250,10 @@ KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, const StoreConsts& k, void
 // [t0, t1), channel pairs [q0, q1) of each, b the chunk's packed weights.
 // `first`: start from 0, else from part (R rows of 16 int32); `last`:
 // store the results (Mode) to y (ldy values apart, cols valid), else the
-// partial sums to part.
-template <int R, Mode M>
+// partial sums to part. kHalf: only the panel's first 8 channels (cols <=
+// 8, a panel of a channel count's remainder: 24 outputs are a panel and a
+// half) are computed, the other 8 neither multiplied nor stored.
+template <int R, Mode M, bool kHalf = false>
 KILN_AVX2 inline __attribute__((always_inline)) void Tile(const std::int16_t* a0, I64 rs, const I64* toff, I64 t0, I64 t1, I64 q0, I64 q1,
                     const std::int16_t* b, bool first, bool last, std::int32_t* part, Epilogue& ep, void* y,
                     I64 ldy, I64 cols) {
@@ -262,20 +264,20 @@ KILN_AVX2 inline __attribute__((always_inline)) void Tile(const std::int16_t* a0
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     c0[r] = first ? bias0 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel));
-    c1[r] = first ? bias1 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel + 8));
+    c1[r] = kHalf ? bias1 : first ? bias1 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(part + r * kPanel + 8));
   }
   for (I64 t = t0; t < t1; ++t) {
     const std::int16_t* a = a0 + toff[t];
     for (I64 q = q0; q < q1; ++q, b += 32) {
       const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-      const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+      const __m256i b1 = kHalf ? b0 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         std::int32_t pair;
         std::memcpy(&pair, a + r * rs + 2 * q, sizeof(pair));
         const __m256i av = _mm256_set1_epi32(pair);
         c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(av, b0));
-        c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(av, b1));
+        if constexpr (!kHalf) c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(av, b1));
       }
     }
   }
@@ -373,7 +375,10 @@ KILN_AVX2 void RunUnits(const RowJob& j, I64 u0, I64 u1, Epilogue& ep, std::int3
       const std::int16_t* bw = j.packed + p * j.panel_vals + k.off * 32;
       std::int32_t* part = j.nks > 1 ? partial + tile * kRows * kPanel : nullptr;
       void* y = yrow + (ow * s.k + c0) * j.elem;
-      if (tile < full) {
+      if (tile < full && cols <= kPanel / 2) {
+        Tile<kRows, M, true>(arow + cin + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks,
+                             part, ep, y, ldy, cols);
+      } else if (tile < full) {
         Tile<kRows, M>(arow + cin + ow * j.rs, j.rs, j.toff, k.t0, k.t1, k.q0, k.q1, bw, ci == 0, ci + 1 == j.nks, part, ep,
                        y, ldy, cols);
       } else {
