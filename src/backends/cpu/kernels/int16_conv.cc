@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backends/cpu/kernels/quant.h"
 #include "backends/cpu/kernels/util.h"
 #include "common/checked.h"
 
@@ -135,34 +136,6 @@ KILN_AVX2 inline void FoldRange(Epilogue& ep, __m256 lo, __m256 hi) {
   _mm256_store_ps(ep.rhi, _mm256_max_ps(hi, _mm256_load_ps(ep.rhi)));
 }
 
-// The minimum and maximum per lane of n floats at p, folded into lo / hi
-// (minps / maxps with the running value second keep it where a value is
-// NaN). The direct form's kRescale units scan what they stored, while it
-// is in L1 or L2: gathered in the stores instead, the running values
-// (spilled: the tile's sums and factors fill the registers) made a chain
-// through memory, 0.12 ms of MobileNetV2's 16 -> 96 layer at 112x112
-// (0.6 ms) against 0.02 for the scan.
-KILN_AVX2 inline void RangeOf(const float* p, I64 n, __m256& lo, __m256& hi) {
-  __m256 lo2 = lo, hi2 = hi;
-  I64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 a = _mm256_loadu_ps(p + i), b = _mm256_loadu_ps(p + i + 8);
-    lo = _mm256_min_ps(a, lo);
-    hi = _mm256_max_ps(a, hi);
-    lo2 = _mm256_min_ps(b, lo2);
-    hi2 = _mm256_max_ps(b, hi2);
-  }
-  lo = _mm256_min_ps(lo2, lo);
-  hi = _mm256_max_ps(hi2, hi);
-  if (i < n) {
-    // The rest (under 16), NaN (skipped) past n.
-    alignas(32) float t[16];
-    for (int j = 0; j < 16; ++j) t[j] = i + j < n ? p[i + j] : std::numeric_limits<float>::quiet_NaN();
-    lo = _mm256_min_ps(_mm256_load_ps(t + 8), _mm256_min_ps(_mm256_load_ps(t), lo));
-    hi = _mm256_max_ps(_mm256_load_ps(t + 8), _mm256_max_ps(_mm256_load_ps(t), hi));
-  }
-}
-
 // Calls f(std::integral_constant<Mode, m>) for the run's mode.
 template <typename F>
 void WithMode(Mode m, F&& f) {
@@ -180,7 +153,7 @@ void WithMode(Mode m, F&& f) {
 // (k: ConstsOf<M>(ep), set once a tile by the caller.)
 // kRescale with kRange: rlo / rhi, the minimum and maximum per lane of the
 // caller's stores so far, updated (the direct form scans each unit's
-// output instead: see RangeOf).
+// output instead: MinMaxWithZero over each unit's outputs).
 template <Mode M, bool kRange = false>
 KILN_AVX2 inline void Store16(__m256i s0, __m256i s1, const StoreConsts& k, void* y, I64 cols, __m256& rlo,
                               __m256& rhi) {
@@ -403,14 +376,25 @@ KILN_AVX2 void RunUnits(const RowJob& j, I64 u0, I64 u1, Epilogue& ep, std::int3
         // The unit's outputs: channels [first of p0, last of p1 - 1] of
         // each pixel of the row (one run where the unit has every panel).
         const I64 c_begin = j.at[p0].c0, c_end = j.at[p1 - 1].c0 + j.at[p1 - 1].cols;
+        // Scanned while they are in L1 or L2 (MinMaxWithZero, as
+        // DynamicQuantizeLinear finds a range): gathered in the stores
+        // instead, the running values (spilled: the tile's sums and
+        // factors fill the registers) chained every store through memory,
+        // 0.12 ms of MobileNetV2's 16 -> 96 layer at 112x112 (0.6 ms).
         const float* yf = reinterpret_cast<const float*>(yrow);
-        __m256 lo = _mm256_set1_ps(std::numeric_limits<float>::infinity()), hi = _mm256_sub_ps(_mm256_setzero_ps(), lo);
+        float lo = 0.f, hi = 0.f;
         if (c_begin == 0 && c_end == s.k) {
-          RangeOf(yf, s.ow * s.k, lo, hi);
+          MinMaxWithZero(yf, s.ow * s.k, &lo, &hi);
         } else {
-          for (I64 x = 0; x < s.ow; ++x) RangeOf(yf + x * s.k + c_begin, c_end - c_begin, lo, hi);
+          for (I64 x = 0; x < s.ow; ++x) {
+            float l = 0.f, h = 0.f;
+            MinMaxWithZero(yf + x * s.k + c_begin, c_end - c_begin, &l, &h);
+            lo = l < lo ? l : lo;
+            hi = h > hi ? h : hi;
+          }
         }
-        FoldRange(ep, lo, hi);
+        ep.rlo[0] = lo < ep.rlo[0] ? lo : ep.rlo[0];  // MergeRange folds every lane
+        ep.rhi[0] = hi > ep.rhi[0] ? hi : ep.rhi[0];
       }
     }
   }

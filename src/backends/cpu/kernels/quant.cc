@@ -409,6 +409,8 @@ __attribute__((target("avx"))) std::int64_t MinMaxAvx(const float* x, std::int64
   return i;
 }
 
+}  // namespace
+
 void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
   std::int64_t i = 0;
   float lo = 0.f, hi = 0.f;
@@ -441,6 +443,8 @@ void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
   *mn = lo;
   *mx = hi;
 }
+
+namespace {
 
 // ONNX DynamicQuantizeLinear: uint8, range [min(0, min x), max(0, max x)].
 Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {

@@ -1,4 +1,5 @@
-// Decisions of the int8 kernels (quant.cc) that tests check directly.
+// Decisions of the int8 kernels (quant.cc) that tests check directly, and
+// helpers they share.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +12,10 @@ namespace kiln::cpu {
 // channels). Smaller ones run faster on its VNNI kernel (quant.cc,
 // SkipAmxWhereItLoses). A product that overflows counts as large.
 bool AmxPaysForOneByOne(std::int64_t cin, std::int64_t cout, std::int64_t out_elems);
+
+// min(0, min x) and max(0, max x) over n floats, NaNs skipped (AVX where
+// the CPU has it): DynamicQuantizeLinear's range, and the int16-product
+// kernel's scan of what its rescaled store wrote.
+void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx);
 
 }  // namespace kiln::cpu
