@@ -105,7 +105,16 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // native bfloat16 dot products runs it on operands rounded to bfloat16. Checked by the
 // loader's inference (0 or 1; 1 only with float32 operands). A runtime
 // before 15 would compute it in float32, which is not what the file asks.
-inline constexpr std::uint32_t kFormatVersion = 15;
+// 16: a rescaled ConvInteger / MatMulInteger may carry
+// "kiln.quantize_input" = 1 (fuse-quantize-input): its input 0 is the
+// float32 x a DynamicQuantizeLinear quantized, input 6 that op's scale and
+// input 2 its zero point (uint8), and the op quantizes x itself; with
+// "kiln.scale_by_x" = 1 its rescale multiplies by x_scale * input 4.
+// Checked by the loader's inference (0 or 1; types and one value each;
+// quantize_input only with kiln.rescale, scale_by_x only with
+// quantize_input). A runtime before 16 would read float32 data as uint8,
+// so it must refuse the file.
+inline constexpr std::uint32_t kFormatVersion = 16;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;
 

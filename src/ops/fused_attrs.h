@@ -25,6 +25,18 @@ inline constexpr const char* kBiasAttr = "kiln.bias";
 // followed it in the graph, as ONNX Runtime's dynamic quantization writes
 // them (fuse-integer-rescale, format version 13).
 inline constexpr const char* kRescaleAttr = "kiln.rescale";
+// int 1 on a rescaled ConvInteger / MatMulInteger (kiln.rescale = 1): its
+// input 0 is the float32 x that a DynamicQuantizeLinear read, input 6 that
+// DynamicQuantizeLinear's scale (float32, one value) and input 2 its zero
+// point (uint8, one value); the op quantizes x itself as
+// DynamicQuantizeLinear does, q = saturate(round_even(x / x_scale) + zp)
+// (all 0 where x_scale is not > 0), and computes on q
+// (fuse-quantize-input, format version 16).
+inline constexpr const char* kQuantizeInputAttr = "kiln.quantize_input";
+// int 1 with kiln.quantize_input: the scale the rescale multiplies by is
+// x_scale * input 4 (one value or one per output channel / column), the
+// Mul that computed it in the graph (format version 16).
+inline constexpr const char* kScaleByXAttr = "kiln.scale_by_x";
 // int 1 on a QLinearMatMul: its output is float32, (q - y_zero_point) *
 // y_scale [+ B], q the quantized result it would return: the
 // DequantizeLinear with the same scale and zero point and the Add of a

@@ -125,6 +125,37 @@ Result<bool> CheckRescale(InferContext& c, const Shape& out, std::size_t axis) {
   return true;
 }
 
+// The activation's type: uint8 / int8, or float32 with kiln.quantize_input.
+Status CheckIntegerInput(InferContext& c, const char* what) {
+  const std::int64_t q = c.node().GetInt(kQuantizeInputAttr, 0);
+  if (q != 0 && q != 1) return c.Fail("attribute '", kQuantizeInputAttr, "' must be 0 or 1, found ", q);
+  if (q == 1) return CheckType(c, 0, what, {DType::kFloat32});
+  return CheckType(c, 0, what, {DType::kUInt8, DType::kInt8});
+}
+
+// kiln.quantize_input and kiln.scale_by_x on a ConvInteger / MatMulInteger
+// (fuse-quantize-input), checked after kiln.rescale (`rescaled`): input 0
+// float32 (CheckIntegerInput), input 6 the float32 scale and input 2 the
+// uint8 zero point of DynamicQuantizeLinear, one value each; scale_by_x
+// only with quantize_input. Input 6 is absent without it.
+Status CheckQuantizeInput(InferContext& c, bool rescaled) {
+  const std::int64_t q = c.node().GetInt(kQuantizeInputAttr, 0), sx = c.node().GetInt(kScaleByXAttr, 0);
+  if (q != 0 && q != 1) return c.Fail("attribute '", kQuantizeInputAttr, "' must be 0 or 1, found ", q);
+  if (sx != 0 && sx != 1) return c.Fail("attribute '", kScaleByXAttr, "' must be 0 or 1, found ", sx);
+  if (q == 0) {
+    if (c.has_input(6)) return c.Fail("input 6 (x_scale) needs attribute '", kQuantizeInputAttr, "' = 1");
+    if (sx == 1) return c.Fail("attribute '", kScaleByXAttr, "' = 1 needs '", kQuantizeInputAttr, "' = 1");
+    return Status::Ok();
+  }
+  if (!rescaled) return c.Fail("attribute '", kQuantizeInputAttr, "' = 1 needs '", kRescaleAttr, "' = 1");
+  if (!c.has_input(6)) return c.Fail("attribute '", kQuantizeInputAttr, "' = 1 needs the scale input 6 (x_scale)");
+  if (!c.has_input(2)) return c.Fail("attribute '", kQuantizeInputAttr, "' = 1 needs the zero point input 2");
+  KILN_RETURN_IF_ERROR(CheckType(c, 6, "x_scale", {DType::kFloat32}));
+  KILN_RETURN_IF_ERROR(CheckType(c, 2, "x_zero_point", {DType::kUInt8}));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, 6, "x_scale", -1));
+  return CheckQuantParam(c, 2, "x_zero_point", -1);
+}
+
 // kiln.dequantize on a QLinearMatMul (fuse-integer-rescale): its output is
 // float32, (q - y_zero_point) * y_scale [+ B], q what the op would return,
 // B (input 8, optional) float32, one value or one per column. Returns
@@ -147,10 +178,11 @@ Status CheckMatMulParam(InferContext& c, int i, const char* what, int operand, b
 }
 
 Status InferMatMulInteger(InferContext& c) {
-  KILN_RETURN_IF_ERROR(CheckType(c, 0, "A", {DType::kUInt8, DType::kInt8}));
+  KILN_RETURN_IF_ERROR(CheckIntegerInput(c, "A"));
   KILN_RETURN_IF_ERROR(CheckType(c, 1, "B", {DType::kUInt8, DType::kInt8}));
+  const bool quantizes = c.node().GetInt(kQuantizeInputAttr, 0) == 1;  // input 2: CheckQuantizeInput
   for (int i : {2, 3}) {
-    if (c.has_input(i) && c.in_dtype(i) != c.in_dtype(i - 2)) {
+    if (c.has_input(i) && !(i == 2 && quantizes) && c.in_dtype(i) != c.in_dtype(i - 2)) {
       return c.Fail("input ", i, " (zero point) has type ", DTypeName(c.in_dtype(i)), " but input ", i - 2, " has ",
                     DTypeName(c.in_dtype(i - 2)), " (they must match)");
     }
@@ -159,6 +191,7 @@ Status InferMatMulInteger(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckMatMulParam(c, 3, "b_zero_point", 1, false));
   KILN_ASSIGN_OR_RETURN(Shape out, MatMulOutputShape(c, 0, 1));
   KILN_ASSIGN_OR_RETURN(const bool rescaled, CheckRescale(c, out, out.empty() ? 0 : out.size() - 1));
+  KILN_RETURN_IF_ERROR(CheckQuantizeInput(c, rescaled));
   c.SetOutput(0, rescaled ? DType::kFloat32 : DType::kInt32, out);
   return Status::Ok();
 }
@@ -187,10 +220,11 @@ Status InferQLinearMatMul(InferContext& c) {
 }
 
 Status InferConvInteger(InferContext& c) {
-  KILN_RETURN_IF_ERROR(CheckType(c, 0, "x", {DType::kUInt8, DType::kInt8}));
+  KILN_RETURN_IF_ERROR(CheckIntegerInput(c, "x"));
   KILN_RETURN_IF_ERROR(CheckType(c, 1, "w", {DType::kUInt8, DType::kInt8}));
+  const bool quantizes = c.node().GetInt(kQuantizeInputAttr, 0) == 1;  // input 2: CheckQuantizeInput
   for (int i : {2, 3}) {
-    if (c.has_input(i) && c.in_dtype(i) != c.in_dtype(i - 2)) {
+    if (c.has_input(i) && !(i == 2 && quantizes) && c.in_dtype(i) != c.in_dtype(i - 2)) {
       return c.Fail("input ", i, " (zero point) has type ", DTypeName(c.in_dtype(i)), " but input ", i - 2, " has ",
                     DTypeName(c.in_dtype(i - 2)), " (they must match)");
     }
@@ -210,6 +244,7 @@ Status InferConvInteger(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckQuantParam(c, 3, "w_zero_point", c.in_shape(1).empty() ? -1 : c.in_shape(1)[0]));
   KILN_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(c, x, 1, -1));
   KILN_ASSIGN_OR_RETURN(const bool rescaled, CheckRescale(c, out, 1));
+  KILN_RETURN_IF_ERROR(CheckQuantizeInput(c, rescaled));
   if (nhwc) out = {out[0], out[2], out[3], out[1]};
   c.SetOutput(0, rescaled ? DType::kFloat32 : DType::kInt32, out);
   return Status::Ok();
@@ -361,10 +396,11 @@ void RegisterQuantOps(OpRegistry& r) {
   OpDef dq = Def("DynamicQuantizeLinear", {11}, 1, 1, {}, InferDynamicQuantize);
   dq.min_outputs = dq.max_outputs = 3;
   r.Register(dq);
-  // Inputs 4 and 5: kiln.rescale's scale and bias (CheckRescale).
-  r.Register(Def("MatMulInteger", {10}, 2, 6, {}, InferMatMulInteger));
+  // Inputs 4 and 5: kiln.rescale's scale and bias (CheckRescale); 6:
+  // kiln.quantize_input's x_scale (CheckQuantizeInput).
+  r.Register(Def("MatMulInteger", {10}, 2, 7, {}, InferMatMulInteger));
   r.Register(Def("QLinearMatMul", {10}, 8, 9, {}, InferQLinearMatMul));  // input 8: kiln.dequantize's bias
-  r.Register(Def("ConvInteger", {10}, 2, 6, conv_attrs, InferConvInteger));
+  r.Register(Def("ConvInteger", {10}, 2, 7, conv_attrs, InferConvInteger));
   r.Register(Def("QLinearConv", {10}, 8, 9, conv_attrs, InferQLinearConv));
   // ONNX Runtime's contrib forms (domain com.microsoft, version 1). Their
   // zero points are optional inputs between required ones: inference checks

@@ -556,4 +556,78 @@ Status FuseIntegerRescale(ir::Graph& g, const PassOptions& opts) {
   return fused ? g.TopologicalSort() : Status::Ok();
 }
 
+// DynamicQuantizeLinear (x -> q, x_scale, x_zero_point) whose q only
+// rescaled ConvIntegers / MatMulIntegers read, as input 0 with its zero
+// point as input 2: each of them reads x instead, with x_scale as input 6
+// (kiln.quantize_input = 1), and quantizes it itself, with the same
+// arithmetic (kernels/quant.cc), so that q is never written and read
+// back: the int16-product kernel quantizes each row of its int16 image
+// as it makes it. Where such an op's scale (input 4) is a Mul of x_scale
+// and another value that only it reads, that value becomes input 4 and
+// the op multiplies by x_scale itself (kiln.scale_by_x = 1: the same
+// product, multiplication being commutative), one task less. The
+// DynamicQuantizeLinear stays for x_scale and x_zero_point; its kernel
+// skips q, which nothing reads.
+Status FuseQuantizeInput(ir::Graph& g, const PassOptions& opts) {
+  if (!opts.target_fused_epilogues) return Status::Ok();
+  std::vector<ir::Node*> dqls;
+  for (auto& n : g.nodes()) {
+    if (n->op_type() == "DynamicQuantizeLinear" && n->domain().empty() && n->num_outputs() == 3 &&
+        n->num_inputs() == 1 && n->input(0) && n->input(0)->dtype() == DType::kFloat32) {
+      dqls.push_back(n.get());
+    }
+  }
+  std::unordered_set<const ir::Node*> removed;
+  for (ir::Node* d : dqls) {
+    ir::Value* q = d->output(0);
+    ir::Value* xs = d->output(1);
+    ir::Value* xz = d->output(2);
+    if (!q || !xs || !xz || g.IsGraphOutput(q) || q->uses().empty()) continue;
+    bool ok = true;
+    std::vector<ir::Node*> ops;
+    for (const ir::Use& u : q->uses()) {
+      ir::Node* op = u.node;
+      const std::string& t = op->op_type();
+      ok = ok && (t == "ConvInteger" || t == "MatMulInteger") && op->domain().empty() && u.index == 0 &&
+           op->GetInt(ops::kRescaleAttr, 0) == 1 && !op->HasAttr(ops::kQuantizeInputAttr) && op->num_inputs() <= 6 &&
+           op->num_outputs() == 1 && op->output(0)->dtype() == DType::kFloat32 && op->input(2) == xz &&
+           std::find(ops.begin(), ops.end(), op) == ops.end();  // q at one input of each
+      if (!ok) break;
+      ops.push_back(op);
+    }
+    if (!ok) continue;
+    if (opts.target_has_kernel) {
+      for (ir::Node* op : ops) {
+        ir::Graph probe;
+        ir::Node* p = probe.AddNode(op->op_type(), "probe", {}, {});
+        p->SetAttr(ops::kRescaleAttr, ir::Attribute::Int(1));
+        p->SetAttr(ops::kQuantizeInputAttr, ir::Attribute::Int(1));
+        ok = ok && opts.target_has_kernel(*p);
+      }
+      if (!ok) continue;
+    }
+    for (ir::Node* op : ops) {
+      op->SetInput(0, d->input(0));
+      op->SetInput(6, xs);
+      op->SetAttr(ops::kQuantizeInputAttr, ir::Attribute::Int(1));
+      // S = Mul(x_scale, w_scale) read by this op alone.
+      ir::Value* sv = op->input(4);
+      ir::Node* mul = sv ? sv->producer() : nullptr;
+      if (!mul || removed.count(mul) || mul->op_type() != "Mul" || !mul->domain().empty() || mul->num_inputs() != 2 ||
+          mul->num_outputs() != 1 || mul->HasAttr("broadcast") || SoleConsumer(g, sv) != op) {
+        continue;
+      }
+      ir::Value* other = mul->input(0) == xs ? mul->input(1) : mul->input(1) == xs ? mul->input(0) : nullptr;
+      // x_scale is one value: the product has the other factor's shape.
+      if (!other || other == xs || other->dtype() != DType::kFloat32 || other->shape() != sv->shape()) continue;
+      op->SetInput(4, other);
+      op->SetAttr(ops::kScaleByXAttr, ir::Attribute::Int(1));
+      removed.insert(mul);
+      g.RemoveNode(mul);
+    }
+  }
+  g.RemoveUnusedValues();
+  return Status::Ok();
+}
+
 }  // namespace kiln::passes

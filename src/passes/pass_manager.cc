@@ -33,6 +33,9 @@ PassManager PassManager::Default() {
   // above (a channels-last Conv's bias Add comes before the residual's);
   // it then fuses an activation that follows the Add (fuse.cc).
   pm.Add({"fuse-residual", "fuse", false, FuseConvResidual});
+  // After the layout pass, which moves Transposes through
+  // DynamicQuantizeLinear onto the float32 input the ops then read.
+  pm.Add({"fuse-quantize-input", "fuse", false, FuseQuantizeInput});
   pm.Add({"dce-after-layout", "fuse", false, EliminateDeadCode});
   pm.Add({"custom-op-identity", "finalize", true, InsertIdentityForNonRefreshable});
   pm.Add({"boundary-identity", "finalize", true, InsertBoundaryIdentities});

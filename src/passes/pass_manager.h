@@ -67,6 +67,7 @@ Status FusePad(ir::Graph& g, const PassOptions& opts);
 Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts);
 Status FuseConvResidual(ir::Graph& g, const PassOptions& opts);
 Status FuseIntegerRescale(ir::Graph& g, const PassOptions& opts);
+Status FuseQuantizeInput(ir::Graph& g, const PassOptions& opts);
 Status FuseGelu(ir::Graph& g, const PassOptions& opts);
 Status FuseLayerNorm(ir::Graph& g, const PassOptions& opts);
 Status ComputeHalfInFloat32(ir::Graph& g, const PassOptions& opts);

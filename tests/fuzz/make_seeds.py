@@ -251,16 +251,20 @@ def models():
     # Dynamic quantization (format version 13): fuse-integer-rescale makes
     # the ConvInteger write act(float(sum) * scale + bias) in float32
     # (kiln.rescale, inputs 4 and 5, the Relu as kiln.activation) and the
-    # layout pass runs it channels-last (kiln.nhwc).
+    # layout pass runs it channels-last (kiln.nhwc); x comes channels-last
+    # (the Transpose cancels), so fuse-quantize-input (format version 16)
+    # has it read the float32 x with x_scale as input 6
+    # (kiln.quantize_input) and w_scale as input 4 (kiln.scale_by_x).
     out["dynamic_conv"] = model(
-        [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+        [helper.make_node("Transpose", ["x_nhwc"], ["x"], name="to_nchw", perm=[0, 3, 1, 2]),
+         helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
          helper.make_node("ConvInteger", ["xq", "wq", "xz", "wz"], ["acc"], name="ci", pads=[1, 1, 1, 1]),
          helper.make_node("Cast", ["acc"], ["f"], name="cast", to=F),
          helper.make_node("Mul", ["xs", "ws"], ["s"], name="smul"),
          helper.make_node("Mul", ["f", "s"], ["m"], name="rescale"),
          helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
          helper.make_node("Relu", ["a"], ["y"], name="relu")],
-        [vi("x", F, [1, 2, 4, 4])], [vi("y", F, [1, 3, 4, 4])],
+        [vi("x_nhwc", F, [1, 4, 4, 2])], [vi("y", F, [1, 3, 4, 4])],
         [init("wq", (np.arange(54) % 11 - 5).astype(np.int8).reshape(3, 2, 3, 3)), init("wz", np.array(0, np.int8)),
          init("ws", np.array([0.01, 0.02, 0.03], np.float32).reshape(3, 1, 1)),
          init("b", np.array([0.5, -0.25, 1.0], np.float32).reshape(3, 1, 1))])

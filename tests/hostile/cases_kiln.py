@@ -37,13 +37,14 @@ ENTRY = struct.Struct("<IIQQII")
 U64_MAX = 2**64 - 1
 
 
-FORMAT_VERSION = 15  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
+FORMAT_VERSION = 16  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: placement; 4: "weight_dir"; 5: "file_id";
                     # 6: "sym" and "symbols"; 7: "gears" and "gears_only"; 8: "shape_input"; 9: "kiln.round";
                     # 10: "kiln.nhwc" on ConvTranspose; 11: "approximate" on kiln.Gelu;
                     # 12: "kiln.sum" and "kiln.inplace" on Conv, "kiln.bias" on MatMul;
                     # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger,
                     #     "kiln.dequantize" on QLinearMatMul; 14: "kiln.nhwc" and "kiln.activation" on BatchNormalization;
-                    # 15: "kiln.bf16" on Conv)
+                    # 15: "kiln.bf16" on Conv; 16: "kiln.quantize_input" and "kiln.scale_by_x" on
+                    #     ConvInteger / MatMulInteger)
 
 
 def align(v, a):
@@ -707,16 +708,20 @@ def generate(ctx):
     # the ConvInteger the scale x_scale * w_scale as input 4, the bias as
     # input 5 and the Relu (kiln.rescale = 1: a float32 output), and the
     # layout pass runs it channels-last (kiln.nhwc = 1).
+    # x comes channels-last (a Transpose to NCHW that the layout pass
+    # cancels), so the quantization reads it directly and
+    # fuse-quantize-input applies (format version 16, below).
     dy_onnx = os.path.join(d, "dynamic_conv.onnx")
     onnx.save(helper.make_model(helper.make_graph(
-        [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+        [helper.make_node("Transpose", ["x_nhwc"], ["x"], name="to_nchw", perm=[0, 3, 1, 2]),
+         helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
          helper.make_node("ConvInteger", ["xq", "wq", "xz"], ["acc"], name="ci", pads=[1, 1, 1, 1]),
          helper.make_node("Cast", ["acc"], ["f"], name="cast", to=TensorProto.FLOAT),
          helper.make_node("Mul", ["xs", "ws"], ["s"], name="smul"),
          helper.make_node("Mul", ["f", "s"], ["m"], name="rescale"),
          helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
          helper.make_node("Relu", ["a"], ["out"], name="relu")],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        "g", [helper.make_tensor_value_info("x_nhwc", TensorProto.FLOAT, [1, 5, 5, 4])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 5, 5])],
         [numpy_helper.from_array(rng.integers(-127, 128, (3, 4, 3, 3)).astype(np.int8), "wq"),
          numpy_helper.from_array(np.array([0.01, 0.02, 0.03], np.float32).reshape(3, 1, 1), "ws"),
@@ -741,6 +746,29 @@ def generate(ctx):
             inspect=False, base=jd, weights=wd)
     crafted("rescale", "scale_missing", lambda j: node(j, "ci")["inputs"].__setitem__(4, ""),
             ["ConvInteger node 'ci'", "attribute 'kiln.rescale' = 1 needs the scale input 4"],
+            inspect=False, base=jd, weights=wd)
+    # fuse-quantize-input (format version 16): the ConvInteger reads the
+    # float32 x itself (kiln.quantize_input, x_scale as input 6) and
+    # multiplies by x_scale * w_scale (kiln.scale_by_x, w_scale as input 4).
+    assert ci["attrs"].get("kiln.quantize_input") == {"kind": "int", "v": 1}, ci
+    assert ci["attrs"].get("kiln.scale_by_x") == {"kind": "int", "v": 1}, ci
+    crafted("quantize_input", "not_one",
+            lambda j: node(j, "ci")["attrs"].update({"kiln.quantize_input": {"kind": "int", "v": 2}}),
+            ["ConvInteger node 'ci'", "attribute 'kiln.quantize_input' must be 0 or 1, found 2"],
+            inspect=False, base=jd, weights=wd)
+    crafted("quantize_input", "dropped", lambda j: node(j, "ci")["attrs"].pop("kiln.quantize_input"),
+            ["ConvInteger node 'ci'", "input 0 (x) has type float32, expected uint8 or int8"],
+            inspect=False, base=jd, weights=wd)
+    crafted("quantize_input", "scale_missing", lambda j: node(j, "ci")["inputs"].__setitem__(6, ""),
+            ["ConvInteger node 'ci'", "attribute 'kiln.quantize_input' = 1 needs the scale input 6 (x_scale)"],
+            inspect=False, base=jd, weights=wd)
+    crafted("quantize_input", "scale_by_x_not_one",
+            lambda j: node(j, "ci")["attrs"].update({"kiln.scale_by_x": {"kind": "int", "v": 3}}),
+            ["ConvInteger node 'ci'", "attribute 'kiln.scale_by_x' must be 0 or 1, found 3"],
+            inspect=False, base=jd, weights=wd)
+    crafted("quantize_input", "scale_is_bias",  # input 6 pointed at the float32 bias [3, 1, 1]
+            lambda j: node(j, "ci")["inputs"].__setitem__(6, node(j, "ci")["inputs"][5]),
+            ["ConvInteger node 'ci'", "input 6 (x_scale) must be a scalar, has shape [3,1,1]"],
             inspect=False, base=jd, weights=wd)
     # The MatMulInteger form (no layout change): dropping the attribute
     # leaves inputs 4 and 5 that nothing explains.

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "api/compiler.h"
+#include "backends/cpu/kernels/quant.h"
 #include "format/kiln_file.h"
 #include "kiln/runtime.h"
 #include "ops/fused_attrs.h"
@@ -504,6 +505,42 @@ TEST(DynamicQuantize, VectorizedQuantizationMatchesTheDefinition) {
 namespace kiln {
 namespace {
 
+// count values for scale s: each tie (k + 0.5) * s for k in [-300, 299]
+// with the 4 floats either side; special values (NaN, infinities, zeros,
+// quotients past the bounds, 2^24 and int32) each alone in an aligned
+// group of 64 among values a quarter from an integer quotient; then random
+// values within 400 s of 0.
+std::vector<float> ValuesAtTies(float s, std::int64_t count, std::mt19937& rng) {
+  std::vector<float> x;
+  for (int k = -300; k <= 299 && static_cast<std::int64_t>(x.size()) + 9 <= count - 64; ++k) {
+    const float t = (static_cast<float>(k) + 0.5f) * s;  // at (or next to) a tie
+    float up = t, down = t;
+    x.push_back(t);
+    for (int u = 0; u < 4; ++u) {
+      up = std::nextafter(up, INFINITY);
+      down = std::nextafter(down, -INFINITY);
+      x.push_back(up);
+      x.push_back(down);
+    }
+  }
+  // Each special value alone among values a quarter from an integer
+  // quotient (no tie near), in its own aligned group of 64 (the vector
+  // loop takes 64 at a time and handles a group with any tie apart).
+  auto safe = [&] { return (static_cast<float>(static_cast<int>(rng() % 601) - 300) + 0.25f) * s; };
+  while (x.size() % 64 != 0) x.push_back(safe());
+  std::vector<float> special = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 3e38f, -3e38f, 1e-40f};
+  // Quotients past the bounds, past 2^24 and past int32's range.
+  for (float m : {600.f, -600.f, 1e6f, -1e6f, 2e7f, -2e7f, 5e9f, -5e9f}) special.push_back(m * s);
+  for (float v : special) {
+    x.push_back(v);
+    for (int u = 0; u < 63; ++u) x.push_back(safe());
+  }
+  while (static_cast<std::int64_t>(x.size()) < count) {
+    x.push_back((static_cast<float>(rng() % 2000001) / 1000000.f - 1.f) * 400.f * s);
+  }
+  return x;
+}
+
 // QuantizeLinear (and DynamicQuantizeLinear, the same loop) against the
 // definition: fl(x / s), NaN to 0, clamped to the type's range minus the
 // zero point, rounded to nearest even, plus the zero point. Where AVX-512
@@ -533,33 +570,7 @@ void CheckQuantizeAtTies(DType qt) {
   const std::vector<int> zps = std::is_same_v<Q, std::uint8_t> ? std::vector<int>{0, 128, 255, 37}
                                                                  : std::vector<int>{-128, 0, 127, -5};
   for (float s : scales) {
-    std::vector<float> x;
-    for (int k = -300; k <= 299 && static_cast<std::int64_t>(x.size()) + 9 <= count - 64; ++k) {
-      const float t = (static_cast<float>(k) + 0.5f) * s;  // at (or next to) a tie
-      float up = t, down = t;
-      x.push_back(t);
-      for (int u = 0; u < 4; ++u) {
-        up = std::nextafter(up, INFINITY);
-        down = std::nextafter(down, -INFINITY);
-        x.push_back(up);
-        x.push_back(down);
-      }
-    }
-    // Each special value alone among values a quarter from an integer
-    // quotient (no tie near), in its own aligned group of 64 (the vector
-    // loop takes 64 at a time and handles a group with any tie apart).
-    auto safe = [&] { return (static_cast<float>(static_cast<int>(rng() % 601) - 300) + 0.25f) * s; };
-    while (x.size() % 64 != 0) x.push_back(safe());
-    std::vector<float> special = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 3e38f, -3e38f, 1e-40f};
-    // Quotients past the bounds, past 2^24 and past int32's range.
-    for (float m : {600.f, -600.f, 1e6f, -1e6f, 2e7f, -2e7f, 5e9f, -5e9f}) special.push_back(m * s);
-    for (float v : special) {
-      x.push_back(v);
-      for (int u = 0; u < 63; ++u) x.push_back(safe());
-    }
-    while (static_cast<std::int64_t>(x.size()) < count) {
-      x.push_back((static_cast<float>(rng() % 2000001) / 1000000.f - 1.f) * 400.f * s);
-    }
+    const std::vector<float> x = ValuesAtTies(s, count, rng);
     for (int zp : zps) {
       std::vector<Q> out(count);
       Q z = static_cast<Q>(zp);
@@ -581,6 +592,285 @@ void CheckQuantizeAtTies(DType qt) {
 TEST(QuantizeLinear, DivisionFreeRoundingMatchesTheDefinitionAtTies) {
   CheckQuantizeAtTies<std::uint8_t>(DType::kUInt8);
   CheckQuantizeAtTies<std::int8_t>(DType::kInt8);
+}
+
+// kiln.quantize_input's quantizers (kernels/quant.h) on the same values:
+// DynamicQuantizeU8 (the uint8 q), QuantizeCenteredInt16 and
+// QuantizeCenteredFloat (q - zp) against the definition, at every offset
+// of a vector (tails), and a scale not > 0 (every q 0).
+TEST(DynamicQuantize, CenteredQuantizationMatchesTheDefinitionAtTies) {
+  std::mt19937 rng(6);
+  const std::int64_t count = 16 * 640;
+  for (float s : {0.0123f, 1.f / 3.f, 0.1f, 7.f, 1e-3f, 0.7071068f, 1.2345678e-5f, 0.017f, 0.f, -1.f}) {
+    const std::vector<float> x = ValuesAtTies(s > 0 ? s : 0.5f, count, rng);
+    for (int zp : {0, 128, 255, 37}) {
+      for (std::int64_t off : {0, 3}) {
+        const std::int64_t n = count - off;
+        std::vector<std::uint8_t> q(n);
+        std::vector<std::int16_t> c16(n);
+        std::vector<float> cf(n);
+        cpu::DynamicQuantizeU8(x.data() + off, q.data(), n, s, zp);
+        cpu::QuantizeCenteredInt16(x.data() + off, c16.data(), n, s, zp);
+        cpu::QuantizeCenteredFloat(x.data() + off, cf.data(), n, s, zp);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const float v = x[off + i];
+          int want = 0;
+          if (s > 0) {
+            float d = v / s;
+            d = d != d ? 0.f : std::min(std::max(d, -static_cast<float>(zp)), 255.f - static_cast<float>(zp));
+            want = static_cast<int>(std::nearbyint(d)) + zp;
+          }
+          ASSERT_EQ(static_cast<int>(q[i]), want) << "scale " << s << " zp " << zp << " x " << v;
+          ASSERT_EQ(static_cast<int>(c16[i]), want - zp) << "scale " << s << " zp " << zp << " x " << v;
+          ASSERT_EQ(cf[i], static_cast<float>(want - zp)) << "scale " << s << " zp " << zp << " x " << v;
+        }
+      }
+    }
+  }
+}
+
+// fuse-quantize-input: DynamicQuantizeLinear -> rescaled ConvInteger /
+// MatMulInteger becomes one node that reads the float32 x (kiln.quantize_input,
+// x_scale as input 6) and multiplies by x_scale * w_scale itself
+// (kiln.scale_by_x). Compared bit for bit with the definition computed
+// here (DynamicQuantizeLinear's range, scale and zero point, its rounding
+// with ties to even and NaN to the zero point, the exact integer sums and
+// the graph's float32 steps) and with the same graph compiled without the
+// pass. x holds exact ties (a scale of 0.25 and values on odd multiples of
+// 0.125) and NaNs. Routes: the int16-product kernel (quantizing each image
+// row; under the unit_int8_isa_* runs), oneDNN's float32 depthwise route
+// (a small depthwise layer, quantized straight to float32) and int8
+// routes (VNNI, or a large depthwise layer), the per-thread quantized copy.
+struct QuantizedInputCase {
+  std::int64_t c = 32, m = 48, group = 1, k = 1, h = 6, w = 5;
+  bool negative = false;  // a range below 0 (zero point 128), else from 0 (zero point 0)
+  bool zeros = false;     // x all 0: scale 0, every q 0
+};
+
+// DynamicQuantizeLinear of x by the definition: q, scale, zero point.
+void QuantizeByDefinition(const std::vector<float>& x, std::vector<std::uint8_t>* q, float* scale, std::uint8_t* zp) {
+  float lo = 0.f, hi = 0.f;
+  for (float v : x) {
+    lo = v < lo ? v : lo;  // NaN compares false: skipped
+    hi = v > hi ? v : hi;
+  }
+  const volatile float s = (hi - lo) / 255.f;
+  *scale = s;
+  *zp = s > 0 ? static_cast<std::uint8_t>(std::min(255.f, std::max(0.f, std::nearbyint(0.f - lo / s)))) : 0;
+  q->resize(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!(s > 0)) {
+      (*q)[i] = 0;
+      continue;
+    }
+    const volatile float d = x[i] / s;
+    const float r = (d != d ? 0.f : std::nearbyint(d)) + *zp;  // NaN: the zero point
+    (*q)[i] = static_cast<std::uint8_t>(std::min(255.f, std::max(0.f, r)));
+  }
+}
+
+std::vector<float> TiesAndNaNs(std::size_t n, bool negative, bool zeros, std::mt19937& rng) {
+  std::vector<float> x(n, 0.f);
+  if (zeros) return x;
+  // Range [0, 63.75] or [-32, 31.75]: scale 0.25 exactly; values on
+  // multiples of 0.125 (every other one a tie), a few NaNs.
+  const float lo = negative ? -32.f : 0.f;
+  for (auto& v : x) v = lo + 0.125f * static_cast<float>(rng() % 511);
+  x[0] = lo;
+  x[1] = lo + 63.75f;
+  for (std::size_t i = 7; i < n; i += 97) x[i] = std::numeric_limits<float>::quiet_NaN();
+  return x;
+}
+
+// The graph build() makes, compiled with fuse-quantize-input (fused = 1)
+// and without (0), run on `in` into got[fused] (`out_shape`); the op
+// carries kiln.quantize_input and kiln.scale_by_x exactly when fused, its
+// scale Mul folded in, and the DynamicQuantizeLinear stays.
+template <typename Build>
+void RunFusedAndNot(Build build, const std::string& op, const TensorRef& in, const Shape& out_shape,
+                    std::vector<float> got[2]) {
+  for (int fused = 1; fused >= 0; --fused) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions opts;
+    if (!fused) opts.passes.disabled.insert("fuse-quantize-input");
+    auto model = CompileAndLoad(build(), dir, &cm, opts);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    const ir::Node* node = FindOp(cm, op);
+    ASSERT_NE(node, nullptr);
+    EXPECT_EQ(node->GetInt(ops::kQuantizeInputAttr, 0), fused);
+    EXPECT_EQ(node->GetInt(ops::kScaleByXAttr, 0), fused);
+    EXPECT_EQ(CountOp(cm, "Mul"), fused ? 0 : 1);  // x_scale * w_scale: in the node
+    EXPECT_EQ(CountOp(cm, "DynamicQuantizeLinear"), 1);  // x_scale and the zero point
+    got[fused].assign(static_cast<std::size_t>(NumElements(out_shape)), -1.f);
+    ASSERT_TRUE((*model)->Execute({in}, {TensorRef::Of(got[fused].data(), out_shape)}).ok());
+  }
+}
+
+void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
+  SCOPED_TRACE(testing::Message() << "c " << qc.c << " m " << qc.m << " group " << qc.group << " k " << qc.k << " "
+                                  << qc.h << "x" << qc.w << (qc.negative ? " negative" : "") << (qc.zeros ? " zeros" : ""));
+  std::mt19937 rng(31);
+  const std::int64_t n = 1, c = qc.c, m = qc.m, h = qc.h, w = qc.w, k = qc.k, pad = k / 2, cg = c / qc.group;
+  const std::vector<float> x = TiesAndNaNs(static_cast<std::size_t>(n * c * h * w), qc.negative, qc.zeros, rng);
+  std::vector<std::int8_t> wt(m * cg * k * k);
+  for (auto& v : wt) v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
+  std::vector<float> ws(m), bias(m);
+  for (auto& v : ws) v = 1e-3f * (1.f + static_cast<float>(rng() % 1000) / 77.f);
+  for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 37.f;
+  // x given channels-last, as a TensorFlow export holds it: the layout
+  // pass cancels its Transpose against its own, so the quantization reads
+  // NHWC x directly (as between a dynamically quantized CNN's layers).
+  std::vector<float> x_nhwc(x.size());
+  for (std::int64_t ch = 0; ch < c; ++ch)
+    for (std::int64_t i = 0; i < h * w; ++i) x_nhwc[static_cast<std::size_t>(i * c + ch)] = x[static_cast<std::size_t>(ch * h * w + i)];
+  auto build = [&] {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* xin = g->AddValue("x", DType::kFloat32, {n, h, w, c});
+    g->inputs() = {xin};
+    ir::Value* xv = g->AddValue("x_nchw");
+    g->AddNode("Transpose", "to_nchw", {xin}, {xv})->SetAttr("perm", ir::Attribute::Ints({0, 3, 1, 2}));
+    ir::Value *q = g->AddValue("q"), *xs = g->AddValue("xs"), *zv = g->AddValue("xz");
+    g->AddNode("DynamicQuantizeLinear", "dql", {xv}, {q, xs, zv});
+    ir::Value* acc = g->AddValue("acc");
+    ir::Node* ci = g->AddNode("ConvInteger", "ci",
+                              {q, g->AddConstant("w", Tensor(DType::kInt8, {m, cg, k, k}, wt)), zv,
+                               g->AddConstant("wzp", Tensor(DType::kInt8, {}, std::vector<std::int8_t>{0}))},
+                              {acc});
+    ci->SetAttr("pads", ir::Attribute::Ints({pad, pad, pad, pad}));
+    ci->SetAttr("group", ir::Attribute::Int(qc.group));
+    ir::Value* f = g->AddValue("f");
+    g->AddNode("Cast", "cast", {acc}, {f})->SetAttr("to", ir::Attribute::Int(1));
+    ir::Value* s = g->AddValue("s");
+    g->AddNode("Mul", "scale_mul", {xs, g->AddConstant("ws", Tensor(DType::kFloat32, {m, 1, 1}, ws))}, {s});
+    ir::Value* scaled = g->AddValue("scaled");
+    g->AddNode("Mul", "rescale", {f, s}, {scaled});
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("Add", "bias_add", {scaled, g->AddConstant("b", Tensor(DType::kFloat32, {m, 1, 1}, bias))}, {y});
+    g->outputs().push_back(y);
+    return g;
+  };
+  std::vector<float> got[2];
+  RunFusedAndNot(build, "ConvInteger", TensorRef::Of(x_nhwc.data(), {n, h, w, c}), {n, m, h, w}, got);
+  if (testing::Test::HasFatalFailure()) return;
+  std::vector<std::uint8_t> q;
+  float xs = 0.f;
+  std::uint8_t zp = 0;
+  QuantizeByDefinition(x, &q, &xs, &zp);
+  if (!qc.zeros) {
+    ASSERT_EQ(xs, 0.25f);
+    ASSERT_EQ(zp, qc.negative ? 128 : 0);
+  }
+  for (std::int64_t oc = 0; oc < m; ++oc)
+    for (std::int64_t i = 0; i < h; ++i)
+      for (std::int64_t j = 0; j < w; ++j) {
+        std::int64_t sum = 0;
+        const std::int64_t gi = oc / (m / qc.group);
+        for (std::int64_t ch = 0; ch < cg; ++ch)
+          for (std::int64_t ki = 0; ki < k; ++ki)
+            for (std::int64_t kj = 0; kj < k; ++kj) {
+              const std::int64_t r = i - pad + ki, t = j - pad + kj;
+              if (r < 0 || r >= h || t < 0 || t >= w) continue;
+              sum += (q[((gi * cg + ch) * h + r) * w + t] - zp) * wt[((oc * cg + ch) * k + ki) * k + kj];
+            }
+        const volatile float sc = xs * ws[oc];
+        volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
+        v = v * sc;
+        v = v + bias[oc];
+        const float want = v;
+        const std::size_t at = static_cast<std::size_t>((oc * h + i) * w + j);
+        ASSERT_TRUE(SameBits(got[1][at], want)) << "fused, at " << oc << "," << i << "," << j << ": " << got[1][at]
+                                                 << " vs " << want;
+        ASSERT_TRUE(SameBits(got[0][at], want)) << "unfused, at " << oc << "," << i << "," << j;
+      }
+}
+
+TEST(ConvInteger, QuantizedInputOneByOneIsTheDefinitionBitForBit) {
+  for (bool negative : {false, true}) {
+    QuantizedInputCase qc;
+    qc.negative = negative;
+    CheckQuantizedInputConv(qc);
+    qc.c = 35;  // an odd channel count: the image's pixels padded to pairs
+    CheckQuantizedInputConv(qc);
+  }
+  QuantizedInputCase zeros;
+  zeros.zeros = true;
+  CheckQuantizedInputConv(zeros);
+}
+TEST(ConvInteger, QuantizedInputThreeByThreeIsTheDefinitionBitForBit) {
+  QuantizedInputCase qc;
+  qc.k = 3;
+  qc.c = 24;
+  qc.m = 20;
+  qc.h = 9;
+  qc.w = 11;
+  for (bool negative : {false, true}) {
+    qc.negative = negative;
+    CheckQuantizedInputConv(qc);
+  }
+}
+// Depthwise: a small layer (the float32 route without VNNI) and one past
+// kDepthwiseFloatElems input values (int8).
+TEST(ConvInteger, QuantizedInputDepthwiseIsTheDefinitionBitForBit) {
+  for (auto [ch, hw] : {std::pair<std::int64_t, std::int64_t>{24, 9}, {64, 66}}) {
+    QuantizedInputCase qc;
+    qc.c = qc.m = qc.group = ch;
+    qc.k = 3;
+    qc.h = qc.w = hw;
+    for (bool negative : {false, true}) {
+      qc.negative = negative;
+      CheckQuantizedInputConv(qc);
+    }
+  }
+}
+
+TEST(MatMulInteger, QuantizedInputIsTheDefinitionBitForBit) {
+  for (bool negative : {false, true}) {
+    SCOPED_TRACE(negative);
+    std::mt19937 rng(32);
+    const std::int64_t rows = 7, k = 40, nn = 24;
+    const std::vector<float> a = TiesAndNaNs(static_cast<std::size_t>(rows * k), negative, false, rng);
+    std::vector<std::int8_t> bw(k * nn);
+    for (auto& v : bw) v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
+    std::vector<float> bs(nn);
+    for (auto& v : bs) v = 1e-3f * (1.f + static_cast<float>(rng() % 1000) / 91.f);
+    auto build = [&] {
+      auto g = std::make_unique<ir::Graph>();
+      ir::Value* av = g->AddValue("a", DType::kFloat32, {rows, k});
+      g->inputs() = {av};
+      ir::Value *q = g->AddValue("q"), *as = g->AddValue("as"), *zv = g->AddValue("az");
+      g->AddNode("DynamicQuantizeLinear", "dql", {av}, {q, as, zv});
+      ir::Value* acc = g->AddValue("acc");
+      g->AddNode("MatMulInteger", "mi", {q, g->AddConstant("b", Tensor(DType::kInt8, {k, nn}, bw)), zv}, {acc});
+      ir::Value* f = g->AddValue("f");
+      g->AddNode("Cast", "cast", {acc}, {f})->SetAttr("to", ir::Attribute::Int(1));
+      ir::Value* s = g->AddValue("s");
+      g->AddNode("Mul", "scale_mul", {g->AddConstant("bs", Tensor(DType::kFloat32, {nn}, bs)), as}, {s});
+      ir::Value* y = g->AddValue("y");
+      g->AddNode("Mul", "rescale", {f, s}, {y});
+      g->outputs().push_back(y);
+      return g;
+    };
+    std::vector<float> got[2];
+    RunFusedAndNot(build, "MatMulInteger", TensorRef::Of(a.data(), {rows, k}), {rows, nn}, got);
+    if (testing::Test::HasFatalFailure()) return;
+    std::vector<std::uint8_t> q;
+    float as = 0.f;
+    std::uint8_t zp = 0;
+    QuantizeByDefinition(a, &q, &as, &zp);
+    ASSERT_EQ(as, 0.25f);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < nn; ++j) {
+        std::int64_t sum = 0;
+        for (std::int64_t p = 0; p < k; ++p) sum += (q[r * k + p] - zp) * bw[p * nn + j];
+        const volatile float sc = bs[j] * as;
+        volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
+        v = v * sc;
+        const float want = v;
+        ASSERT_TRUE(SameBits(got[1][r * nn + j], want)) << "fused, at " << r << "," << j << ": " << got[1][r * nn + j] << " vs " << want << " (unfused " << got[0][r * nn + j] << ", zp " << int(zp) << ")";
+        ASSERT_TRUE(SameBits(got[0][r * nn + j], want)) << "unfused, at " << r << "," << j;
+      }
+  }
 }
 
 }  // namespace

@@ -756,8 +756,8 @@ TEST(KilnImage, HeaderFaults) {
   using Tweak = std::function<void(FileHeader&, std::vector<PartitionEntry>&)>;
   const std::vector<std::pair<Tweak, std::string>> faults = {
       {[](FileHeader& h, auto&) { h.magic[0] = 'k'; }, "bad magic (not a .kiln file)"},
-      {[](FileHeader& h, auto&) { h.version = 16; }, "format version 16, this Kiln reads versions 1 to 15"},
-      {[](FileHeader& h, auto&) { h.version = 0; }, "format version 0, this Kiln reads versions 1 to 15"},
+      {[](FileHeader& h, auto&) { h.version = 17; }, "format version 17, this Kiln reads versions 1 to 16"},
+      {[](FileHeader& h, auto&) { h.version = 0; }, "format version 0, this Kiln reads versions 1 to 16"},
       {[](FileHeader& h, auto&) { h.header_size = 128; }, "header size 128, expected 64"},
       {[](FileHeader& h, auto&) { h.num_partitions = 0; }, "partition count 0 out of range 1..64"},
       {[](FileHeader& h, auto&) { h.num_partitions = 65; }, "partition count 65 out of range 1..64"},

@@ -648,8 +648,29 @@ void Int16Conv::PackWeights(const std::int8_t* w) {
   }
 }
 
+// WidenRow of float32 values quantized as DynamicQuantizeLinear does with
+// scale s and zero point zp (QuantizeCenteredInt16): straight into the
+// image where pixels are not padded, else through a per-thread row.
+static void QuantizeRow(const float* x, I64 w, I64 c, I64 cp, I64 left, I64 right, float s, std::int32_t zp, std::int16_t* o) {
+  std::fill(o, o + left * cp, std::int16_t{0});
+  o += left * cp;
+  if (cp == c) {
+    QuantizeCenteredInt16(x, o, w * c, s, zp);
+  } else {
+    thread_local std::vector<std::int16_t> row;
+    if (row.size() < static_cast<std::size_t>(w * c)) row.resize(static_cast<std::size_t>(w * c));
+    QuantizeCenteredInt16(x, row.data(), w * c, s, zp);
+    for (I64 p = 0; p < w; ++p) {
+      std::copy(row.data() + p * c, row.data() + (p + 1) * c, o + p * cp);
+      std::fill(o + p * cp + c, o + (p + 1) * cp, std::int16_t{0});
+    }
+  }
+  o += w * cp;
+  std::fill(o, o + right * cp, std::int16_t{0});
+}
+
 void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::int32_t* bias,
-                    const Int16ConvOut& out) const {
+                    const Int16ConvOut& out, const float* x_scale) const {
   thread_local std::vector<std::int16_t> image;  // the caller's; the workers get its pointer
   if (image.size() < static_cast<std::size_t>(image_)) image.resize(static_cast<std::size_t>(image_));
   std::int16_t* img = image.data();
@@ -667,7 +688,8 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
       }
       const I64 off = ((b * s.h + ih) * s.w) * s.c;
       const I64 right = wp - s.w - s.pad_left;  // the pad, and Winograd's whole tiles
-      if (x_signed) WidenRow(static_cast<const std::int8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
+      if (x_scale) QuantizeRow(static_cast<const float*>(x) + off, s.w, s.c, cp, s.pad_left, right, *x_scale, x_zp, o);
+      else if (x_signed) WidenRow(static_cast<const std::int8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
       else WidenRow(static_cast<const std::uint8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
     }
   });

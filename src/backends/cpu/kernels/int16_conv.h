@@ -95,7 +95,11 @@ class Int16Conv {
   // bias: [k] int32 or null; outputs NHWC [n, oh, ow, k]. Sums wrap modulo
   // 2^32 (exact wherever the true sum fits int32, as the int32 definition
   // needs). Uses a per-thread int16 image of the padded input.
-  void Run(const void* x, bool x_signed, std::int32_t x_zp, const std::int32_t* bias, const Int16ConvOut& out) const;
+  // x_scale (kiln.quantize_input): x is float32 and the operand is its
+  // DynamicQuantizeLinear uint8 with *x_scale and x_zp
+  // (QuantizeCenteredInt16, quant.h), made as each row of the image is.
+  void Run(const void* x, bool x_signed, std::int32_t x_zp, const std::int32_t* bias, const Int16ConvOut& out,
+           const float* x_scale = nullptr) const;
 
   const Int16ConvShape& shape() const { return s_; }
   // The direct form's pieces of each panel's (tap, channel pair) sequence

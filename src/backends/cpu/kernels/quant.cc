@@ -444,6 +444,105 @@ void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
   *mx = hi;
 }
 
+void DynamicQuantizeU8(const float* x, std::uint8_t* y, std::int64_t n, float s, std::int32_t zp) {
+  if (!(s > 0)) {
+    std::memset(y, 0, static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+    return;
+  }
+  QuantizeRun(x, y, n, s, static_cast<float>(zp));
+}
+
+namespace {
+// QuantizeCenteredInt16 in AVX2, 16 at a time: QuantizeAvx2's multiply by
+// fl(1/s) and tie test (a group with a lane within 2^-13 of a
+// half-integer, or NaN, is computed again by the definition, a value at a
+// time), then the rounded values packed to int16 (saturating) and clamped
+// to [-zp, 255 - zp]: saturate(round(v) + zp) - zp, as clamping first
+// gives (the bounds are integers). Returns the count done.
+__attribute__((target("avx2"))) std::int64_t QuantizeCenteredAvx2(const float* x, std::int16_t* y, std::int64_t n,
+                                                                  float s, std::int32_t zp) {
+  const float inv = 1.f / s;
+  if (!std::isnormal(s) || !std::isnormal(inv)) return 0;
+  const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
+  const __m256 vinv = _mm256_set1_ps(inv), top = _mm256_set1_ps(0x1p24f), near_tie = _mm256_set1_ps(0.5f - 0x1p-13f);
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256i lo = _mm256_set1_epi16(static_cast<std::int16_t>(-zp)), hi = _mm256_set1_epi16(static_cast<std::int16_t>(255 - zp));
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 r[2];
+    __m256 near = _mm256_setzero_ps();
+    for (int j = 0; j < 2; ++j) {
+      const __m256 v = _mm256_min_ps(top, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), vinv));
+      r[j] = _mm256_round_ps(v, kNearest);
+      near = _mm256_or_ps(near, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r[j])), near_tie, _CMP_NLT_UQ));
+    }
+    if (!_mm256_testz_ps(near, near)) {
+      for (int j = 0; j < 16; ++j) {
+        y[i + j] = static_cast<std::int16_t>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
+      }
+      continue;
+    }
+    // Below -2^31 (or -inf) the conversion gives INT_MIN: saturated, then -zp.
+    __m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(r[0]), _mm256_cvtps_epi32(r[1]));
+    p = _mm256_permute4x64_epi64(p, 0xD8);  // the packs interleave 128-bit halves
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_min_epi16(_mm256_max_epi16(p, lo), hi));
+  }
+  return i;
+}
+}  // namespace
+
+namespace {
+// QuantizeCenteredFloat in AVX2, 8 at a time: QuantizeCenteredAvx2's steps,
+// the rounded value clamped to [-zp, 255 - zp] as float (the bounds are
+// integers, so clamping after rounding gives what clamping first does).
+__attribute__((target("avx2"))) std::int64_t QuantizeCenteredFloatAvx2(const float* x, float* y, std::int64_t n,
+                                                                       float s, std::int32_t zp) {
+  const float inv = 1.f / s;
+  if (!std::isnormal(s) || !std::isnormal(inv)) return 0;
+  const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
+  const __m256 vinv = _mm256_set1_ps(inv), near_tie = _mm256_set1_ps(0.5f - 0x1p-13f), sign = _mm256_set1_ps(-0.f);
+  const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
+    const __m256 r = _mm256_round_ps(v, kNearest);
+    const __m256 near = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r)), near_tie, _CMP_NLT_UQ);
+    if (!_mm256_testz_ps(near, near)) {  // near a tie, or NaN (inf - inf too): the definition
+      for (int j = 0; j < 8; ++j) {
+        y[i + j] = static_cast<float>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
+      }
+      continue;
+    }
+    _mm256_storeu_ps(y + i, _mm256_min_ps(_mm256_max_ps(r, lo), hi));
+  }
+  return i;
+}
+}  // namespace
+
+void QuantizeCenteredFloat(const float* x, float* y, std::int64_t n, float s, std::int32_t zp) {
+  if (!(s > 0)) {
+    std::fill(y, y + std::max<std::int64_t>(n, 0), static_cast<float>(-zp));
+    return;
+  }
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  std::int64_t i = avx2 ? QuantizeCenteredFloatAvx2(x, y, n, s, zp) : 0;
+  const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
+  for (; i < n; ++i) y[i] = static_cast<float>(RoundToQ<std::uint8_t>(x[i] / s, b, static_cast<float>(zp)) - zp);
+}
+
+void QuantizeCenteredInt16(const float* x, std::int16_t* y, std::int64_t n, float s, std::int32_t zp) {
+  if (!(s > 0)) {
+    std::fill(y, y + std::max<std::int64_t>(n, 0), static_cast<std::int16_t>(-zp));
+    return;
+  }
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  std::int64_t i = avx2 ? QuantizeCenteredAvx2(x, y, n, s, zp) : 0;
+  const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
+  for (; i < n; ++i) y[i] = static_cast<std::int16_t>(RoundToQ<std::uint8_t>(x[i] / s, b, static_cast<float>(zp)) - zp);
+}
+
 namespace {
 
 // ONNX DynamicQuantizeLinear: uint8, range [min(0, min x), max(0, max x)].
@@ -461,7 +560,11 @@ Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
   // split against 13.0 on one thread, 14x14x384 5.0 against 8.4, 7x7x960
   // 3.5 against 5.3; at 64K, these ran on one thread).
   constexpr std::int64_t kGrain = 16384;
-  return MakeFn([n, reported](const KernelArgs& a) {
+  // y that nothing reads (fuse-quantize-input gave its readers x): only
+  // the scale and zero point are written.
+  const ir::Value* yv = init.node && init.node->num_outputs() > 0 ? init.node->output(0) : nullptr;
+  const bool write_y = !yv || !yv->uses().empty() || !yv->owner() || yv->owner()->IsGraphOutput(yv);
+  return MakeFn([n, reported, write_y](const KernelArgs& a) {
     const float* x = a.in_as<float>(0);
     float mn = 0.f, mx = 0.f;
     if (reported && reported->valid) {
@@ -484,12 +587,10 @@ Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
     const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - mn / scale))) : 0.f;
     *a.out_as<float>(1) = scale;
     *a.out_as<std::uint8_t>(2) = static_cast<std::uint8_t>(zp);
+    if (!write_y) return Status::Ok();
     auto* y = a.out_as<std::uint8_t>(0);
-    if (!(scale > 0)) {
-      std::memset(y, 0, static_cast<std::size_t>(n));
-      return Status::Ok();
-    }
-    ParallelFor(n, kGrain, [&](std::int64_t b, std::int64_t e) { QuantizeRun(x + b, y + b, e - b, scale, zp); });
+    const auto izp = static_cast<std::int32_t>(zp);
+    ParallelFor(n, kGrain, [&](std::int64_t b, std::int64_t e) { DynamicQuantizeU8(x + b, y + b, e - b, scale, izp); });
     return Status::Ok();
   });
 }
@@ -787,6 +888,10 @@ bool Int8PairsExact(const HostTensor& w, bool u8w, DType x_type) {
   }
   return true;
 }
+// kiln.quantize_input depthwise layers of at most this many input values
+// take the float32 route without VNNI (DnnlQConvKernel::Init): 1 MiB as
+// float32, an L2's worth.
+constexpr std::int64_t kDepthwiseFloatElems = std::int64_t{1} << 18;
 // A depthwise convolution (one input and one output channel per group) is
 // exact on oneDNN's jit int8 kernels without VNNI too, for uint8
 // activations and any int8 weights: they have no pairs to sum, each uint8
@@ -1486,8 +1591,19 @@ class DnnlQConvKernel : public Kernel {
     // float32 route below, where that one is allowed.
     const bool depthwise = group > 1 && x[1] == group && cout == group;  // one channel in and out per group
     const bool pairs_exact = Int8PairsExact(*w, u8w, init.inputs[0].dtype);
-    const bool dw_int8 = !pairs_exact && DepthwiseInt8Exact(init.inputs[0].dtype, depthwise);
+    bool dw_int8 = !pairs_exact && DepthwiseInt8Exact(init.inputs[0].dtype, depthwise);
     const bool f32_allowed = !integer || (rescale && SumsFitFloat(*w, u8w, cout));
+    // kiln.quantize_input (the op quantizes its float32 x itself): a
+    // depthwise layer whose input is at most kDepthwiseFloatElems values
+    // takes the float32 route instead, x quantized straight to float32
+    // (QuantizeCenteredFloat) and oneDNN's float32 depthwise kernel, exact
+    // there (f32_allowed: every sum within 2^24), which on AVX2 runs
+    // faster than its int8 one where the float32 copy stays in L2
+    // (dynamic MobileNetV2's 28x28 and smaller depthwise layers, 1
+    // thread, Zen 4 held to AVX2: 0.65-0.8 of their time; at 56x56 and
+    // 112x112 the int8 one's quarter of the bytes wins).
+    float_in_ = integer && rescale && init.node->GetInt(ops::kQuantizeInputAttr, 0) == 1;
+    if (dw_int8 && float_in_ && f32_allowed && NumElements(x) <= kDepthwiseFloatElems) dw_int8 = false;
     f32_ = !pairs_exact && !dw_int8;
     // Without VNNI a channels-last 2-D convolution of one group that would
     // take the float32 route runs the exact int16-product kernel instead
@@ -1696,8 +1812,17 @@ class DnnlQConvKernel : public Kernel {
     return ok;
   }
 
-  Status Run(const KernelArgs& a) override {
+  Status Run(const KernelArgs& a) override { return RunWith(a, nullptr); }
+  // Whether RunWith takes a float32 input 0 (kiln.quantize_input): the
+  // int16-product kernel's rescaled route, which quantizes it row by row.
+  // Or the float32 route of such an op, which quantizes it into its
+  // float32 copy.
+  bool TakesFloatInput() const { return rescale_ && (i16_ || (f32_ && float_in_)); }
+  // x_scale: input 0 is float32, quantized with *x_scale and input 2
+  // (TakesFloatInput routes only).
+  Status RunWith(const KernelArgs& a, const float* x_scale) {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
+    if (x_scale && !TakesFloatInput()) return Error(StatusCode::kInternal, "float32 input on an integer route");
     if (src_zp_zero_ && src_zp_ != 0) {  // SrcZeroPointAlwaysZero was wrong: refuse rather than miscompute
       // (the executor adds the node's name)
       return Error(StatusCode::kInternal, "activation zero point ", src_zp_, " where the graph gives 0");
@@ -1727,11 +1852,11 @@ class DnnlQConvKernel : public Kernel {
         o.scale_count = static_cast<std::int64_t>(scales_.size());
         o.zp = static_cast<float>(dst_zp_);
       }
-      i16_->Run(x, x_type_ == DType::kInt8, src_zp_, bias_.empty() ? nullptr : bias_.data(), o);
+      i16_->Run(x, x_type_ == DType::kInt8, src_zp_, bias_.empty() ? nullptr : bias_.data(), o, x_scale);
       if (range_) range_->valid = true;
       return Status::Ok();
     }
-    RunOneDnn(a, x, y, s, src_buf, dst_buf, xf, yf);
+    RunOneDnn(a, x, y, s, src_buf, dst_buf, xf, yf, x_scale);
     if (rescale_) {  // float(sum) -> act(float(sum) * S + B), in place
       thread_local std::vector<float> sv, bv;
       epilogue_.Load(a, cout_, sv, bv);
@@ -1749,11 +1874,20 @@ class DnnlQConvKernel : public Kernel {
   // The oneDNN primitive's part of Run: the float32 route's centred input,
   // layout reorders, the primitive.
   void RunOneDnn(const KernelArgs& a, const void* x, void* y, dnnl::stream& s, std::vector<std::uint8_t>& src_buf,
-                 std::vector<std::uint8_t>& dst_buf, std::vector<float>& xf, std::vector<float>& yf) {
+                 std::vector<std::uint8_t>& dst_buf, std::vector<float>& xf, std::vector<float>& yf,
+                 const float* x_scale) {
     if (f32_) {
       // Grown only: a resize down and up again would zero-fill each run.
       if (xf.size() < static_cast<std::size_t>(x_count_)) xf.resize(static_cast<std::size_t>(x_count_));
-      CenterToFloat(x_type_, x, xf.data(), x_count_, static_cast<float>(src_zp_));
+      if (x_scale) {  // float32 x (kiln.quantize_input): quantized, minus the zero point
+        const float* xv = static_cast<const float*>(x);
+        float* o = xf.data();
+        const float sc = *x_scale;
+        const std::int32_t zp = src_zp_;
+        ParallelFor(x_count_, 16384, [&](std::int64_t b, std::int64_t e) { QuantizeCenteredFloat(xv + b, o + b, e - b, sc, zp); });
+      } else {
+        CenterToFloat(x_type_, x, xf.data(), x_count_, static_cast<float>(src_zp_));
+      }
       x = xf.data();
       if (!rescale_) {  // QLinearConv: float sums, requantised below
         if (yf.size() < dst_plain_.get_size() / sizeof(float)) yf.resize(dst_plain_.get_size() / sizeof(float));
@@ -1816,8 +1950,9 @@ class DnnlQConvKernel : public Kernel {
   ZeroPointInput src_zp_in_;
   bool src_zp_zero_ = false;  // ConvInteger: SrcZeroPointAlwaysZero (no zero-point attribute)
   // The float32 route (f32_): types, per-channel scales and the output's
-  // extents (batch, channels, positions per channel).
-  bool f32_ = false, nhwc_ = false;
+  // extents (batch, channels, positions per channel). float_in_: the node
+  // quantizes a float32 input (kiln.quantize_input).
+  bool f32_ = false, nhwc_ = false, float_in_ = false;
   DType x_type_ = DType::kUndefined, out_type_ = DType::kUndefined;
   std::vector<float> scales_, fbias_;
   std::int64_t cout_ = 0, x_count_ = 0, y_batch_ = 0, y_inner_ = 0;
@@ -2014,8 +2149,13 @@ class DnnlQMatMulKernel : public Kernel {
     return ok;
   }
 
-  Status Run(const KernelArgs& a) override {
+  Status Run(const KernelArgs& a) override { return RunWith(a, nullptr); }
+  // As DnnlQConvKernel's: the int16-product kernel's rescaled route takes a
+  // float32 A (kiln.quantize_input), quantized with *x_scale and input 2.
+  bool TakesFloatInput() const { return i16_ && rescale_; }
+  Status RunWith(const KernelArgs& a, const float* x_scale) {
     ReadSrcZeroPoint(a, src_zp_in_, &src_zp_);
+    if (x_scale && !TakesFloatInput()) return Error(StatusCode::kInternal, "float32 input on an integer route");
     if (f32_) {  // A - zp as float32, the float matmul, each sum requantised
       thread_local std::vector<float> af, yf;
       if (af.size() < static_cast<std::size_t>(rows_ * k_)) af.resize(static_cast<std::size_t>(rows_ * k_));
@@ -2045,7 +2185,7 @@ class DnnlQMatMulKernel : public Kernel {
         o.scale_count = n_;
         o.zp = static_cast<float>(out_zp_);
       }
-      i16_->Run(a.in(0), a_signed_, src_zp_, nullptr, o);
+      i16_->Run(a.in(0), a_signed_, src_zp_, nullptr, o, x_scale);
       return Status::Ok();
     }
     if (!i16_) src_.set_data_handle(const_cast<void*>(a.in(0)));
@@ -2619,8 +2759,91 @@ Result<std::unique_ptr<Kernel>> MakeRescaledKernel(const KernelInit& init, bool 
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
+// kiln.quantize_input: x (float32, input 0) quantized as
+// DynamicQuantizeLinear does with x_scale (input 6) and x_zero_point
+// (input 2), then the rescaled op on it (inputs 0..5, an inner kernel made
+// for a uint8 input 0); with kiln.scale_by_x, the rescale's scale is
+// x_scale * input 4. Where the inner kernel takes float32 input itself
+// (the int16-product kernel's route, which quantizes each row of its
+// image), x goes to it as it is; elsewhere it is quantized into a
+// per-thread buffer first.
+template <typename Fast>
+class QuantizedInputKernel : public Kernel {
+ public:
+  void Init(const KernelInit& init, std::unique_ptr<Kernel> inner) {
+    inner_ = std::move(inner);
+    auto* f = dynamic_cast<Fast*>(inner_.get());
+    direct_ = f && f->TakesFloatInput() ? f : nullptr;
+    count_ = NumElements(init.inputs[0].shape);
+    scale_by_x_ = init.node->GetInt(ops::kScaleByXAttr, 0) == 1;
+    scale_count_ = NumElements(init.inputs[4].shape);
+    num_outputs_ = static_cast<int>(init.outputs.size());
+  }
+  Status Run(const KernelArgs& a) override {
+    const float s = *a.in_as<float>(6);
+    const auto zp = static_cast<std::int32_t>(*a.in_as<std::uint8_t>(2));
+    void* ptrs[8] = {};
+    for (int i = 0; i < 6; ++i) ptrs[i] = a.ptrs[i];
+    for (int o = 0; o < num_outputs_ && o < 2; ++o) ptrs[6 + o] = a.out(o);
+    KernelArgs ia = a;
+    ia.ptrs = ptrs;
+    ia.host_ptrs = ptrs;  // host memory (the CPU's kernels)
+    ia.num_inputs = 6;
+    thread_local std::vector<float> sv;
+    if (scale_by_x_) {  // the graph's Mul(x_scale, w_scale), a value at a time
+      sv.resize(static_cast<std::size_t>(scale_count_));
+      const float* w = a.in_as<float>(4);
+      for (std::int64_t i = 0; i < scale_count_; ++i) sv[static_cast<std::size_t>(i)] = s * w[i];
+      ptrs[4] = sv.data();
+    }
+    if (direct_) return direct_->RunWith(ia, &s);
+    thread_local std::vector<std::uint8_t> q;
+    if (q.size() < static_cast<std::size_t>(count_)) q.resize(static_cast<std::size_t>(count_));
+    const float* x = a.in_as<float>(0);
+    std::uint8_t* qp = q.data();
+    ParallelFor(count_, 16384, [&](std::int64_t b, std::int64_t e) { DynamicQuantizeU8(x + b, qp + b, e - b, s, zp); });
+    ptrs[0] = qp;
+    return inner_->Run(ia);
+  }
+  std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+  Fast* direct_ = nullptr;
+  std::int64_t count_ = 0, scale_count_ = 1;
+  bool scale_by_x_ = false;
+  int num_outputs_ = 1;
+};
+
+template <typename Fast>
+Result<std::unique_ptr<Kernel>> MakeQuantizedInputKernel(const KernelInit& init, bool matmul) {
+  // The loader's inference checked these (ConvInteger / MatMulInteger);
+  // a kernel made from another graph is refused here as well.
+  if (init.inputs.size() < 7 || !init.inputs[6].present() || !init.inputs[2].present() ||
+      init.inputs[2].dtype != DType::kUInt8 || init.inputs[6].dtype != DType::kFloat32 ||
+      init.inputs.size() < 5 || !init.inputs[4].present() || init.node->GetInt(ops::kRescaleAttr, 0) != 1 ||
+      init.outputs.empty() || init.outputs[0].dtype != DType::kFloat32) {
+    return Error(StatusCode::kInvalidArgument, init.node->Describe(),
+                 ": kiln.quantize_input needs kiln.rescale, a float32 x, x_scale (input 6) and a uint8 zero point");
+  }
+  KernelInit base = init;  // the op on the quantized x: inputs 0..5, input 0 uint8
+  base.inputs.resize(6);
+  if (base.const_inputs.size() > 6) base.const_inputs.resize(6);
+  base.inputs[0].dtype = DType::kUInt8;
+  if (init.node->GetInt(ops::kScaleByXAttr, 0) == 1 && base.const_inputs.size() > 4) base.const_inputs[4] = nullptr;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> inner, MakeRescaledKernel<Fast>(base, matmul));
+  auto k = std::make_unique<QuantizedInputKernel<Fast>>();
+  k->Init(init, std::move(inner));
+  return std::unique_ptr<Kernel>(std::move(k));
+}
+
 template <typename Fast>
 Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool matmul) {
+  // (The inner kernel's init has a uint8 input 0.)
+  if (init.node->GetInt(ops::kQuantizeInputAttr, 0) == 1 && !init.inputs.empty() &&
+      init.inputs[0].dtype == DType::kFloat32) {
+    return MakeQuantizedInputKernel<Fast>(init, matmul);
+  }
   if (init.node->GetInt(ops::kRescaleAttr, 0) == 1 && init.outputs[0].dtype == DType::kFloat32) {
     return MakeRescaledKernel<Fast>(init, matmul);
   }

@@ -18,4 +18,15 @@ bool AmxPaysForOneByOne(std::int64_t cin, std::int64_t cout, std::int64_t out_el
 // kernel's scan of what its rescaled store wrote.
 void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx);
 
+// DynamicQuantizeLinear's quantization of n floats with scale s and zero
+// point zp (0..255): y = saturate(round_even(x / s) + zp) as uint8, NaN ->
+// zp, and 0 everywhere where s is not > 0 (its kernel's result for an
+// all-zero input).
+void DynamicQuantizeU8(const float* x, std::uint8_t* y, std::int64_t n, float s, std::int32_t zp);
+// The same values minus zp, as int16 (within [-zp, 255 - zp]): the
+// int16-product kernel's image of a kiln.quantize_input operand.
+void QuantizeCenteredInt16(const float* x, std::int16_t* y, std::int64_t n, float s, std::int32_t zp);
+// The same as float32 (exact integers): the float32 route's operand.
+void QuantizeCenteredFloat(const float* x, float* y, std::int64_t n, float s, std::int32_t zp);
+
 }  // namespace kiln::cpu
