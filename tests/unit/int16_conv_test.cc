@@ -209,6 +209,11 @@ TEST(Int16Conv, MatchesInt64Reference) {
       // channels to 96 over rows of 4 + 4 + 2 pixels, 8 channels to 24
       // (half a panel), 3x3 of 8 channels stride 2.
       {Shape(1, 3, 10, 16, 96, 1, 1, 1, 1, 0, 0, 0, 0), false, 37},
+      // 1x1 without pads over enough rows that each unit is a whole row
+      // and makes its own image row: stride 2 (odd rows: the last one
+      // alone), batch 2, and stride 1.
+      {Shape(2, 21, 8, 24, 20, 1, 1, 2, 1, 0, 0, 0, 0), true, 11},
+      {Shape(1, 17, 6, 40, 36, 1, 1, 1, 1, 0, 0, 0, 0), false, 200},
       {Shape(2, 5, 7, 8, 24, 1, 1, 1, 1, 0, 0, 0, 0), true, 0},
       {Shape(1, 9, 11, 8, 16, 3, 3, 2, 1, 1, 1, 1, 1), false, 255},
       // Fewer than 8 channels: a tap per window row (kw x c values, the

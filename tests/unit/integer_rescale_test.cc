@@ -792,6 +792,10 @@ TEST(ConvInteger, QuantizedInputOneByOneIsTheDefinitionBitForBit) {
     CheckQuantizedInputConv(qc);
     qc.c = 35;  // an odd channel count: the image's pixels padded to pairs
     CheckQuantizedInputConv(qc);
+    qc.h = 18;  // rows enough for a unit each (the unit quantizes its own row)
+    CheckQuantizedInputConv(qc);
+    qc.c = 32;
+    CheckQuantizedInputConv(qc);
   }
   QuantizedInputCase zeros;
   zeros.zeros = true;

@@ -677,31 +677,41 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
   if (rowtap_ || s_.groups > 1) img[image_ - 1] = 0;  // the room past the last window row or group
   const Int16ConvShape& s = s_;
   const I64 cp = cp_, hp = hp_, wp = wp_;
-  // The padded image, a row of it at a time.
-  ParallelFor(s.n * hp, std::max<I64>(1, 16384 / std::max<I64>(1, wp * cp)), [&](I64 r0, I64 r1) {
-    for (I64 r = r0; r < r1; ++r) {
-      const I64 b = r / hp, ih = r % hp - s.pad_top;
-      std::int16_t* o = img + r * wp * cp;
-      if (ih < 0 || ih >= s.h) {
-        std::fill(o, o + wp * cp, std::int16_t{0});
-        continue;
-      }
-      const I64 off = ((b * s.h + ih) * s.w) * s.c;
-      const I64 right = wp - s.w - s.pad_left;  // the pad, and Winograd's whole tiles
-      if (x_scale) QuantizeRow(static_cast<const float*>(x) + off, s.w, s.c, cp, s.pad_left, right, *x_scale, x_zp, o);
-      else if (x_signed) WidenRow(static_cast<const std::int8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
-      else WidenRow(static_cast<const std::uint8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
+  // Row r of the padded image.
+  auto image_row = [&](I64 r) {
+    const I64 b = r / hp, ih = r % hp - s.pad_top;
+    std::int16_t* o = img + r * wp * cp;
+    if (ih < 0 || ih >= s.h) {
+      std::fill(o, o + wp * cp, std::int16_t{0});
+      return;
     }
-  });
-  if (wino_) {
-    RunWinograd(img, bias, out);
-    return;
-  }
+    const I64 off = ((b * s.h + ih) * s.w) * s.c;
+    const I64 right = wp - s.w - s.pad_left;  // the pad, and Winograd's whole tiles
+    if (x_scale) QuantizeRow(static_cast<const float*>(x) + off, s.w, s.c, cp, s.pad_left, right, *x_scale, x_zp, o);
+    else if (x_signed) WidenRow(static_cast<const std::int8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
+    else WidenRow(static_cast<const std::uint8_t*>(x) + off, s.w, s.c, cp, s.pad_left, right, x_zp, o);
+  };
   // Work units: output rows times chunks of panels, enough units for the
   // threads where there are few rows (7x7 maps, a matrix product's one row).
   const I64 rows = s.n * s.oh;
   const I64 want = 8 * NumThreads();
-  const I64 chunks = rows >= want ? 1 : std::min(panels_, (want + rows - 1) / rows);
+  const I64 chunks = wino_ ? 1 : rows >= want ? 1 : std::min(panels_, (want + rows - 1) / rows);
+  // A 1x1 convolution without padding whose units are whole output rows
+  // reads one image row per unit, which no other unit reads: the unit makes
+  // it, just before it multiplies it (still in L1), so the image takes no
+  // pass and no fork of its own (MobileNetV2's 1x1 layers, matrix products;
+  // with stride 2 the rows between are never made).
+  const bool unit_rows = !wino_ && !rowtap_ && chunks == 1 && s.kh == 1 && s.kw == 1 && s.pad_top == 0 &&
+                         s.pad_left == 0 && s.pad_bottom == 0 && s.pad_right == 0;
+  if (!unit_rows) {  // the padded image, a row of it at a time
+    ParallelFor(s.n * hp, std::max<I64>(1, 16384 / std::max<I64>(1, wp * cp)), [&](I64 r0, I64 r1) {
+      for (I64 r = r0; r < r1; ++r) image_row(r);
+    });
+  }
+  if (wino_) {
+    RunWinograd(img, bias, out);
+    return;
+  }
   const I64 per_chunk = (panels_ + chunks - 1) / chunks;
   const I64 panel_vals = taps_ * 2 * kp_ * kPanel;
   // Multiply-adds per unit: a share pays for the fork past ~50K of them.
@@ -736,6 +746,9 @@ void Int16Conv::Run(const void* x, bool x_signed, std::int32_t x_zp, const std::
     const I64 tiles = (s.ow + kRows - 1) / kRows;
     if (ks.size() > 1 && partial.size() < static_cast<std::size_t>(tiles * kRows * kPanel)) {
       partial.resize(static_cast<std::size_t>(tiles * kRows * kPanel));
+    }
+    if (unit_rows) {  // unit u is output row u: image row (batch, u's row * stride)
+      for (I64 u = u0; u < u1; ++u) image_row(u / s.oh * hp + u % s.oh * s.sh);
     }
     WithMode(mode, [&](auto m) { RunUnits<decltype(m)::value>(job, u0, u1, ep, partial.data()); });
     st.Merge(ep);
