@@ -108,12 +108,14 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // 16: a rescaled ConvInteger / MatMulInteger may carry
 // "kiln.quantize_input" = 1 (fuse-quantize-input): its input 0 is the
 // float32 x a DynamicQuantizeLinear quantized, input 6 that op's scale and
-// input 2 its zero point (uint8), and the op quantizes x itself; with
+// input 2 its zero point (uint8), and the op quantizes x itself; = 2:
+// that op was the DynamicQuantizeLinear's only reader and computes
+// x_scale and the zero point from x too (inputs 2 and 6 absent); with
 // "kiln.scale_by_x" = 1 its rescale multiplies by x_scale * input 4.
-// Checked by the loader's inference (0 or 1; types and one value each;
+// Checked by the loader's inference (0, 1 or 2; types and one value each;
 // quantize_input only with kiln.rescale, scale_by_x only with
-// quantize_input). A runtime before 16 would read float32 data as uint8,
-// so it must refuse the file.
+// quantize_input, input 6 only with 1, input 2 not with 2). A runtime
+// before 16 would read float32 data as uint8, so it must refuse the file.
 inline constexpr std::uint32_t kFormatVersion = 16;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;

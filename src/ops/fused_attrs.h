@@ -31,9 +31,14 @@ inline constexpr const char* kRescaleAttr = "kiln.rescale";
 // point (uint8, one value); the op quantizes x itself as
 // DynamicQuantizeLinear does, q = saturate(round_even(x / x_scale) + zp)
 // (all 0 where x_scale is not > 0), and computes on q
-// (fuse-quantize-input, format version 16).
+// (fuse-quantize-input, format version 16). int 2: the op was that
+// DynamicQuantizeLinear's only reader; it computes x_scale and the zero
+// point from x itself as that op does (range min(0, min x), max(0, max x),
+// NaNs skipped; scale (max - min) / 255; zero point
+// saturate(round_even(-min / scale)), 0 for a scale not > 0), and inputs 2
+// and 6 are absent.
 inline constexpr const char* kQuantizeInputAttr = "kiln.quantize_input";
-// int 1 with kiln.quantize_input: the scale the rescale multiplies by is
+// int 1 with kiln.quantize_input (1 or 2): the scale the rescale multiplies by is
 // x_scale * input 4 (one value or one per output channel / column), the
 // Mul that computed it in the graph (format version 16).
 inline constexpr const char* kScaleByXAttr = "kiln.scale_by_x";

@@ -128,26 +128,33 @@ Result<bool> CheckRescale(InferContext& c, const Shape& out, std::size_t axis) {
 // The activation's type: uint8 / int8, or float32 with kiln.quantize_input.
 Status CheckIntegerInput(InferContext& c, const char* what) {
   const std::int64_t q = c.node().GetInt(kQuantizeInputAttr, 0);
-  if (q != 0 && q != 1) return c.Fail("attribute '", kQuantizeInputAttr, "' must be 0 or 1, found ", q);
-  if (q == 1) return CheckType(c, 0, what, {DType::kFloat32});
+  if (q < 0 || q > 2) return c.Fail("attribute '", kQuantizeInputAttr, "' must be 0, 1 or 2, found ", q);
+  if (q != 0) return CheckType(c, 0, what, {DType::kFloat32});
   return CheckType(c, 0, what, {DType::kUInt8, DType::kInt8});
 }
 
 // kiln.quantize_input and kiln.scale_by_x on a ConvInteger / MatMulInteger
 // (fuse-quantize-input), checked after kiln.rescale (`rescaled`): input 0
-// float32 (CheckIntegerInput), input 6 the float32 scale and input 2 the
-// uint8 zero point of DynamicQuantizeLinear, one value each; scale_by_x
-// only with quantize_input. Input 6 is absent without it.
+// float32 (CheckIntegerInput); with 1, input 6 the float32 scale and input
+// 2 the uint8 zero point of DynamicQuantizeLinear, one value each; with 2
+// (the op computes both itself) neither; scale_by_x only with
+// quantize_input. Input 6 is absent but with 1.
 Status CheckQuantizeInput(InferContext& c, bool rescaled) {
   const std::int64_t q = c.node().GetInt(kQuantizeInputAttr, 0), sx = c.node().GetInt(kScaleByXAttr, 0);
-  if (q != 0 && q != 1) return c.Fail("attribute '", kQuantizeInputAttr, "' must be 0 or 1, found ", q);
+  if (q < 0 || q > 2) return c.Fail("attribute '", kQuantizeInputAttr, "' must be 0, 1 or 2, found ", q);
   if (sx != 0 && sx != 1) return c.Fail("attribute '", kScaleByXAttr, "' must be 0 or 1, found ", sx);
+  if (q != 1 && c.has_input(6)) return c.Fail("input 6 (x_scale) needs attribute '", kQuantizeInputAttr, "' = 1");
   if (q == 0) {
-    if (c.has_input(6)) return c.Fail("input 6 (x_scale) needs attribute '", kQuantizeInputAttr, "' = 1");
-    if (sx == 1) return c.Fail("attribute '", kScaleByXAttr, "' = 1 needs '", kQuantizeInputAttr, "' = 1");
+    if (sx == 1) return c.Fail("attribute '", kScaleByXAttr, "' = 1 needs '", kQuantizeInputAttr, "' = 1 or 2");
     return Status::Ok();
   }
-  if (!rescaled) return c.Fail("attribute '", kQuantizeInputAttr, "' = 1 needs '", kRescaleAttr, "' = 1");
+  if (!rescaled) return c.Fail("attribute '", kQuantizeInputAttr, "' = ", q, " needs '", kRescaleAttr, "' = 1");
+  if (q == 2) {
+    if (c.has_input(2)) {
+      return c.Fail("input 2 (x_zero_point) with attribute '", kQuantizeInputAttr, "' = 2, which computes it");
+    }
+    return Status::Ok();
+  }
   if (!c.has_input(6)) return c.Fail("attribute '", kQuantizeInputAttr, "' = 1 needs the scale input 6 (x_scale)");
   if (!c.has_input(2)) return c.Fail("attribute '", kQuantizeInputAttr, "' = 1 needs the zero point input 2");
   KILN_RETURN_IF_ERROR(CheckType(c, 6, "x_scale", {DType::kFloat32}));

@@ -566,8 +566,9 @@ Status FuseIntegerRescale(ir::Graph& g, const PassOptions& opts) {
 // and another value that only it reads, that value becomes input 4 and
 // the op multiplies by x_scale itself (kiln.scale_by_x = 1: the same
 // product, multiplication being commutative), one task less. The
-// DynamicQuantizeLinear stays for x_scale and x_zero_point; its kernel
-// skips q, which nothing reads.
+// DynamicQuantizeLinear stays for x_scale and x_zero_point (its kernel
+// skips q, which nothing reads), unless one op alone reads them: that op
+// then computes them itself (kiln.quantize_input = 2) and it goes.
 Status FuseQuantizeInput(ir::Graph& g, const PassOptions& opts) {
   if (!opts.target_fused_epilogues) return Status::Ok();
   std::vector<ir::Node*> dqls;
@@ -625,6 +626,29 @@ Status FuseQuantizeInput(ir::Graph& g, const PassOptions& opts) {
       removed.insert(mul);
       g.RemoveNode(mul);
     }
+    // The op alone reads what the DynamicQuantizeLinear gives: it computes
+    // x_scale and the zero point itself (kiln.quantize_input = 2) and the
+    // DynamicQuantizeLinear goes, one task less.
+    if (ops.size() != 1 || g.IsGraphOutput(xs) || g.IsGraphOutput(xz)) continue;
+    ir::Node* op = ops[0];
+    bool alone = true;
+    for (const ir::Value* v : {xs, xz}) {
+      for (const ir::Use& u : v->uses()) alone = alone && u.node == op && (u.index == 2 || u.index == 6);
+    }
+    if (!alone) continue;
+    if (opts.target_has_kernel) {
+      ir::Graph probe;
+      ir::Node* p = probe.AddNode(op->op_type(), "probe", {}, {});
+      p->SetAttr(ops::kRescaleAttr, ir::Attribute::Int(1));
+      p->SetAttr(ops::kQuantizeInputAttr, ir::Attribute::Int(2));
+      if (!opts.target_has_kernel(*p)) continue;
+    }
+    op->SetInput(2, nullptr);
+    op->SetInput(6, nullptr);
+    op->TrimAbsentTrailingInputs();
+    op->SetAttr(ops::kQuantizeInputAttr, ir::Attribute::Int(2));
+    removed.insert(d);
+    g.RemoveNode(d);
   }
   g.RemoveUnusedValues();
   return Status::Ok();

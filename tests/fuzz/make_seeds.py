@@ -253,8 +253,9 @@ def models():
     # (kiln.rescale, inputs 4 and 5, the Relu as kiln.activation) and the
     # layout pass runs it channels-last (kiln.nhwc); x comes channels-last
     # (the Transpose cancels), so fuse-quantize-input (format version 16)
-    # has it read the float32 x with x_scale as input 6
-    # (kiln.quantize_input) and w_scale as input 4 (kiln.scale_by_x).
+    # has it read the float32 x and quantize it itself, the
+    # DynamicQuantizeLinear gone (kiln.quantize_input = 2), with w_scale as
+    # input 4 (kiln.scale_by_x).
     out["dynamic_conv"] = model(
         [helper.make_node("Transpose", ["x_nhwc"], ["x"], name="to_nchw", perm=[0, 3, 1, 2]),
          helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),

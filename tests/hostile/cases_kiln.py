@@ -747,28 +747,34 @@ def generate(ctx):
     crafted("rescale", "scale_missing", lambda j: node(j, "ci")["inputs"].__setitem__(4, ""),
             ["ConvInteger node 'ci'", "attribute 'kiln.rescale' = 1 needs the scale input 4"],
             inspect=False, base=jd, weights=wd)
-    # fuse-quantize-input (format version 16): the ConvInteger reads the
-    # float32 x itself (kiln.quantize_input, x_scale as input 6) and
+    # fuse-quantize-input (format version 16): the ConvInteger, the
+    # DynamicQuantizeLinear's only reader, reads the float32 x, computes
+    # x_scale and the zero point itself (kiln.quantize_input = 2) and
     # multiplies by x_scale * w_scale (kiln.scale_by_x, w_scale as input 4).
-    assert ci["attrs"].get("kiln.quantize_input") == {"kind": "int", "v": 1}, ci
+    assert ci["attrs"].get("kiln.quantize_input") == {"kind": "int", "v": 2}, ci
     assert ci["attrs"].get("kiln.scale_by_x") == {"kind": "int", "v": 1}, ci
-    crafted("quantize_input", "not_one",
-            lambda j: node(j, "ci")["attrs"].update({"kiln.quantize_input": {"kind": "int", "v": 2}}),
-            ["ConvInteger node 'ci'", "attribute 'kiln.quantize_input' must be 0 or 1, found 2"],
+    assert not any(n["op"] == "DynamicQuantizeLinear" for n in jd["graph"]["nodes"]), jd["graph"]["nodes"]
+    crafted("quantize_input", "out_of_range",
+            lambda j: node(j, "ci")["attrs"].update({"kiln.quantize_input": {"kind": "int", "v": 3}}),
+            ["ConvInteger node 'ci'", "attribute 'kiln.quantize_input' must be 0, 1 or 2, found 3"],
             inspect=False, base=jd, weights=wd)
     crafted("quantize_input", "dropped", lambda j: node(j, "ci")["attrs"].pop("kiln.quantize_input"),
             ["ConvInteger node 'ci'", "input 0 (x) has type float32, expected uint8 or int8"],
             inspect=False, base=jd, weights=wd)
-    crafted("quantize_input", "scale_missing", lambda j: node(j, "ci")["inputs"].__setitem__(6, ""),
+    crafted("quantize_input", "one_without_scale",
+            lambda j: node(j, "ci")["attrs"].update({"kiln.quantize_input": {"kind": "int", "v": 1}}),
             ["ConvInteger node 'ci'", "attribute 'kiln.quantize_input' = 1 needs the scale input 6 (x_scale)"],
+            inspect=False, base=jd, weights=wd)
+    def scale_input(j):  # input 6 given (the bias) where the op computes x_scale
+        ins = node(j, "ci")["inputs"]
+        ins.extend([""] * (7 - len(ins)))
+        ins[6] = ins[5]
+    crafted("quantize_input", "scale_with_two", scale_input,
+            ["ConvInteger node 'ci'", "input 6 (x_scale) needs attribute 'kiln.quantize_input' = 1"],
             inspect=False, base=jd, weights=wd)
     crafted("quantize_input", "scale_by_x_not_one",
             lambda j: node(j, "ci")["attrs"].update({"kiln.scale_by_x": {"kind": "int", "v": 3}}),
             ["ConvInteger node 'ci'", "attribute 'kiln.scale_by_x' must be 0 or 1, found 3"],
-            inspect=False, base=jd, weights=wd)
-    crafted("quantize_input", "scale_is_bias",  # input 6 pointed at the float32 bias [3, 1, 1]
-            lambda j: node(j, "ci")["inputs"].__setitem__(6, node(j, "ci")["inputs"][5]),
-            ["ConvInteger node 'ci'", "input 6 (x_scale) must be a scalar, has shape [3,1,1]"],
             inspect=False, base=jd, weights=wd)
     # The MatMulInteger form (no layout change): dropping the attribute
     # leaves inputs 4 and 5 that nothing explains.

@@ -683,12 +683,13 @@ std::vector<float> TiesAndNaNs(std::size_t n, bool negative, bool zeros, std::mt
 }
 
 // The graph build() makes, compiled with fuse-quantize-input (fused = 1)
-// and without (0), run on `in` into got[fused] (`out_shape`); the op
-// carries kiln.quantize_input and kiln.scale_by_x exactly when fused, its
-// scale Mul folded in, and the DynamicQuantizeLinear stays.
+// and without (0), run on `in` into got[fused] (`out_shape`, the first
+// output); when fused, the op carries kiln.quantize_input = `form` (2: it
+// alone read the DynamicQuantizeLinear, which went; 1: it stays) and
+// kiln.scale_by_x, its scale Mul folded in.
 template <typename Build>
 void RunFusedAndNot(Build build, const std::string& op, const TensorRef& in, const Shape& out_shape,
-                    std::vector<float> got[2]) {
+                    std::vector<float> got[2], int form = 2) {
   for (int fused = 1; fused >= 0; --fused) {
     test::TempDir dir;
     format::CompiledModel cm;
@@ -696,14 +697,19 @@ void RunFusedAndNot(Build build, const std::string& op, const TensorRef& in, con
     if (!fused) opts.passes.disabled.insert("fuse-quantize-input");
     auto model = CompileAndLoad(build(), dir, &cm, opts);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
-    const ir::Node* node = FindOp(cm, op);
-    ASSERT_NE(node, nullptr);
-    EXPECT_EQ(node->GetInt(ops::kQuantizeInputAttr, 0), fused);
-    EXPECT_EQ(node->GetInt(ops::kScaleByXAttr, 0), fused);
-    EXPECT_EQ(CountOp(cm, "Mul"), fused ? 0 : 1);  // x_scale * w_scale: in the node
-    EXPECT_EQ(CountOp(cm, "DynamicQuantizeLinear"), 1);  // x_scale and the zero point
-    got[fused].assign(static_cast<std::size_t>(NumElements(out_shape)), -1.f);
-    ASSERT_TRUE((*model)->Execute({in}, {TensorRef::Of(got[fused].data(), out_shape)}).ok());
+    ASSERT_NE(FindOp(cm, op), nullptr);
+    const int users = form == 2 ? 1 : 2;  // ops that read the DynamicQuantizeLinear
+    for (const auto& nd : cm.graph->nodes()) {
+      if (nd->op_type() != op) continue;
+      EXPECT_EQ(nd->GetInt(ops::kQuantizeInputAttr, 0), fused ? form : 0);
+      EXPECT_EQ(nd->GetInt(ops::kScaleByXAttr, 0), fused);
+    }
+    EXPECT_EQ(CountOp(cm, "Mul"), fused ? 0 : users);  // x_scale * w_scale: in the node
+    EXPECT_EQ(CountOp(cm, "DynamicQuantizeLinear"), fused && form == 2 ? 0 : 1);
+    got[fused].assign(static_cast<std::size_t>(NumElements(out_shape)) * users, -1.f);
+    std::vector<TensorRef> outs = {TensorRef::Of(got[fused].data(), out_shape)};
+    if (users == 2) outs.push_back(TensorRef::Of(got[fused].data() + NumElements(out_shape), out_shape));
+    ASSERT_TRUE((*model)->Execute({in}, outs).ok());
   }
 }
 
@@ -828,9 +834,12 @@ TEST(ConvInteger, QuantizedInputDepthwiseIsTheDefinitionBitForBit) {
   }
 }
 
+// One reader (the DynamicQuantizeLinear goes: kiln.quantize_input = 2) and
+// two sharing it (as a transformer's Q, K and V projections: it stays,
+// 1), the second reading it through its own weights (the same here).
 TEST(MatMulInteger, QuantizedInputIsTheDefinitionBitForBit) {
-  for (bool negative : {false, true}) {
-    SCOPED_TRACE(negative);
+  for (auto [negative, readers] : {std::pair{false, 1}, {true, 1}, {true, 2}}) {
+    SCOPED_TRACE(testing::Message() << negative << " " << readers);
     std::mt19937 rng(32);
     const std::int64_t rows = 7, k = 40, nn = 24;
     const std::vector<float> a = TiesAndNaNs(static_cast<std::size_t>(rows * k), negative, false, rng);
@@ -844,19 +853,23 @@ TEST(MatMulInteger, QuantizedInputIsTheDefinitionBitForBit) {
       g->inputs() = {av};
       ir::Value *q = g->AddValue("q"), *as = g->AddValue("as"), *zv = g->AddValue("az");
       g->AddNode("DynamicQuantizeLinear", "dql", {av}, {q, as, zv});
-      ir::Value* acc = g->AddValue("acc");
-      g->AddNode("MatMulInteger", "mi", {q, g->AddConstant("b", Tensor(DType::kInt8, {k, nn}, bw)), zv}, {acc});
-      ir::Value* f = g->AddValue("f");
-      g->AddNode("Cast", "cast", {acc}, {f})->SetAttr("to", ir::Attribute::Int(1));
-      ir::Value* s = g->AddValue("s");
-      g->AddNode("Mul", "scale_mul", {g->AddConstant("bs", Tensor(DType::kFloat32, {nn}, bs)), as}, {s});
-      ir::Value* y = g->AddValue("y");
-      g->AddNode("Mul", "rescale", {f, s}, {y});
-      g->outputs().push_back(y);
+      for (int r = 0; r < readers; ++r) {
+        const std::string i = std::to_string(r);
+        ir::Value* acc = g->AddValue("acc" + i);
+        g->AddNode("MatMulInteger", "mi" + i, {q, g->AddConstant("b" + i, Tensor(DType::kInt8, {k, nn}, bw)), zv},
+                   {acc});
+        ir::Value* f = g->AddValue("f" + i);
+        g->AddNode("Cast", "cast" + i, {acc}, {f})->SetAttr("to", ir::Attribute::Int(1));
+        ir::Value* s = g->AddValue("s" + i);
+        g->AddNode("Mul", "scale_mul" + i, {g->AddConstant("bs" + i, Tensor(DType::kFloat32, {nn}, bs)), as}, {s});
+        ir::Value* y = g->AddValue("y" + i);
+        g->AddNode("Mul", "rescale" + i, {f, s}, {y});
+        g->outputs().push_back(y);
+      }
       return g;
     };
     std::vector<float> got[2];
-    RunFusedAndNot(build, "MatMulInteger", TensorRef::Of(a.data(), {rows, k}), {rows, nn}, got);
+    RunFusedAndNot(build, "MatMulInteger", TensorRef::Of(a.data(), {rows, k}), {rows, nn}, got, readers == 1 ? 2 : 1);
     if (testing::Test::HasFatalFailure()) return;
     std::vector<std::uint8_t> q;
     float as = 0.f;
@@ -871,8 +884,12 @@ TEST(MatMulInteger, QuantizedInputIsTheDefinitionBitForBit) {
         volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
         v = v * sc;
         const float want = v;
-        ASSERT_TRUE(SameBits(got[1][r * nn + j], want)) << "fused, at " << r << "," << j << ": " << got[1][r * nn + j] << " vs " << want << " (unfused " << got[0][r * nn + j] << ", zp " << int(zp) << ")";
-        ASSERT_TRUE(SameBits(got[0][r * nn + j], want)) << "unfused, at " << r << "," << j;
+        for (int o = 0; o < readers; ++o) {
+          const std::size_t at = static_cast<std::size_t>((o * rows + r) * nn + j);
+          ASSERT_TRUE(SameBits(got[1][at], want)) << "fused, output " << o << " at " << r << "," << j << ": "
+                                                  << got[1][at] << " vs " << want;
+          ASSERT_TRUE(SameBits(got[0][at], want)) << "unfused, output " << o << " at " << r << "," << j;
+        }
       }
   }
 }

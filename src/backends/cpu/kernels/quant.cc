@@ -444,6 +444,31 @@ void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx) {
   *mx = hi;
 }
 
+void DynamicQuantizeParams(const float* x, std::int64_t n, device::ValueRange* reported, float* scale,
+                           std::uint8_t* zp) {
+  float mn = 0.f, mx = 0.f;
+  if (reported && reported->valid) {
+    mn = reported->min;
+    mx = reported->max;
+    reported->valid = false;
+  } else {
+    // The range over chunks in parallel (min and max are exact in any
+    // order), 16K values a thread at least.
+    std::mutex mu;
+    ParallelFor(n, 16384, [&](std::int64_t b, std::int64_t e) {
+      float l = 0.f, h = 0.f;
+      MinMaxWithZero(x + b, e - b, &l, &h);
+      std::lock_guard<std::mutex> lock(mu);
+      mn = l < mn ? l : mn;
+      mx = h > mx ? h : mx;
+    });
+  }
+  const float s = (mx - mn) / 255.f;
+  *scale = s;
+  // All zeros: scale 0; every value (and the zero point) is 0.
+  *zp = s > 0 ? Saturate<std::uint8_t>(std::nearbyint(0.f - mn / s)) : std::uint8_t{0};
+}
+
 void DynamicQuantizeU8(const float* x, std::uint8_t* y, std::int64_t n, float s, std::int32_t zp) {
   if (!(s > 0)) {
     std::memset(y, 0, static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
@@ -566,31 +591,14 @@ Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
   const bool write_y = !yv || !yv->uses().empty() || !yv->owner() || yv->owner()->IsGraphOutput(yv);
   return MakeFn([n, reported, write_y](const KernelArgs& a) {
     const float* x = a.in_as<float>(0);
-    float mn = 0.f, mx = 0.f;
-    if (reported && reported->valid) {
-      mn = reported->min;
-      mx = reported->max;
-      reported->valid = false;
-    } else {
-      // The range over chunks in parallel (min and max are exact in any order).
-      std::mutex mu;
-      ParallelFor(n, kGrain, [&](std::int64_t b, std::int64_t e) {
-        float l = 0.f, h = 0.f;
-        MinMaxWithZero(x + b, e - b, &l, &h);
-        std::lock_guard<std::mutex> lock(mu);
-        mn = l < mn ? l : mn;
-        mx = h > mx ? h : mx;
-      });
-    }
-    const float scale = (mx - mn) / 255.f;
-    // All zeros: scale 0; every value (and the zero point) is 0.
-    const float zp = scale > 0 ? static_cast<float>(Saturate<std::uint8_t>(std::nearbyint(0.f - mn / scale))) : 0.f;
+    float scale = 0.f;
+    std::uint8_t zp = 0;
+    DynamicQuantizeParams(x, n, reported.get(), &scale, &zp);
     *a.out_as<float>(1) = scale;
-    *a.out_as<std::uint8_t>(2) = static_cast<std::uint8_t>(zp);
+    *a.out_as<std::uint8_t>(2) = zp;
     if (!write_y) return Status::Ok();
     auto* y = a.out_as<std::uint8_t>(0);
-    const auto izp = static_cast<std::int32_t>(zp);
-    ParallelFor(n, kGrain, [&](std::int64_t b, std::int64_t e) { DynamicQuantizeU8(x + b, y + b, e - b, scale, izp); });
+    ParallelFor(n, kGrain, [&](std::int64_t b, std::int64_t e) { DynamicQuantizeU8(x + b, y + b, e - b, scale, zp); });
     return Status::Ok();
   });
 }
@@ -972,6 +980,8 @@ bool NonNegative(const ir::Value* v, int depth = 0) {
 // for an all-zero input. oneDNN's convolutions without a zero point are
 // faster (brgconv 1x1 and brdgmm depthwise, as for a QLinearConv's 0).
 bool SrcZeroPointAlwaysZero(const ir::Node* node) {
+  // kiln.quantize_input = 2: the op's own DynamicQuantizeLinear of input 0.
+  if (node && node->GetInt(ops::kQuantizeInputAttr, 0) == 2) return node->num_inputs() > 0 && NonNegative(node->input(0));
   if (!node || node->num_inputs() <= 2 || !node->input(2)) return true;
   const ir::Value* z = node->input(2);
   const ir::Node* p = z->producer();
@@ -1602,7 +1612,7 @@ class DnnlQConvKernel : public Kernel {
     // (dynamic MobileNetV2's 28x28 and smaller depthwise layers, 1
     // thread, Zen 4 held to AVX2: 0.65-0.8 of their time; at 56x56 and
     // 112x112 the int8 one's quarter of the bytes wins).
-    float_in_ = integer && rescale && init.node->GetInt(ops::kQuantizeInputAttr, 0) == 1;
+    float_in_ = integer && rescale && init.node->GetInt(ops::kQuantizeInputAttr, 0) != 0;
     if (dw_int8 && float_in_ && f32_allowed && NumElements(x) <= kDepthwiseFloatElems) dw_int8 = false;
     f32_ = !pairs_exact && !dw_int8;
     // Without VNNI a channels-last 2-D convolution of one group that would
@@ -1662,7 +1672,9 @@ class DnnlQConvKernel : public Kernel {
       const ir::Value* out = init.node && init.node->num_outputs() > 0 ? init.node->output(0) : nullptr;
       bool quantized = false;
       for (const ir::Use& u : out ? out->uses() : std::vector<ir::Use>{}) {
-        quantized = quantized || (u.node->op_type() == "DynamicQuantizeLinear" && u.node->domain().empty());
+        quantized = quantized || (u.node->op_type() == "DynamicQuantizeLinear" && u.node->domain().empty()) ||
+                    (u.index == 0 && u.node->GetInt(ops::kQuantizeInputAttr, 0) == 2 &&
+                     (u.node->op_type() == "ConvInteger" || u.node->op_type() == "MatMulInteger"));
       }
       if (quantized && init.value_ranges) {
         range_ = std::make_shared<device::ValueRange>();
@@ -2778,12 +2790,23 @@ class QuantizedInputKernel : public Kernel {
     scale_by_x_ = init.node->GetInt(ops::kScaleByXAttr, 0) == 1;
     scale_count_ = NumElements(init.inputs[4].shape);
     num_outputs_ = static_cast<int>(init.outputs.size());
+    // kiln.quantize_input = 2: x_scale and the zero point computed here,
+    // from the range x's writer reports where it does.
+    own_params_ = init.node->GetInt(ops::kQuantizeInputAttr, 0) == 2;
+    if (own_params_ && init.value_ranges && init.node->num_inputs() > 0) {
+      auto it = init.value_ranges->find(init.node->input(0));
+      if (it != init.value_ranges->end()) reported_ = it->second;
+    }
   }
   Status Run(const KernelArgs& a) override {
-    const float s = *a.in_as<float>(6);
-    const auto zp = static_cast<std::int32_t>(*a.in_as<std::uint8_t>(2));
+    float s = 0.f;
+    std::uint8_t zp8 = 0;
+    if (own_params_) DynamicQuantizeParams(a.in_as<float>(0), count_, reported_.get(), &s, &zp8);
+    else s = *a.in_as<float>(6), zp8 = *a.in_as<std::uint8_t>(2);
+    const auto zp = static_cast<std::int32_t>(zp8);
     void* ptrs[8] = {};
-    for (int i = 0; i < 6; ++i) ptrs[i] = a.ptrs[i];
+    for (int i = 0; i < 6 && i < a.num_inputs; ++i) ptrs[i] = a.ptrs[i];
+    ptrs[2] = &zp8;
     for (int o = 0; o < num_outputs_ && o < 2; ++o) ptrs[6 + o] = a.out(o);
     KernelArgs ia = a;
     ia.ptrs = ptrs;
@@ -2811,7 +2834,8 @@ class QuantizedInputKernel : public Kernel {
   std::unique_ptr<Kernel> inner_;
   Fast* direct_ = nullptr;
   std::int64_t count_ = 0, scale_count_ = 1;
-  bool scale_by_x_ = false;
+  bool scale_by_x_ = false, own_params_ = false;
+  std::shared_ptr<device::ValueRange> reported_;
   int num_outputs_ = 1;
 };
 
@@ -2819,17 +2843,23 @@ template <typename Fast>
 Result<std::unique_ptr<Kernel>> MakeQuantizedInputKernel(const KernelInit& init, bool matmul) {
   // The loader's inference checked these (ConvInteger / MatMulInteger);
   // a kernel made from another graph is refused here as well.
-  if (init.inputs.size() < 7 || !init.inputs[6].present() || !init.inputs[2].present() ||
-      init.inputs[2].dtype != DType::kUInt8 || init.inputs[6].dtype != DType::kFloat32 ||
-      init.inputs.size() < 5 || !init.inputs[4].present() || init.node->GetInt(ops::kRescaleAttr, 0) != 1 ||
-      init.outputs.empty() || init.outputs[0].dtype != DType::kFloat32) {
+  const bool own = init.node->GetInt(ops::kQuantizeInputAttr, 0) == 2;  // x_scale and zero point computed
+  auto has = [&](std::size_t i) { return init.inputs.size() > i && init.inputs[i].present(); };
+  const bool params_ok = own ? !has(2) && !has(6)
+                             : has(6) && has(2) && init.inputs[2].dtype == DType::kUInt8 &&
+                                   init.inputs[6].dtype == DType::kFloat32;
+  if (!params_ok || !has(4) || init.node->GetInt(ops::kRescaleAttr, 0) != 1 || init.outputs.empty() ||
+      init.outputs[0].dtype != DType::kFloat32) {
     return Error(StatusCode::kInvalidArgument, init.node->Describe(),
-                 ": kiln.quantize_input needs kiln.rescale, a float32 x, x_scale (input 6) and a uint8 zero point");
+                 ": kiln.quantize_input needs kiln.rescale, a float32 x and, with 1, x_scale (input 6) and a uint8 "
+                 "zero point (input 2); with 2 neither");
   }
-  KernelInit base = init;  // the op on the quantized x: inputs 0..5, input 0 uint8
+  KernelInit base = init;  // the op on the quantized x: inputs 0..5, input 0 uint8, the zero point input 2
   base.inputs.resize(6);
   if (base.const_inputs.size() > 6) base.const_inputs.resize(6);
+  if (base.const_inputs.size() > 2) base.const_inputs[2] = nullptr;
   base.inputs[0].dtype = DType::kUInt8;
+  base.inputs[2] = device::TensorDesc{DType::kUInt8, {}};
   if (init.node->GetInt(ops::kScaleByXAttr, 0) == 1 && base.const_inputs.size() > 4) base.const_inputs[4] = nullptr;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> inner, MakeRescaledKernel<Fast>(base, matmul));
   auto k = std::make_unique<QuantizedInputKernel<Fast>>();
@@ -2840,9 +2870,13 @@ Result<std::unique_ptr<Kernel>> MakeQuantizedInputKernel(const KernelInit& init,
 template <typename Fast>
 Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool matmul) {
   // (The inner kernel's init has a uint8 input 0.)
-  if (init.node->GetInt(ops::kQuantizeInputAttr, 0) == 1 && !init.inputs.empty() &&
+  if (init.node->GetInt(ops::kQuantizeInputAttr, 0) != 0 && !init.inputs.empty() &&
       init.inputs[0].dtype == DType::kFloat32) {
     return MakeQuantizedInputKernel<Fast>(init, matmul);
+  }
+  if (init.inputs.empty() || (init.inputs[0].dtype != DType::kUInt8 && init.inputs[0].dtype != DType::kInt8)) {
+    return Error(StatusCode::kInvalidArgument, init.node->Describe(), ": input 0 must be uint8 or int8 (float32 only with ",
+                 ops::kQuantizeInputAttr, ")");
   }
   if (init.node->GetInt(ops::kRescaleAttr, 0) == 1 && init.outputs[0].dtype == DType::kFloat32) {
     return MakeRescaledKernel<Fast>(init, matmul);

@@ -4,6 +4,10 @@
 
 #include <cstdint>
 
+namespace kiln::device {
+struct ValueRange;
+}
+
 namespace kiln::cpu {
 
 // Whether a 1x1 int8 convolution (group 1) keeps oneDNN's AMX kernel where
@@ -23,6 +27,12 @@ void MinMaxWithZero(const float* x, std::int64_t n, float* mn, float* mx);
 // zp, and 0 everywhere where s is not > 0 (its kernel's result for an
 // all-zero input).
 void DynamicQuantizeU8(const float* x, std::uint8_t* y, std::int64_t n, float s, std::int32_t zp);
+// DynamicQuantizeLinear's scale and zero point for n floats: the range a
+// writer reported (used and cleared, device::ValueRange) where valid, else
+// found in parallel (MinMaxWithZero), then scale = (max - min) / 255 and
+// zero point saturate(round_even(-min / scale)), 0 for a scale not > 0.
+void DynamicQuantizeParams(const float* x, std::int64_t n, device::ValueRange* reported, float* scale,
+                           std::uint8_t* zp);
 // The same values minus zp, as int16 (within [-zp, 255 - zp]): the
 // int16-product kernel's image of a kiln.quantize_input operand.
 void QuantizeCenteredInt16(const float* x, std::int16_t* y, std::int64_t n, float s, std::int32_t zp);
