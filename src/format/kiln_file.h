@@ -114,8 +114,12 @@ inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'M', 'D', 'L', '\0'};
 // "kiln.scale_by_x" = 1 its rescale multiplies by x_scale * input 4.
 // Checked by the loader's inference (0, 1 or 2; types and one value each;
 // quantize_input only with kiln.rescale, scale_by_x only with
-// quantize_input, input 6 only with 1, input 2 not with 2). A runtime
-// before 16 would read float32 data as uint8, so it must refuse the file.
+// quantize_input, input 6 only with 1, input 2 not with 2). A rescaled
+// ConvInteger may carry "kiln.sum" = 1 with a float32 residual of the
+// output's shape as input 7 (fuse-residual: act(float(sum) * S + B + R),
+// kiln.activation after the sum), checked likewise. A runtime before 16
+// would read float32 data as uint8 or drop the residual, so it must refuse
+// the file.
 inline constexpr std::uint32_t kFormatVersion = 16;
 inline constexpr std::uint32_t kOldestFormatVersion = 1;
 inline constexpr std::uint64_t kWeightsAlignment = 4096;

@@ -13,7 +13,9 @@ inline constexpr const char* kActAlphaAttr = "kiln.act_alpha";  // float
 inline constexpr const char* kActBetaAttr = "kiln.act_beta";    // float
 // int 1 on a Conv whose input 3 is a residual R of the output's shape:
 // Y = act(conv(X, W) + B + R), the residual added before the fused
-// activation (the fuse-residual pass, format version 12).
+// activation (the fuse-residual pass, format version 12). On a rescaled
+// ConvInteger (kiln.rescale), R is input 7: Y = act(float(sum) * S + B +
+// R), each step rounded (format version 16).
 inline constexpr const char* kSumAttr = "kiln.sum";
 // int 1 on a MatMul whose input 2 is a constant bias [N] (N = the output's
 // last dim): Y = act(A B + bias) (fuse-bias-activation, format version 12).

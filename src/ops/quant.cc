@@ -253,6 +253,23 @@ Status InferConvInteger(InferContext& c) {
   KILN_ASSIGN_OR_RETURN(const bool rescaled, CheckRescale(c, out, 1));
   KILN_RETURN_IF_ERROR(CheckQuantizeInput(c, rescaled));
   if (nhwc) out = {out[0], out[2], out[3], out[1]};
+  // A fused residual (kiln.sum = 1, input 7; fuse-residual, format version
+  // 16): float32, exactly the (float32) output's shape, only with the
+  // rescale: act(float(sum) * S + B + R).
+  const std::int64_t sum = c.node().GetInt(kSumAttr, 0);
+  if (sum != 0 && sum != 1) return c.Fail("attribute '", kSumAttr, "' must be 0 or 1, found ", sum);
+  if ((sum == 1) != c.has_input(7)) {
+    return sum == 1 ? c.Fail("attribute '", kSumAttr, "' = 1 needs the residual input 7")
+                    : c.Fail("input 7 (a fused residual) needs attribute '", kSumAttr, "' = 1");
+  }
+  if (sum == 1) {
+    if (!rescaled) return c.Fail("attribute '", kSumAttr, "' = 1 needs '", kRescaleAttr, "' = 1");
+    KILN_RETURN_IF_ERROR(CheckType(c, 7, "residual", {DType::kFloat32}));
+    if (c.in_shape(7) != out) {
+      return c.Fail("residual input 7 has shape ", ShapeToString(c.in_shape(7)), ", expected the output's ",
+                    ShapeToString(out));
+    }
+  }
   c.SetOutput(0, rescaled ? DType::kFloat32 : DType::kInt32, out);
   return Status::Ok();
 }
@@ -407,7 +424,7 @@ void RegisterQuantOps(OpRegistry& r) {
   // kiln.quantize_input's x_scale (CheckQuantizeInput).
   r.Register(Def("MatMulInteger", {10}, 2, 7, {}, InferMatMulInteger));
   r.Register(Def("QLinearMatMul", {10}, 8, 9, {}, InferQLinearMatMul));  // input 8: kiln.dequantize's bias
-  r.Register(Def("ConvInteger", {10}, 2, 7, conv_attrs, InferConvInteger));
+  r.Register(Def("ConvInteger", {10}, 2, 8, conv_attrs, InferConvInteger));  // 7: kiln.sum's residual
   r.Register(Def("QLinearConv", {10}, 8, 9, conv_attrs, InferQLinearConv));
   // ONNX Runtime's contrib forms (domain com.microsoft, version 1). Their
   // zero points are optional inputs between required ones: inference checks

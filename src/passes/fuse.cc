@@ -61,6 +61,36 @@ ir::Node* GatedMul(const ir::Graph& g, ir::Value* x, const char* gate) {
   return mul;
 }
 
+// An activation after a rescaled integer op (Relu, LeakyRelu, Clip with
+// constant bounds), read only there, which its epilogue computes exactly
+// as the activation's own kernel would: absorbed (kiln.activation).
+void AbsorbRescaleActivation(ir::Graph& g, ir::Node* op, std::unordered_set<const ir::Node*>& removed) {
+  const ir::Node* act_c = SoleConsumer(g, op->output(0));
+  if (!act_c || !act_c->domain().empty()) return;
+  auto* act = const_cast<ir::Node*>(act_c);
+  const std::string& t = act->op_type();
+  float alpha = 0, beta = 0;
+  bool ok = t == "Relu";
+  if (t == "LeakyRelu") {
+    alpha = act->GetFloat("alpha", 0.01f);
+    ok = true;
+  } else if (t == "Clip" && act->since_version() >= 11) {
+    ir::Value* lo = act->input(1);
+    ir::Value* hi = act->input(2);
+    ok = (!lo || IsF32Const(lo)) && (!hi || IsF32Const(hi));
+    if (ok) {
+      alpha = lo ? lo->constant()->data_as<float>()[0] : -INFINITY;
+      beta = hi ? hi->constant()->data_as<float>()[0] : INFINITY;
+    }
+  }
+  if (ok && act->output(0)->shape() == op->output(0)->shape()) {
+    op->SetAttr(kActAttr, ir::Attribute::String(t));
+    op->SetAttr(kActAlphaAttr, ir::Attribute::Float(alpha));
+    op->SetAttr(kActBetaAttr, ir::Attribute::Float(beta));
+    Absorb(g, op, act, removed);
+  }
+}
+
 }  // namespace
 
 Status FoldConvBatchNorm(ir::Graph& g, const PassOptions&) {
@@ -312,6 +342,38 @@ Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
     Absorb(g, conv, add, removed);
     fused = true;
   }
+  // A rescaled ConvInteger (fuse-integer-rescale) with no activation yet,
+  // read only by such an Add: R becomes its input 7 (kiln.sum = 1, format
+  // version 16), an activation after the Add its kiln.activation, applied
+  // after the sum: act(float(sum) * S + B + R), each step rounded as the
+  // graph's ops (bit for bit); the range a DynamicQuantizeLinear (or an
+  // op quantizing its input) reads is then the fused op's to report.
+  for (ir::Node* op : nodes) {
+    if (removed.count(op) || op->op_type() != "ConvInteger" || !op->domain().empty() || op->num_outputs() != 1 ||
+        op->GetInt(ops::kRescaleAttr, 0) != 1 || op->HasAttr(kActAttr) || op->HasAttr(ops::kSumAttr) ||
+        op->num_inputs() > 7) {
+      continue;
+    }
+    ir::Value* y = op->output(0);
+    const ir::Node* add_c = SoleConsumer(g, y);
+    if (!add_c || add_c->op_type() != "Add" || !add_c->domain().empty() || add_c->HasAttr("axis") ||
+        add_c->HasAttr("broadcast") || add_c->num_inputs() != 2) {
+      continue;
+    }
+    auto* add = const_cast<ir::Node*>(add_c);
+    ir::Value* r = add->input(0) == y ? add->input(1) : add->input(0);
+    ir::Value* z = add->output(0);
+    if (!r || r == y || y->dtype() != DType::kFloat32 || r->dtype() != y->dtype() || z->dtype() != y->dtype() ||
+        r->shape() != y->shape() || z->shape() != y->shape() || y->varying_mask() != 0 || r->varying_mask() != 0 ||
+        z->varying_mask() != 0) {
+      continue;
+    }
+    op->SetInput(7, r);
+    op->SetAttr(ops::kSumAttr, ir::Attribute::Int(1));
+    Absorb(g, op, add, removed);
+    AbsorbRescaleActivation(g, op, removed);
+    fused = true;
+  }
   if (!fused) return Status::Ok();
   // R may have been computed after the Conv (it is never computed from the
   // Conv's output, which only the Add read): restore the order.
@@ -483,31 +545,7 @@ Status FuseIntegerRescale(ir::Graph& g, const PassOptions& opts) {
         Absorb(g, op, add, removed);
       }
     }
-    // An activation the epilogue computes exactly as its own kernel would.
-    if (const ir::Node* act_c = SoleConsumer(g, op->output(0)); act_c && act_c->domain().empty()) {
-      auto* act = const_cast<ir::Node*>(act_c);
-      const std::string& t = act->op_type();
-      float alpha = 0, beta = 0;
-      bool ok = t == "Relu";
-      if (t == "LeakyRelu") {
-        alpha = act->GetFloat("alpha", 0.01f);
-        ok = true;
-      } else if (t == "Clip" && act->since_version() >= 11) {
-        ir::Value* lo = act->input(1);
-        ir::Value* hi = act->input(2);
-        ok = (!lo || IsF32Const(lo)) && (!hi || IsF32Const(hi));
-        if (ok) {
-          alpha = lo ? lo->constant()->data_as<float>()[0] : -INFINITY;
-          beta = hi ? hi->constant()->data_as<float>()[0] : INFINITY;
-        }
-      }
-      if (ok && act->output(0)->shape() == op->output(0)->shape()) {
-        op->SetAttr(kActAttr, ir::Attribute::String(t));
-        op->SetAttr(kActAlphaAttr, ir::Attribute::Float(alpha));
-        op->SetAttr(kActBetaAttr, ir::Attribute::Float(beta));
-        Absorb(g, op, act, removed);
-      }
-    }
+    AbsorbRescaleActivation(g, op, removed);
   }
   // QLinearMatMul -> DequantizeLinear with its own y_scale and y_zero_point
   // [-> Add(constant bias)]: QDQ transformers' projections (fuse-qdq made
@@ -590,7 +628,8 @@ Status FuseQuantizeInput(ir::Graph& g, const PassOptions& opts) {
       ir::Node* op = u.node;
       const std::string& t = op->op_type();
       ok = ok && (t == "ConvInteger" || t == "MatMulInteger") && op->domain().empty() && u.index == 0 &&
-           op->GetInt(ops::kRescaleAttr, 0) == 1 && !op->HasAttr(ops::kQuantizeInputAttr) && op->num_inputs() <= 6 &&
+           op->GetInt(ops::kRescaleAttr, 0) == 1 && !op->HasAttr(ops::kQuantizeInputAttr) &&
+           (op->num_inputs() <= 6 || !op->input(6)) &&
            op->num_outputs() == 1 && op->output(0)->dtype() == DType::kFloat32 && op->input(2) == xz &&
            std::find(ops.begin(), ops.end(), op) == ops.end();  // q at one input of each
       if (!ok) break;

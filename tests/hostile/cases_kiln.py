@@ -44,7 +44,7 @@ FORMAT_VERSION = 16  # src/format/kiln_file.h kFormatVersion (2: "target"; 3: pl
                     # 13: "kiln.rescale" on ConvInteger / MatMulInteger, "kiln.nhwc" on ConvInteger,
                     #     "kiln.dequantize" on QLinearMatMul; 14: "kiln.nhwc" and "kiln.activation" on BatchNormalization;
                     # 15: "kiln.bf16" on Conv; 16: "kiln.quantize_input" and "kiln.scale_by_x" on
-                    #     ConvInteger / MatMulInteger)
+                    #     ConvInteger / MatMulInteger, "kiln.sum" on ConvInteger)
 
 
 def align(v, a):
@@ -776,6 +776,48 @@ def generate(ctx):
             lambda j: node(j, "ci")["attrs"].update({"kiln.scale_by_x": {"kind": "int", "v": 3}}),
             ["ConvInteger node 'ci'", "attribute 'kiln.scale_by_x' must be 0 or 1, found 3"],
             inspect=False, base=jd, weights=wd)
+    # A residual after the rescaled ConvInteger (format version 16):
+    # fuse-residual gives it R as input 7 (kiln.sum = 1) and the Relu after
+    # the sum.
+    dr_onnx = os.path.join(d, "dynamic_residual.onnx")
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Transpose", ["x_nhwc"], ["x"], name="to_nchw", perm=[0, 3, 1, 2]),
+         helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+         helper.make_node("ConvInteger", ["xq", "wq", "xz"], ["acc"], name="ci", pads=[1, 1, 1, 1]),
+         helper.make_node("Cast", ["acc"], ["f"], name="cast", to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["xs", "ws"], ["s"], name="smul"),
+         helper.make_node("Mul", ["f", "s"], ["m"], name="rescale"),
+         helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+         helper.make_node("Add", ["a", "x"], ["r"], name="residual"),
+         helper.make_node("Relu", ["r"], ["out"], name="relu")],
+        "g", [helper.make_tensor_value_info("x_nhwc", TensorProto.FLOAT, [1, 5, 5, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [numpy_helper.from_array(rng.integers(-127, 128, (4, 4, 3, 3)).astype(np.int8), "wq"),
+         numpy_helper.from_array(np.array([0.01, 0.02, 0.03, 0.04], np.float32).reshape(4, 1, 1), "ws"),
+         numpy_helper.from_array(np.array([0.5, -0.25, 1.0, 0.0], np.float32).reshape(4, 1, 1), "b")]),
+        opset_imports=[helper.make_opsetid("", 13)]), dr_onnx)
+    dr_kiln = os.path.join(d, "dynamic_residual.kiln")
+    rc, out = ctx.run(["compile", "--model", dr_onnx, "--output", dr_kiln])
+    assert rc == 0, out
+    jr, wr = read_kiln(dr_kiln)
+    cr = node(jr, "ci")
+    assert cr["attrs"].get("kiln.sum") == {"kind": "int", "v": 1}, cr
+    assert cr["attrs"].get("kiln.activation") == {"kind": "string", "v": "Relu"}, cr
+    assert len(cr["inputs"]) == 8 and cr["inputs"][7], cr
+    crafted("integer_residual", "dropped", lambda j: node(j, "ci")["attrs"].pop("kiln.sum"),
+            ["ConvInteger node 'ci'", "input 7 (a fused residual) needs attribute 'kiln.sum' = 1"],
+            inspect=False, base=jr, weights=wr)
+    crafted("integer_residual", "not_one",
+            lambda j: node(j, "ci")["attrs"].update({"kiln.sum": {"kind": "int", "v": 2}}),
+            ["ConvInteger node 'ci'", "attribute 'kiln.sum' must be 0 or 1, found 2"],
+            inspect=False, base=jr, weights=wr)
+    crafted("integer_residual", "missing", lambda j: node(j, "ci")["inputs"].__setitem__(7, ""),
+            ["ConvInteger node 'ci'", "attribute 'kiln.sum' = 1 needs the residual input 7"],
+            inspect=False, base=jr, weights=wr)
+    crafted("integer_residual", "bias_as_residual",
+            lambda j: node(j, "ci")["inputs"].__setitem__(7, node(j, "ci")["inputs"][5]),
+            ["ConvInteger node 'ci'", "residual input 7 has shape [4,1,1], expected the output's [1,5,5,4]"],
+            inspect=False, base=jr, weights=wr)
     # The MatMulInteger form (no layout change): dropping the attribute
     # leaves inputs 4 and 5 that nothing explains.
     dm_onnx = os.path.join(d, "dynamic_matmul.onnx")

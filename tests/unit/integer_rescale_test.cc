@@ -645,6 +645,9 @@ struct QuantizedInputCase {
   std::int64_t c = 32, m = 48, group = 1, k = 1, h = 6, w = 5;
   bool negative = false;  // a range below 0 (zero point 128), else from 0 (zero point 0)
   bool zeros = false;     // x all 0: scale 0, every q 0
+  // Then + R (a second input) and a Relu: fuse-residual's kiln.sum on
+  // the ConvInteger, the activation after the sum.
+  bool residual = false;
 };
 
 // DynamicQuantizeLinear of x by the definition: q, scale, zero point.
@@ -688,8 +691,8 @@ std::vector<float> TiesAndNaNs(std::size_t n, bool negative, bool zeros, std::mt
 // alone read the DynamicQuantizeLinear, which went; 1: it stays) and
 // kiln.scale_by_x, its scale Mul folded in.
 template <typename Build>
-void RunFusedAndNot(Build build, const std::string& op, const TensorRef& in, const Shape& out_shape,
-                    std::vector<float> got[2], int form = 2) {
+void RunFusedAndNot(Build build, const std::string& op, const std::vector<TensorRef>& in, const Shape& out_shape,
+                    std::vector<float> got[2], int form = 2, bool residual = false) {
   for (int fused = 1; fused >= 0; --fused) {
     test::TempDir dir;
     format::CompiledModel cm;
@@ -703,13 +706,15 @@ void RunFusedAndNot(Build build, const std::string& op, const TensorRef& in, con
       if (nd->op_type() != op) continue;
       EXPECT_EQ(nd->GetInt(ops::kQuantizeInputAttr, 0), fused ? form : 0);
       EXPECT_EQ(nd->GetInt(ops::kScaleByXAttr, 0), fused);
+      EXPECT_EQ(nd->GetInt(ops::kSumAttr, 0), residual ? 1 : 0);  // + R and the Relu in the node
     }
+    if (residual) EXPECT_EQ(CountOp(cm, "Add") + CountOp(cm, "Relu"), 0);
     EXPECT_EQ(CountOp(cm, "Mul"), fused ? 0 : users);  // x_scale * w_scale: in the node
     EXPECT_EQ(CountOp(cm, "DynamicQuantizeLinear"), fused && form == 2 ? 0 : 1);
     got[fused].assign(static_cast<std::size_t>(NumElements(out_shape)) * users, -1.f);
     std::vector<TensorRef> outs = {TensorRef::Of(got[fused].data(), out_shape)};
     if (users == 2) outs.push_back(TensorRef::Of(got[fused].data() + NumElements(out_shape), out_shape));
-    ASSERT_TRUE((*model)->Execute({in}, outs).ok());
+    ASSERT_TRUE((*model)->Execute(in, outs).ok());
   }
 }
 
@@ -724,6 +729,8 @@ void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
   std::vector<float> ws(m), bias(m);
   for (auto& v : ws) v = 1e-3f * (1.f + static_cast<float>(rng() % 1000) / 77.f);
   for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 37.f;
+  std::vector<float> res(qc.residual ? n * m * h * w : 0);
+  for (auto& v : res) v = static_cast<float>(static_cast<int>(rng() % 4001) - 2000) / 53.f;
   // x given channels-last, as a TensorFlow export holds it: the layout
   // pass cancels its Transpose against its own, so the quantization reads
   // NHWC x directly (as between a dynamically quantized CNN's layers).
@@ -753,11 +760,26 @@ void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
     g->AddNode("Mul", "rescale", {f, s}, {scaled});
     ir::Value* y = g->AddValue("y");
     g->AddNode("Add", "bias_add", {scaled, g->AddConstant("b", Tensor(DType::kFloat32, {m, 1, 1}, bias))}, {y});
+    if (qc.residual) {
+      ir::Value* rin = g->AddValue("r", DType::kFloat32, {n, h, w, m});  // channels-last too
+      g->inputs().push_back(rin);
+      ir::Value* rv = g->AddValue("r_nchw");
+      g->AddNode("Transpose", "r_to_nchw", {rin}, {rv})->SetAttr("perm", ir::Attribute::Ints({0, 3, 1, 2}));
+      ir::Value *sum = g->AddValue("sum"), *out = g->AddValue("out");
+      g->AddNode("Add", "residual_add", {y, rv}, {sum});
+      g->AddNode("Relu", "relu", {sum}, {out});
+      y = out;
+    }
     g->outputs().push_back(y);
     return g;
   };
   std::vector<float> got[2];
-  RunFusedAndNot(build, "ConvInteger", TensorRef::Of(x_nhwc.data(), {n, h, w, c}), {n, m, h, w}, got);
+  std::vector<TensorRef> ins = {TensorRef::Of(x_nhwc.data(), {n, h, w, c})};
+  std::vector<float> res_nhwc(res.size());
+  for (std::int64_t ch = 0; ch < m && qc.residual; ++ch)
+    for (std::int64_t i = 0; i < h * w; ++i) res_nhwc[static_cast<std::size_t>(i * m + ch)] = res[static_cast<std::size_t>(ch * h * w + i)];
+  if (qc.residual) ins.push_back(TensorRef::Of(res_nhwc.data(), {n, h, w, m}));
+  RunFusedAndNot(build, "ConvInteger", ins, {n, m, h, w}, got, 2, qc.residual);
   if (testing::Test::HasFatalFailure()) return;
   std::vector<std::uint8_t> q;
   float xs = 0.f;
@@ -783,8 +805,12 @@ void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
         volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
         v = v * sc;
         v = v + bias[oc];
-        const float want = v;
         const std::size_t at = static_cast<std::size_t>((oc * h + i) * w + j);
+        if (qc.residual) {
+          v = v + res[at];
+          v = v < 0.f ? 0.f : v;
+        }
+        const float want = v;
         ASSERT_TRUE(SameBits(got[1][at], want)) << "fused, at " << oc << "," << i << "," << j << ": " << got[1][at]
                                                  << " vs " << want;
         ASSERT_TRUE(SameBits(got[0][at], want)) << "unfused, at " << oc << "," << i << "," << j;
@@ -806,6 +832,20 @@ TEST(ConvInteger, QuantizedInputOneByOneIsTheDefinitionBitForBit) {
   QuantizedInputCase zeros;
   zeros.zeros = true;
   CheckQuantizedInputConv(zeros);
+}
+// fuse-residual on a rescaled ConvInteger (kiln.sum, input 7): the
+// residual added after the bias, the Relu after the sum; the int16 route
+// (1x1, 3x3 Winograd) and, with VNNI, the int8 one.
+TEST(ConvInteger, QuantizedInputWithResidualIsTheDefinitionBitForBit) {
+  QuantizedInputCase qc;
+  qc.residual = true;
+  qc.negative = true;
+  qc.h = 18;
+  CheckQuantizedInputConv(qc);
+  qc.k = 3;
+  qc.c = 24;
+  qc.m = 20;
+  CheckQuantizedInputConv(qc);
 }
 TEST(ConvInteger, QuantizedInputThreeByThreeIsTheDefinitionBitForBit) {
   QuantizedInputCase qc;
@@ -869,7 +909,7 @@ TEST(MatMulInteger, QuantizedInputIsTheDefinitionBitForBit) {
       return g;
     };
     std::vector<float> got[2];
-    RunFusedAndNot(build, "MatMulInteger", TensorRef::Of(a.data(), {rows, k}), {rows, nn}, got, readers == 1 ? 2 : 1);
+    RunFusedAndNot(build, "MatMulInteger", {TensorRef::Of(a.data(), {rows, k})}, {rows, nn}, got, readers == 1 ? 2 : 1);
     if (testing::Test::HasFatalFailure()) return;
     std::vector<std::uint8_t> q;
     float as = 0.f;

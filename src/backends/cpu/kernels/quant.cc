@@ -1335,7 +1335,10 @@ class RescaleEpilogue {
   Status Init(const KernelInit& init) {
     scale_per_ = NumElements(init.inputs[4].shape) != 1;
     bias_per_ = init.inputs.size() > 5 && init.inputs[5].present() ? (NumElements(init.inputs[5].shape) != 1 ? 1 : 0) : -1;
-    const std::string act = init.node->GetString(ops::kActAttr, "");
+    // With a fused residual (kiln.sum) the activation follows the sum:
+    // ResidualKernel applies it.
+    const bool after_sum = init.node->GetInt(ops::kSumAttr, 0) == 1;
+    const std::string act = after_sum ? std::string() : init.node->GetString(ops::kActAttr, "");
     alpha_ = init.node->GetFloat(ops::kActAlphaAttr, 0.f);
     beta_ = init.node->GetFloat(ops::kActBetaAttr, 0.f);
     if (act.empty()) act_ = Act::kNone;
@@ -1676,7 +1679,7 @@ class DnnlQConvKernel : public Kernel {
                     (u.index == 0 && u.node->GetInt(ops::kQuantizeInputAttr, 0) == 2 &&
                      (u.node->op_type() == "ConvInteger" || u.node->op_type() == "MatMulInteger"));
       }
-      if (quantized && init.value_ranges) {
+      if (quantized && init.value_ranges && init.node->GetInt(ops::kSumAttr, 0) != 1) {  // (kiln.sum: ResidualKernel's)
         range_ = std::make_shared<device::ValueRange>();
         (*init.value_ranges)[out] = range_;
       }
@@ -2867,8 +2870,121 @@ Result<std::unique_ptr<Kernel>> MakeQuantizedInputKernel(const KernelInit& init,
   return std::unique_ptr<Kernel>(std::move(k));
 }
 
+// kiln.sum on a rescaled ConvInteger: the op without its residual (inputs
+// 0..6; its epilogue then skips the activation and the range), then one
+// pass y = act(y + R), each step rounded as the graph's Add and activation
+// (RescaleEpilogue::Activate's semantics: NaN kept), with the range a
+// reader of y takes (device::ValueRange) folded as it goes.
+class ResidualKernel : public Kernel {
+ public:
+  Status Init(const KernelInit& init, std::unique_ptr<Kernel> inner) {
+    inner_ = std::move(inner);
+    count_ = NumElements(init.outputs[0].shape);
+    const std::string act = init.node->GetString(ops::kActAttr, "");
+    alpha_ = init.node->GetFloat(ops::kActAlphaAttr, 0.f);
+    beta_ = init.node->GetFloat(ops::kActBetaAttr, 0.f);
+    if (act.empty()) act_ = 0;
+    else if (act == "Relu") act_ = 1;
+    else if (act == "LeakyRelu") act_ = 2;
+    else if (act == "Clip") act_ = 3;
+    else return Error(StatusCode::kUnimplemented, init.node->Describe(), ": fused activation '", act,
+                      "' is not supported after kiln.sum (Relu, LeakyRelu or Clip)");
+    const ir::Value* out = init.node->num_outputs() > 0 ? init.node->output(0) : nullptr;
+    bool quantized = false;
+    for (const ir::Use& u : out ? out->uses() : std::vector<ir::Use>{}) {
+      quantized = quantized || (u.node->op_type() == "DynamicQuantizeLinear" && u.node->domain().empty()) ||
+                  (u.index == 0 && u.node->GetInt(ops::kQuantizeInputAttr, 0) == 2 &&
+                   (u.node->op_type() == "ConvInteger" || u.node->op_type() == "MatMulInteger"));
+    }
+    if (quantized && init.value_ranges) {
+      range_ = std::make_shared<device::ValueRange>();
+      (*init.value_ranges)[out] = range_;
+    }
+    return Status::Ok();
+  }
+  Status Run(const KernelArgs& a) override {
+    void* ptrs[10] = {};
+    for (int i = 0; i < 7 && i < a.num_inputs; ++i) ptrs[i] = a.ptrs[i];
+    ptrs[7] = a.out(0);
+    KernelArgs ia = a;
+    ia.ptrs = ptrs;
+    ia.host_ptrs = ptrs;  // host memory (the CPU's kernels)
+    ia.num_inputs = 7;
+    KILN_RETURN_IF_ERROR(inner_->Run(ia));
+    float* y = a.out_as<float>(0);
+    const float* r = a.in_as<float>(7);
+    float mn = 0.f, mx = 0.f;
+    std::mutex mu;
+    ParallelFor(count_, 16384, [&](std::int64_t b, std::int64_t e) {
+      SumActRange(y + b, r + b, e - b);
+      if (!range_) return;
+      float l = 0.f, h = 0.f;
+      MinMaxWithZero(y + b, e - b, &l, &h);
+      std::lock_guard<std::mutex> lock(mu);
+      mn = l < mn ? l : mn;
+      mx = h > mx ? h : mx;
+    });
+    if (range_) {
+      range_->min = mn;
+      range_->max = mx;
+      range_->valid = true;
+    }
+    return Status::Ok();
+  }
+  std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+
+ private:
+  // y = act(y + r) over n values: AVX for the add and the clamps (Relu [0,
+  // inf], Clip [alpha, beta], none; maxps / minps with the bound first
+  // keep a NaN, as Activate does), LeakyRelu's select a value at a time.
+  void SumActRange(float* y, const float* r, std::int64_t n) const {
+    std::int64_t i = 0;
+    static const bool avx = __builtin_cpu_supports("avx");
+    if (avx && act_ != 2) i = SumClampAvx(y, r, n);
+    for (; i < n; ++i) {
+      float v = y[i] + r[i];
+      if (act_ == 1) v = v < 0.f ? 0.f : v;
+      else if (act_ == 2) v = v < 0.f ? alpha_ * v : v;
+      else if (act_ == 3) v = std::min(std::max(v, alpha_), beta_);
+      y[i] = v;
+    }
+  }
+  __attribute__((target("avx"))) std::int64_t SumClampAvx(float* y, const float* r, std::int64_t n) const {
+    const bool clamp = act_ == 1 || act_ == 3;
+    const __m256 lo = _mm256_set1_ps(act_ == 1 ? 0.f : alpha_), hi = _mm256_set1_ps(act_ == 1 ? INFINITY : beta_);
+    std::int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(r + i));
+      if (clamp) v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+      _mm256_storeu_ps(y + i, v);
+    }
+    return i;
+  }
+  std::unique_ptr<Kernel> inner_;
+  std::int64_t count_ = 0;
+  int act_ = 0;  // 0 none, 1 Relu, 2 LeakyRelu, 3 Clip
+  float alpha_ = 0.f, beta_ = 0.f;
+  std::shared_ptr<device::ValueRange> range_;
+};
+
 template <typename Fast>
 Result<std::unique_ptr<Kernel>> MakeIntegerKernel(const KernelInit& init, bool matmul) {
+  // kiln.sum (the inner kernel's init without input 7).
+  if (!matmul && init.node->GetInt(ops::kSumAttr, 0) == 1 && init.inputs.size() > 7 && init.inputs[7].present()) {
+    if (init.node->GetInt(ops::kRescaleAttr, 0) != 1 || init.outputs.empty() ||
+        init.outputs[0].dtype != DType::kFloat32 || init.inputs[7].dtype != DType::kFloat32 ||
+        NumElements(init.inputs[7].shape) != NumElements(init.outputs[0].shape)) {
+      return Error(StatusCode::kInvalidArgument, init.node->Describe(),
+                   ": kiln.sum needs kiln.rescale and a float32 residual of the output's shape");
+    }
+    KernelInit base = init;
+    base.inputs.resize(7);
+    if (base.const_inputs.size() > 7) base.const_inputs.resize(7);
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> inner, MakeIntegerKernel<Fast>(base, matmul));
+    auto k = std::make_unique<ResidualKernel>();
+    KILN_RETURN_IF_ERROR(k->Init(init, std::move(inner)));
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
   // (The inner kernel's init has a uint8 input 0.)
   if (init.node->GetInt(ops::kQuantizeInputAttr, 0) != 0 && !init.inputs.empty() &&
       init.inputs[0].dtype == DType::kFloat32) {
