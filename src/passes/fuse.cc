@@ -304,6 +304,27 @@ Status FuseBiasActivation(ir::Graph& g, const PassOptions& opts) {
   return Status::Ok();
 }
 
+// The residual R of an Add that alone reads y (float32), with R, y and the
+// sum of exactly one type and fully static shape (no broadcasting: a
+// symbolic or data-dependent dim of R and one of y may hold the same probe
+// extent yet differ at run time); the Add in *add. Null: none.
+static ir::Value* ResidualAdd(ir::Graph& g, ir::Value* y, ir::Node** add) {
+  const ir::Node* add_c = SoleConsumer(g, y);
+  if (!add_c || add_c->op_type() != "Add" || !add_c->domain().empty() || add_c->HasAttr("axis") ||
+      add_c->HasAttr("broadcast") || add_c->num_inputs() != 2) {
+    return nullptr;
+  }
+  *add = const_cast<ir::Node*>(add_c);
+  ir::Value* r = (*add)->input(0) == y ? (*add)->input(1) : (*add)->input(0);
+  ir::Value* z = (*add)->output(0);
+  if (!r || r == y || y->dtype() != DType::kFloat32 || r->dtype() != y->dtype() || z->dtype() != y->dtype() ||
+      r->shape() != y->shape() || z->shape() != y->shape() || y->varying_mask() != 0 || r->varying_mask() != 0 ||
+      z->varying_mask() != 0) {
+    return nullptr;
+  }
+  return r;
+}
+
 Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
   if (!opts.target_fused_epilogues) return Status::Ok();
   // Conv (bias or none, no activation yet) whose output is read only by an
@@ -323,20 +344,9 @@ Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
         conv->num_inputs() > 3 || conv->HasAttr(kActAttr) || conv->HasAttr(ops::kSumAttr)) {
       continue;
     }
-    ir::Value* y = conv->output(0);
-    const ir::Node* add_c = SoleConsumer(g, y);
-    if (!add_c || add_c->op_type() != "Add" || !add_c->domain().empty() || add_c->HasAttr("axis") ||
-        add_c->HasAttr("broadcast") || add_c->num_inputs() != 2) {
-      continue;
-    }
-    auto* add = const_cast<ir::Node*>(add_c);
-    ir::Value* r = add->input(0) == y ? add->input(1) : add->input(0);
-    ir::Value* z = add->output(0);
-    if (!r || r == y || y->dtype() != DType::kFloat32 || r->dtype() != y->dtype() || z->dtype() != y->dtype() ||
-        r->shape() != y->shape() || z->shape() != y->shape() || y->varying_mask() != 0 || r->varying_mask() != 0 ||
-        z->varying_mask() != 0) {
-      continue;
-    }
+    ir::Node* add = nullptr;
+    ir::Value* r = ResidualAdd(g, conv->output(0), &add);
+    if (!r) continue;
     conv->SetInput(3, r);  // an absent bias stays an empty slot 2
     conv->SetAttr(ops::kSumAttr, ir::Attribute::Int(1));
     Absorb(g, conv, add, removed);
@@ -354,20 +364,9 @@ Status FuseConvResidual(ir::Graph& g, const PassOptions& opts) {
         op->num_inputs() > 7) {
       continue;
     }
-    ir::Value* y = op->output(0);
-    const ir::Node* add_c = SoleConsumer(g, y);
-    if (!add_c || add_c->op_type() != "Add" || !add_c->domain().empty() || add_c->HasAttr("axis") ||
-        add_c->HasAttr("broadcast") || add_c->num_inputs() != 2) {
-      continue;
-    }
-    auto* add = const_cast<ir::Node*>(add_c);
-    ir::Value* r = add->input(0) == y ? add->input(1) : add->input(0);
-    ir::Value* z = add->output(0);
-    if (!r || r == y || y->dtype() != DType::kFloat32 || r->dtype() != y->dtype() || z->dtype() != y->dtype() ||
-        r->shape() != y->shape() || z->shape() != y->shape() || y->varying_mask() != 0 || r->varying_mask() != 0 ||
-        z->varying_mask() != 0) {
-      continue;
-    }
+    ir::Node* add = nullptr;
+    ir::Value* r = ResidualAdd(g, op->output(0), &add);
+    if (!r) continue;
     op->SetInput(7, r);
     op->SetAttr(ops::kSumAttr, ir::Attribute::Int(1));
     Absorb(g, op, add, removed);
