@@ -878,7 +878,9 @@ TEST(ConvInteger, QuantizedInputDepthwiseIsTheDefinitionBitForBit) {
 // two sharing it (as a transformer's Q, K and V projections: it stays,
 // 1), the second reading it through its own weights (the same here).
 TEST(MatMulInteger, QuantizedInputIsTheDefinitionBitForBit) {
-  for (auto [negative, readers] : {std::pair{false, 1}, {true, 1}, {true, 2}}) {
+  for (const auto& form : {std::pair{false, 1}, {true, 1}, {true, 2}}) {
+    const bool negative = form.first;
+    const int readers = form.second;  // (a variable, not a binding: the lambda below captures it)
     SCOPED_TRACE(testing::Message() << negative << " " << readers);
     std::mt19937 rng(32);
     const std::int64_t rows = 7, k = 40, nn = 24;
