@@ -643,6 +643,8 @@ TEST(DynamicQuantize, CenteredQuantizationMatchesTheDefinitionAtTies) {
 // routes (VNNI, or a large depthwise layer), the per-thread quantized copy.
 struct QuantizedInputCase {
   std::int64_t c = 32, m = 48, group = 1, k = 1, h = 6, w = 5;
+  // Batch, stride and dilation (pads dilation * (k / 2) each side).
+  std::int64_t n = 1, stride = 1, dilation = 1;
   bool negative = false;  // a range below 0 (zero point 128), else from 0 (zero point 0)
   bool zeros = false;     // x all 0: scale 0, every q 0
   // Then + R (a second input) and a Relu: fuse-residual's kiln.sum on
@@ -719,24 +721,30 @@ void RunFusedAndNot(Build build, const std::string& op, const std::vector<Tensor
 }
 
 void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
-  SCOPED_TRACE(testing::Message() << "c " << qc.c << " m " << qc.m << " group " << qc.group << " k " << qc.k << " "
-                                  << qc.h << "x" << qc.w << (qc.negative ? " negative" : "") << (qc.zeros ? " zeros" : ""));
+  SCOPED_TRACE(testing::Message() << "n " << qc.n << " c " << qc.c << " m " << qc.m << " group " << qc.group << " k "
+                                  << qc.k << " stride " << qc.stride << " dilation " << qc.dilation << " " << qc.h << "x"
+                                  << qc.w << (qc.negative ? " negative" : "") << (qc.zeros ? " zeros" : ""));
   std::mt19937 rng(31);
-  const std::int64_t n = 1, c = qc.c, m = qc.m, h = qc.h, w = qc.w, k = qc.k, pad = k / 2, cg = c / qc.group;
+  const std::int64_t n = qc.n, c = qc.c, m = qc.m, h = qc.h, w = qc.w, k = qc.k, cg = c / qc.group;
+  const std::int64_t st = qc.stride, dil = qc.dilation, pad = dil * (k / 2);
+  const std::int64_t oh = (h + 2 * pad - dil * (k - 1) - 1) / st + 1, ow = (w + 2 * pad - dil * (k - 1) - 1) / st + 1;
   const std::vector<float> x = TiesAndNaNs(static_cast<std::size_t>(n * c * h * w), qc.negative, qc.zeros, rng);
   std::vector<std::int8_t> wt(m * cg * k * k);
   for (auto& v : wt) v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
   std::vector<float> ws(m), bias(m);
   for (auto& v : ws) v = 1e-3f * (1.f + static_cast<float>(rng() % 1000) / 77.f);
   for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 37.f;
-  std::vector<float> res(qc.residual ? n * m * h * w : 0);
+  std::vector<float> res(qc.residual ? n * m * oh * ow : 0);
   for (auto& v : res) v = static_cast<float>(static_cast<int>(rng() % 4001) - 2000) / 53.f;
   // x given channels-last, as a TensorFlow export holds it: the layout
   // pass cancels its Transpose against its own, so the quantization reads
   // NHWC x directly (as between a dynamically quantized CNN's layers).
   std::vector<float> x_nhwc(x.size());
-  for (std::int64_t ch = 0; ch < c; ++ch)
-    for (std::int64_t i = 0; i < h * w; ++i) x_nhwc[static_cast<std::size_t>(i * c + ch)] = x[static_cast<std::size_t>(ch * h * w + i)];
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      for (std::int64_t i = 0; i < h * w; ++i) {
+        x_nhwc[static_cast<std::size_t>((b * h * w + i) * c + ch)] = x[static_cast<std::size_t>((b * c + ch) * h * w + i)];
+      }
   auto build = [&] {
     auto g = std::make_unique<ir::Graph>();
     ir::Value* xin = g->AddValue("x", DType::kFloat32, {n, h, w, c});
@@ -752,6 +760,8 @@ void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
                               {acc});
     ci->SetAttr("pads", ir::Attribute::Ints({pad, pad, pad, pad}));
     ci->SetAttr("group", ir::Attribute::Int(qc.group));
+    ci->SetAttr("strides", ir::Attribute::Ints({st, st}));
+    ci->SetAttr("dilations", ir::Attribute::Ints({dil, dil}));
     ir::Value* f = g->AddValue("f");
     g->AddNode("Cast", "cast", {acc}, {f})->SetAttr("to", ir::Attribute::Int(1));
     ir::Value* s = g->AddValue("s");
@@ -761,7 +771,7 @@ void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
     ir::Value* y = g->AddValue("y");
     g->AddNode("Add", "bias_add", {scaled, g->AddConstant("b", Tensor(DType::kFloat32, {m, 1, 1}, bias))}, {y});
     if (qc.residual) {
-      ir::Value* rin = g->AddValue("r", DType::kFloat32, {n, h, w, m});  // channels-last too
+      ir::Value* rin = g->AddValue("r", DType::kFloat32, {n, oh, ow, m});  // channels-last too
       g->inputs().push_back(rin);
       ir::Value* rv = g->AddValue("r_nchw");
       g->AddNode("Transpose", "r_to_nchw", {rin}, {rv})->SetAttr("perm", ir::Attribute::Ints({0, 3, 1, 2}));
@@ -776,10 +786,13 @@ void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
   std::vector<float> got[2];
   std::vector<TensorRef> ins = {TensorRef::Of(x_nhwc.data(), {n, h, w, c})};
   std::vector<float> res_nhwc(res.size());
-  for (std::int64_t ch = 0; ch < m && qc.residual; ++ch)
-    for (std::int64_t i = 0; i < h * w; ++i) res_nhwc[static_cast<std::size_t>(i * m + ch)] = res[static_cast<std::size_t>(ch * h * w + i)];
-  if (qc.residual) ins.push_back(TensorRef::Of(res_nhwc.data(), {n, h, w, m}));
-  RunFusedAndNot(build, "ConvInteger", ins, {n, m, h, w}, got, 2, qc.residual);
+  for (std::int64_t b = 0; b < n && qc.residual; ++b)
+    for (std::int64_t ch = 0; ch < m; ++ch)
+      for (std::int64_t i = 0; i < oh * ow; ++i) {
+        res_nhwc[static_cast<std::size_t>((b * oh * ow + i) * m + ch)] = res[static_cast<std::size_t>((b * m + ch) * oh * ow + i)];
+      }
+  if (qc.residual) ins.push_back(TensorRef::Of(res_nhwc.data(), {n, oh, ow, m}));
+  RunFusedAndNot(build, "ConvInteger", ins, {n, m, oh, ow}, got, 2, qc.residual);
   if (testing::Test::HasFatalFailure()) return;
   std::vector<std::uint8_t> q;
   float xs = 0.f;
@@ -789,31 +802,32 @@ void CheckQuantizedInputConv(const QuantizedInputCase& qc) {
     ASSERT_EQ(xs, 0.25f);
     ASSERT_EQ(zp, qc.negative ? 128 : 0);
   }
+  for (std::int64_t b = 0; b < n; ++b)
   for (std::int64_t oc = 0; oc < m; ++oc)
-    for (std::int64_t i = 0; i < h; ++i)
-      for (std::int64_t j = 0; j < w; ++j) {
+    for (std::int64_t i = 0; i < oh; ++i)
+      for (std::int64_t j = 0; j < ow; ++j) {
         std::int64_t sum = 0;
         const std::int64_t gi = oc / (m / qc.group);
         for (std::int64_t ch = 0; ch < cg; ++ch)
           for (std::int64_t ki = 0; ki < k; ++ki)
             for (std::int64_t kj = 0; kj < k; ++kj) {
-              const std::int64_t r = i - pad + ki, t = j - pad + kj;
+              const std::int64_t r = i * st - pad + ki * dil, t = j * st - pad + kj * dil;
               if (r < 0 || r >= h || t < 0 || t >= w) continue;
-              sum += (q[((gi * cg + ch) * h + r) * w + t] - zp) * wt[((oc * cg + ch) * k + ki) * k + kj];
+              sum += (q[(((b * c) + gi * cg + ch) * h + r) * w + t] - zp) * wt[((oc * cg + ch) * k + ki) * k + kj];
             }
         const volatile float sc = xs * ws[oc];
         volatile float v = static_cast<float>(static_cast<std::int32_t>(sum));
         v = v * sc;
         v = v + bias[oc];
-        const std::size_t at = static_cast<std::size_t>((oc * h + i) * w + j);
+        const std::size_t at = static_cast<std::size_t>(((b * m + oc) * oh + i) * ow + j);
         if (qc.residual) {
           v = v + res[at];
           v = v < 0.f ? 0.f : v;
         }
         const float want = v;
-        ASSERT_TRUE(SameBits(got[1][at], want)) << "fused, at " << oc << "," << i << "," << j << ": " << got[1][at]
-                                                 << " vs " << want;
-        ASSERT_TRUE(SameBits(got[0][at], want)) << "unfused, at " << oc << "," << i << "," << j;
+        ASSERT_TRUE(SameBits(got[1][at], want)) << "fused, at " << b << "," << oc << "," << i << "," << j << ": "
+                                                 << got[1][at] << " vs " << want;
+        ASSERT_TRUE(SameBits(got[0][at], want)) << "unfused, at " << b << "," << oc << "," << i << "," << j;
       }
 }
 
@@ -859,14 +873,27 @@ TEST(ConvInteger, QuantizedInputThreeByThreeIsTheDefinitionBitForBit) {
     CheckQuantizedInputConv(qc);
   }
 }
-// Depthwise: a small layer (the float32 route without VNNI) and one past
-// kDepthwiseFloatElems input values (int8).
+// Depthwise: without VNNI QuantDepthwise (each worker quantizing the
+// rows its windows reach into a ring); $KILN_INT8_QDEPTHWISE=off or with
+// VNNI a small layer takes the float32 route and one past
+// kDepthwiseFloatElems input values int8. Cases: 3x3 (weights held in
+// registers) and 5x5 (the general loop), strides 1 and 2, dilation 2,
+// channels not a multiple of 8 (the scalar tail), batch 2, and enough rows
+// that two threads each take a part (a worker's first window starts mid
+// image).
 TEST(ConvInteger, QuantizedInputDepthwiseIsTheDefinitionBitForBit) {
-  for (auto [ch, hw] : {std::pair<std::int64_t, std::int64_t>{24, 9}, {64, 66}}) {
+  struct Dw {
+    std::int64_t ch, hw, k, stride, dilation, n;
+  };
+  for (const Dw& d : {Dw{24, 9, 3, 1, 1, 1}, Dw{64, 66, 3, 1, 1, 1}, Dw{20, 17, 3, 2, 1, 2}, Dw{36, 23, 5, 1, 1, 1},
+                      Dw{16, 14, 3, 1, 2, 1}, Dw{40, 30, 3, 2, 1, 1}, Dw{8, 9, 5, 2, 2, 2}}) {
     QuantizedInputCase qc;
-    qc.c = qc.m = qc.group = ch;
-    qc.k = 3;
-    qc.h = qc.w = hw;
+    qc.c = qc.m = qc.group = d.ch;
+    qc.k = d.k;
+    qc.h = qc.w = d.hw;
+    qc.stride = d.stride;
+    qc.dilation = d.dilation;
+    qc.n = d.n;
     for (bool negative : {false, true}) {
       qc.negative = negative;
       CheckQuantizedInputConv(qc);

@@ -24,6 +24,7 @@
 
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/int16_conv.h"
+#include "backends/cpu/kernels/quant_depthwise.h"
 #include "backends/cpu/kernels/quant.h"
 #include "backends/cpu/kernels/util.h"
 #include "common/checked.h"
@@ -530,17 +531,22 @@ __attribute__((target("avx2"))) std::int64_t QuantizeCenteredFloatAvx2(const flo
   const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
-    const __m256 r = _mm256_round_ps(v, kNearest);
-    const __m256 near = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r)), near_tie, _CMP_NLT_UQ);
+  // 16 at a time, one test for both vectors (a tie is rare: the
+  // definition then redoes all 16).
+  for (; i + 16 <= n; i += 16) {
+    const __m256 v0 = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
+    const __m256 v1 = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vinv);
+    const __m256 r0 = _mm256_round_ps(v0, kNearest), r1 = _mm256_round_ps(v1, kNearest);
+    const __m256 near = _mm256_or_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v0, r0)), near_tie, _CMP_NLT_UQ),
+                                     _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v1, r1)), near_tie, _CMP_NLT_UQ));
     if (!_mm256_testz_ps(near, near)) {  // near a tie, or NaN (inf - inf too): the definition
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < 16; ++j) {
         y[i + j] = static_cast<float>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
       }
       continue;
     }
-    _mm256_storeu_ps(y + i, _mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    _mm256_storeu_ps(y + i, _mm256_min_ps(_mm256_max_ps(r0, lo), hi));
+    _mm256_storeu_ps(y + i + 8, _mm256_min_ps(_mm256_max_ps(r1, lo), hi));
   }
   return i;
 }
@@ -878,6 +884,12 @@ inline int ShiftedWeight(const HostTensor& w, bool u8w, std::int64_t i) {
 // would run (tests compare the two; A/B runs).
 bool Int16Enabled() {
   const char* env = std::getenv("KILN_INT8_INT16");
+  return !(env && std::string(env) == "off");
+}
+// $KILN_INT8_QDEPTHWISE=off: kiln.quantize_input depthwise layers keep
+// the float32 or int8 route where QuantDepthwise would run them.
+bool QuantDepthwiseEnabled() {
+  const char* env = std::getenv("KILN_INT8_QDEPTHWISE");
   return !(env && std::string(env) == "off");
 }
 // $KILN_INT8_WINOGRAD=off: the int16 kernel's direct form for 3x3 stride-1
@@ -1402,9 +1414,7 @@ class RescaleEpilogue {
     float* const no = nullptr;
     if (channels_last) {
       const std::int64_t rows = outer * inner;
-      static const bool avx = __builtin_cpu_supports("avx");
       static const bool avx512 = Avx512Allowed();
-      const bool blocks = avx && channels % 8 == 0;
       // AVX-512: the factors tiled to a multiple of lcm(channels, 16) of at
       // least 256 values (fewer trips of the outer loop), if lcm is at most
       // 4096 (RescaleTiled512).
@@ -1430,11 +1440,8 @@ class RescaleEpilogue {
           } else {
             RescaleTiled512Act<false>(static_cast<int>(act_), p, len, st, bt, period, alpha_, beta_, no, no);
           }
-        } else if (blocks) {
-          RescaleRowsAvx(y + r0 * channels, s, has_bias() ? b : nullptr, r1 - r0, channels, static_cast<int>(act_),
-                         alpha_, beta_, range ? &lo : no, range ? &hi : no);
         } else {
-          for (std::int64_t r = r0; r < r1; ++r) Span(y + r * channels, s, b, true, channels, range ? &lo : no, &hi);
+          ApplyRows(y + r0 * channels, s, b, r1 - r0, channels, range ? &lo : no, range ? &hi : no);
         }
         if (range) merge(lo, hi);
       });
@@ -1453,6 +1460,18 @@ class RescaleEpilogue {
       range->max = mx;
       range->valid = true;
     }
+  }
+  // The same over `rows` channels-last rows on the calling thread (AVX
+  // where the CPU has it), y's own factors s and b (Load's); lo / hi
+  // (both or neither) fold in the results' min and max.
+  void ApplyRows(float* y, const float* s, const float* b, std::int64_t rows, std::int64_t channels, float* lo,
+                 float* hi) const {
+    static const bool avx = __builtin_cpu_supports("avx");
+    if (avx && channels % 8 == 0) {
+      RescaleRowsAvx(y, s, has_bias() ? b : nullptr, rows, channels, static_cast<int>(act_), alpha_, beta_, lo, hi);
+      return;
+    }
+    for (std::int64_t r = 0; r < rows; ++r) Span(y + r * channels, s, b, true, channels, lo, hi);
   }
   // One span: per-value s and b (`per`), or s[0] and b[0] for all of it.
   // With lo / hi: the results' min and max folded in (NaNs skipped).
@@ -1618,6 +1637,29 @@ class DnnlQConvKernel : public Kernel {
     float_in_ = integer && rescale && init.node->GetInt(ops::kQuantizeInputAttr, 0) != 0;
     if (dw_int8 && float_in_ && f32_allowed && NumElements(x) <= kDepthwiseFloatElems) dw_int8 = false;
     f32_ = !pairs_exact && !dw_int8;
+    // Without VNNI, a kiln.quantize_input depthwise layer (channels-last,
+    // 2-D, sums exact in float32) runs QuantDepthwise instead of either:
+    // it quantizes x's rows as its windows reach them and convolves them
+    // from cache, so neither the float32 copy of x nor the uint8 one is
+    // written (quant_depthwise.h). $KILN_INT8_QDEPTHWISE=off keeps them.
+    if (float_in_ && f32_allowed && depthwise && !pairs_exact && nhwc && x.size() == 4 && ws.size() == 4 &&
+        y.size() == 4 && QuantDepthwiseAvailable() && QuantDepthwiseEnabled()) {
+      KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
+      QuantDepthwiseShape ds;
+      ds.n = x[0], ds.c = x[1], ds.h = x[2], ds.w = x[3], ds.oh = y[2], ds.ow = y[3];
+      ds.kh = ws[2], ds.kw = ws[3], ds.sh = cw.strides[0], ds.sw = cw.strides[1];
+      ds.dh = cw.dilations[0] + 1, ds.dw = cw.dilations[1] + 1;
+      ds.pad_top = cw.pads_begin[0], ds.pad_left = cw.pads_begin[1];
+      auto dw = std::make_shared<QuantDepthwise>();
+      if (dw->Plan(ds)) {
+        std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
+        for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::int8_t>(ShiftedWeight(*w, u8w, i));
+        dw->PackWeights(s8.data());
+        w->ReleasePages();
+        qdw_ = dw;
+        f32_ = true;
+      }
+    }
     // Without VNNI a channels-last 2-D convolution of one group that would
     // take the float32 route runs the exact int16-product kernel instead
     // (int16_conv.h): int32 sums of any 8-bit operands, no float32 copies
@@ -1715,7 +1757,7 @@ class DnnlQConvKernel : public Kernel {
       bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
       fbias_.assign(bias_.begin(), bias_.end());
     }
-    if (i16_) return true;  // no oneDNN primitive
+    if (i16_ || qdw_) return true;  // no oneDNN primitive
     bool ok = false;
     Status st = DnnlCall(integer ? "ConvInteger" : "QLinearConv", [&] {
       auto any = [](const Shape& s, dt t) {
@@ -1832,7 +1874,7 @@ class DnnlQConvKernel : public Kernel {
   // int16-product kernel's rescaled route, which quantizes it row by row.
   // Or the float32 route of such an op, which quantizes it into its
   // float32 copy.
-  bool TakesFloatInput() const { return rescale_ && (i16_ || (f32_ && float_in_)); }
+  bool TakesFloatInput() const { return rescale_ && (i16_ || qdw_ || (f32_ && float_in_)); }
   // x_scale: input 0 is float32, quantized with *x_scale and input 2
   // (TakesFloatInput routes only).
   Status RunWith(const KernelArgs& a, const float* x_scale) {
@@ -1868,6 +1910,21 @@ class DnnlQConvKernel : public Kernel {
         o.zp = static_cast<float>(dst_zp_);
       }
       i16_->Run(x, x_type_ == DType::kInt8, src_zp_, bias_.empty() ? nullptr : bias_.data(), o, x_scale);
+      if (range_) range_->valid = true;
+      return Status::Ok();
+    }
+    if (qdw_) {  // x quantized and convolved a few rows at a time; each output row rescaled as it is made
+      if (!x_scale) return Error(StatusCode::kInternal, "a quantized-input depthwise layer without its x_scale");
+      thread_local std::vector<float> sv, bv;
+      epilogue_.Load(a, cout_, sv, bv);
+      const float *sp = sv.data(), *bp = bv.data();
+      const std::int64_t channels = cout_;
+      const RescaleEpilogue& epi = epilogue_;
+      qdw_->Run(static_cast<const float*>(x), *x_scale, src_zp_, a.out_as<float>(0),
+                [sp, bp, channels, &epi](float* row, std::int64_t pixels, float* lo, float* hi) {
+                  epi.ApplyRows(row, sp, bp, pixels, channels, lo, hi);
+                },
+                range_ ? &range_->min : nullptr, range_ ? &range_->max : nullptr);
       if (range_) range_->valid = true;
       return Status::Ok();
     }
@@ -1944,6 +2001,8 @@ class DnnlQConvKernel : public Kernel {
   // The prepack cache's entry for i16_'s packed weights, held while this
   // kernel lives (the cache keeps only what some kernel holds).
   std::shared_ptr<const Int16Conv> i16_packed_;
+  // kiln.quantize_input depthwise layers without VNNI (f32_ stays set).
+  std::shared_ptr<QuantDepthwise> qdw_;
   // Depthwise ConvInteger: the primitive without a zero point, its weights
   // and arguments, for runs whose zero point is 0 (zero_zp_packed_ set).
   dnnl::convolution_forward zero_zp_prim_;

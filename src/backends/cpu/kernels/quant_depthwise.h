@@ -1,0 +1,73 @@
+// Depthwise convolution of a dynamically quantized float32 input, for x86
+// CPUs without VNNI: a rescaled ConvInteger with kiln.quantize_input whose
+// groups have one input and one output channel each (dynamic MobileNetV2's
+// 3x3 layers).
+//
+// The operand is DynamicQuantizeLinear's uint8 of x minus its zero point
+// (QuantizeCenteredFloat, quant.h), held as float32: exact integers within
+// [-255, 255]. The weights are w - w_zp within [-128, 127], as float32.
+// Each output sums kh * kw products with FMA; while every sum stays within
+// 2^24 (the caller checks: SumsFitFloat) each step is exact, so the result
+// is the integer sum whatever the order, the definition bit for bit.
+//
+// Unlike the float32 route (quantize all of x into a float32 copy, then
+// oneDNN's float32 depthwise kernel), each worker quantizes the input rows
+// its output rows read into a ring of kh-window rows (zero columns either
+// side: a padded position is the zero point, so 0) as it reaches them, and
+// the convolution reads them from cache: the float32 copy of x (four times
+// the uint8 bytes) is never written to memory. Each output row is then
+// handed to the caller's epilogue (RescaleEpilogue's steps and range) while
+// it is still in cache.
+//
+// Layout: x NHWC [n, h, w, c] float32, y NHWC [n, oh, ow, c] float32;
+// weights [c, 1, kh, kw] packed once as [kh * kw][c] float32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace kiln::cpu {
+
+struct QuantDepthwiseShape {
+  std::int64_t n = 0, h = 0, w = 0, c = 0;  // input NHWC; one filter per channel
+  std::int64_t oh = 0, ow = 0;              // output extents (output NHWC [n, oh, ow, c])
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  std::int64_t pad_top = 0, pad_left = 0;  // the far pads follow from oh and ow
+};
+
+// Whether this CPU runs it (AVX2 and FMA).
+bool QuantDepthwiseAvailable();
+
+class QuantDepthwise {
+ public:
+  // False where a dimension is not positive, the output window reads past
+  // the padded input's far pad by more than the window, or the ring or
+  // weights would pass kMaxTensorBytes (checked arithmetic).
+  bool Plan(const QuantDepthwiseShape& s);
+  // w: [c, 1, kh, kw], each value w - w_zp within [-128, 127].
+  void PackWeights(const std::int8_t* w);
+  // Called once per output row with its ow * c float sums, in place: the
+  // caller's rescale. lo / hi (null: no range wanted) fold in the row's
+  // min and max.
+  using RowEpilogue = std::function<void(float* row, std::int64_t pixels, float* lo, float* hi)>;
+  // x quantized with x_scale and x_zp (QuantizeCenteredFloat); y the
+  // epilogue's results. With range_min / range_max: min(0, min) and
+  // max(0, max) over all rows, as the epilogue folded them.
+  void Run(const float* x, float x_scale, std::int32_t x_zp, float* y, const RowEpilogue& epilogue,
+           float* range_min = nullptr, float* range_max = nullptr) const;
+
+  const QuantDepthwiseShape& shape() const { return s_; }
+
+ private:
+  QuantDepthwiseShape s_;
+  // span_: input rows one output row's window covers ((kh - 1) * dh + 1),
+  // the ring's slots; wb_: columns of a ring row (pads included).
+  std::int64_t span_ = 0, wb_ = 0, row_len_ = 0;
+  std::vector<float> w_;     // [kh * kw][c]
+  std::vector<float> zero_;  // one ring row of zeros (from zero_offset_, 64-byte aligned): an input row in the pad
+  std::ptrdiff_t zero_offset_ = 0;
+};
+
+}  // namespace kiln::cpu
