@@ -178,27 +178,36 @@ __attribute__((target("avx2"))) inline void Store32(Q* y, __m256i a, __m256i b, 
 __attribute__((target("avx2"))) inline __m256i QuantizeLanes(const float* p, __m256 vs, __m256 lo, __m256 hi, __m256 z) {
   return RoundLanes(_mm256_div_ps(_mm256_loadu_ps(p), vs), lo, hi, z);
 }
+// The AVX2 quantizers' multiply and tie test over kVecs vectors of 8 from
+// x: r[j] = round_even(min(x * inv, 2^24)), and true where no lane lies
+// within 2^-13 of a half-integer and none is NaN (inf - inf too), so that
+// each r is what x / s rounds to; false: the caller computes the group
+// again by the definition (a tie is rare: one test per group).
+template <int kVecs>
+__attribute__((target("avx2"), always_inline)) inline bool RoundedAwayFromTies(const float* x, __m256 inv, __m256* r) {
+  const __m256 top = _mm256_set1_ps(0x1p24f), near_tie = _mm256_set1_ps(0.5f - 0x1p-13f), sign = _mm256_set1_ps(-0.f);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m256 near = _mm256_setzero_ps();
+  for (int j = 0; j < kVecs; ++j) {
+    const __m256 v = _mm256_min_ps(top, _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), inv));
+    r[j] = _mm256_round_ps(v, kNearest);
+    // |v - r| not less than near_tie, or unordered (NaN).
+    near = _mm256_or_ps(near, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r[j])), near_tie, _CMP_NLT_UQ));
+  }
+  return _mm256_testz_ps(near, near);
+}
 template <typename Q>
 __attribute__((target("avx2"))) std::int64_t QuantizeAvx2(const float* x, Q* y, std::int64_t n, float s, float zp) {
   const QBounds b = Bounds<Q>(zp);
   const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi), z = _mm256_set1_ps(zp);
   const float inv = 1.f / s;
   const bool multiply = std::isnormal(s) && std::isnormal(inv);
-  const __m256 vinv = _mm256_set1_ps(inv), top = _mm256_set1_ps(0x1p24f), near_tie = _mm256_set1_ps(0.5f - 0x1p-13f);
-  const __m256 sign = _mm256_set1_ps(-0.f);
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m256 vinv = _mm256_set1_ps(inv);
   std::int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     if (multiply) {
       __m256 r[4];
-      __m256 near = _mm256_setzero_ps();
-      for (int j = 0; j < 4; ++j) {
-        const __m256 v = _mm256_min_ps(top, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), vinv));
-        r[j] = _mm256_round_ps(v, kNearest);
-        // |v - r| not less than near_tie, or unordered (NaN).
-        near = _mm256_or_ps(near, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r[j])), near_tie, _CMP_NLT_UQ));
-      }
-      if (_mm256_testz_ps(near, near)) {
+      if (RoundedAwayFromTies<4>(x + i, vinv, r)) {
         // r + z: exact within 2^24; a lane beyond the bounds saturates in
         // the packs (below -2^31 the conversion gives INT_MIN, saturated too).
         Store32(y + i, _mm256_cvtps_epi32(_mm256_add_ps(r[0], z)), _mm256_cvtps_epi32(_mm256_add_ps(r[1], z)),
@@ -490,20 +499,12 @@ __attribute__((target("avx2"))) std::int64_t QuantizeCenteredAvx2(const float* x
   const float inv = 1.f / s;
   if (!std::isnormal(s) || !std::isnormal(inv)) return 0;
   const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
-  const __m256 vinv = _mm256_set1_ps(inv), top = _mm256_set1_ps(0x1p24f), near_tie = _mm256_set1_ps(0.5f - 0x1p-13f);
-  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256 vinv = _mm256_set1_ps(inv);
   const __m256i lo = _mm256_set1_epi16(static_cast<std::int16_t>(-zp)), hi = _mm256_set1_epi16(static_cast<std::int16_t>(255 - zp));
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256 r[2];
-    __m256 near = _mm256_setzero_ps();
-    for (int j = 0; j < 2; ++j) {
-      const __m256 v = _mm256_min_ps(top, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), vinv));
-      r[j] = _mm256_round_ps(v, kNearest);
-      near = _mm256_or_ps(near, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r[j])), near_tie, _CMP_NLT_UQ));
-    }
-    if (!_mm256_testz_ps(near, near)) {
+    if (!RoundedAwayFromTies<2>(x + i, vinv, r)) {
       for (int j = 0; j < 16; ++j) {
         y[i + j] = static_cast<std::int16_t>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
       }
@@ -519,34 +520,26 @@ __attribute__((target("avx2"))) std::int64_t QuantizeCenteredAvx2(const float* x
 }  // namespace
 
 namespace {
-// QuantizeCenteredFloat in AVX2, 8 at a time: QuantizeCenteredAvx2's steps,
-// the rounded value clamped to [-zp, 255 - zp] as float (the bounds are
-// integers, so clamping after rounding gives what clamping first does).
+// QuantizeCenteredFloat in AVX2, 16 at a time: QuantizeCenteredAvx2's
+// steps, the rounded value clamped to [-zp, 255 - zp] as float (the bounds
+// are integers, so clamping after rounding gives what clamping first does).
 __attribute__((target("avx2"))) std::int64_t QuantizeCenteredFloatAvx2(const float* x, float* y, std::int64_t n,
                                                                        float s, std::int32_t zp) {
   const float inv = 1.f / s;
   if (!std::isnormal(s) || !std::isnormal(inv)) return 0;
   const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
-  const __m256 vinv = _mm256_set1_ps(inv), near_tie = _mm256_set1_ps(0.5f - 0x1p-13f), sign = _mm256_set1_ps(-0.f);
-  const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
   std::int64_t i = 0;
-  // 16 at a time, one test for both vectors (a tie is rare: the
-  // definition then redoes all 16).
   for (; i + 16 <= n; i += 16) {
-    const __m256 v0 = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv);
-    const __m256 v1 = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vinv);
-    const __m256 r0 = _mm256_round_ps(v0, kNearest), r1 = _mm256_round_ps(v1, kNearest);
-    const __m256 near = _mm256_or_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v0, r0)), near_tie, _CMP_NLT_UQ),
-                                     _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v1, r1)), near_tie, _CMP_NLT_UQ));
-    if (!_mm256_testz_ps(near, near)) {  // near a tie, or NaN (inf - inf too): the definition
+    __m256 r[2];
+    if (!RoundedAwayFromTies<2>(x + i, vinv, r)) {  // near a tie, or NaN: the definition
       for (int j = 0; j < 16; ++j) {
         y[i + j] = static_cast<float>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
       }
       continue;
     }
-    _mm256_storeu_ps(y + i, _mm256_min_ps(_mm256_max_ps(r0, lo), hi));
-    _mm256_storeu_ps(y + i + 8, _mm256_min_ps(_mm256_max_ps(r1, lo), hi));
+    _mm256_storeu_ps(y + i, _mm256_min_ps(_mm256_max_ps(r[0], lo), hi));
+    _mm256_storeu_ps(y + i + 8, _mm256_min_ps(_mm256_max_ps(r[1], lo), hi));
   }
   return i;
 }
@@ -576,16 +569,39 @@ void QuantizeCenteredInt16(const float* x, std::int16_t* y, std::int64_t n, floa
 
 namespace {
 
+// device::ValueRange, both sides. A writer offers the range of its output
+// 0 where a reader quantizes it with DynamicQuantizeLinear's range: that
+// op, or a ConvInteger / MatMulInteger computing its own x_scale
+// (kiln.quantize_input = 2) that reads it as input 0. OfferedRange makes
+// and registers the range the writer fills (null: no such reader, or no
+// plan to share it through); ReportedRange is what the reader finds for
+// its input 0 (null: its writer offers none).
+std::shared_ptr<device::ValueRange> OfferedRange(const KernelInit& init) {
+  const ir::Value* out = init.node && init.node->num_outputs() > 0 ? init.node->output(0) : nullptr;
+  if (!out || !init.value_ranges) return nullptr;
+  bool quantized = false;
+  for (const ir::Use& u : out->uses()) {
+    quantized = quantized || (u.node->op_type() == "DynamicQuantizeLinear" && u.node->domain().empty()) ||
+                (u.index == 0 && u.node->GetInt(ops::kQuantizeInputAttr, 0) == 2 &&
+                 (u.node->op_type() == "ConvInteger" || u.node->op_type() == "MatMulInteger"));
+  }
+  if (!quantized) return nullptr;
+  auto range = std::make_shared<device::ValueRange>();
+  (*init.value_ranges)[out] = range;
+  return range;
+}
+std::shared_ptr<device::ValueRange> ReportedRange(const KernelInit& init) {
+  if (!init.value_ranges || !init.node || init.node->num_inputs() == 0) return nullptr;
+  auto it = init.value_ranges->find(init.node->input(0));
+  return it != init.value_ranges->end() ? it->second : nullptr;
+}
+
 // ONNX DynamicQuantizeLinear: uint8, range [min(0, min x), max(0, max x)].
 Result<std::unique_ptr<Kernel>> MakeDynamicQuantize(const KernelInit& init) {
   const std::int64_t n = NumElements(init.inputs[0].shape);
-  // The range its input's writer reports, if it does (device::ValueRange:
-  // the same min and max, found as it wrote the tensor).
-  std::shared_ptr<device::ValueRange> reported;
-  if (init.value_ranges && init.node && init.node->num_inputs() > 0) {
-    auto it = init.value_ranges->find(init.node->input(0));
-    if (it != init.value_ranges->end()) reported = it->second;
-  }
+  // The range its input's writer reports, if it does (the same min and
+  // max, found as it wrote the tensor).
+  const std::shared_ptr<device::ValueRange> reported = ReportedRange(init);
   // Values per thread at least: each pass splits from 32K values (2 threads,
   // dynamic MobileNetV2, Zen 4: the quantization of a 14x14x576 map 7.2 us
   // split against 13.0 on one thread, 14x14x384 5.0 against 8.4, 7x7x960
@@ -1713,18 +1729,9 @@ class DnnlQConvKernel : public Kernel {
       y_inner_ = NumElements(y) / std::max<std::int64_t>(1, y[0] * y[1]);
       cout_ = cout;
       nhwc_ = nhwc;
-      // A DynamicQuantizeLinear reads the output: report its range.
-      const ir::Value* out = init.node && init.node->num_outputs() > 0 ? init.node->output(0) : nullptr;
-      bool quantized = false;
-      for (const ir::Use& u : out ? out->uses() : std::vector<ir::Use>{}) {
-        quantized = quantized || (u.node->op_type() == "DynamicQuantizeLinear" && u.node->domain().empty()) ||
-                    (u.index == 0 && u.node->GetInt(ops::kQuantizeInputAttr, 0) == 2 &&
-                     (u.node->op_type() == "ConvInteger" || u.node->op_type() == "MatMulInteger"));
-      }
-      if (quantized && init.value_ranges && init.node->GetInt(ops::kSumAttr, 0) != 1) {  // (kiln.sum: ResidualKernel's)
-        range_ = std::make_shared<device::ValueRange>();
-        (*init.value_ranges)[out] = range_;
-      }
+      // A quantizing reader of the output: report its range (with
+      // kiln.sum, ResidualKernel reports the range of the sum instead).
+      if (init.node->GetInt(ops::kSumAttr, 0) != 1) range_ = OfferedRange(init);
     }
     std::vector<float> scales;
     if (!integer) {
@@ -2855,10 +2862,7 @@ class QuantizedInputKernel : public Kernel {
     // kiln.quantize_input = 2: x_scale and the zero point computed here,
     // from the range x's writer reports where it does.
     own_params_ = init.node->GetInt(ops::kQuantizeInputAttr, 0) == 2;
-    if (own_params_ && init.value_ranges && init.node->num_inputs() > 0) {
-      auto it = init.value_ranges->find(init.node->input(0));
-      if (it != init.value_ranges->end()) reported_ = it->second;
-    }
+    if (own_params_) reported_ = ReportedRange(init);
   }
   Status Run(const KernelArgs& a) override {
     float s = 0.f;
@@ -2948,17 +2952,7 @@ class ResidualKernel : public Kernel {
     else if (act == "Clip") act_ = 3;
     else return Error(StatusCode::kUnimplemented, init.node->Describe(), ": fused activation '", act,
                       "' is not supported after kiln.sum (Relu, LeakyRelu or Clip)");
-    const ir::Value* out = init.node->num_outputs() > 0 ? init.node->output(0) : nullptr;
-    bool quantized = false;
-    for (const ir::Use& u : out ? out->uses() : std::vector<ir::Use>{}) {
-      quantized = quantized || (u.node->op_type() == "DynamicQuantizeLinear" && u.node->domain().empty()) ||
-                  (u.index == 0 && u.node->GetInt(ops::kQuantizeInputAttr, 0) == 2 &&
-                   (u.node->op_type() == "ConvInteger" || u.node->op_type() == "MatMulInteger"));
-    }
-    if (quantized && init.value_ranges) {
-      range_ = std::make_shared<device::ValueRange>();
-      (*init.value_ranges)[out] = range_;
-    }
+    range_ = OfferedRange(init);
     return Status::Ok();
   }
   Status Run(const KernelArgs& a) override {
