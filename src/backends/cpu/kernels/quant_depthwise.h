@@ -42,9 +42,9 @@ bool QuantDepthwiseAvailable();
 
 class QuantDepthwise {
  public:
-  // False where a dimension is not positive, the output window reads past
-  // the padded input's far pad by more than the window, or the ring or
-  // weights would pass kMaxTensorBytes (checked arithmetic).
+  // False where a dimension or a pad is not positive or zero, or the ring
+  // (wide enough for every column a window reads, past the far pad too)
+  // or the weights would pass kMaxTensorBytes (checked arithmetic).
   bool Plan(const QuantDepthwiseShape& s);
   // w: [c, 1, kh, kw], each value w - w_zp within [-128, 127].
   void PackWeights(const std::int8_t* w);
