@@ -310,6 +310,29 @@ TEST(QLinearConv, DepthwiseFullRangeWeightsAtTheExtremesAreExact) {
   q.group = 6;  // four channels a group: not depthwise
   CheckQLinearConv(q);
 }
+// Depthwise layers on oneDNN's int8 kernel (exact without VNNI too:
+// DepthwiseInt8Exact): 3x3 at strides 1 and 2, a 5x5 window, channels past
+// a multiple of 8, batch 2, int8 activations, one weight scale.
+TEST(QLinearConv, DepthwiseShapesAreExact) {
+  struct Dw {
+    std::int64_t c, hw, k, stride, n;
+    bool int8_act, per_channel;
+  };
+  for (const Dw& d : {Dw{20, 11, 3, 1, 1, false, true}, Dw{40, 30, 3, 2, 2, false, true}, Dw{16, 13, 5, 1, 1, true, true},
+                      Dw{72, 21, 3, 1, 1, true, false}, Dw{12, 9, 3, 2, 2, true, true}}) {
+    SCOPED_TRACE(testing::Message() << "c " << d.c << " hw " << d.hw << " k " << d.k << " stride " << d.stride);
+    QConvCase q;
+    q.cin = q.cout = q.group = d.c;
+    q.h = q.w = d.hw;
+    q.k = d.k;
+    q.pad = d.k / 2;
+    q.stride = d.stride;
+    q.n = d.n;
+    q.int8_act = d.int8_act;
+    q.per_channel = d.per_channel;
+    CheckQLinearConv(q);
+  }
+}
 // Zero points of 0 (what a quantizer gives a ReLU's output): oneDNN's
 // primitive without zero-point attributes, a depthwise one on its brdgmm
 // kernel where the CPU has VNNI. Also with only one of the two at 0.

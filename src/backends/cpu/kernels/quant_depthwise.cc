@@ -37,10 +37,9 @@ float* Align64(float* p) {
 // weight and an input vector per FMA; Row3x3 below is the common case.
 __attribute__((target("avx2,fma"))) void DepthwiseRow(const float* const* rows, const float* w, float* out,
                                                       std::int64_t ow, std::int64_t c, std::int64_t kh,
-                                                      std::int64_t kw, std::int64_t sw, std::int64_t dw,
-                                                      std::int64_t ox0 = 0) {
+                                                      std::int64_t kw, std::int64_t sw, std::int64_t dw) {
   const std::int64_t cv = c / 8 * 8, step = sw * c, tap = dw * c;
-  for (std::int64_t o0 = ox0; o0 < ow; o0 += kPixelBlock) {
+  for (std::int64_t o0 = 0; o0 < ow; o0 += kPixelBlock) {
     const std::int64_t o1 = std::min(ow, o0 + kPixelBlock);
     for (std::int64_t ch = 0; ch < cv; ch += 8) {
       for (std::int64_t ox = o0; ox < o1; ++ox) {
@@ -67,26 +66,28 @@ __attribute__((target("avx2,fma"))) void DepthwiseRow(const float* const* rows, 
   }
 }
 
-// DepthwiseRow for a 3x3 window without dilation, stride kSw across, in
-// blocks of 4 output pixels: a channel slice's nine weight vectors and the
-// block's four sums stay in registers, and each input vector is loaded once
-// for every sum it feeds (3 x (3 kSw + 3) loads for 36 FMAs, against 36 plus
-// 36 weight loads). The last ow % 4 pixels and the channels past the last
-// multiple of 8 take DepthwiseRow.
-template <int kSw>
-__attribute__((target("avx2,fma"))) void Row3x3(const float* const* rows, const float* w, float* out, std::int64_t ow,
-                                                std::int64_t c) {
-  constexpr int kPix = 4, kCols = kSw * (kPix - 1) + 3;  // input columns a block reads
-  const std::int64_t cv = c / 8 * 8, blocks = ow / kPix;
-  for (std::int64_t b0 = 0; b0 < blocks; b0 += kPixelBlock / kPix) {
-    const std::int64_t b1 = std::min(blocks, b0 + kPixelBlock / kPix);
+// DepthwiseRow for a 3x3 window without dilation, stride kSw across, over
+// output pixels [p0, p1) in blocks of kPix: a channel slice's nine weight
+// vectors and the block's kPix sums stay in registers, and each input
+// vector is loaded once for every sum it feeds (3 x (kSw (kPix - 1) + 3)
+// loads for 9 kPix FMAs, against 18 kPix loads in DepthwiseRow). Returns
+// the first pixel not done (p1 - (p1 - p0) % kPix). Channels past the last
+// multiple of 8 are left to the caller.
+template <int kSw, int kPix>
+__attribute__((target("avx2,fma"))) std::int64_t Blocks3x3(const float* const* rows, const float* w, float* out,
+                                                           std::int64_t p0, std::int64_t p1, std::int64_t c) {
+  constexpr int kCols = kSw * (kPix - 1) + 3;  // input columns a block reads
+  const std::int64_t cv = c / 8 * 8, end = p1 - (p1 - p0) % kPix;
+  constexpr std::int64_t kSpan = kPixelBlock / kPix * kPix;
+  for (std::int64_t b0 = p0; b0 < end; b0 += kSpan) {
+    const std::int64_t b1 = std::min(end, b0 + kSpan);
     for (std::int64_t ch = 0; ch < cv; ch += 8) {
       __m256 wv[9];
       for (int t = 0; t < 9; ++t) wv[t] = _mm256_loadu_ps(w + t * c + ch);
-      for (std::int64_t b = b0; b < b1; ++b) {
+      for (std::int64_t ox = b0; ox < b1; ox += kPix) {
         __m256 acc[kPix];
         for (int p = 0; p < kPix; ++p) acc[p] = _mm256_setzero_ps();
-        const std::int64_t base = b * kPix * kSw * c + ch;
+        const std::int64_t base = ox * kSw * c + ch;
 #pragma GCC unroll 3
         for (int ky = 0; ky < 3; ++ky) {
           const float* r = rows[ky] + base;
@@ -100,22 +101,30 @@ __attribute__((target("avx2,fma"))) void Row3x3(const float* const* rows, const 
             }
           }
         }
-        for (int p = 0; p < kPix; ++p) _mm256_storeu_ps(out + (b * kPix + p) * c + ch, acc[p]);
+        for (int p = 0; p < kPix; ++p) _mm256_storeu_ps(out + (ox + p) * c + ch, acc[p]);
       }
     }
   }
-  if (cv < c) {  // the channels past the last multiple of 8, for the blocks' pixels
-    for (std::int64_t ox = 0; ox < blocks * kPix; ++ox) {
-      for (std::int64_t ch = cv; ch < c; ++ch) {
-        float acc = 0.f;
-        for (int ky = 0; ky < 3; ++ky) {
-          for (int kx = 0; kx < 3; ++kx) acc += rows[ky][(ox * kSw + kx) * c + ch] * w[(ky * 3 + kx) * c + ch];
-        }
-        out[ox * c + ch] = acc;
+  return end;
+}
+
+// A 3x3 row: blocks of 4 pixels, then of 1 (every pixel with its weights in
+// registers); the channels past the last multiple of 8 one at a time.
+template <int kSw>
+__attribute__((target("avx2,fma"))) void Row3x3(const float* const* rows, const float* w, float* out, std::int64_t ow,
+                                                std::int64_t c) {
+  const std::int64_t done = Blocks3x3<kSw, 4>(rows, w, out, 0, ow, c);
+  Blocks3x3<kSw, 1>(rows, w, out, done, ow, c);
+  const std::int64_t cv = c / 8 * 8;
+  for (std::int64_t ox = 0; ox < ow && cv < c; ++ox) {
+    for (std::int64_t ch = cv; ch < c; ++ch) {
+      float acc = 0.f;
+      for (int ky = 0; ky < 3; ++ky) {
+        for (int kx = 0; kx < 3; ++kx) acc += rows[ky][(ox * kSw + kx) * c + ch] * w[(ky * 3 + kx) * c + ch];
       }
+      out[ox * c + ch] = acc;
     }
   }
-  DepthwiseRow(rows, w, out, ow, c, 3, 3, kSw, 1, blocks * kPix);
 }
 
 }  // namespace
