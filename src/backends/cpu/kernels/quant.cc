@@ -895,6 +895,12 @@ constexpr std::int64_t kInt16MinGroupOutputs = 8;
 inline int ShiftedWeight(const HostTensor& w, bool u8w, std::int64_t i) {
   return u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
 }
+// All of them, as int8: what each kernel packs.
+std::vector<std::int8_t> ShiftedWeights(const HostTensor& w, bool u8w) {
+  std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(w.shape())));
+  for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::int8_t>(ShiftedWeight(w, u8w, i));
+  return s8;
+}
 
 // $KILN_INT8_INT16=off: the float32 route where the int16-product kernel
 // would run (tests compare the two; A/B runs).
@@ -1668,9 +1674,7 @@ class DnnlQConvKernel : public Kernel {
       ds.pad_top = cw.pads_begin[0], ds.pad_left = cw.pads_begin[1];
       auto dw = std::make_shared<QuantDepthwise>();
       if (dw->Plan(ds)) {
-        std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
-        for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::int8_t>(ShiftedWeight(*w, u8w, i));
-        dw->PackWeights(s8.data());
+        dw->PackWeights(ShiftedWeights(*w, u8w).data());
         w->ReleasePages();
         qdw_ = dw;
         f32_ = true;
@@ -1707,9 +1711,7 @@ class DnnlQConvKernel : public Kernel {
         const std::string key = std::string("qconv-i16:") + (u8w ? "u8:" : "s8:") + conv->WeightKey();
         auto pack = [&] {
           auto packed = std::make_shared<Int16Conv>(*conv);
-          std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
-          for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::int8_t>(ShiftedWeight(*w, u8w, i));
-          packed->PackWeights(s8.data());
+          packed->PackWeights(ShiftedWeights(*w, u8w).data());
           w->ReleasePages();
           return packed;
         };
@@ -1815,11 +1817,7 @@ class DnnlQConvKernel : public Kernel {
       auto pack_for = [&](const dnnl::memory::desc& wmd) {
         // int8 weights as they are; uint8 with zero point 128 shifted to
         // int8; on the float32 route the same values as float.
-        std::vector<std::int8_t> s8(static_cast<std::size_t>(NumElements(ws)));
-        for (std::size_t i = 0; i < s8.size(); ++i) {
-          s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(w->data_as<std::uint8_t>()[i]) - 128)
-                      : w->data_as<std::int8_t>()[i];
-        }
+        std::vector<std::int8_t> s8 = ShiftedWeights(*w, u8w);
         std::vector<float> f(f32_ ? s8.size() : 0);
         for (std::size_t i = 0; i < f.size(); ++i) f[i] = s8[i];
         auto packed = std::make_shared<dnnl::memory>(wmd, DnnlEngine());
@@ -2205,11 +2203,7 @@ class DnnlQMatMulKernel : public Kernel {
       src_ = dnnl::memory(a_md, DnnlEngine(), nullptr);
       dst_ = dnnl::memory(y_md, DnnlEngine(), nullptr);
       auto pack = [&] {
-        std::vector<std::int8_t> s8(static_cast<std::size_t>(k * n));
-        for (std::size_t i = 0; i < s8.size(); ++i) {
-          s8[i] = u8w ? static_cast<std::int8_t>(static_cast<int>(b->data_as<std::uint8_t>()[i]) - 128)
-                      : b->data_as<std::int8_t>()[i];
-        }
+        std::vector<std::int8_t> s8 = ShiftedWeights(*b, u8w);
         std::vector<float> f(f32_ ? s8.size() : 0);
         for (std::size_t i = 0; i < f.size(); ++i) f[i] = s8[i];
         auto packed = std::make_shared<dnnl::memory>(pd.weights_desc(), DnnlEngine());

@@ -30,6 +30,22 @@ float* Align64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t{63});
 }
 
+// The channels from c / 8 * 8 on (past the last multiple of 8) of output
+// pixels [o0, o1), a value at a time; the rest as DepthwiseRow below.
+void TailChannels(const float* const* rows, const float* w, float* out, std::int64_t o0, std::int64_t o1,
+                  std::int64_t c, std::int64_t kh, std::int64_t kw, std::int64_t sw, std::int64_t dw) {
+  const std::int64_t step = sw * c, tap = dw * c;
+  for (std::int64_t ch = c / 8 * 8; ch < c; ++ch) {
+    for (std::int64_t ox = o0; ox < o1; ++ox) {
+      float acc = 0.f;
+      for (std::int64_t ky = 0; ky < kh; ++ky) {
+        for (std::int64_t kx = 0; kx < kw; ++kx) acc += rows[ky][ox * step + kx * tap + ch] * w[(ky * kw + kx) * c + ch];
+      }
+      out[ox * c + ch] = acc;
+    }
+  }
+}
+
 // One output row of sums: out[ox][ch] = sum over (ky, kx) of
 // rows[ky][(ox * sw + kx * dw) * c + ch] * w[(ky * kw + kx) * c + ch]. Every
 // product and partial sum is an integer within 2^24 (the caller's check),
@@ -54,15 +70,7 @@ __attribute__((target("avx2,fma"))) void DepthwiseRow(const float* const* rows, 
         _mm256_storeu_ps(out + ox * c + ch, acc);
       }
     }
-    for (std::int64_t ch = cv; ch < c; ++ch) {  // the channels past the last multiple of 8
-      for (std::int64_t ox = o0; ox < o1; ++ox) {
-        float acc = 0.f;
-        for (std::int64_t ky = 0; ky < kh; ++ky) {
-          for (std::int64_t kx = 0; kx < kw; ++kx) acc += rows[ky][ox * step + kx * tap + ch] * w[(ky * kw + kx) * c + ch];
-        }
-        out[ox * c + ch] = acc;
-      }
-    }
+    TailChannels(rows, w, out, o0, o1, c, kh, kw, sw, dw);
   }
 }
 
@@ -115,16 +123,7 @@ __attribute__((target("avx2,fma"))) void Row3x3(const float* const* rows, const 
                                                 std::int64_t c) {
   const std::int64_t done = Blocks3x3<kSw, 4>(rows, w, out, 0, ow, c);
   Blocks3x3<kSw, 1>(rows, w, out, done, ow, c);
-  const std::int64_t cv = c / 8 * 8;
-  for (std::int64_t ox = 0; ox < ow && cv < c; ++ox) {
-    for (std::int64_t ch = cv; ch < c; ++ch) {
-      float acc = 0.f;
-      for (int ky = 0; ky < 3; ++ky) {
-        for (int kx = 0; kx < 3; ++kx) acc += rows[ky][(ox * kSw + kx) * c + ch] * w[(ky * 3 + kx) * c + ch];
-      }
-      out[ox * c + ch] = acc;
-    }
-  }
+  TailChannels(rows, w, out, 0, ow, c, 3, 3, kSw, 1);
 }
 
 }  // namespace
@@ -158,7 +157,8 @@ bool QuantDepthwise::Plan(const QuantDepthwiseShape& s) {
       weights > kMaxTensorBytes) {
     return false;
   }
-  // The furthest input row a window reads, and the output's size.
+  // Overflow checks only: Run's row index (oy * sh + ky * dh) and the
+  // output's size stay within int64.
   if (!CheckedMul(s.oh - 1, s.sh, &last) || !CheckedAdd(last, span, &last) || !CheckedMul(s.n, s.oh, &rows) ||
       !CheckedMul(rows, s.ow, &rows) || !CheckedMul(rows, s.c, &rows)) {
     return false;
