@@ -10,7 +10,8 @@ x_scale * w_scale.
 Every Conv gets QuantizeLinear -> DequantizeLinear on its input and on its output (after
 a Relu/Clip that is its only reader, whose range the quantization then covers), and
 DequantizeLinear on its weights and bias; every MatMul by a constant 2-D weight likewise
-(weights per column); the rest of the graph stays float32 and reads the dequantized
+(weights per column), and every Gemm by one (a Linear: weights per output column, an int32
+bias; alpha = beta = 1, A not transposed); the rest of the graph stays float32 and reads the dequantized
 tensors. --feed NAME=FILE.npy calibrates on given inputs (one sample). Calibration: --calib inputs drawn from a seeded standard normal,
 run through the float32 model with `kiln run` (every calibrated tensor made a model
 output); ranges are the min/max over those runs, widened to include 0. Models with BatchNorm
@@ -20,7 +21,8 @@ should have it folded into the Conv first (tools/export_torchvision.py --fuse-bn
 Sigmoid and LeakyRelu whose inputs are all quantized) and then rewrites each
 DequantizeLinear -> op -> QuantizeLinear into QLinearConv, QLinearMatMul and ONNX Runtime's
 com.microsoft QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool,
-QLinearSigmoid, QLinearLeakyRelu (a Relu/Clip after a Conv or Add goes into the op when the
+QLinearSigmoid, QLinearLeakyRelu and QGemm (float32 output where the Gemm's is a graph
+output) (a Relu/Clip after a Conv or Add goes into the op when the
 output's quantization saturates exactly there), as ONNX Runtime's quantizer writes QOperator
 models; --qdq-output also writes the QDQ model it came from. --format dynamic writes ONNX
 Runtime's quantize_dynamic form: DynamicQuantizeLinear -> ConvInteger / MatMulInteger (int8
@@ -112,6 +114,17 @@ def quantize(model, kiln, count=8, seed=0, feeds=None, extra_ops=False):
     for i, n in enumerate(matmuls):
         if not n.name:
             n.name = f"matmul_{i}"
+    # Gemms by a constant 2-D weight (a Linear: B [N, K] with transB = 1, or [K, N]), alpha =
+    # beta = 1, A not transposed, C absent or a constant [N]: weights per output column, an
+    # int32 bias, as ONNX Runtime's quantizer does (QOperator: com.microsoft QGemm).
+    def attr(n, name, default):
+        return next((helper.get_attribute_value(a) for a in n.attribute if a.name == name), default)
+    gemms = [n for n in g.node if n.op_type == "Gemm" and n.input[1] in inits and len(inits[n.input[1]].dims) == 2
+             and attr(n, "transA", 0) == 0 and attr(n, "alpha", 1.0) == 1.0 and attr(n, "beta", 1.0) == 1.0
+             and (len(n.input) < 3 or not n.input[2] or (n.input[2] in inits and len(inits[n.input[2]].dims) == 1))]
+    for i, n in enumerate(gemms):
+        if not n.name:
+            n.name = f"gemm_{i}"
     # The tensor quantized after each Conv: its Relu/Clip output when that is its only reader.
     out_of = {}
     for c in convs:
@@ -120,10 +133,10 @@ def quantize(model, kiln, count=8, seed=0, feeds=None, extra_ops=False):
             out_of[c.name] = r[0].output[0]
         else:
             out_of[c.name] = c.output[0]
-    for m in matmuls:
+    for m in matmuls + gemms:
         out_of[m.name] = m.output[0]
     tensors = set()
-    for c in convs + matmuls:
+    for c in convs + matmuls + gemms:
         tensors.add(c.input[0])
         tensors.add(out_of[c.name])
     if extra_ops:
@@ -202,6 +215,32 @@ def quantize(model, kiln, count=8, seed=0, feeds=None, extra_ops=False):
                                           [wn + "_dq"], name=wn + "_DQ", axis=1))
         drop.add(mm.input[1])
         mm.input[1] = wn + "_dq"
+    for gm in gemms:
+        w = numpy_helper.to_array(inits[gm.input[1]]).astype(np.float32)
+        axis = 0 if attr(gm, "transB", 0) else 1  # the output columns' axis of B
+        ws = (np.abs(w).max(axis=1 - axis) / WEIGHT_MAX).astype(np.float32)
+        ws[ws == 0] = 1.0
+        shape = (-1, 1) if axis == 0 else (1, -1)
+        wq = np.clip(np.round(w / ws.reshape(shape)), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
+        wn = gm.name + "_w"
+        new_inits += [numpy_helper.from_array(wq, wn + "_q"), numpy_helper.from_array(ws, wn + "_scale"),
+                      numpy_helper.from_array(np.zeros(ws.shape[0], np.int8), wn + "_zero_point")]
+        new_nodes.append(helper.make_node("DequantizeLinear", [wn + "_q", wn + "_scale", wn + "_zero_point"],
+                                          [wn + "_dq"], name=wn + "_DQ", axis=axis))
+        drop.add(gm.input[1])
+        gm.input[1] = wn + "_dq"
+        if len(gm.input) > 2 and gm.input[2]:
+            b = numpy_helper.to_array(inits[gm.input[2]]).astype(np.float32)
+            xs = params[gm.input[0][:-3] if gm.input[0].endswith("_dq") else gm.input[0]][0]
+            bs = (np.float32(xs) * ws).astype(np.float32)
+            bn = gm.name + "_b"
+            new_inits += [numpy_helper.from_array(np.round(b / bs).astype(np.int32), bn + "_q"),
+                          numpy_helper.from_array(bs, bn + "_scale"),
+                          numpy_helper.from_array(np.zeros(ws.shape[0], np.int32), bn + "_zero_point")]
+            new_nodes.append(helper.make_node("DequantizeLinear", [bn + "_q", bn + "_scale", bn + "_zero_point"],
+                                              [bn + "_dq"], name=bn + "_DQ", axis=0))
+            drop.add(gm.input[2])
+            gm.input[2] = bn + "_dq"
     still_used = {i for n in g.node for i in n.input}
     kept = [t for t in g.initializer if t.name not in drop or t.name in still_used]
     del g.initializer[:]
@@ -306,6 +345,33 @@ def to_qoperator(model):
 
     new_nodes, removed = [], set()
     for n in list(g.node):
+        if n.op_type == "Gemm":
+            # DequantizeLinear(A, B[, C]) -> Gemm [-> QuantizeLinear]: com.microsoft QGemm, with
+            # y_scale / y_zero_point, or with a float32 output where the Gemm's is a graph
+            # output (a classifier's logits), as ONNX Runtime's quantizer writes it.
+            ins = [dq_of(i) for i in n.input if i]
+            if len(ins) < 2 or not per_tensor(ins[0]) or ins[1] is None or (len(ins) > 2 and ins[2] is None):
+                continue
+            at = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+            if at.get("alpha", 1.0) != 1.0 or at.get("beta", 1.0) != 1.0 or at.get("transA", 0) != 0:
+                continue
+            qo = quantized_output(n)
+            if qo is None and n.output[0] not in outputs:
+                continue
+            args = ins[0] + ins[1] + ([ins[2][0]] if len(ins) > 2 else [""])
+            if qo is not None:
+                last, qnode = qo
+                args += [qnode.input[1], qnode.input[2]]
+                out = qnode.output[0]
+                removed.update({id(last), id(qnode)})
+            else:
+                args = args if len(ins) > 2 else args[:-1]
+                out = n.output[0]
+            q = helper.make_node("QGemm", args, [out], name=(n.name or n.output[0]) + "_quant", domain="com.microsoft")
+            q.attribute.extend(a for a in n.attribute if a.name == "transB")
+            new_nodes.append(q)
+            removed.add(id(n))
+            continue
         if n.op_type not in ("Conv", "MatMul") + EXTRA_OPS:
             continue
         ins = [dq_of(i) for i in n.input if i]

@@ -145,6 +145,10 @@ inline OpDef Def(const char* type, std::vector<int> versions, int min_in, int ma
   return d;
 }
 
+// Output shape [M, N] of a Gemm of 2-D inputs a_index x b_index, each
+// transposed where the node's transA / transB say (Gemm, QGemm); errors
+// name a rank other than 2 and differing inner dims.
+Result<Shape> GemmOutputShape(InferContext& c, int a_index, int b_index);
 // Output shape of a MatMul of inputs a_index x b_index (NumPy matmul rules;
 // MatMul, MatMulInteger, QLinearMatMul).
 Result<Shape> MatMulOutputShape(InferContext& c, int a_index, int b_index);

@@ -7,18 +7,8 @@ namespace {
 
 Status InferGemm(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckSameTypes(c, 0, 2));
-  const Shape& a = c.in_shape(0);
-  const Shape& b = c.in_shape(1);
-  if (a.size() != 2 || b.size() != 2) {
-    return c.Fail("A and B must be 2-D, found ", ShapeToString(a), " and ", ShapeToString(b));
-  }
-  const bool ta = c.node().GetInt("transA", 0) != 0, tb = c.node().GetInt("transB", 0) != 0;
-  const std::int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
-  const std::int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
-  if (k >= 0 && kb >= 0 && k != kb) {
-    return c.Fail("inner dims differ: A", ShapeToString(a), ta ? " (transposed)" : "", " vs B",
-                  ShapeToString(b), tb ? " (transposed)" : "", ": ", k, " != ", kb);
-  }
+  KILN_ASSIGN_OR_RETURN(const Shape out, GemmOutputShape(c, 0, 1));
+  const std::int64_t m = out[0], n = out[1];
   if (c.has_input(2)) {
     auto s = BroadcastShapes(c.in_shape(2), Shape{m, n});
     if (!s.ok() || s.value() != Shape{m, n}) {
@@ -45,6 +35,22 @@ Status InferMatMul(InferContext& c) {
 }
 
 }  // namespace
+
+Result<Shape> GemmOutputShape(InferContext& c, int a_index, int b_index) {
+  const Shape& a = c.in_shape(a_index);
+  const Shape& b = c.in_shape(b_index);
+  if (a.size() != 2 || b.size() != 2) {
+    return c.Fail("A and B must be 2-D, found ", ShapeToString(a), " and ", ShapeToString(b));
+  }
+  const bool ta = c.node().GetInt("transA", 0) != 0, tb = c.node().GetInt("transB", 0) != 0;
+  const std::int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+  const std::int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+  if (k >= 0 && kb >= 0 && k != kb) {
+    return c.Fail("inner dims differ: A", ShapeToString(a), ta ? " (transposed)" : "", " vs B", ShapeToString(b),
+                  tb ? " (transposed)" : "", ": ", k, " != ", kb);
+  }
+  return Shape{m, n};
+}
 
 Result<Shape> MatMulOutputShape(InferContext& c, int a_index, int b_index) {
   Shape a = c.in_shape(a_index), b = c.in_shape(b_index);

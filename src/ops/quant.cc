@@ -411,6 +411,69 @@ Status InferQLinearConcat(InferContext& c) {
   return Status::Ok();
 }
 
+// com.microsoft QGemm (ONNX Runtime's quantizer writes it for a Gemm in a
+// QOperator model): A, a_scale, a_zero_point, B, b_scale, b_zero_point, C?
+// (int32), y_scale?, y_zero_point?; attributes alpha, transA, transB. With
+// A' and B' the (transposed) operands, acc = C + (A' - a_zp)(B' - b_zp[n])
+// in int32 and s[n] = alpha * a_scale * b_scale[n] (in that order, float32,
+// then / y_scale when quantized), Y = float(acc) * s[n], or with y_scale and
+// y_zero_point saturate(round_even(float(acc) * s[n]) + y_zp): ONNX
+// Runtime's CPU kernel. lower-contrib rewrites it into MatMulInteger and
+// elementwise ops after inference; this checks what ONNX Runtime's kernel
+// checks (scales, zero points and C's shapes), so that the rewrite's
+// broadcasting cannot accept more.
+Status InferQGemm(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckAttrKind(c, "alpha", ir::Attribute::Kind::kFloat, "a float"));
+  if (!std::isfinite(c.node().GetFloat("alpha", 1.f))) return c.Fail("attribute 'alpha' must be finite");
+  for (const char* t : {"transA", "transB"}) {
+    KILN_RETURN_IF_ERROR(CheckAttrKind(c, t, ir::Attribute::Kind::kInt, "an int"));
+    const std::int64_t v = c.node().GetInt(t, 0);
+    if (v != 0 && v != 1) return c.Fail("attribute '", t, "' must be 0 or 1, is ", v);
+  }
+  for (int i : {0, 1, 3, 4}) {
+    if (!c.has_input(i)) return c.Fail("input ", i, " is missing");
+  }
+  KILN_RETURN_IF_ERROR(CheckType(c, 0, "A", {DType::kUInt8, DType::kInt8}));
+  KILN_RETURN_IF_ERROR(CheckType(c, 3, "B", {DType::kUInt8, DType::kInt8}));
+  KILN_ASSIGN_OR_RETURN(const Shape out, GemmOutputShape(c, 0, 3));
+  const std::int64_t m = out[0], n = out[1];
+  for (auto [zp, x] : {std::pair{2, 0}, std::pair{5, 3}}) {
+    if (c.has_input(zp) && c.in_dtype(zp) != c.in_dtype(x)) {
+      return c.Fail("input ", zp, " (zero point) has type ", DTypeName(c.in_dtype(zp)), " but input ", x, " has ",
+                    DTypeName(c.in_dtype(x)), " (they must match)");
+    }
+  }
+  KILN_RETURN_IF_ERROR(CheckType(c, 1, "a_scale", {DType::kFloat32}));
+  KILN_RETURN_IF_ERROR(CheckType(c, 4, "b_scale", {DType::kFloat32}));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, 1, "a_scale", -1));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, 2, "a_zero_point", -1));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, 4, "b_scale", n));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, 5, "b_zero_point", n));
+  if (c.has_input(5) && NumElements(c.in_shape(5)) != NumElements(c.in_shape(4))) {
+    return c.Fail("input 5 (b_zero_point) has shape ", ShapeToString(c.in_shape(5)), " but input 4 (b_scale) has ",
+                  ShapeToString(c.in_shape(4)), " (they must match)");
+  }
+  if (c.has_input(6)) {
+    KILN_RETURN_IF_ERROR(CheckType(c, 6, "C", {DType::kInt32}));
+    auto s = BroadcastShapes(c.in_shape(6), Shape{m, n});
+    if (c.in_shape(6).size() > 2 || !s.ok() || s.value() != Shape{m, n}) {
+      return c.Fail("input 6 (C) of shape ", ShapeToString(c.in_shape(6)), " does not broadcast to [", m, ",", n, "]");
+    }
+  }
+  if (c.has_input(7) != c.has_input(8)) {
+    return c.Fail("y_scale (input 7) and y_zero_point (input 8) must be given together (a quantized output) or not "
+                  "at all (float32)");
+  }
+  if (c.has_input(7)) {
+    KILN_RETURN_IF_ERROR(CheckType(c, 7, "y_scale", {DType::kFloat32}));
+    KILN_RETURN_IF_ERROR(CheckType(c, 8, "y_zero_point", {DType::kUInt8, DType::kInt8}));
+    KILN_RETURN_IF_ERROR(CheckQuantParam(c, 7, "y_scale", -1));
+    KILN_RETURN_IF_ERROR(CheckQuantParam(c, 8, "y_zero_point", -1));
+  }
+  c.SetOutput(0, c.has_input(8) ? c.in_dtype(8) : DType::kFloat32, {m, n});
+  return Status::Ok();
+}
+
 }  // namespace
 
 void RegisterQuantOps(OpRegistry& r) {
@@ -441,6 +504,7 @@ void RegisterQuantOps(OpRegistry& r) {
   ms(Def("QLinearLeakyRelu", {1}, 1, 5, {"alpha"}, InferQLinearUnary));
   ms(Def("QLinearGlobalAveragePool", {1}, 1, 5, {"channels_last"}, InferQLinearGlobalAveragePool));
   ms(Def("QLinearConcat", {1}, 1, 2 + 3 * (1 << 18), {"axis"}, InferQLinearConcat));
+  ms(Def("QGemm", {1}, 6, 9, {"alpha", "transA", "transB"}, InferQGemm));  // lower-contrib rewrites it
 }
 
 }  // namespace kiln::ops

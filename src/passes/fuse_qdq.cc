@@ -180,6 +180,71 @@ bool FuseMaxPool(ir::Graph& g, ir::Node* q, ir::Node* pool, bool has_kernel) {
   return true;
 }
 
+// The int32 bias of an operation on x and w with n output channels: v a
+// DequantizeLinear of a constant int32 [n] with zero point 0 and scale x's
+// times w's (per channel), so that it adds to the int32 sum as it is; its
+// int32 values, or null.
+ir::Value* Int32BiasOf(ir::Value* v, const Dq& x, const Dq& w, std::int64_t n) {
+  Dq b;
+  if (!MatchDq(v, INT64_MAX, &b) || !IsConst(b.x) || b.x->dtype() != DType::kInt32) return nullptr;
+  if (b.x->shape() != Shape{n} || (Count(b.scale) != 1 && Count(b.scale) != n)) return nullptr;
+  if (b.zp) {
+    for (std::int64_t i = 0; i < Count(b.zp); ++i) {
+      if (b.zp->constant()->data_as<std::int32_t>()[i] != 0) return nullptr;
+    }
+  }
+  const float xs = x.scale->constant()->data_as<float>()[0];
+  const float* wsc = w.scale->constant()->data_as<float>();
+  const float* bsc = b.scale->constant()->data_as<float>();
+  for (std::int64_t c = 0; c < n; ++c) {
+    const double want = static_cast<double>(xs) * wsc[Count(w.scale) == 1 ? 0 : c];
+    const double got = bsc[Count(b.scale) == 1 ? 0 : c];
+    if (!(std::fabs(got - want) <= 1e-6 * std::fabs(want))) return nullptr;
+  }
+  return b.x;
+}
+
+// DequantizeLinear(a_q) -> Gemm(., DequantizeLinear(w_q)[, DequantizeLinear(c_q)])
+// [-> act -> QuantizeLinear q]: ONNX Runtime's com.microsoft QGemm (its QDQ
+// transformer's rewrite), lowered by lower-contrib to MatMulInteger and a
+// rescale. Constant 2-D weights per tensor or per output column (axis 0
+// with transB, else 1); an int32 bias [N] with scale a_scale * w_scale and
+// zero point 0; alpha 1 (and beta 1 with a bias). Without q the QGemm
+// writes the float32 result itself (a classifier's logits).
+bool FuseGemm(ir::Graph& g, ir::Node* q, ir::Node* act, ir::Node* gemm) {
+  if (gemm->num_outputs() != 1 || gemm->num_inputs() < 2 || gemm->since_version() < 7) return false;
+  const bool tb = gemm->GetInt("transB", 0) != 0;
+  if (gemm->GetFloat("alpha", 1.f) != 1.f || (gemm->input(2) && gemm->GetFloat("beta", 1.f) != 1.f)) return false;
+  Dq a, w;
+  if (!MatchDq(gemm->input(0), 1, &a) || !IsInt8(a.type)) return false;
+  if (!MatchDq(gemm->input(1), INT64_MAX, &w, tb ? 0 : 1) || !IsConst(w.x) || !IsInt8(w.type)) return false;
+  const Shape& ws = w.x->shape();
+  if (ws.size() != 2) return false;
+  const std::int64_t n = tb ? ws[0] : ws[1];
+  if (Count(w.scale) != 1 && Count(w.scale) != n) return false;
+  ir::Value* bias = nullptr;
+  if (gemm->input(2) && !(bias = Int32BiasOf(gemm->input(2), a, w, n))) return false;
+  const std::string base = gemm->name().empty() ? "qgemm" : gemm->name();
+  std::vector<ir::Value*> ins = {a.x, a.scale, ZeroPointOf(g, a, base + "_a_zero_point"),
+                                 w.x, w.scale, ZeroPointOf(g, w, base + "_w_zero_point"), bias};
+  if (q) {
+    ins.push_back(q->input(1));
+    ins.push_back(q->input(2));
+  } else if (!bias) {
+    ins.pop_back();
+  }
+  ir::Value* out = q ? q->output(0) : gemm->output(0);
+  const std::int64_t ta = gemm->GetInt("transA", 0);
+  if (q) g.RemoveNode(q);
+  if (act) g.RemoveNode(act);
+  g.RemoveNode(gemm);
+  ir::Node* qg = g.AddNode("QGemm", g.UniqueName(base + "_int8"), ins, {out}, ops::kMicrosoftDomain);
+  qg->SetAttr("transA", ir::Attribute::Int(ta));
+  qg->SetAttr("transB", ir::Attribute::Int(tb ? 1 : 0));
+  qg->set_since_version(1);
+  return true;
+}
+
 bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel, bool pool_kernel) {
   if (q->num_inputs() < 3 || !q->input(0) || !IsConst(q->input(1)) || !IsConst(q->input(2))) return false;
   ir::Value* ys = q->input(1);
@@ -221,6 +286,7 @@ bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel, bool pool_kernel) {
     conv = yf->producer();
   }
   if (Default(conv, "MatMul") && !g.IsGraphOutput(yf) && yf->uses().size() == 1) return FuseMatMul(g, q, act, conv);
+  if (Default(conv, "Gemm") && !g.IsGraphOutput(yf) && yf->uses().size() == 1) return FuseGemm(g, q, act, conv);
   if (Default(conv, "MaxPool") && !act && !g.IsGraphOutput(yf) && yf->uses().size() == 1) {
     return FuseMaxPool(g, q, conv, pool_kernel);
   }
@@ -228,33 +294,13 @@ bool FuseAt(ir::Graph& g, ir::Node* q, bool add_kernel, bool pool_kernel) {
     return FuseAdd(g, q, act, conv, add_kernel);
   }
   if (!Default(conv, "Conv") || g.IsGraphOutput(yf) || yf->uses().size() != 1 || conv->num_outputs() != 1) return false;
-  Dq x, w, b;
+  Dq x, w;
   if (!MatchDq(conv->input(0), 1, &x) || !IsInt8(x.type)) return false;
   if (!MatchDq(conv->input(1), INT64_MAX, &w) || !IsConst(w.x) || !IsInt8(w.type)) return false;
   const Shape& ws = w.x->shape();
   if (ws.empty() || (Count(w.scale) != 1 && Count(w.scale) != ws[0])) return false;
   ir::Value* bias = nullptr;
-  if (conv->input(2)) {
-    if (!MatchDq(conv->input(2), INT64_MAX, &b) || !IsConst(b.x) || b.x->dtype() != DType::kInt32) return false;
-    if (b.x->shape().size() != 1 || b.x->shape()[0] != ws[0]) return false;
-    if (Count(b.scale) != 1 && Count(b.scale) != ws[0]) return false;
-    if (b.zp) {
-      for (std::int64_t i = 0; i < Count(b.zp); ++i) {
-        if (b.zp->constant()->data_as<std::int32_t>()[i] != 0) return false;
-      }
-    }
-    // The bias scale must be xs * ws (per channel): then the int32 bias adds
-    // to the int32 sum as it is.
-    const float xs = x.scale->constant()->data_as<float>()[0];
-    const float* wsc = w.scale->constant()->data_as<float>();
-    const float* bsc = b.scale->constant()->data_as<float>();
-    for (std::int64_t c = 0; c < ws[0]; ++c) {
-      const double want = static_cast<double>(xs) * wsc[Count(w.scale) == 1 ? 0 : c];
-      const double got = bsc[Count(b.scale) == 1 ? 0 : c];
-      if (!(std::fabs(got - want) <= 1e-6 * std::fabs(want))) return false;
-    }
-    bias = b.x;
-  }
+  if (conv->input(2) && !(bias = Int32BiasOf(conv->input(2), x, w, ws[0]))) return false;
   const std::string base = conv->name().empty() ? "qconv" : conv->name();
   ir::Value* xzp = ZeroPointOf(g, x, base + "_x_zero_point");
   ir::Value* wzp = ZeroPointOf(g, w, base + "_w_zero_point");
@@ -290,6 +336,15 @@ Status FuseQdq(ir::Graph& g, const PassOptions& opts) {
   }
   bool any = false;
   for (ir::Node* q : qs) any |= FuseAt(g, q, add_kernel, pool_kernel);
+  // Gemms of dequantized operands whose output stays float32 (no
+  // QuantizeLinear took them above).
+  std::vector<ir::Node*> gemms;
+  for (const auto& n : g.nodes()) {
+    if (Default(n.get(), "Gemm") && n->num_outputs() == 1 && n->output(0) && !SubgraphOutput(g, n->output(0))) {
+      gemms.push_back(n.get());
+    }
+  }
+  for (ir::Node* gm : gemms) any |= FuseGemm(g, nullptr, nullptr, gm);
   if (!any) return Status::Ok();
   g.RemoveUnusedValues();
   return g.TopologicalSort();

@@ -8,6 +8,7 @@ PassManager PassManager::Default() {
   pm.Add({"fuse-qdq", "import", false, FuseQdq});
   pm.Add({"half-in-float32", "import", false, ComputeHalfInFloat32});
   pm.Add({"infer-and-fold", "infer", true, InferShapesAndFold});
+  pm.Add({"lower-contrib", "infer", true, LowerContribOps});
   pm.Add({"lower-subgraphs", "infer", true, LowerSubgraphs});
   pm.Add({"simplify-casts", "simplify", false, SimplifyCasts});
   pm.Add({"remove-no-ops", "simplify", false, RemoveNoOps});

@@ -4,7 +4,8 @@
 // fused into QLinearConv; float16/bfloat16
 // graphs computed in float32 where the target has no half arithmetic),
 // "infer" (shape inference and constant folding, If
-// with a constant condition inlined; then subgraphs made self-contained and
+// with a constant condition inlined; ONNX Runtime contrib ops such as QGemm
+// rewritten into standard ops; then subgraphs made self-contained and
 // compiled), "simplify" (no-op and round-trip Casts removed, Dropouts without a mask and zero Pads made Identity, dead-code elimination), "fuse" (Conv+BatchNorm
 // folding, bias and activation fusion), "finalize" (boundary Identity insertion, placement
 // of nodes the target lacks on the CPU with copies, checks that every dim is resolved). Memory planning follows as a separate step.
@@ -78,6 +79,7 @@ Status InsertBoundaryIdentities(ir::Graph& g, const PassOptions& opts);
 Status CheckResolved(ir::Graph& g, const PassOptions& opts);
 Status ConvertToChannelsLast(ir::Graph& g, const PassOptions& opts);
 Status RejectInternalOps(ir::Graph& g, const PassOptions& opts);
+Status LowerContribOps(ir::Graph& g, const PassOptions& opts);
 Status InsertIdentityForNonRefreshable(ir::Graph& g, const PassOptions& opts);
 Status LowerSubgraphs(ir::Graph& g, const PassOptions& opts);
 Status PlaceNodes(ir::Graph& g, const PassOptions& opts);

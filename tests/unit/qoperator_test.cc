@@ -6,7 +6,10 @@
 // hostile parameters get.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <cstring>
 #include <random>
 
@@ -326,6 +329,278 @@ TEST(QOperator, BadParametersAreErrorsNamingTheInput) {
     auto r = t.Run({16});
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("triple"), std::string::npos) << r.status().ToString();
+  }
+}
+
+// com.microsoft QGemm, against ONNX Runtime's CPU kernel written out here:
+// acc = C + (A' - a_zp)(B' - b_zp[n]) exactly (int64), s[n] = alpha *
+// a_scale, times b_scale[n], divided by y_scale when quantized (float32,
+// in that order), then float(acc) * s[n], rounded half to even, plus the
+// zero point and saturated. Kiln lowers the node to standard ops
+// (lower-contrib); each output must be bit for bit the kernel's.
+struct QGemmCase {
+  DType a_type = DType::kUInt8, b_type = DType::kInt8;
+  std::int64_t m = 3, k = 37, n = 20;
+  bool trans_a = false, trans_b = false, b_input = false;
+  bool per_column = true;  // b_scale / b_zero_point [N]
+  int b_zp = 0;            // per column: b_zp + (n % 3)
+  Shape c_shape = {-1};    // {-1}: no C
+  float alpha = 1.f;
+  DType y_type = DType::kUndefined;  // kUndefined: float32 output
+  QP a{0.02f, 131}, y{0.2f, 128};
+};
+
+HostTensorPtr Bytes(DType t, Shape s, const std::vector<std::uint8_t>& v) {
+  auto h = std::make_shared<HostTensor>(t, std::move(s));
+  std::memcpy(h->mutable_data(), v.data(), v.size());
+  return h;
+}
+
+void CheckQGemm(const QGemmCase& q) {
+  std::mt19937 rng(11);
+  const Shape sa = q.trans_a ? Shape{q.k, q.m} : Shape{q.m, q.k};
+  const Shape sb = q.trans_b ? Shape{q.n, q.k} : Shape{q.k, q.n};
+  const auto a = RandomBytes(static_cast<std::size_t>(q.m * q.k), rng);
+  const auto b = RandomBytes(static_cast<std::size_t>(q.k * q.n), rng);
+  const std::int64_t per = q.per_column ? q.n : 1;
+  std::vector<float> bs(static_cast<std::size_t>(per));
+  std::vector<std::uint8_t> bz(static_cast<std::size_t>(per));
+  for (std::int64_t j = 0; j < per; ++j) {
+    bs[static_cast<std::size_t>(j)] = 0.003f + 0.0007f * static_cast<float>(j);
+    bz[static_cast<std::size_t>(j)] = static_cast<std::uint8_t>(q.b_zp + (q.per_column ? j % 3 : 0));
+  }
+  const bool has_c = !(q.c_shape.size() == 1 && q.c_shape[0] == -1);
+  std::vector<std::int32_t> cv(has_c ? static_cast<std::size_t>(NumElements(q.c_shape)) : 0);
+  for (auto& v : cv) v = static_cast<std::int32_t>(rng() % 20001) - 10000;
+
+  auto g = std::make_unique<ir::Graph>();
+  std::vector<ir::Value*> ins;
+  std::vector<std::pair<const void*, std::pair<DType, Shape>>> feeds;
+  auto data = [&](const std::string& name, DType t, const Shape& s, const std::vector<std::uint8_t>& v) {
+    ir::Value* x = g->AddValue(name, t, s);
+    g->inputs().push_back(x);
+    feeds.push_back({v.data(), {t, s}});
+    return x;
+  };
+  auto scalar = [&](const std::string& name, DType t, int v) {
+    return g->AddConstant(name, Bytes(t, {}, {static_cast<std::uint8_t>(v)}));
+  };
+  ins.push_back(data("a", q.a_type, sa, a));
+  ins.push_back(g->AddConstant("a_s", Tensor(DType::kFloat32, {}, std::vector<float>{q.a.scale})));
+  ins.push_back(scalar("a_z", q.a_type, q.a.zp));
+  ins.push_back(q.b_input ? data("b", q.b_type, sb, b) : g->AddConstant("b", Bytes(q.b_type, sb, b)));
+  const Shape sp = q.per_column ? Shape{q.n} : Shape{};
+  ins.push_back(g->AddConstant("b_s", Tensor(DType::kFloat32, sp, bs)));
+  ins.push_back(g->AddConstant("b_z", Bytes(q.b_type, sp, bz)));
+  if (has_c || q.y_type != DType::kUndefined) {
+    ins.push_back(has_c ? g->AddConstant("c", Tensor(DType::kInt32, q.c_shape, cv)) : nullptr);
+  }
+  if (q.y_type != DType::kUndefined) {
+    ins.push_back(g->AddConstant("y_s", Tensor(DType::kFloat32, {}, std::vector<float>{q.y.scale})));
+    ins.push_back(scalar("y_z", q.y_type, q.y.zp));
+  }
+  ir::Value* out = g->AddValue("y");
+  ir::Node* node = g->AddNode("QGemm", "qgemm_node", ins, {out}, ops::kMicrosoftDomain);
+  node->SetAttr("transA", ir::Attribute::Int(q.trans_a));
+  node->SetAttr("transB", ir::Attribute::Int(q.trans_b));
+  if (q.alpha != 1.f) node->SetAttr("alpha", ir::Attribute::Float(q.alpha));
+  g->outputs().push_back(out);
+
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const bool quantized = q.y_type != DType::kUndefined;
+  const DType ot = quantized ? q.y_type : DType::kFloat32;
+  ASSERT_EQ((*model)->outputs()[0].shape, (Shape{q.m, q.n}));
+  std::vector<std::uint8_t> got(static_cast<std::size_t>(q.m * q.n) * DTypeSize(ot));
+  std::vector<TensorRef> refs;
+  for (auto& [p, ts] : feeds) refs.push_back({const_cast<void*>(p), ts.first, ts.second});
+  ASSERT_TRUE((*model)->Execute(refs, {{got.data(), ot, {q.m, q.n}}}).ok());
+
+  auto av = [&](std::int64_t i, std::int64_t kk) {
+    const std::size_t at = static_cast<std::size_t>(q.trans_a ? kk * q.m + i : i * q.k + kk);
+    return static_cast<std::int64_t>(Value(a, at, q.a_type)) - q.a.zp;
+  };
+  auto bv = [&](std::int64_t kk, std::int64_t j) {
+    const std::size_t at = static_cast<std::size_t>(q.trans_b ? j * q.k + kk : kk * q.n + j);
+    return static_cast<std::int64_t>(Value(b, at, q.b_type)) -
+           static_cast<std::int64_t>(Value(bz, static_cast<std::size_t>(q.per_column ? j : 0), q.b_type));
+  };
+  auto cval = [&](std::int64_t i, std::int64_t j) -> std::int64_t {
+    if (!has_c) return 0;
+    const Shape& cs = q.c_shape;
+    const std::int64_t rows = cs.size() == 2 ? cs[0] : 1, cols = cs.empty() ? 1 : cs.back();
+    return cv[static_cast<std::size_t>((rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j))];
+  };
+  const double lo = quantized && q.y_type == DType::kInt8 ? -128 : 0, hi = quantized && q.y_type == DType::kInt8 ? 127 : 255;
+  std::size_t saturated = 0;
+  for (std::int64_t i = 0; i < q.m; ++i) {
+    for (std::int64_t j = 0; j < q.n; ++j) {
+      std::int64_t acc = cval(i, j);
+      for (std::int64_t kk = 0; kk < q.k; ++kk) acc += av(i, kk) * bv(kk, j);
+      float s = q.alpha * q.a.scale;
+      s = s * bs[static_cast<std::size_t>(q.per_column ? j : 0)];
+      if (quantized) s = s / q.y.scale;
+      const float v = static_cast<float>(static_cast<std::int32_t>(acc)) * s;
+      const std::size_t at = static_cast<std::size_t>(i * q.n + j);
+      if (!quantized) {
+        float f;
+        std::memcpy(&f, got.data() + at * 4, 4);
+        ASSERT_EQ(f, v) << "element " << i << "," << j << " acc " << acc;
+        continue;
+      }
+      const double want = std::clamp(static_cast<double>(std::nearbyint(v)) + q.y.zp, lo, hi);
+      saturated += want == lo || want == hi;
+      ASSERT_EQ(Value(got, at, q.y_type), want) << "element " << i << "," << j << " acc " << acc << " v " << v;
+    }
+  }
+  if (quantized) {
+    EXPECT_LT(saturated * 2, static_cast<std::size_t>(q.m * q.n)) << "scales put most outputs at a bound";
+  }
+}
+
+TEST(QGemm, Uint8PerColumnQuantizedOutputMatchesTheKernel) {
+  QGemmCase q;
+  q.trans_b = true;  // ONNX Runtime's quantizer keeps a Linear's [N, K]
+  q.c_shape = {20};
+  q.y_type = DType::kUInt8;
+  CheckQGemm(q);
+}
+TEST(QGemm, FloatOutputWithBiasOfEveryShape) {
+  for (Shape c : {Shape{20}, Shape{}, Shape{1, 20}, Shape{3, 1}, Shape{3, 20}, Shape{1}}) {
+    QGemmCase q;
+    q.c_shape = c;
+    CheckQGemm(q);
+  }
+}
+TEST(QGemm, Int8OperandsAlphaTransposedAInt8Output) {
+  QGemmCase q;
+  q.a_type = DType::kInt8;
+  q.a = {0.03f, -5};
+  q.trans_a = true;
+  q.alpha = 0.75f;
+  q.per_column = false;
+  q.b_zp = 3;
+  q.c_shape = {};
+  q.y_type = DType::kInt8;
+  q.y = {0.2f, -3};
+  CheckQGemm(q);
+}
+// (alpha * a_scale) * b_scale[n] and (alpha * b_scale[n]) * a_scale differ
+// in float32 for 6 of these 20 columns: the float output shows the order.
+TEST(QGemm, AlphaScalesInTheKernelsOrder) {
+  QGemmCase q;
+  q.alpha = 0.7f;
+  q.a = {0.03f, 131};
+  q.c_shape = {20};
+  CheckQGemm(q);
+}
+TEST(QGemm, Uint8WeightsAsAnInputTransposedAtRunTime) {
+  QGemmCase q;
+  q.b_type = DType::kUInt8;
+  q.b_zp = 128;
+  q.b_input = true;
+  q.trans_b = true;
+  q.m = 5;
+  q.y_type = DType::kUInt8;
+  CheckQGemm(q);
+}
+
+// Hand-derived: A [[3, 5]] (zero point 1: 2, 4), B [[3, 2], [1, 1]] (int8,
+// zero point 0), C [5, 5]: acc 2*3 + 4*1 + 5 = 15 and 2*2 + 4*1 + 5 = 13.
+// alpha 2, a_scale 0.5, b_scale 0.25: s = 0.25, float out 3.75 and 3.25;
+// with y_scale 0.5, zero point 10: s = 0.5, 7.5 -> 8 and 6.5 -> 6 (ties to
+// even), plus 10: 18 and 16.
+TEST(QGemm, HandDerived) {
+  for (bool quantized : {false, true}) {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* a = g->AddValue("a", DType::kUInt8, {1, 2});
+    g->inputs().push_back(a);
+    std::vector<ir::Value*> ins = {
+        a,
+        g->AddConstant("a_s", Tensor(DType::kFloat32, {}, std::vector<float>{0.5f})),
+        g->AddConstant("a_z", Bytes(DType::kUInt8, {}, {1})),
+        g->AddConstant("b", Bytes(DType::kInt8, {2, 2}, {3, 2, 1, 1})),
+        g->AddConstant("b_s", Tensor(DType::kFloat32, {}, std::vector<float>{0.25f})),
+        g->AddConstant("b_z", Bytes(DType::kInt8, {}, {0})),
+        g->AddConstant("c", Tensor(DType::kInt32, {2}, std::vector<std::int32_t>{5, 5}))};
+    if (quantized) {
+      ins.push_back(g->AddConstant("y_s", Tensor(DType::kFloat32, {}, std::vector<float>{0.5f})));
+      ins.push_back(g->AddConstant("y_z", Bytes(DType::kUInt8, {}, {10})));
+    }
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("QGemm", "qgemm_node", ins, {y}, ops::kMicrosoftDomain)->SetAttr("alpha", ir::Attribute::Float(2.f));
+    g->outputs().push_back(y);
+    test::TempDir dir;
+    auto model = CompileAndLoad(std::move(g), dir);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    std::uint8_t x[2] = {3, 5};
+    if (quantized) {
+      std::uint8_t out[2] = {};
+      ASSERT_TRUE((*model)->Execute({{x, DType::kUInt8, {1, 2}}}, {{out, DType::kUInt8, {1, 2}}}).ok());
+      EXPECT_EQ(out[0], 18);
+      EXPECT_EQ(out[1], 16);
+    } else {
+      float out[2] = {};
+      ASSERT_TRUE((*model)->Execute({{x, DType::kUInt8, {1, 2}}}, {{out, DType::kFloat32, {1, 2}}}).ok());
+      EXPECT_EQ(out[0], 3.75f);
+      EXPECT_EQ(out[1], 3.25f);
+    }
+  }
+}
+
+// What ONNX Runtime's kernel refuses is refused, naming the node.
+TEST(QGemm, HostileParametersAreRefused) {
+  struct Bad {
+    const char* what;
+    std::function<void(ir::Graph&, std::vector<ir::Value*>&, ir::Node*&)> edit;
+    const char* message;
+  };
+  const std::vector<Bad> bad = {
+      {"C of rank 3", [](ir::Graph& g, std::vector<ir::Value*>& ins, ir::Node*&) {
+         ins.push_back(g.AddConstant("c", Tensor(DType::kInt32, {1, 1, 4}, std::vector<std::int32_t>(4))));
+       }, "does not broadcast to [2,4]"},
+      {"y_scale without y_zero_point", [](ir::Graph& g, std::vector<ir::Value*>& ins, ir::Node*&) {
+         ins.push_back(nullptr);
+         ins.push_back(g.AddConstant("y_s", Tensor(DType::kFloat32, {}, std::vector<float>{1.f})));
+       }, "must be given together"},
+      {"b_scale of 3 for 4 columns", [](ir::Graph& g, std::vector<ir::Value*>& ins, ir::Node*&) {
+         ins[4] = g.AddConstant("b_s3", Tensor(DType::kFloat32, {3}, std::vector<float>{1.f, 1.f, 1.f}));
+       }, "input 4 (b_scale) must be a scalar or have shape [4]"},
+      {"a_scale per row", [](ir::Graph& g, std::vector<ir::Value*>& ins, ir::Node*&) {
+         ins[1] = g.AddConstant("a_s2", Tensor(DType::kFloat32, {2}, std::vector<float>{1.f, 1.f}));
+       }, "input 1 (a_scale) must be a scalar"},
+      {"inner dims differ", [](ir::Graph& g, std::vector<ir::Value*>& ins, ir::Node*&) {
+         ins[3] = g.AddConstant("b5", Bytes(DType::kInt8, {5, 4}, std::vector<std::uint8_t>(20)));
+       }, "inner dims differ"},
+      {"transA 2", [](ir::Graph&, std::vector<ir::Value*>&, ir::Node*& n) { n->SetAttr("transA", ir::Attribute::Int(2)); },
+       "attribute 'transA' must be 0 or 1"},
+      {"alpha infinite", [](ir::Graph&, std::vector<ir::Value*>&, ir::Node*& n) {
+         n->SetAttr("alpha", ir::Attribute::Float(std::numeric_limits<float>::infinity()));
+       }, "attribute 'alpha' must be finite"},
+  };
+  for (const Bad& t : bad) {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* a = g->AddValue("a", DType::kUInt8, {2, 3});
+    g->inputs().push_back(a);
+    std::vector<ir::Value*> ins = {a,
+                                   g->AddConstant("a_s", Tensor(DType::kFloat32, {}, std::vector<float>{1.f})),
+                                   g->AddConstant("a_z", Bytes(DType::kUInt8, {}, {0})),
+                                   g->AddConstant("b", Bytes(DType::kInt8, {3, 4}, std::vector<std::uint8_t>(12))),
+                                   g->AddConstant("b_s", Tensor(DType::kFloat32, {}, std::vector<float>{1.f})),
+                                   g->AddConstant("b_z", Bytes(DType::kInt8, {}, {0}))};
+    ir::Node* n = nullptr;
+    const bool node_edit = std::string(t.what) == "transA 2" || std::string(t.what) == "alpha infinite";
+    if (!node_edit) t.edit(*g, ins, n);
+    ir::Value* y = g->AddValue("y");
+    n = g->AddNode("QGemm", "qgemm_node", ins, {y}, ops::kMicrosoftDomain);
+    if (node_edit) t.edit(*g, ins, n);
+    g->outputs().push_back(y);
+    test::TempDir dir;
+    auto r = CompileAndLoad(std::move(g), dir);
+    ASSERT_FALSE(r.ok()) << t.what;
+    EXPECT_NE(r.status().message().find(t.message), std::string::npos) << t.what << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find("qgemm_node"), std::string::npos) << t.what << ": " << r.status().ToString();
   }
 }
 

@@ -704,6 +704,92 @@ TEST(FuseQdq, MatMulBecomesQLinearMatMul) {
   for (std::size_t i = 0; i < outs[0].size(); ++i) EXPECT_LE(std::abs(outs[0][i] - outs[1][i]), 1) << i;
 }
 
+// DequantizeLinear(a) -> Gemm(., DequantizeLinear(w [N, K], per row, transB),
+// DequantizeLinear(c int32, scale a_s * w_s)) [-> QuantizeLinear] becomes
+// com.microsoft QGemm (lowered to MatMulInteger and a rescale) with the
+// op-by-op results: within one step quantized, within float32 rounding of
+// the sums (1e-5 of the largest) as float32 logits. alpha 0.5: stays a Gemm.
+void CheckFuseGemm(bool quantized, float alpha) {
+  auto build = [quantized, alpha] {
+    std::mt19937 rng(9);
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* a = g->AddValue("a", DType::kUInt8, {3, 40});
+    g->inputs().push_back(a);
+    std::vector<std::int8_t> w(12 * 40);
+    for (auto& v : w) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+    std::vector<float> ws(12), bs(12);
+    std::vector<std::int32_t> c(12);
+    for (int j = 0; j < 12; ++j) {
+      ws[static_cast<std::size_t>(j)] = 0.002f + 0.0003f * static_cast<float>(j);
+      bs[static_cast<std::size_t>(j)] = 0.05f * ws[static_cast<std::size_t>(j)];
+      c[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(rng() % 4001) - 2000;
+    }
+    auto dq = [&](const std::string& name, ir::Value* x, ir::Value* s, ir::Value* z, int axis) {
+      ir::Value* f = g->AddValue(name + "_f");
+      ir::Node* n = g->AddNode("DequantizeLinear", name, {x, s, z}, {f});
+      n->set_since_version(13);
+      if (axis >= 0) n->SetAttr("axis", ir::Attribute::Int(axis));
+      return f;
+    };
+    ir::Value* af = dq("dq_a", a, g->AddConstant("as", Tensor(DType::kFloat32, {}, std::vector<float>{0.05f})),
+                       g->AddConstant("azp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{100})), -1);
+    ir::Value* wf = dq("dq_w", g->AddConstant("wq", Tensor(DType::kInt8, {12, 40}, w)),
+                       g->AddConstant("ws", Tensor(DType::kFloat32, {12}, ws)),
+                       g->AddConstant("wzp", Tensor(DType::kInt8, {12}, std::vector<std::int8_t>(12, 0))), 0);
+    ir::Value* cf = dq("dq_c", g->AddConstant("cq", Tensor(DType::kInt32, {12}, c)),
+                       g->AddConstant("cs", Tensor(DType::kFloat32, {12}, bs)),
+                       g->AddConstant("czp", Tensor(DType::kInt32, {12}, std::vector<std::int32_t>(12, 0))), 0);
+    ir::Value* m = g->AddValue("m");
+    ir::Node* gemm = g->AddNode("Gemm", "gemm", {af, wf, cf}, {m});
+    gemm->set_since_version(13);
+    gemm->SetAttr("transB", ir::Attribute::Int(1));
+    if (alpha != 1.f) gemm->SetAttr("alpha", ir::Attribute::Float(alpha));
+    if (!quantized) {
+      g->outputs().push_back(m);
+      return g;
+    }
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("QuantizeLinear", "q", {m, g->AddConstant("ys", Tensor(DType::kFloat32, {}, std::vector<float>{0.08f})),
+               g->AddConstant("yzp", Tensor(DType::kUInt8, {}, std::vector<std::uint8_t>{128}))}, {y})->set_since_version(13);
+    g->outputs().push_back(y);
+    return g;
+  };
+  std::vector<std::uint8_t> a(120);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 53 % 256);
+  std::vector<std::vector<float>> outs;
+  for (bool fuse : {true, false}) {
+    test::TempDir dir;
+    format::CompiledModel cm;
+    CompileOptions o;
+    if (!fuse) o.passes.disabled = {"fuse-qdq"};
+    auto model = CompileAndLoad(build(), dir, &cm, o);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    const bool fused = fuse && alpha == 1.f;
+    EXPECT_EQ(CountOp(*cm.graph, "MatMulInteger"), fused ? 1 : 0);
+    EXPECT_EQ(CountOp(*cm.graph, "Gemm"), fused ? 0 : 1);
+    std::vector<float> got(36);
+    if (quantized) {
+      std::vector<std::uint8_t> y(36);
+      ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {3, 40}}}, {{y.data(), DType::kUInt8, {3, 12}}}).ok());
+      std::copy(y.begin(), y.end(), got.begin());
+    } else {
+      ASSERT_TRUE((*model)->Execute({{a.data(), DType::kUInt8, {3, 40}}}, {{got.data(), DType::kFloat32, {3, 12}}}).ok());
+    }
+    outs.push_back(got);
+  }
+  float top = 0.f;
+  for (float v : outs[1]) top = std::max(top, std::fabs(v));
+  std::size_t inside = 0;
+  for (std::size_t i = 0; i < outs[0].size(); ++i) {
+    EXPECT_LE(std::fabs(outs[0][i] - outs[1][i]), quantized ? 1.f : 1e-5f * top) << i;
+    inside += quantized && outs[1][i] > 0 && outs[1][i] < 255;
+  }
+  if (quantized) EXPECT_GT(inside, outs[0].size() / 2) << "most outputs at a saturation bound";
+}
+TEST(FuseQdq, GemmWithQuantizedOutputBecomesQGemm) { CheckFuseGemm(true, 1.f); }
+TEST(FuseQdq, GemmWithFloatLogitsBecomesQGemm) { CheckFuseGemm(false, 1.f); }
+TEST(FuseQdq, GemmWithAlphaStays) { CheckFuseGemm(true, 0.5f); }
+
 // DQ(a) + DQ(b) -> Relu -> Q becomes com.microsoft QLinearAdd when the
 // quantization saturates at the Relu (zero point at uint8's minimum), with
 // the results of the graph as written; a zero point of 10 (the Relu clamps
