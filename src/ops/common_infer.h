@@ -152,6 +152,10 @@ Result<Shape> GemmOutputShape(InferContext& c, int a_index, int b_index);
 // Output shape of a MatMul of inputs a_index x b_index (NumPy matmul rules;
 // MatMul, MatMulInteger, QLinearMatMul).
 Result<Shape> MatMulOutputShape(InferContext& c, int a_index, int b_index);
+// Pooling (MaxPool, AveragePool, Global*, com.microsoft QLinearAveragePool)
+// output 0 (and 1, MaxPool's Indices): input 0's type and the window's shape
+// from the node's attributes; `nhwc`: input and output are [N, H, W, C].
+Status InferPoolShape(InferContext& c, bool nhwc);
 // Output shape (NCHW order) of a convolution of logical NCHW input shape `x`
 // with weight input w_index and optional bias input bias_index (-1: none),
 // from the node's Conv attributes (Conv, ConvInteger, QLinearConv).

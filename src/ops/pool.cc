@@ -10,7 +10,24 @@ namespace {
 
 Status InferPool(InferContext& c) {
   // Channels-last nodes (set by the layout pass) carry physical NHWC shapes.
-  const bool nhwc = c.node().GetInt(kNhwcAttr, 0) != 0;
+  return InferPoolShape(c, c.node().GetInt(kNhwcAttr, 0) != 0);
+}
+
+void Pool(OpRegistry& r, const char* type, std::vector<int> versions, std::set<std::string> attrs,
+          std::set<DType> types, int max_outputs = 1) {
+  OpDef d;
+  d.type = type;
+  d.versions = std::move(versions);
+  d.max_outputs = max_outputs;
+  d.attributes = std::move(attrs);
+  d.input_types = std::move(types);
+  d.infer = InferPool;
+  r.Register(d);
+}
+
+}  // namespace
+
+Status InferPoolShape(InferContext& c, bool nhwc) {
   Shape x = c.in_shape(0);
   if (nhwc) {
     if (x.size() != 4) return c.Fail("channels-last pooling needs a 4-D input, has shape ", ShapeToString(x));
@@ -53,20 +70,6 @@ Status InferPool(InferContext& c) {
   if (c.num_outputs() > 1) c.SetOutput(1, DType::kInt64, out);
   return Status::Ok();
 }
-
-void Pool(OpRegistry& r, const char* type, std::vector<int> versions, std::set<std::string> attrs,
-          std::set<DType> types, int max_outputs = 1) {
-  OpDef d;
-  d.type = type;
-  d.versions = std::move(versions);
-  d.max_outputs = max_outputs;
-  d.attributes = std::move(attrs);
-  d.input_types = std::move(types);
-  d.infer = InferPool;
-  r.Register(d);
-}
-
-}  // namespace
 
 void RegisterPoolOps(OpRegistry& r) {
   Pool(r, "MaxPool", {1, 8, 10, 11, 12},

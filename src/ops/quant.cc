@@ -371,19 +371,35 @@ Status InferQLinearUnary(InferContext& c) {
   return Status::Ok();
 }
 
-// QLinearGlobalAveragePool: X, x_scale, x_zp?, y_scale, y_zp?; attribute
-// channels_last (X is [N, spatial..., C]).
-Status InferQLinearGlobalAveragePool(InferContext& c) {
+// The quantized pools' X, x_scale, x_zp?, y_scale, y_zp? and their
+// channels_last (0 or 1): whether it is 1.
+Result<bool> CheckQuantPool(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
   KILN_RETURN_IF_ERROR(CheckOutputParams(c, 3, 0));
   KILN_RETURN_IF_ERROR(CheckAttrKind(c, "channels_last", ir::Attribute::Kind::kInt, "an int"));
   const std::int64_t last = c.node().GetInt("channels_last", 0);
   if (last != 0 && last != 1) return c.Fail("attribute 'channels_last' must be 0 or 1, found ", last);
+  return last == 1;
+}
+
+// QLinearGlobalAveragePool: X, x_scale, x_zp?, y_scale, y_zp?; attribute
+// channels_last (X is [N, spatial..., C]).
+Status InferQLinearGlobalAveragePool(InferContext& c) {
+  KILN_ASSIGN_OR_RETURN(const bool last, CheckQuantPool(c));
   Shape out = c.in_shape(0);
   if (out.size() < 3) return c.Fail("input X must have rank >= 3, has shape ", ShapeToString(out));
   for (std::size_t d = last ? 1 : 2; d < out.size() - (last ? 1 : 0); ++d) out[d] = 1;
   c.SetOutput(0, c.in_dtype(0), out);
   return Status::Ok();
+}
+
+// QLinearAveragePool: X, x_scale, x_zp?, y_scale, y_zp?; AveragePool's
+// attributes and channels_last (X and Y [N, H, W, C]; 2-D pooling only).
+// ONNX Runtime dequantizes, averages in float32 and quantizes; lower-contrib
+// rewrites it into DequantizeLinear -> AveragePool -> QuantizeLinear.
+Status InferQLinearAveragePool(InferContext& c) {
+  KILN_ASSIGN_OR_RETURN(const bool last, CheckQuantPool(c));
+  return InferPoolShape(c, last);
 }
 
 // QLinearConcat: Y_scale, Y_zp, then (X, X_scale, X_zp) per input; `axis`.
@@ -505,6 +521,9 @@ void RegisterQuantOps(OpRegistry& r) {
   ms(Def("QLinearGlobalAveragePool", {1}, 1, 5, {"channels_last"}, InferQLinearGlobalAveragePool));
   ms(Def("QLinearConcat", {1}, 1, 2 + 3 * (1 << 18), {"axis"}, InferQLinearConcat));
   ms(Def("QGemm", {1}, 6, 9, {"alpha", "transA", "transB"}, InferQGemm));  // lower-contrib rewrites it
+  ms(Def("QLinearAveragePool", {1}, 1, 5,
+         {"auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads", "strides"},
+         InferQLinearAveragePool));  // lower-contrib rewrites it
 }
 
 }  // namespace kiln::ops

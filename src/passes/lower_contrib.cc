@@ -1,6 +1,13 @@
 // Pass "lower-contrib" (after infer-and-fold; required): ONNX Runtime
 // contrib ops that Kiln runs as standard ops, rewritten into them.
 //
+// com.microsoft QLinearAveragePool becomes DequantizeLinear -> AveragePool ->
+// QuantizeLinear (Transposes around the pool where channels_last = 1): ONNX
+// Runtime's kernel dequantizes, averages in float32 and quantizes as
+// round(y / y_scale + zp); QuantizeLinear rounds y / y_scale and adds zp,
+// which differs only where y / y_scale lies on a tie (odd zero points), and
+// the float sums may differ in order: within one step of it.
+//
 // com.microsoft QGemm (ops/quant.cc states its definition) becomes
 //   [Transpose] -> MatMulInteger(A', B', a_zp, b_zp) [-> Add(C)] -> Cast(float)
 //   -> Mul(s) [-> QuantizeLinear(scale 1, y_zp)]
@@ -73,15 +80,61 @@ void LowerQGemm(ir::Graph& g, ir::Node* n) {
   node("QuantizeLinear", "quantize", {f, g.AddConstant(g.UniqueName(base + "/one"), one), yz}, y);
 }
 
+// QLinearAveragePool(X, x_scale, x_zp?, y_scale, y_zp?) ->
+// DequantizeLinear -> [Transpose to NCHW] -> AveragePool -> [Transpose back]
+// -> QuantizeLinear (a zero point of X's type where y_zp is absent, so that
+// the output keeps X's type).
+void LowerQLinearAveragePool(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "qaveragepool" : n->name();
+  auto in = [&](int i) { return i < n->num_inputs() ? n->input(i) : nullptr; };
+  ir::Value *x = in(0), *xs = in(1), *xz = in(2), *ys = in(3), *yz = in(4);
+  ir::Value* y = n->output(0);
+  const bool last = n->GetInt("channels_last", 0) == 1;
+  std::vector<std::pair<std::string, ir::Attribute>> attrs;
+  for (const auto& [k, a] : n->attrs()) {
+    if (k != "channels_last") attrs.emplace_back(k, a);
+  }
+  const DType t = x->dtype();
+  g.RemoveNode(n);
+  auto node = [&](const char* op, const std::string& suffix, std::vector<ir::Value*> ins, ir::Value* out, int version) {
+    const std::string name = g.UniqueName(base + "/" + suffix);
+    if (!out) out = g.AddValue(g.UniqueName(name + "_out"));
+    ir::Node* m = g.AddNode(op, name, std::move(ins), {out});
+    m->set_since_version(version);
+    return m;
+  };
+  std::vector<ir::Value*> dq_ins = {x, xs};
+  if (xz) dq_ins.push_back(xz);
+  ir::Value* f = node("DequantizeLinear", "dequantize", dq_ins, nullptr, 13)->output(0);
+  if (last) {
+    ir::Node* t0 = node("Transpose", "to_nchw", {f}, nullptr, 13);
+    t0->SetAttr("perm", ir::Attribute::Ints({0, 3, 1, 2}));
+    f = t0->output(0);
+  }
+  ir::Node* pool = node("AveragePool", "average", {f}, nullptr, 11);
+  for (auto& [k, a] : attrs) pool->SetAttr(k, a);
+  f = pool->output(0);
+  if (last) {
+    ir::Node* t1 = node("Transpose", "to_nhwc", {f}, nullptr, 13);
+    t1->SetAttr("perm", ir::Attribute::Ints({0, 2, 3, 1}));
+    f = t1->output(0);
+  }
+  if (!yz) yz = Scalar(g, base + "/y_zero_point", t, 0.f);
+  node("QuantizeLinear", "quantize", {f, ys, yz}, y, 13);
+}
+
 }  // namespace
 
 Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
-  std::vector<ir::Node*> qgemms;
+  std::vector<ir::Node*> qgemms, qpools;
   for (auto& n : g.nodes()) {
-    if (n->op_type() == "QGemm" && n->domain() == ops::kMicrosoftDomain) qgemms.push_back(n.get());
+    if (n->domain() != ops::kMicrosoftDomain) continue;
+    if (n->op_type() == "QGemm") qgemms.push_back(n.get());
+    if (n->op_type() == "QLinearAveragePool") qpools.push_back(n.get());
   }
-  if (qgemms.empty()) return Status::Ok();
+  if (qgemms.empty() && qpools.empty()) return Status::Ok();
   for (ir::Node* n : qgemms) LowerQGemm(g, n);
+  for (ir::Node* n : qpools) LowerQLinearAveragePool(g, n);
   KILN_RETURN_IF_ERROR(g.TopologicalSort());
   return InferShapesAndFold(g, opts);
 }

@@ -1,6 +1,6 @@
 // ONNX Runtime's com.microsoft QLinear* ops (QOperator models): QLinearAdd,
 // QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-// QLinearConcat, each against a double-precision reference written here
+// QLinearConcat, QLinearAveragePool and QGemm, each against a double-precision reference written here
 // from the op's definition (dequantize, compute, quantize with rounding to
 // nearest even and saturation), plus hand-derived values and the errors
 // hostile parameters get.
@@ -330,6 +330,105 @@ TEST(QOperator, BadParametersAreErrorsNamingTheInput) {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("triple"), std::string::npos) << r.status().ToString();
   }
+}
+
+// com.microsoft QLinearAveragePool against ONNX Runtime's kernel written out
+// in double: dequantize, average over the window (count_include_pad: over
+// the kernel's size, else over the positions inside the image), then
+// saturate(round_even(y / y_scale + zp)). Kiln lowers it to
+// DequantizeLinear -> AveragePool -> QuantizeLinear, which rounds y /
+// y_scale before adding the zero point: within one step, 99% exact.
+struct QPoolCase {
+  DType dt = DType::kUInt8;
+  bool last = false;  // channels_last: X [N, H, W, C]
+  std::int64_t n = 2, c = 5, h = 9, w = 11, k = 3, s = 2, pad = 1;
+  bool ceil = false, include_pad = false;
+  QP x{0.0413f, 120}, y{0.0291f, 130};  // not round: exact ties would be common
+};
+
+void CheckQAveragePool(const QPoolCase& q) {
+  std::mt19937 rng(13);
+  OneNode t;
+  t.dt = q.dt;
+  const Shape xs = q.last ? Shape{q.n, q.h, q.w, q.c} : Shape{q.n, q.c, q.h, q.w};
+  const auto x = RandomBytes(static_cast<std::size_t>(NumElements(xs)), rng);
+  t.Data("x", x, xs);
+  AddParams(*t.g, t.ins, "x", q.x, q.dt);
+  AddParams(*t.g, t.ins, "y", q.y, q.dt);
+  t.Make("QLinearAveragePool");
+  t.node->SetAttr("kernel_shape", ir::Attribute::Ints({q.k, q.k}));
+  t.node->SetAttr("strides", ir::Attribute::Ints({q.s, q.s}));
+  t.node->SetAttr("pads", ir::Attribute::Ints({q.pad, q.pad, q.pad, q.pad}));
+  if (q.ceil) t.node->SetAttr("ceil_mode", ir::Attribute::Int(1));
+  if (q.include_pad) t.node->SetAttr("count_include_pad", ir::Attribute::Int(1));
+  if (q.last) t.node->SetAttr("channels_last", ir::Attribute::Int(1));
+  auto extent = [&](std::int64_t in) {
+    const std::int64_t span = in + 2 * q.pad - q.k;
+    std::int64_t o = (q.ceil ? (span + q.s - 1) / q.s : span / q.s) + 1;
+    if (q.ceil && (o - 1) * q.s >= in + q.pad) --o;  // a last window starting in the end padding
+    return o;
+  };
+  const std::int64_t oh = extent(q.h), ow = extent(q.w);
+  const Shape ys = q.last ? Shape{q.n, oh, ow, q.c} : Shape{q.n, q.c, oh, ow};
+  auto got = t.Run(ys);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::vector<double> want(got->size());
+  const double lo = q.dt == DType::kUInt8 ? 0 : -128, hi = q.dt == DType::kUInt8 ? 255 : 127;
+  for (std::int64_t b = 0; b < q.n; ++b) {
+    for (std::int64_t ch = 0; ch < q.c; ++ch) {
+      for (std::int64_t i = 0; i < oh; ++i) {
+        for (std::int64_t j = 0; j < ow; ++j) {
+          const std::int64_t h0 = i * q.s - q.pad, w0 = j * q.s - q.pad;
+          double sum = 0;
+          std::int64_t inside = 0;
+          for (std::int64_t u = std::max<std::int64_t>(h0, 0); u < std::min(h0 + q.k, q.h); ++u) {
+            for (std::int64_t v = std::max<std::int64_t>(w0, 0); v < std::min(w0 + q.k, q.w); ++v) {
+              const std::int64_t at = q.last ? ((b * q.h + u) * q.w + v) * q.c + ch : ((b * q.c + ch) * q.h + u) * q.w + v;
+              sum += (Value(x, static_cast<std::size_t>(at), q.dt) - Zp(q.x)) * q.x.scale;
+              ++inside;
+            }
+          }
+          const double avg = sum / static_cast<double>(q.include_pad ? q.k * q.k : inside);
+          const std::int64_t o = q.last ? ((b * oh + i) * ow + j) * q.c + ch : ((b * q.c + ch) * oh + i) * ow + j;
+          want[static_cast<std::size_t>(o)] = std::clamp(std::nearbyint(avg / q.y.scale + Zp(q.y)), lo, hi);
+        }
+      }
+    }
+  }
+  ExpectClose(*got, want, q.dt);
+}
+
+TEST(QLinearAveragePool, Uint8Nchw3x3Stride2Padded) { CheckQAveragePool({}); }
+TEST(QLinearAveragePool, Int8ChannelsLastCeilMode) {
+  QPoolCase q;
+  q.dt = DType::kInt8;
+  q.last = true;
+  q.k = 2;
+  q.pad = 0;
+  q.ceil = true;
+  q.x = {0.0517f, -3};
+  q.y = {0.0439f, 2};
+  CheckQAveragePool(q);
+}
+TEST(QLinearAveragePool, CountIncludePad) {
+  QPoolCase q;
+  q.include_pad = true;
+  q.c = 16;
+  CheckQAveragePool(q);
+}
+TEST(QLinearAveragePool, ChannelsLastNeedsFourDims) {
+  OneNode t;
+  const std::vector<std::uint8_t> x(24);
+  t.Data("x", x, {1, 4, 6});
+  AddParams(*t.g, t.ins, "x", {1.f, 0}, t.dt);
+  AddParams(*t.g, t.ins, "y", {1.f, 0}, t.dt);
+  t.Make("QLinearAveragePool");
+  t.node->SetAttr("kernel_shape", ir::Attribute::Ints({2}));
+  t.node->SetAttr("channels_last", ir::Attribute::Int(1));
+  auto r = t.Run({1, 3, 6});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("channels-last pooling needs a 4-D input"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("qop"), std::string::npos) << r.status().ToString();
 }
 
 // com.microsoft QGemm, against ONNX Runtime's CPU kernel written out here:

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""ONNX Runtime's com.microsoft QGemm and QLinearAveragePool: Kiln against ONNX Runtime and
+against the kernels' definitions.
+
+  /usr/bin/python3 bench/contrib_ops_vs_ort.py --kiln build/kiln --work /tmp/contrib [--node node]
+
+QGemm: one-node models (uint8 / int8 operands, per-tensor and per-column weights, transA /
+transB, alpha, C of several shapes, float32 and quantized outputs), each run with `kiln run`
+and with ONNX Runtime (bench/ort_bench.js; scripts/install_ort.sh first), their output bytes
+compared with NumPy's evaluation of ONNX Runtime's CPU kernel: exact int32 sums plus C, s =
+alpha * a_scale * b_scale[n] (float32, in that order, / y_scale when the output is quantized),
+float32(acc) * s, rounded half to even, plus the zero point, saturated. Each case runs with
+weights over the full int8 range and with 7-bit weights (|w| <= 64): on a CPU without VNNI,
+ONNX Runtime multiplies uint8 by int8 with vpmaddubsw, whose int16 pair sums saturate with
+full-range weights, so there its uint8 x int8 results can leave the definition; Kiln's must
+not (bit for bit).
+
+QLinearAveragePool (NCHW and channels_last, padding, ceil_mode, count_include_pad): the
+definition is ONNX Runtime's kernel in float32 (dequantize, sum the window row by row, divide
+by the count, round(y / y_scale + zp)); Kiln runs DequantizeLinear -> AveragePool ->
+QuantizeLinear, which adds the zero point after rounding: within one step, and reported.
+
+Exit status 1 when Kiln leaves the definition (QGemm: any byte; pooling: more than a step).
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# name, A type, B type, M, K, N, transA, transB, per-column, C shape (None: none), alpha, output type
+CASES = [
+    ("u8s8_transB_percol_C[N]_u8out", "u8", "i8", 3, 37, 20, False, True, True, (20,), 1.0, "u8"),
+    ("u8s8_percol_C[M,1]_alpha0.7_float", "u8", "i8", 3, 37, 20, False, False, True, (3, 1), 0.7, None),
+    ("s8s8_transA_pertensor_C[]_alpha0.75_s8out", "i8", "i8", 4, 50, 16, True, False, False, (), 0.75, "i8"),
+    ("u8u8_transB_percol_C[M,N]_alpha1.3_u8out", "u8", "u8", 5, 33, 24, False, True, True, (5, 24), 1.3, "u8"),
+    ("u8s8_classifier_1280x1000_float", "u8", "i8", 2, 1280, 1000, False, True, True, (1000,), 1.0, None),
+    ("u8s8_pertensor_noC_u8out", "u8", "i8", 1, 64, 10, False, True, False, None, 1.0, "u8"),
+]
+
+NP = {"u8": np.uint8, "i8": np.int8}
+TP = {"u8": TensorProto.UINT8, "i8": TensorProto.INT8}
+
+
+def make(path, case, wmax, rng):
+    _, at, bt, m, k, n, ta, tb, per_col, c_shape, alpha, yt = case
+    lo, hi = (0, 256) if at == "u8" else (-128, 128)
+    a = rng.integers(lo, hi, (k, m) if ta else (m, k)).astype(NP[at])
+    bshape = (n, k) if tb else (k, n)
+    if bt == "i8":
+        b = rng.integers(-wmax, wmax, bshape).astype(np.int8)
+        bz = (np.arange(n) % 3).astype(np.int8)
+    else:
+        b = rng.integers(128 - wmax, 128 + wmax, bshape).astype(np.uint8)
+        bz = (128 + np.arange(n) % 3).astype(np.uint8)
+    bs = (np.float32(0.003) + np.float32(0.0007) * np.arange(n, dtype=np.float32)).astype(np.float32)
+    if not per_col:
+        bs, bz = bs[:1].reshape(()), bz[:1].reshape(())
+    p = {"a": a, "as": np.array(0.03, np.float32), "az": np.array(131 if at == "u8" else -5, NP[at]),
+         "b": b, "bs": bs, "bz": bz, "alpha": alpha}
+    inits = [numpy_helper.from_array(p[x], x) for x in ("as", "az", "b", "bs", "bz")]
+    ins = ["a", "as", "az", "b", "bs", "bz"]
+    if c_shape is not None:
+        p["c"] = rng.integers(-10000, 10000, c_shape).astype(np.int32)
+        inits.append(numpy_helper.from_array(p["c"], "c"))
+        ins.append("c")
+    if yt:
+        if c_shape is None:
+            ins.append("")
+        p["ys"], p["yz"] = np.array(0.2, np.float32), np.array(128 if yt == "u8" else -3, NP[yt])
+        inits += [numpy_helper.from_array(p["ys"], "ys"), numpy_helper.from_array(p["yz"], "yz")]
+        ins += ["ys", "yz"]
+    node = helper.make_node("QGemm", ins, ["y"], domain="com.microsoft", alpha=alpha, transA=int(ta),
+                            transB=int(tb))
+    out_t = TP[yt] if yt else TensorProto.FLOAT
+    g = helper.make_graph([node], "qgemm", [helper.make_tensor_value_info("a", TP[at], list(a.shape))],
+                          [helper.make_tensor_value_info("y", out_t, [m, n])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, path)
+    np.save(path[:-5] + "_a.npy", a)
+    return p
+
+
+def definition(case, p):
+    _, at, bt, m, k, n, ta, tb, per_col, c_shape, alpha, yt = case
+    a = (p["a"].T if ta else p["a"]).astype(np.int64) - int(p["az"])
+    b = (p["b"].T if tb else p["b"]).astype(np.int64) - p["bz"].astype(np.int64).reshape(1, -1)
+    acc = a @ b + (np.broadcast_to(p["c"], (m, n)).astype(np.int64) if "c" in p else 0)
+    s = np.float32(p["alpha"]) * p["as"]
+    s = (s * p["bs"]).astype(np.float32)
+    if yt:
+        s = (s / p["ys"]).astype(np.float32)
+    v = acc.astype(np.int32).astype(np.float32) * s
+    if not yt:
+        return v.astype(np.float32)
+    info = np.iinfo(NP[yt])
+    return np.clip(np.rint(v).astype(np.float64) + int(p["yz"]), info.min, info.max).astype(NP[yt])
+
+
+# name, type, channels_last, N, C, H, W, kernel, stride, pad, ceil_mode, count_include_pad
+POOLS = [
+    ("u8_nchw_3x3_s2_p1", "u8", False, 2, 5, 9, 11, 3, 2, 1, 0, 0),
+    ("u8_nchw_3x3_s1_p1_include_pad", "u8", False, 1, 16, 14, 14, 3, 1, 1, 0, 1),
+    ("s8_nhwc_2x2_s2_ceil", "i8", True, 1, 24, 7, 9, 2, 2, 0, 1, 0),
+    ("u8_nhwc_3x3_s2_p1", "u8", True, 1, 32, 28, 28, 3, 2, 1, 0, 0),
+]
+
+
+def make_pool(path, case, rng):
+    _, t, last, n, c, h, w, k, s, pad, ceil, inc = case
+    lo, hi = (0, 256) if t == "u8" else (-128, 128)
+    xs = (n, h, w, c) if last else (n, c, h, w)
+    p = {"x": rng.integers(lo, hi, xs).astype(NP[t]), "xs": np.array(0.04, np.float32),
+         "xz": np.array(120 if t == "u8" else -3, NP[t]), "ys": np.array(0.03, np.float32),
+         "yz": np.array(131 if t == "u8" else 3, NP[t])}
+    node = helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+                            kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4, ceil_mode=ceil,
+                            count_include_pad=inc, channels_last=int(last))
+    g = helper.make_graph([node], "qpool", [helper.make_tensor_value_info("x", TP[t], list(xs))],
+                          [helper.make_tensor_value_info("y", TP[t], None)],
+                          [numpy_helper.from_array(p[v], v) for v in ("xs", "xz", "ys", "yz")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, path)
+    np.save(path[:-5] + "_a.npy", p["x"])
+    return p
+
+
+def pool_definition(case, p):
+    _, t, last, n, c, h, w, k, s, pad, ceil, inc = case
+    x = p["x"] if not last else p["x"].transpose(0, 3, 1, 2)
+    f = (p["xs"] * (x.astype(np.int32) - int(p["xz"])).astype(np.float32)).astype(np.float32)
+
+    def extent(size):
+        span = size + 2 * pad - k
+        o = (-(-span // s) if ceil else span // s) + 1
+        return o - 1 if ceil and (o - 1) * s >= size + pad else o
+    oh, ow = extent(h), extent(w)
+    y = np.zeros((n, c, oh, ow), np.float32)
+    for i in range(oh):
+        for j in range(ow):
+            h0, w0 = i * s - pad, j * s - pad
+            h1, w1 = min(h0 + k, h), min(w0 + k, w)
+            h0, w0 = max(h0, 0), max(w0, 0)
+            acc = np.zeros((n, c), np.float32)
+            for u in range(h0, h1):
+                for v in range(w0, w1):
+                    acc = (acc + f[:, :, u, v]).astype(np.float32)
+            y[:, :, i, j] = acc / np.float32(k * k if inc else (h1 - h0) * (w1 - w0))
+    info = np.iinfo(NP[t])
+    q = np.clip(np.rint((y / p["ys"]).astype(np.float32) + np.float32(int(p["yz"]))), info.min, info.max).astype(NP[t])
+    return q.transpose(0, 2, 3, 1) if last else q
+
+
+def run_both(args, path, tag):
+    k_out, o_out = os.path.join(args.work, "kiln_" + tag), os.path.join(args.work, "ort_" + tag)
+    kfile = path[:-5] + ".kiln"
+    subprocess.run([args.kiln, "compile", "--model", path, "--output", kfile], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([args.kiln, "run", kfile, "--input", "0=" + path[:-5] + "_a.npy", "--output-dir", k_out],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([args.node, os.path.join(HERE, "ort_bench.js"), path, "--input", "0=" + path[:-5] + "_a.npy",
+                    "--runs", "1", "--warmup", "0", "--output-dir", o_out], check=True, stdout=subprocess.DEVNULL)
+    return np.load(os.path.join(k_out, "output_0.npy")), np.load(os.path.join(o_out, "output_0.npy"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--node", default="node")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    rng = np.random.default_rng(3)
+    bad = 0
+    print(f"{'case':48s} {'weights':>8s} {'Kiln = definition':>18s} {'ORT = definition':>17s} {'max |ORT - def|':>16s}")
+    for case in CASES:
+        for wmax in (128, 64):
+            tag = f"{case[0]}_w{wmax}"
+            path = os.path.join(args.work, tag + ".onnx")
+            p = make(path, case, wmax, rng)
+            want = definition(case, p)
+            got, ort = run_both(args, path, tag)
+            k_ok = got.dtype == want.dtype and got.tobytes() == want.tobytes()
+            o_ok = ort.dtype == want.dtype and ort.tobytes() == want.tobytes()
+            diff = float(np.abs(ort.astype(np.float64) - want.astype(np.float64)).max())
+            bad += not k_ok
+            print(f"{case[0]:48s} {('8-bit' if wmax == 128 else '7-bit'):>8s} {str(k_ok):>18s} {str(o_ok):>17s} {diff:16.6g}")
+    print(f"\n{'QLinearAveragePool case':48s} {'Kiln exact':>10s} {'max |Kiln - def|':>17s} {'ORT = definition':>17s}")
+    for case in POOLS:
+        path = os.path.join(args.work, case[0] + ".onnx")
+        p = make_pool(path, case, rng)
+        want = pool_definition(case, p)
+        got, ort = run_both(args, path, case[0])
+        if got.shape != want.shape:
+            print(f"{case[0]:48s} shape {got.shape} != {want.shape}")
+            bad += 1
+            continue
+        d = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        o_ok = ort.dtype == want.dtype and ort.tobytes() == want.tobytes()
+        bad += int(d.max() > 1)
+        print(f"{case[0]:48s} {float((d == 0).mean()):10.4f} {int(d.max()):17d} {str(o_ok):>17s}")
+    print("FAIL" if bad else "ok: QGemm bit for bit, QLinearAveragePool within one step, of the definition")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
