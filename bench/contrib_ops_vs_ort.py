@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""ONNX Runtime's com.microsoft QGemm and QLinearAveragePool: Kiln against ONNX Runtime and
-against the kernels' definitions.
+"""ONNX Runtime's com.microsoft QGemm, QLinearAveragePool, QLinearSoftmax and QLinearWhere: Kiln
+against ONNX Runtime and against the kernels' definitions.
 
   /usr/bin/python3 bench/contrib_ops_vs_ort.py --kiln build/kiln --work /tmp/contrib [--node node]
 
@@ -20,7 +20,18 @@ definition is ONNX Runtime's kernel in float32 (dequantize, sum the window row b
 by the count, round(y / y_scale + zp)); Kiln runs DequantizeLinear -> AveragePool ->
 QuantizeLinear, which adds the zero point after rounding: within one step, and reported.
 
-Exit status 1 when Kiln leaves the definition (QGemm: any byte; pooling: more than a step).
+QLinearSoftmax (uint8 / int8, opset 11 and 13 axes, rows of 1 to 1000): the definition is ONNX
+Runtime's kernel: a table T[i] = float32(exp((i - 255 + b) * x_scale)) with b = max(0, ln(FLT_MAX / D)
+- 5) / x_scale, per row e = T[255 - (max - x)], their float32 sum in order, and
+y = saturate(rint(e * floor(1 / y_scale) / sum) + y_zp). Compared byte for byte, and against softmax
+in double (one step: floor(1 / y_scale) is below 1 / y_scale by less than 1).
+
+QLinearWhere (three-way broadcasting, uint8 / int8, one side's parameters equal to the output's):
+the definition is ONNX Runtime's tables, float32((q - zp) * scale) / z_scale rounded half to even
+plus z_zp, saturated, selected by the condition. Byte for byte.
+
+Exit status 1 when Kiln leaves the definition (QGemm, QLinearSoftmax, QLinearWhere: any byte;
+pooling: more than a step).
 """
 import argparse
 import os
@@ -47,6 +58,18 @@ NP = {"u8": np.uint8, "i8": np.int8}
 TP = {"u8": TensorProto.UINT8, "i8": TensorProto.INT8}
 
 
+def save(path, node, inputs, output_type, output_shape, inits, p, opset=13):
+    """One-node model: `inputs` (name, type, array) are its inputs, saved beside it as _a.npy,
+    _b.npy...; `inits` the names whose arrays in `p` become initializers."""
+    g = helper.make_graph([node], node.op_type, [helper.make_tensor_value_info(n, t, list(a.shape)) for n, t, a in inputs],
+                          [helper.make_tensor_value_info(node.output[0], output_type, output_shape)],
+                          [numpy_helper.from_array(np.asarray(p[v]), v) for v in inits])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, path)
+    for suffix, (_, _, a) in zip("abc", inputs):
+        np.save(path[:-5] + f"_{suffix}.npy", a)
+
+
 def make(path, case, wmax, rng):
     _, at, bt, m, k, n, ta, tb, per_col, c_shape, alpha, yt = case
     lo, hi = (0, 256) if at == "u8" else (-128, 128)
@@ -63,26 +86,18 @@ def make(path, case, wmax, rng):
         bs, bz = bs[:1].reshape(()), bz[:1].reshape(())
     p = {"a": a, "as": np.array(0.03, np.float32), "az": np.array(131 if at == "u8" else -5, NP[at]),
          "b": b, "bs": bs, "bz": bz, "alpha": alpha}
-    inits = [numpy_helper.from_array(p[x], x) for x in ("as", "az", "b", "bs", "bz")]
     ins = ["a", "as", "az", "b", "bs", "bz"]
     if c_shape is not None:
         p["c"] = rng.integers(-10000, 10000, c_shape).astype(np.int32)
-        inits.append(numpy_helper.from_array(p["c"], "c"))
         ins.append("c")
     if yt:
         if c_shape is None:
             ins.append("")
         p["ys"], p["yz"] = np.array(0.2, np.float32), np.array(128 if yt == "u8" else -3, NP[yt])
-        inits += [numpy_helper.from_array(p["ys"], "ys"), numpy_helper.from_array(p["yz"], "yz")]
         ins += ["ys", "yz"]
     node = helper.make_node("QGemm", ins, ["y"], domain="com.microsoft", alpha=alpha, transA=int(ta),
                             transB=int(tb))
-    out_t = TP[yt] if yt else TensorProto.FLOAT
-    g = helper.make_graph([node], "qgemm", [helper.make_tensor_value_info("a", TP[at], list(a.shape))],
-                          [helper.make_tensor_value_info("y", out_t, [m, n])], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
-    onnx.save(model, path)
-    np.save(path[:-5] + "_a.npy", a)
+    save(path, node, [("a", TP[at], a)], TP[yt] if yt else TensorProto.FLOAT, [m, n], [i for i in ins[1:] if i], p)
     return p
 
 
@@ -121,12 +136,7 @@ def make_pool(path, case, rng):
     node = helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
                             kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4, ceil_mode=ceil,
                             count_include_pad=inc, channels_last=int(last))
-    g = helper.make_graph([node], "qpool", [helper.make_tensor_value_info("x", TP[t], list(xs))],
-                          [helper.make_tensor_value_info("y", TP[t], None)],
-                          [numpy_helper.from_array(p[v], v) for v in ("xs", "xz", "ys", "yz")])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
-    onnx.save(model, path)
-    np.save(path[:-5] + "_a.npy", p["x"])
+    save(path, node, [("x", TP[t], p["x"])], TP[t], None, ("xs", "xz", "ys", "yz"), p)
     return p
 
 
@@ -156,13 +166,102 @@ def pool_definition(case, p):
     return q.transpose(0, 2, 3, 1) if last else q
 
 
-def run_both(args, path, tag):
+# name, type, shape, opset, axis (None: the default), x_scale, x_zp, y_scale, y_zp
+SOFTMAXES = [
+    ("u8_last_axis_ys1/255", "u8", (2, 4, 32), 13, -1, 0.07, 120, 1 / 255, 0),
+    ("s8_axis1_opset13_ys1/255", "i8", (2, 7, 5), 13, 1, 0.11, -3, 1 / 255, -128),
+    ("u8_opset11_axis1_flattened", "u8", (2, 3, 4, 5), 11, 1, 0.05, 0, 1 / 256, 0),
+    ("u8_opset11_no_axis", "u8", (2, 3, 4, 5), 11, None, 0.05, 0, 1 / 256, 0),
+    ("u8_rows_of_1000", "u8", (3, 1000), 13, -1, 0.013, 7, 0.0023, 3),
+    ("s8_attention_1x4x16x16", "i8", (1, 4, 16, 16), 13, -1, 0.05, 0, 1 / 256, -128),
+    ("u8_rows_of_2", "u8", (6, 2), 13, -1, 0.2, 0, 1 / 256, 0),
+]
+
+
+def make_softmax(path, case, rng):
+    _, t, shape, opset, axis, xs, xz, ys, yz = case
+    lo, hi = (0, 256) if t == "u8" else (-128, 128)
+    p = {"x": rng.integers(lo, hi, shape).astype(NP[t]), "xs": np.array(xs, np.float32), "xz": np.array(xz, NP[t]),
+         "ys": np.array(ys, np.float32), "yz": np.array(yz, NP[t])}
+    attrs = {"opset": opset} if axis is None else {"opset": opset, "axis": axis}
+    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", **attrs)
+    save(path, node, [("x", TP[t], p["x"])], TP[t], list(shape), ("xs", "xz", "ys", "yz"), p)
+    return p
+
+
+def softmax_definition(case, p):
+    """ONNX Runtime's kernel (float32 steps) and softmax in double, both quantized."""
+    _, t, shape, opset, axis, *_ = case
+    axis = -1 if axis is None else axis  # the schema's default, whatever the opset
+    axis %= len(shape)
+    x = p["x"].astype(np.int64)
+    if opset < 13:
+        rows = x.reshape(int(np.prod(shape[:axis])), -1)
+    else:
+        rows = np.moveaxis(x, axis, -1).reshape(-1, shape[axis])
+    d = rows.shape[1]
+    xs = float(p["xs"])
+    b = max(0.0, float(np.log(np.float64(np.float32(np.finfo(np.float32).max) / np.float32(d)))) - 5) / xs
+    table = np.exp((np.arange(256, dtype=np.float64) - 255 + b) * xs).astype(np.float32)
+    yinv = np.floor(np.float32(1) / p["ys"]).astype(np.float32)
+    info = np.iinfo(NP[t])
+    e = table[255 - (rows.max(axis=1, keepdims=True) - rows)]
+    total = np.add.accumulate(e, axis=1, dtype=np.float32)[:, -1:]  # in order, as the kernel sums
+    with np.errstate(over="ignore"):
+        q = np.rint(((e * yinv).astype(np.float32) / total).astype(np.float32)).astype(np.float64)
+    kern = np.clip(q + int(p["yz"]), info.min, info.max)
+    ex = np.exp((rows - rows.max(axis=1, keepdims=True)) * xs)
+    math = np.clip(np.rint(ex / ex.sum(axis=1, keepdims=True) / float(p["ys"])) + int(p["yz"]), info.min, info.max)
+
+    def back(v):
+        if opset < 13:
+            return v.reshape(shape).astype(NP[t])
+        moved = list(shape[:axis]) + list(shape[axis + 1:]) + [shape[axis]]
+        return np.moveaxis(v.reshape(moved), -1, axis).astype(NP[t])
+    return back(kern), back(math)
+
+
+# name, type, condition shape, X shape, Y shape, (x_scale, x_zp), (y_scale, y_zp), (z_scale, z_zp)
+WHERES = [
+    ("u8_three_way_broadcast", "u8", (2, 1, 5), (3, 5), (2, 3, 1), (0.05, 120), (0.07, 100), (0.06, 110)),
+    ("s8_x_params_equal_output", "i8", (4, 16), (4, 16), (16,), (0.03, -5), (0.09, 12), (0.03, -5)),
+    ("u8_scalar_y", "u8", (8, 8), (8, 8), (), (0.2, 0), (0.01, 0), (0.1, 128)),
+]
+
+
+def make_where(path, case, rng):
+    _, t, sc, sx, sy, px, py, pz = case
+    lo, hi = (0, 256) if t == "u8" else (-128, 128)
+    p = {"c": rng.integers(0, 2, sc).astype(bool), "x": rng.integers(lo, hi, sx).astype(NP[t]),
+         "y": rng.integers(lo, hi, sy).astype(NP[t])}
+    for k, (sc_, zp) in (("x", px), ("y", py), ("z", pz)):
+        p[k + "s"], p[k + "z"] = np.array(sc_, np.float32), np.array(zp, NP[t])
+    node = helper.make_node("QLinearWhere", ["c", "x", "xs", "xz", "y", "ys", "yz", "zs", "zz"], ["z"],
+                            domain="com.microsoft")
+    save(path, node, [("x", TP[t], p["x"]), ("y", TP[t], p["y"])], TP[t], None,
+         ("c", "xs", "xz", "ys", "yz", "zs", "zz"), p, opset=16)
+    return p
+
+
+def where_definition(case, p):
+    t = case[1]
+    info = np.iinfo(NP[t])
+
+    def requant(q, k):
+        v = ((q.astype(np.int32) - int(p[k + "z"])).astype(np.float32) * p[k + "s"]).astype(np.float32)
+        return np.clip(np.rint((v / p["zs"]).astype(np.float32)).astype(np.float64) + int(p["zz"]), info.min, info.max)
+    return np.where(p["c"], requant(p["x"], "x"), requant(p["y"], "y")).astype(NP[t])
+
+
+def run_both(args, path, tag, inputs=("a",)):
     k_out, o_out = os.path.join(args.work, "kiln_" + tag), os.path.join(args.work, "ort_" + tag)
     kfile = path[:-5] + ".kiln"
+    feeds = []
+    for i, suffix in enumerate(inputs):
+        feeds += ["--input", f"{i}={path[:-5]}_{suffix}.npy"]
     subprocess.run([args.kiln, "compile", "--model", path, "--output", kfile], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([args.kiln, "run", kfile, "--input", "0=" + path[:-5] + "_a.npy", "--output-dir", k_out],
-                   check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([args.node, os.path.join(HERE, "ort_bench.js"), path, "--input", "0=" + path[:-5] + "_a.npy",
+    subprocess.run([args.kiln, "run", kfile, *feeds, "--output-dir", k_out], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([args.node, os.path.join(HERE, "ort_bench.js"), path, *feeds,
                     "--runs", "1", "--warmup", "0", "--output-dir", o_out], check=True, stdout=subprocess.DEVNULL)
     return np.load(os.path.join(k_out, "output_0.npy")), np.load(os.path.join(o_out, "output_0.npy"))
 
@@ -203,7 +302,30 @@ def main():
         o_ok = ort.dtype == want.dtype and ort.tobytes() == want.tobytes()
         bad += int(d.max() > 1)
         print(f"{case[0]:48s} {float((d == 0).mean()):10.4f} {int(d.max()):17d} {str(o_ok):>17s}")
-    print("FAIL" if bad else "ok: QGemm bit for bit, QLinearAveragePool within one step, of the definition")
+    print(f"\n{'QLinearSoftmax case':48s} {'Kiln = definition':>18s} {'Kiln = ORT':>11s} {'max |Kiln - softmax|':>21s}")
+    for case in SOFTMAXES:
+        tag = case[0].replace("/", "_")
+        path = os.path.join(args.work, tag + ".onnx")
+        p = make_softmax(path, case, rng)
+        want, math = softmax_definition(case, p)
+        got, ort = run_both(args, path, tag)
+        k_ok = got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        o_ok = got.dtype == ort.dtype and got.tobytes() == ort.tobytes()
+        d = int(np.abs(got.astype(np.int32) - math.astype(np.int32)).max())
+        bad += (not k_ok) + (d > 1)
+        print(f"{case[0]:48s} {str(k_ok):>18s} {str(o_ok):>11s} {d:21d}")
+    print(f"\n{'QLinearWhere case':48s} {'Kiln = definition':>18s} {'Kiln = ORT':>11s}")
+    for case in WHERES:
+        path = os.path.join(args.work, case[0] + ".onnx")
+        p = make_where(path, case, rng)
+        want = where_definition(case, p)
+        got, ort = run_both(args, path, case[0], ("a", "b"))
+        k_ok = got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        o_ok = got.dtype == ort.dtype and got.tobytes() == ort.tobytes()
+        bad += not k_ok
+        print(f"{case[0]:48s} {str(k_ok):>18s} {str(o_ok):>11s}")
+    print("FAIL" if bad else "ok: QGemm, QLinearSoftmax and QLinearWhere bit for bit, QLinearAveragePool within one "
+          "step, of the definition")
     sys.exit(1 if bad else 0)
 
 

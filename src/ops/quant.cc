@@ -402,6 +402,57 @@ Status InferQLinearAveragePool(InferContext& c) {
   return InferPoolShape(c, last);
 }
 
+// com.microsoft QLinearSoftmax: X, X_scale, x_zp?, y_scale, y_zp?;
+// attributes opset (required: the opset of the Softmax it replaced; below
+// 13 the softmax runs over the flattened dims from `axis` on, from 13 over
+// `axis` alone) and axis (default -1 for every opset: ONNX Runtime's schema
+// default, which its kernel reads before its own opset-dependent one). The
+// CPU kernel computes it as ONNX Runtime's does (kernels/quant.cc).
+Status InferQLinearSoftmax(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
+  KILN_RETURN_IF_ERROR(CheckOutputParams(c, 3, 0));
+  if (!c.node().HasAttr("opset")) return c.Fail("attribute 'opset' is required");
+  KILN_RETURN_IF_ERROR(CheckAttrKind(c, "opset", ir::Attribute::Kind::kInt, "an int"));
+  KILN_RETURN_IF_ERROR(CheckAttrKind(c, "axis", ir::Attribute::Kind::kInt, "an int"));
+  const std::int64_t opset = c.node().GetInt("opset", 13);
+  if (opset < 1) return c.Fail("attribute 'opset' must be at least 1, found ", opset);
+  const Shape& x = c.in_shape(0);
+  if (x.empty()) return c.Fail("input X must have rank >= 1, has shape ", ShapeToString(x));
+  KILN_RETURN_IF_ERROR(c.Axis(c.node().GetInt("axis", -1), x.size(), "axis").status());
+  c.SetOutput(0, c.in_dtype(0), x);
+  return Status::Ok();
+}
+
+// com.microsoft QLinearWhere: condition, X, x_scale, x_zp, Y, y_scale,
+// y_zp, z_scale, z_zp (all nine required, as ONNX Runtime's kernel
+// requires them; X, Y and the zero points of one type). Output: Where
+// (condition, X, Y) requantised to (z_scale, z_zp), broadcast over the
+// three. ONNX Runtime maps X and Y through 256-entry tables made by
+// dequantizing and quantizing (round half to even, saturate);
+// lower-contrib rewrites it into DequantizeLinear -> Where ->
+// QuantizeLinear, the same arithmetic element by element.
+Status InferQLinearWhere(InferContext& c) {
+  for (int i = 0; i < 9; ++i) {
+    if (!c.has_input(i)) return c.Fail("input ", i, " is missing (QLinearWhere takes nine inputs)");
+  }
+  if (c.in_dtype(0) != DType::kBool) return c.Fail("input 0 (condition) must be bool, is ", DTypeName(c.in_dtype(0)));
+  KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 1, 2));
+  KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 4, 5));
+  if (c.in_dtype(4) != c.in_dtype(1)) {
+    return c.Fail("input 4 (Y) has type ", DTypeName(c.in_dtype(4)), " but input 1 (X) has ", DTypeName(c.in_dtype(1)),
+                  " (they must match)");
+  }
+  KILN_RETURN_IF_ERROR(CheckOutputParams(c, 7, 1));
+  Shape s = c.in_shape(0);
+  for (int i : {1, 4}) {
+    auto b = BroadcastShapes(s, c.in_shape(i));
+    if (!b.ok()) return c.Fail("input ", i, ": ", b.status().message());
+    s = b.value();
+  }
+  c.SetOutput(0, c.in_dtype(1), std::move(s));
+  return Status::Ok();
+}
+
 // QLinearConcat: Y_scale, Y_zp, then (X, X_scale, X_zp) per input; `axis`.
 Status InferQLinearConcat(InferContext& c) {
   const int n = c.num_inputs();
@@ -524,6 +575,8 @@ void RegisterQuantOps(OpRegistry& r) {
   ms(Def("QLinearAveragePool", {1}, 1, 5,
          {"auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads", "strides"},
          InferQLinearAveragePool));  // lower-contrib rewrites it
+  ms(Def("QLinearSoftmax", {1}, 4, 5, {"axis", "opset"}, InferQLinearSoftmax));
+  ms(Def("QLinearWhere", {1}, 9, 9, {}, InferQLinearWhere));  // lower-contrib rewrites it
 }
 
 }  // namespace kiln::ops

@@ -20,6 +20,12 @@
 // the graph, which folds the scale chain and a constant B's Transpose into
 // constants (float32 IEEE products and quotient, as the kernel computes
 // them) and lets the later passes see MatMulInteger with constant weights.
+// com.microsoft QLinearWhere becomes DequantizeLinear(X), DequantizeLinear(Y)
+// -> Where -> QuantizeLinear(z_scale, z_zp): ONNX Runtime maps X and Y
+// through tables made the same way, (q - zp) * scale in float32 then
+// round_even(v / z_scale) + z_zp saturated, and selects; elementwise the
+// two agree bit for bit (where its parameters match the output's, ONNX
+// Runtime copies, and the rewrite's (q - zp) * s / s is exactly q - zp).
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 
@@ -36,6 +42,17 @@ ir::Value* Scalar(ir::Graph& g, const std::string& name, DType t, float v) {
   return g.AddConstant(g.UniqueName(name), c);
 }
 
+// Adds node `op` named <base>/<suffix> (made unique) of opset `version`,
+// writing `out` or a new value.
+ir::Node* AddNamed(ir::Graph& g, const std::string& base, const char* op, const std::string& suffix,
+                   std::vector<ir::Value*> ins, ir::Value* out, int version) {
+  const std::string name = g.UniqueName(base + "/" + suffix);
+  if (!out) out = g.AddValue(g.UniqueName(name + "_out"));
+  ir::Node* m = g.AddNode(op, name, std::move(ins), {out});
+  m->set_since_version(version);
+  return m;
+}
+
 void LowerQGemm(ir::Graph& g, ir::Node* n) {
   const std::string base = n->name().empty() ? "qgemm" : n->name();
   auto in = [&](int i) { return i < n->num_inputs() ? n->input(i) : nullptr; };
@@ -47,13 +64,7 @@ void LowerQGemm(ir::Graph& g, ir::Node* n) {
   const DType a_type = a->dtype(), b_type = b->dtype();
   g.RemoveNode(n);
   auto node = [&](const char* op, const std::string& suffix, std::vector<ir::Value*> ins, ir::Value* out = nullptr,
-                  int version = 13) {
-    const std::string name = g.UniqueName(base + "/" + suffix);
-    if (!out) out = g.AddValue(g.UniqueName(name + "_out"));
-    ir::Node* m = g.AddNode(op, name, std::move(ins), {out});
-    m->set_since_version(version);
-    return m;
-  };
+                  int version = 13) { return AddNamed(g, base, op, suffix, std::move(ins), out, version); };
   auto transposed = [&](ir::Value* v, const char* what) {
     ir::Node* t = node("Transpose", what, {v});
     t->SetAttr("perm", ir::Attribute::Ints({1, 0}));
@@ -97,11 +108,7 @@ void LowerQLinearAveragePool(ir::Graph& g, ir::Node* n) {
   const DType t = x->dtype();
   g.RemoveNode(n);
   auto node = [&](const char* op, const std::string& suffix, std::vector<ir::Value*> ins, ir::Value* out, int version) {
-    const std::string name = g.UniqueName(base + "/" + suffix);
-    if (!out) out = g.AddValue(g.UniqueName(name + "_out"));
-    ir::Node* m = g.AddNode(op, name, std::move(ins), {out});
-    m->set_since_version(version);
-    return m;
+    return AddNamed(g, base, op, suffix, std::move(ins), out, version);
   };
   std::vector<ir::Value*> dq_ins = {x, xs};
   if (xz) dq_ins.push_back(xz);
@@ -123,18 +130,35 @@ void LowerQLinearAveragePool(ir::Graph& g, ir::Node* n) {
   node("QuantizeLinear", "quantize", {f, ys, yz}, y, 13);
 }
 
+// QLinearWhere(condition, X, x_scale, x_zp, Y, y_scale, y_zp, z_scale,
+// z_zp) -> Where(condition, DequantizeLinear(X), DequantizeLinear(Y)) ->
+// QuantizeLinear(z_scale, z_zp).
+void LowerQLinearWhere(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "qwhere" : n->name();
+  std::vector<ir::Value*> in;
+  for (int i = 0; i < n->num_inputs(); ++i) in.push_back(n->input(i));
+  ir::Value* z = n->output(0);
+  g.RemoveNode(n);
+  ir::Value* x = AddNamed(g, base, "DequantizeLinear", "dequantize_x", {in[1], in[2], in[3]}, nullptr, 13)->output(0);
+  ir::Value* y = AddNamed(g, base, "DequantizeLinear", "dequantize_y", {in[4], in[5], in[6]}, nullptr, 13)->output(0);
+  ir::Value* w = AddNamed(g, base, "Where", "where", {in[0], x, y}, nullptr, 16)->output(0);
+  AddNamed(g, base, "QuantizeLinear", "quantize", {w, in[7], in[8]}, z, 13);
+}
+
 }  // namespace
 
 Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
-  std::vector<ir::Node*> qgemms, qpools;
+  std::vector<ir::Node*> qgemms, qpools, qwheres;
   for (auto& n : g.nodes()) {
     if (n->domain() != ops::kMicrosoftDomain) continue;
     if (n->op_type() == "QGemm") qgemms.push_back(n.get());
     if (n->op_type() == "QLinearAveragePool") qpools.push_back(n.get());
+    if (n->op_type() == "QLinearWhere") qwheres.push_back(n.get());
   }
-  if (qgemms.empty() && qpools.empty()) return Status::Ok();
+  if (qgemms.empty() && qpools.empty() && qwheres.empty()) return Status::Ok();
   for (ir::Node* n : qgemms) LowerQGemm(g, n);
   for (ir::Node* n : qpools) LowerQLinearAveragePool(g, n);
+  for (ir::Node* n : qwheres) LowerQLinearWhere(g, n);
   KILN_RETURN_IF_ERROR(g.TopologicalSort());
   return InferShapesAndFold(g, opts);
 }

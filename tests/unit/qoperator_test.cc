@@ -1,6 +1,6 @@
 // ONNX Runtime's com.microsoft QLinear* ops (QOperator models): QLinearAdd,
 // QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-// QLinearConcat, QLinearAveragePool and QGemm, each against a double-precision reference written here
+// QLinearConcat, QLinearAveragePool, QGemm, QLinearSoftmax and QLinearWhere, each against a double-precision reference written here
 // from the op's definition (dequantize, compute, quantize with rounding to
 // nearest even and saturation), plus hand-derived values and the errors
 // hostile parameters get.
@@ -700,6 +700,251 @@ TEST(QGemm, HostileParametersAreRefused) {
     ASSERT_FALSE(r.ok()) << t.what;
     EXPECT_NE(r.status().message().find(t.message), std::string::npos) << t.what << ": " << r.status().ToString();
     EXPECT_NE(r.status().message().find("qgemm_node"), std::string::npos) << t.what << ": " << r.status().ToString();
+  }
+}
+
+// com.microsoft QLinearSoftmax against ONNX Runtime's kernel written out
+// here (its lookup table, float32 sum in order, floor(1 / y_scale)) bit for
+// bit, and against softmax in double within one step.
+struct QSoftmaxCase {
+  DType dt = DType::kUInt8;
+  Shape shape = {2, 3, 40};
+  std::int64_t opset = 13;
+  std::int64_t axis = -1;
+  bool axis_given = true;
+  QP x{0.07f, 120}, y{1.f / 256, 0};
+};
+
+void CheckQSoftmax(const QSoftmaxCase& q) {
+  std::mt19937 rng(17);
+  OneNode t;
+  t.dt = q.dt;
+  const auto x = RandomBytes(static_cast<std::size_t>(NumElements(q.shape)), rng);
+  t.Data("x", x, q.shape);
+  AddParams(*t.g, t.ins, "x", q.x, q.dt);
+  AddParams(*t.g, t.ins, "y", q.y, q.dt);
+  t.Make("QLinearSoftmax");
+  t.node->SetAttr("opset", ir::Attribute::Int(q.opset));
+  if (q.axis_given) t.node->SetAttr("axis", ir::Attribute::Int(q.axis));
+  auto got = t.Run(q.shape);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto rank = static_cast<std::int64_t>(q.shape.size());
+  std::int64_t axis = q.axis_given ? q.axis : -1;  // ONNX Runtime's schema default, for every opset
+  if (axis < 0) axis += rank;
+  // Rows: (outer, inner) pairs; a row's elements lie `inner` apart.
+  std::int64_t outer = 1, d = 1, inner = 1;
+  for (std::int64_t i = 0; i < rank; ++i) {
+    const std::int64_t v = q.shape[static_cast<std::size_t>(i)];
+    (i < axis ? outer : (i == axis || q.opset < 13) ? d : inner) *= v;
+  }
+  const double lo = q.dt == DType::kUInt8 ? 0 : -128, hi = q.dt == DType::kUInt8 ? 255 : 127;
+  // ONNX Runtime's table: exp((i - 255 + shift) * x_scale), shift keeping D terms below FLT_MAX.
+  const float fmax_d = std::numeric_limits<float>::max() / static_cast<float>(d);
+  const double shift = std::max(0.0, std::log(static_cast<double>(fmax_d)) - 5) / q.x.scale;
+  std::vector<float> table(256);
+  for (int i = 0; i < 256; ++i) table[static_cast<std::size_t>(i)] = static_cast<float>(std::exp((i - 255 + shift) * q.x.scale));
+  const float yinv = std::floor(1.0f / q.y.scale);
+  std::vector<double> kernel(got->size()), math(got->size());
+  for (std::int64_t r = 0; r < outer * inner; ++r) {
+    const std::int64_t base = r / inner * d * inner + r % inner;
+    auto at = [&](std::int64_t k) { return static_cast<std::size_t>(base + k * inner); };
+    double m = Value(x, at(0), q.dt);
+    for (std::int64_t k = 1; k < d; ++k) m = std::max(m, Value(x, at(k), q.dt));
+    float sum = 0;
+    double esum = 0;
+    for (std::int64_t k = 0; k < d; ++k) {
+      sum += table[static_cast<std::size_t>(255 - (m - Value(x, at(k), q.dt)))];
+      esum += std::exp((Value(x, at(k), q.dt) - m) * q.x.scale);
+    }
+    for (std::int64_t k = 0; k < d; ++k) {
+      const float e = table[static_cast<std::size_t>(255 - (m - Value(x, at(k), q.dt)))];
+      kernel[at(k)] = std::clamp(static_cast<double>(std::nearbyint(e * yinv / sum)) + Zp(q.y), lo, hi);
+      math[at(k)] = Quantize(std::exp((Value(x, at(k), q.dt) - m) * q.x.scale) / esum / q.y.scale, q.y, q.dt);
+    }
+  }
+  // Within one step of softmax: floor(1 / y_scale) is below 1 / y_scale by
+  // less than 1, so y is below by less than a step before rounding. (With
+  // y_scale = float(1 / 255), 1 / y_scale is 254.99998 in float32: ONNX
+  // Runtime scales by 254, and many results sit a step below softmax's.)
+  for (std::size_t i = 0; i < got->size(); ++i) {
+    ASSERT_EQ(Value(*got, i, q.dt), kernel[i]) << "element " << i;
+    ASSERT_LE(std::fabs(kernel[i] - math[i]), 1.0) << "element " << i;
+  }
+}
+
+TEST(QLinearSoftmax, Uint8LastAxisMatchesTheKernel) { CheckQSoftmax({}); }
+TEST(QLinearSoftmax, Int8MiddleAxisOpset13) {
+  QSoftmaxCase q;
+  q.dt = DType::kInt8;
+  q.shape = {2, 7, 5};
+  q.axis = 1;
+  q.x = {0.11f, -3};
+  q.y = {1.f / 255, -128};
+  CheckQSoftmax(q);
+}
+TEST(QLinearSoftmax, Opset11FlattensFromTheAxis) {
+  QSoftmaxCase q;
+  q.shape = {2, 3, 4, 5};
+  q.opset = 11;
+  q.axis = 1;  // below opset 13: rows of 3 * 4 * 5
+  q.x = {0.05f, 0};
+  CheckQSoftmax(q);
+}
+TEST(QLinearSoftmax, Opset11WithoutAxisUsesTheLastDim) {
+  QSoftmaxCase q;
+  q.shape = {2, 3, 4, 5};
+  q.opset = 11;
+  q.axis_given = false;
+  CheckQSoftmax(q);
+}
+TEST(QLinearSoftmax, LongRowsAndSmallScale) {
+  QSoftmaxCase q;
+  q.shape = {3, 1000};
+  q.x = {0.013f, 7};
+  q.y = {0.0023f, 3};  // floor(1 / 0.0023) = 434, not 434.78
+  CheckQSoftmax(q);
+}
+
+TEST(QLinearSoftmax, HandDerived) {
+  auto run = [](std::vector<std::uint8_t> x, Shape s, float xs, float ys) {
+    OneNode t;
+    t.Data("x", x, s);
+    AddParams(*t.g, t.ins, "x", {xs, 0}, t.dt);
+    AddParams(*t.g, t.ins, "y", {ys, 0}, t.dt);
+    t.Make("QLinearSoftmax");
+    t.node->SetAttr("opset", ir::Attribute::Int(13));
+    return t.Run(s);
+  };
+  {  // probabilities 1/4 and 3/4 (x_scale ln 3); 1/2 and 1/2; out of 256 steps
+    auto r = run({10, 11, 200, 200}, {2, 2}, static_cast<float>(std::log(3.0)), 1.f / 256);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, (std::vector<std::uint8_t>{64, 192, 128, 128}));
+  }
+  {  // one element per row: probability 1, 256 steps saturate to 255 (ONNX Runtime's product overflows there)
+    auto r = run({3, 250}, {2, 1}, 0.1f, 1.f / 256);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, (std::vector<std::uint8_t>{255, 255}));
+  }
+}
+
+// Scales that no quantizer writes (they may arrive as tensors at run time):
+// the kernel runs without undefined behaviour (the sanitizer builds check
+// the conversions) and saturates; ONNX Runtime's output is unspecified there.
+TEST(QLinearSoftmax, DegenerateScalesSaturate) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float xs : {0.f, -1.f, nan, inf, 1e-45f, 1e30f}) {
+    for (float ys : {0.f, -0.5f, nan, 1e-30f, 1.f / 256}) {
+      OneNode t;
+      const std::vector<std::uint8_t> x = {0, 1, 128, 255, 7, 7, 7, 7};
+      t.Data("x", x, {2, 4});
+      AddParams(*t.g, t.ins, "x", {xs, 0}, t.dt);
+      AddParams(*t.g, t.ins, "y", {ys, 3}, t.dt);
+      t.Make("QLinearSoftmax");
+      t.node->SetAttr("opset", ir::Attribute::Int(13));
+      auto r = t.Run({2, 4});
+      ASSERT_TRUE(r.ok()) << xs << " " << ys << ": " << r.status().ToString();
+      if (std::isfinite(xs) && xs > 0 && ys == 1.f / 256) {  // equal inputs: equal shares of 256 steps
+        EXPECT_EQ((std::vector<std::uint8_t>(r->begin() + 4, r->end())), (std::vector<std::uint8_t>(4, 64 + 3)))
+            << "x_scale " << xs;
+      }
+    }
+  }
+}
+
+TEST(QLinearSoftmax, BadAttributesAreErrorsNamingTheNode) {
+  struct Bad {
+    Shape shape;
+    bool opset;
+    std::int64_t axis;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{{2, 4}, false, -1, "attribute 'opset' is required"}, Bad{{2, 4}, true, 2, "axis"},
+                       Bad{{}, true, -1, "rank >= 1"}}) {
+    OneNode t;
+    const std::vector<std::uint8_t> x(8);
+    t.Data("x", x, b.shape);
+    AddParams(*t.g, t.ins, "x", {1.f, 0}, t.dt);
+    AddParams(*t.g, t.ins, "y", {1.f / 256, 0}, t.dt);
+    t.Make("QLinearSoftmax");
+    if (b.opset) t.node->SetAttr("opset", ir::Attribute::Int(13));
+    t.node->SetAttr("axis", ir::Attribute::Int(b.axis));
+    auto r = t.Run(b.shape);
+    ASSERT_FALSE(r.ok()) << b.message;
+    EXPECT_NE(r.status().message().find(b.message), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("qop"), std::string::npos) << r.status().ToString();
+  }
+}
+
+// com.microsoft QLinearWhere against ONNX Runtime's tables written out here:
+// (q - zp) * scale in float32, / z_scale, rounded half to even, + z_zp,
+// saturated (a copy where X's or Y's parameters are the output's).
+void CheckQWhere(DType dt, Shape sc, Shape sx, Shape sy, Shape sz, QP px, QP py, QP pz) {
+  std::mt19937 rng(19);
+  OneNode t;
+  t.dt = dt;
+  const auto cond = RandomBytes(static_cast<std::size_t>(NumElements(sc)), rng);
+  std::vector<std::uint8_t> c(cond.size());
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = cond[i] & 1;
+  const auto x = RandomBytes(static_cast<std::size_t>(NumElements(sx)), rng);
+  const auto y = RandomBytes(static_cast<std::size_t>(NumElements(sy)), rng);
+  t.ins.push_back(t.g->AddConstant("cond", Bytes(DType::kBool, sc, c)));
+  t.Data("x", x, sx);
+  AddParams(*t.g, t.ins, "x", px, dt);
+  t.Data("y", y, sy);
+  AddParams(*t.g, t.ins, "y", py, dt);
+  AddParams(*t.g, t.ins, "z", pz, dt);
+  t.Make("QLinearWhere");
+  auto got = t.Run(sz);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const double lo = dt == DType::kUInt8 ? 0 : -128, hi = dt == DType::kUInt8 ? 255 : 127;
+  auto requant = [&](double q, QP p) {
+    const float v = static_cast<float>(q - p.zp) * p.scale;
+    return std::clamp(static_cast<double>(std::nearbyint(v / pz.scale)) + pz.zp, lo, hi);
+  };
+  // Index of output element o in a tensor of shape s broadcast to sz.
+  auto index = [&](const Shape& s, std::int64_t o) {
+    std::int64_t idx = 0, stride = 1;
+    for (std::size_t k = sz.size(); k-- > 0;) {
+      const std::int64_t coord = o % sz[k];
+      o /= sz[k];
+      const std::size_t j = k + s.size() - sz.size();
+      if (k + s.size() >= sz.size()) {
+        if (s[j] != 1) idx += coord * stride;
+        stride *= s[j];
+      }
+    }
+    return static_cast<std::size_t>(idx);
+  };
+  for (std::int64_t o = 0; o < NumElements(sz); ++o) {
+    const double want = c[index(sc, o)] ? requant(Value(x, index(sx, o), dt), px) : requant(Value(y, index(sy, o), dt), py);
+    ASSERT_EQ(Value(*got, static_cast<std::size_t>(o), dt), want) << "element " << o;
+  }
+}
+
+TEST(QLinearWhere, Uint8ThreeWayBroadcast) {
+  CheckQWhere(DType::kUInt8, {2, 1, 5}, {3, 5}, {2, 3, 1}, {2, 3, 5}, {0.05f, 120}, {0.07f, 100}, {0.06f, 110});
+}
+TEST(QLinearWhere, Int8OneSideCopied) {
+  CheckQWhere(DType::kInt8, {4, 16}, {4, 16}, {16}, {4, 16}, {0.03f, -5}, {0.09f, 12}, {0.03f, -5});
+}
+
+TEST(QLinearWhere, BadInputsAreErrorsNamingTheNode) {
+  for (int bad = 0; bad < 3; ++bad) {
+    OneNode t;
+    const std::vector<std::uint8_t> x(8);
+    t.ins.push_back(t.g->AddConstant("cond", Bytes(bad == 1 ? DType::kUInt8 : DType::kBool, {8}, x)));
+    t.Data("x", x, {8});
+    AddParams(*t.g, t.ins, "x", {1.f, 0}, t.dt);
+    t.Data("y", x, {8});
+    AddParams(*t.g, t.ins, "y", {1.f, 0}, bad == 2 ? DType::kInt8 : t.dt);
+    AddParams(*t.g, t.ins, "z", {1.f, 0}, t.dt);
+    if (bad == 0) t.ins.back() = nullptr;
+    t.Make("QLinearWhere");
+    auto r = t.Run({8});
+    const char* message[] = {"input 8 is missing", "input 0 (condition) must be bool", "input 6 (zero point) has type int8"};
+    ASSERT_FALSE(r.ok()) << message[bad];
+    EXPECT_NE(r.status().message().find(message[bad]), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("qop"), std::string::npos) << r.status().ToString();
   }
 }
 

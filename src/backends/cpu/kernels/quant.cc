@@ -3478,6 +3478,68 @@ Result<std::unique_ptr<Kernel>> MakeQLinearConcat(const KernelInit& init) {
   return MakeQLinearConcatT<std::int8_t>(init);
 }
 
+// com.microsoft QLinearSoftmax, computed as ONNX Runtime's kernel computes
+// it (its result defines the op). With D the reduced length (opset < 13:
+// the dims from `axis` on, flattened; else dim `axis`; `axis` -1 when
+// absent, whatever the opset: the schema's default) and T[i] =
+// float(exp((i - 255 + b) * x_scale)) for i in 0..255, in double, where b =
+// max(0, ln(FLT_MAX / D) - 5) / x_scale keeps a row's sum of D terms below
+// FLT_MAX: per row, with m its largest value, each element x reads e =
+// T[255 - (m - x)] (x_zp cancels), s sums the e in order in float32, and
+// y = saturate(round_even((e * floor(1 / y_scale)) / s) + y_zp), each
+// operation in float32 (floor(1 / y_scale), not 1 / y_scale: ONNX Runtime's
+// choice). Where ONNX Runtime's int8 path wraps a value past 127 (only when
+// floor(1 / y_scale) + y_zp > 127) or its product overflows to infinity (a
+// row of one element), Kiln saturates.
+template <typename Q>
+Result<std::unique_ptr<Kernel>> MakeQLinearSoftmaxT(const KernelInit& init) {
+  const Param sx = ParamOf(init, 1), sy = ParamOf(init, 3), zy = ParamOf(init, 4);
+  const Shape& s = init.inputs[0].shape;
+  const auto rank = static_cast<std::int64_t>(s.size());
+  const std::int64_t opset = init.node->GetInt("opset", 13);
+  std::int64_t axis = init.node->GetInt("axis", -1);
+  if (axis < 0) axis += rank;
+  std::int64_t outer = 1, d = 1, inner = 1;
+  for (std::int64_t i = 0; i < rank; ++i) {
+    const std::int64_t v = s[static_cast<std::size_t>(i)];
+    if (i < axis) outer *= v;
+    else if (i == axis || opset < 13) d *= v;
+    else inner *= v;
+  }
+  return MakeFn([=](const KernelArgs& a) {
+    if (outer == 0 || d == 0 || inner == 0) return Status::Ok();
+    const float xs = sx.Get(a, 0);
+    const double bits = std::log(static_cast<double>(std::numeric_limits<float>::max() / static_cast<float>(d)));
+    const double shift = std::max(0.0, bits - 5.0) / static_cast<double>(xs);
+    float table[256];
+    for (int i = 0; i < 256; ++i) {
+      table[i] = static_cast<float>(std::exp((static_cast<double>(i) - 255.0 + shift) * static_cast<double>(xs)));
+    }
+    const float yinv = std::floor(1.0f / sy.Get(a, 0)), zo = zy.Get(a, 0);
+    const Q* x = a.in_as<Q>(0);
+    Q* y = a.out_as<Q>(0);
+    ParallelFor(outer * inner, std::max<std::int64_t>(1, 16384 / d), [&](std::int64_t rb, std::int64_t re) {
+      for (std::int64_t r = rb; r < re; ++r) {
+        const std::int64_t base = r / inner * d * inner + r % inner;
+        int m = x[base];
+        for (std::int64_t k = 1; k < d; ++k) m = std::max<int>(m, x[base + k * inner]);
+        const int off = 255 - m;  // x in [m - 255, m] reads table[off + x]
+        float sum = 0.f;
+        for (std::int64_t k = 0; k < d; ++k) sum += table[off + x[base + k * inner]];
+        for (std::int64_t k = 0; k < d; ++k) {
+          const float v = std::nearbyint((table[off + x[base + k * inner]] * yinv) / sum);
+          y[base + k * inner] = Saturate<Q>(v + zo);
+        }
+      }
+    });
+    return Status::Ok();
+  });
+}
+Result<std::unique_ptr<Kernel>> MakeQLinearSoftmax(const KernelInit& init) {
+  if (init.inputs[0].dtype == DType::kUInt8) return MakeQLinearSoftmaxT<std::uint8_t>(init);
+  return MakeQLinearSoftmaxT<std::int8_t>(init);
+}
+
 }  // namespace
 
 void RegisterQuantKernels(KernelRegistry& r) {
@@ -3497,6 +3559,7 @@ void RegisterQuantKernels(KernelRegistry& r) {
   r.Register("QLinearLeakyRelu", MakeQLinearLeakyRelu, ms);
   r.Register("QLinearGlobalAveragePool", MakeQLinearGap, ms);
   r.Register("QLinearConcat", MakeQLinearConcat, ms);
+  r.Register("QLinearSoftmax", MakeQLinearSoftmax, ms);
 }
 
 }  // namespace kiln::cpu
