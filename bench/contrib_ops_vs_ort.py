@@ -30,6 +30,17 @@ QLinearWhere (three-way broadcasting, uint8 / int8, one side's parameters equal 
 the definition is ONNX Runtime's tables, float32((q - zp) * scale) / z_scale rounded half to even
 plus z_zp, saturated, selected by the condition. Byte for byte.
 
+MatMulIntegerToFloat and DynamicQuantizeMatMul (what ONNX Runtime's graph optimizer writes for
+quantize_dynamic's chains; uint8 / int8 operands, batched A, per-tensor and per-column b_scale,
+zero points, bias): the definition is exact int32 sums, float32(acc) * float32(a_scale * b_scale)
++ bias, DynamicQuantizeMatMul quantizing A as DynamicQuantizeLinear defines. Float32 outputs:
+Kiln within 1e-6 of the largest output (float32 rounding of those steps), reported beside ONNX
+Runtime's (whose uint8 x int8 products saturate without VNNI with full-range weights, as above).
+
+End to end: an MLP quantized by tools/quantize.py --format dynamic (8-bit and 7-bit weights) and
+saved by ONNX Runtime's graph optimizer (bench/ort_bench.js --save-optimized), which writes
+DynamicQuantizeMatMul: Kiln's output on it must be its output on the unoptimized file, bit for bit.
+
 Exit status 1 when Kiln leaves the definition (QGemm, QLinearSoftmax, QLinearWhere: any byte;
 pooling: more than a step).
 """
@@ -253,6 +264,93 @@ def where_definition(case, p):
     return np.where(p["c"], requant(p["x"], "x"), requant(p["y"], "y")).astype(NP[t])
 
 
+# name, op, A type ("f32": DynamicQuantizeMatMul), A shape, B type, N, per-column, zero points, bias
+TO_FLOAT = [
+    ("u8s8_batched_percol_bias", "MatMulIntegerToFloat", "u8", (2, 5, 37), "i8", 20, True, True, True),
+    ("u8u8_pertensor_no_zp", "MatMulIntegerToFloat", "u8", (3, 64), "u8", 16, False, False, False),
+    ("s8s8_pertensor_zp_bias", "MatMulIntegerToFloat", "i8", (4, 33), "i8", 24, False, True, True),
+    ("dq_s8_pertensor_bias", "DynamicQuantizeMatMul", "f32", (2, 8, 64), "i8", 32, False, False, True),
+    ("dq_u8_percol_zp", "DynamicQuantizeMatMul", "f32", (4, 128), "u8", 48, True, True, False),
+]
+
+
+def make_to_float(path, case, wmax, rng):
+    _, op, at, ashape, bt, n, per_col, zps, bias = case
+    k = ashape[-1]
+    if at == "f32":
+        a = (rng.standard_normal(ashape) * 1.7 + 0.3).astype(np.float32)
+    else:
+        a = rng.integers(*((0, 256) if at == "u8" else (-128, 128)), ashape).astype(NP[at])
+    b = rng.integers(*((0, 256) if bt == "u8" else (-wmax, wmax)), (k, n)).astype(NP[bt])
+    cols = n if per_col else 1
+    p = {"a": a, "b": b, "as": np.array(0.021, np.float32),
+         "bs": (np.float32(0.004) + np.float32(0.0003) * np.arange(cols, dtype=np.float32)).astype(np.float32),
+         "az": np.array(117 if at != "i8" else -7, NP.get(at, np.uint8)),
+         "bz": (np.arange(cols) % 5 + (126 if bt == "u8" else -2)).astype(NP[bt]),
+         "bias": (rng.standard_normal(n) * 3).astype(np.float32)}
+    if not per_col:
+        p["bs"], p["bz"] = p["bs"].reshape(()), p["bz"].reshape(())
+    if at == "f32":
+        ins = ["a", "b", "bs", "bz" if zps else "", "bias" if bias else ""]
+    else:
+        ins = ["a", "b", "as", "bs", "az" if zps else "", "bz" if zps else "", "bias" if bias else ""]
+    while not ins[-1]:
+        ins.pop()
+    if not zps:
+        p["az"], p["bz"] = np.array(0, p["az"].dtype), np.zeros_like(p["bz"])
+    if not bias:
+        p["bias"] = np.zeros(n, np.float32)
+    node = helper.make_node(op, ins, ["y"], domain="com.microsoft")
+    save(path, node, [("a", TensorProto.FLOAT if at == "f32" else TP[at], a)], TensorProto.FLOAT, None,
+         [i for i in ins[1:] if i], p)
+    return p
+
+
+def to_float_definition(case, p):
+    """ONNX Runtime's kernels: exact int32 sums, float32(acc) * float32(a_scale * b_scale) + bias."""
+    at = case[2]
+    a, as_, az = p["a"], p["as"], int(p["az"])
+    if at == "f32":  # DynamicQuantizeLinear's parameters and rounding
+        lo, hi = min(np.float32(a.min()), np.float32(0)), max(np.float32(a.max()), np.float32(0))
+        as_ = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+        az = int(np.rint(np.clip(np.float32(0) - lo / as_, 0, 255)))
+        a = np.clip(np.rint((a / as_).astype(np.float32)) + az, 0, 255).astype(np.uint8)
+    acc = (a.astype(np.int64) - az) @ (p["b"].astype(np.int64) - p["bz"].astype(np.int64))
+    mult = (np.float32(as_) * p["bs"]).astype(np.float32)
+    return ((acc.astype(np.float32) * mult).astype(np.float32) + p["bias"]).astype(np.float32)
+
+
+def optimized_mlp(args, reduce_range):
+    """An MLP (64 -> 128, Relu, -> 10; batch 4) quantized by tools/quantize.py --format dynamic,
+    then saved by ONNX Runtime's graph optimizer, which folds each DynamicQuantizeLinear ->
+    MatMulInteger -> Cast -> Mul -> Add chain into a com.microsoft DynamicQuantizeMatMul.
+    Returns (ops of the optimized model, Kiln's output on it, Kiln's on the unoptimized one,
+    ONNX Runtime's on the optimized one)."""
+    rng = np.random.default_rng(5)
+    arrays = {"w1": rng.standard_normal((64, 128)) * 0.1, "b1": rng.standard_normal(128) * 0.1,
+              "w2": rng.standard_normal((128, 10)) * 0.1, "b2": rng.standard_normal(10) * 0.1}
+    nodes = [helper.make_node("MatMul", ["a", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"])]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])],
+                          [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()])
+    tag = "mlp_7bit" if reduce_range else "mlp_8bit"
+    base = os.path.join(args.work, tag)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), base + ".onnx")
+    np.save(base + "_dyn_a.npy", rng.standard_normal((4, 64)).astype(np.float32))
+    np.save(base + "_dyn_opt_a.npy", np.load(base + "_dyn_a.npy"))
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "tools", "quantize.py"), base + ".onnx", base + "_dyn.onnx",
+                    "--kiln", args.kiln, "--format", "dynamic"] + (["--reduce-range"] if reduce_range else []),
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([args.node, os.path.join(HERE, "ort_bench.js"), base + "_dyn.onnx", "--runs", "1", "--warmup", "0",
+                    "--save-optimized", base + "_dyn_opt.onnx"], check=True, stdout=subprocess.DEVNULL)
+    ops = sorted({(n.domain + "." if n.domain else "") + n.op_type for n in onnx.load(base + "_dyn_opt.onnx").graph.node})
+    got, ort = run_both(args, base + "_dyn_opt.onnx", tag + "_opt")
+    unopt, _ = run_both(args, base + "_dyn.onnx", tag)
+    return ops, got, unopt, ort
+
+
 def run_both(args, path, tag, inputs=("a",)):
     k_out, o_out = os.path.join(args.work, "kiln_" + tag), os.path.join(args.work, "ort_" + tag)
     kfile = path[:-5] + ".kiln"
@@ -324,8 +422,29 @@ def main():
         o_ok = got.dtype == ort.dtype and got.tobytes() == ort.tobytes()
         bad += not k_ok
         print(f"{case[0]:48s} {str(k_ok):>18s} {str(o_ok):>11s}")
+    print(f"\n{'MatMulIntegerToFloat / DynamicQuantizeMatMul case':48s} {'weights':>8s} {'max |Kiln - def|':>17s} "
+          f"{'max |ORT - def|':>16s} {'max |def|':>10s}")
+    for case in TO_FLOAT:
+        for wmax in (128, 64) if case[4] == "i8" else (128,):
+            tag = f"{case[0]}_w{wmax}"
+            path = os.path.join(args.work, tag + ".onnx")
+            p = make_to_float(path, case, wmax, rng)
+            want = to_float_definition(case, p)
+            got, ort = run_both(args, path, tag)
+            kd = float(np.abs(got.astype(np.float64) - want).max()) if got.shape == want.shape else float("inf")
+            od = float(np.abs(ort.astype(np.float64) - want).max())
+            top = float(np.abs(want).max())
+            bad += not kd <= 1e-6 * top  # float32 rounding of the scale and bias steps only
+            print(f"{case[0]:48s} {('8-bit' if wmax == 128 else '7-bit'):>8s} {kd:17.3g} {od:16.3g} {top:10.4g}")
+    print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")
+    for reduce_range in (False, True):
+        ops, got, unopt, ort = optimized_mlp(args, reduce_range)
+        same = got.tobytes() == unopt.tobytes()
+        bad += not same or "com.microsoft.DynamicQuantizeMatMul" not in ops
+        print(f"  {'7-bit' if reduce_range else '8-bit'} weights, ops {', '.join(ops)}: Kiln = Kiln unoptimized {same}, "
+              f"max |Kiln - ORT| {float(np.abs(got - ort).max()):.3g} (max |ORT| {float(np.abs(ort).max()):.3g})")
     print("FAIL" if bad else "ok: QGemm, QLinearSoftmax and QLinearWhere bit for bit, QLinearAveragePool within one "
-          "step, of the definition")
+          "step, MatMulIntegerToFloat / DynamicQuantizeMatMul within float32 rounding, of the definition")
     sys.exit(1 if bad else 0)
 
 

@@ -3,6 +3,7 @@
 //
 //   node bench/ort_bench.js MODEL.onnx [--input NAME=FILE.npy ...] [--threads T]
 //        [--runs N] [--warmup W] [--seed S] [--output-dir DIR] [--profile PREFIX]
+//        [--save-optimized FILE.onnx]
 //
 // Prints one JSON line: {median_ms, p90_ms, min_ms, mean_ms, max_ms, runs, warmup,
 // threads, load_ms, first_ms, peak_rss_bytes, ort_version}; first_ms is the first session.run
@@ -12,6 +13,8 @@
 // --profile turns on ONNX Runtime's session profiler (PREFIX_<date>.json, every run's node
 // spans, warm-up included); the JSON line names the file as profile_file. bench/ort_ops.py sums
 // it per op type (each node's median over runs), like `kiln bench --profile`'s table.
+// --save-optimized writes the model as ONNX Runtime's graph optimizer left it ('extended'
+// level, the highest whose output is portable ONNX plus com.microsoft ops), then runs that.
 // Install the runtime first with scripts/install_ort.sh. Keep command lines short:
 // onnxruntime-node has been seen to crash with command lines over ~28 KB.
 'use strict';
@@ -26,7 +29,8 @@ function die(msg) {
 
 function usage() {
   return 'usage: node bench/ort_bench.js MODEL.onnx [--input NAME=FILE.npy ...] ' +
-         '[--threads T] [--runs N] [--warmup W] [--seed S] [--output-dir DIR] [--profile PREFIX]';
+         '[--threads T] [--runs N] [--warmup W] [--seed S] [--output-dir DIR] [--profile PREFIX] ' +
+         '[--save-optimized FILE.onnx]';
 }
 
 function parseArgs(argv) {
@@ -53,6 +57,7 @@ function parseArgs(argv) {
     else if (k === '--seed') a.seed = intArg(k, next(), 0);
     else if (k === '--output-dir') a.outputDir = next();
     else if (k === '--profile') a.profile = next();
+    else if (k === '--save-optimized') a.saveOptimized = next();
     else if (k === '-h' || k === '--help') { console.log(usage()); process.exit(0); }
     else if (k.startsWith('-')) die(`unknown option ${k}\n${usage()}`);
     else if (a.model === null) a.model = k;
@@ -202,6 +207,10 @@ async function main() {
   if (args.profile) {
     opts.enableProfiling = true;
     opts.profileFilePrefix = args.profile;
+  }
+  if (args.saveOptimized) {
+    opts.graphOptimizationLevel = 'extended';
+    opts.optimizedModelFilePath = args.saveOptimized;
   }
   const t0 = process.hrtime.bigint();
   const session = await ort.InferenceSession.create(args.model, opts);

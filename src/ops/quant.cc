@@ -453,6 +453,72 @@ Status InferQLinearWhere(InferContext& c) {
   return Status::Ok();
 }
 
+// The B side of com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul
+// (what ONNX Runtime's graph optimizer writes for quantize_dynamic's
+// MatMulInteger -> Cast -> Mul [-> Add] chains): B (uint8 / int8) at `b`,
+// b_scale (float32, scalar or [N] with a 2-D B) at `bs`, b_zero_point?
+// (B's type, b_scale's shape or scalar) at `bz`, bias? (float32 [N]) at
+// `bias`. The output: float32 MatMul(A, B) of A at 0. lower-contrib
+// rewrites both into MatMulInteger -> Cast -> Mul(a_scale * b_scale)
+// [-> Add(bias)], ONNX Runtime's arithmetic (its multiplier is a_scale *
+// b_scale in float32, applied to float(acc)).
+Status InferIntegerToFloatB(InferContext& c, int b, int bs, int bz, int bias) {
+  if (!c.has_input(b)) return c.Fail("input ", b, " (B) is missing");
+  KILN_RETURN_IF_ERROR(CheckType(c, b, "B", {DType::kUInt8, DType::kInt8}));
+  if (!c.has_input(bs)) return c.Fail("input ", bs, " (b_scale) is missing");
+  KILN_RETURN_IF_ERROR(CheckType(c, bs, "b_scale", {DType::kFloat32}));
+  KILN_RETURN_IF_ERROR(CheckMatMulParam(c, bs, "b_scale", b, false));
+  if (c.has_input(bz)) {
+    if (c.in_dtype(bz) != c.in_dtype(b)) {
+      return c.Fail("input ", bz, " (b_zero_point) has type ", DTypeName(c.in_dtype(bz)), " but input ", b, " (B) has ",
+                    DTypeName(c.in_dtype(b)), " (they must match)");
+    }
+    KILN_RETURN_IF_ERROR(CheckMatMulParam(c, bz, "b_zero_point", b, false));
+    if (NumElements(c.in_shape(bz)) != 1 && c.in_shape(bz) != c.in_shape(bs)) {
+      return c.Fail("input ", bz, " (b_zero_point) has shape ", ShapeToString(c.in_shape(bz)), " but b_scale has ",
+                    ShapeToString(c.in_shape(bs)), " (per column, they must match)");
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(Shape out, MatMulOutputShape(c, 0, b));
+  if (c.has_input(bias)) {
+    KILN_RETURN_IF_ERROR(CheckType(c, bias, "bias", {DType::kFloat32}));
+    const Shape& s = c.in_shape(bias);
+    if (out.empty() || s.size() != 1 || s[0] != out.back()) {
+      return c.Fail("input ", bias, " (bias) must have shape [", out.empty() ? 0 : out.back(), "], has ",
+                    ShapeToString(s));
+    }
+  }
+  c.SetOutput(0, DType::kFloat32, out);
+  return Status::Ok();
+}
+
+// com.microsoft MatMulIntegerToFloat: A, B, a_scale, b_scale, a_zero_point?,
+// b_zero_point?, bias?: Y = float((A - a_zp)(B - b_zp)) * (a_scale * b_scale)
+// [+ bias].
+Status InferMatMulIntegerToFloat(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckType(c, 0, "A", {DType::kUInt8, DType::kInt8}));
+  if (!c.has_input(2)) return c.Fail("input 2 (a_scale) is missing");
+  KILN_RETURN_IF_ERROR(CheckType(c, 2, "a_scale", {DType::kFloat32}));
+  KILN_RETURN_IF_ERROR(CheckQuantParam(c, 2, "a_scale", -1));
+  if (c.has_input(4)) {
+    if (c.in_dtype(4) != c.in_dtype(0)) {
+      return c.Fail("input 4 (a_zero_point) has type ", DTypeName(c.in_dtype(4)), " but input 0 (A) has ",
+                    DTypeName(c.in_dtype(0)), " (they must match)");
+    }
+    KILN_RETURN_IF_ERROR(CheckQuantParam(c, 4, "a_zero_point", -1));
+  }
+  return InferIntegerToFloatB(c, 1, 3, 5, 6);
+}
+
+// com.microsoft DynamicQuantizeMatMul: A (float32), B, b_scale,
+// b_zero_point?, bias?: A quantized as DynamicQuantizeLinear does (uint8,
+// its range widened to 0; ONNX Runtime's kernel computes the same scale,
+// zero point and rounding), then MatMulIntegerToFloat.
+Status InferDynamicQuantizeMatMul(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckType(c, 0, "A", {DType::kFloat32}));
+  return InferIntegerToFloatB(c, 1, 2, 3, 4);
+}
+
 // QLinearConcat: Y_scale, Y_zp, then (X, X_scale, X_zp) per input; `axis`.
 Status InferQLinearConcat(InferContext& c) {
   const int n = c.num_inputs();
@@ -577,6 +643,8 @@ void RegisterQuantOps(OpRegistry& r) {
          InferQLinearAveragePool));  // lower-contrib rewrites it
   ms(Def("QLinearSoftmax", {1}, 4, 5, {"axis", "opset"}, InferQLinearSoftmax));
   ms(Def("QLinearWhere", {1}, 9, 9, {}, InferQLinearWhere));  // lower-contrib rewrites it
+  ms(Def("MatMulIntegerToFloat", {1}, 4, 7, {}, InferMatMulIntegerToFloat));  // lower-contrib rewrites it
+  ms(Def("DynamicQuantizeMatMul", {1}, 3, 5, {}, InferDynamicQuantizeMatMul));  // lower-contrib rewrites it
 }
 
 }  // namespace kiln::ops

@@ -26,6 +26,19 @@
 // round_even(v / z_scale) + z_zp saturated, and selects; elementwise the
 // two agree bit for bit (where its parameters match the output's, ONNX
 // Runtime copies, and the rewrite's (q - zp) * s / s is exactly q - zp).
+// com.microsoft MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zp?, b_zp?,
+// bias?) and DynamicQuantizeMatMul(A, B, b_scale, b_zp?, bias?), which ONNX
+// Runtime's graph optimizer writes for quantize_dynamic's chains, become
+//   [DynamicQuantizeLinear(A) ->] MatMulInteger(A', B, a_zp, b_zp) -> Cast
+//   -> Mul(Mul(a_scale, b_scale)) [-> Add(bias)]
+// the form quantize_dynamic writes (fuse-integer-rescale then makes it one
+// kernel): float(acc) times ONNX Runtime's multiplier a_scale * b_scale
+// (float32), plus the bias. ONNX Runtime's DynamicQuantizeMatMul quantizes
+// A as DynamicQuantizeLinear defines (range widened to 0, scale (max -
+// min) / 255, zero point rounded half to even, x / scale rounded), so the
+// int32 sums are its sums.
+#include <set>
+
 #include "ops/op_registry.h"
 #include "passes/pass_manager.h"
 
@@ -145,20 +158,59 @@ void LowerQLinearWhere(ir::Graph& g, ir::Node* n) {
   AddNamed(g, base, "QuantizeLinear", "quantize", {w, in[7], in[8]}, z, 13);
 }
 
+// MatMulIntegerToFloat (dynamic = false) or DynamicQuantizeMatMul.
+void LowerIntegerToFloat(ir::Graph& g, ir::Node* n, bool dynamic) {
+  const std::string base = n->name().empty() ? (dynamic ? "dqmatmul" : "matmul_to_float") : n->name();
+  auto in = [&](int i) { return i < n->num_inputs() ? n->input(i) : nullptr; };
+  ir::Value *a = in(0), *b = in(1), *as = nullptr, *az = nullptr, *bs, *bz, *bias;
+  if (dynamic) {
+    bs = in(2), bz = in(3), bias = in(4);
+  } else {
+    as = in(2), bs = in(3), az = in(4), bz = in(5), bias = in(6);
+  }
+  ir::Value* y = n->output(0);
+  const DType a_type = dynamic ? DType::kUInt8 : a->dtype(), b_type = b->dtype();
+  g.RemoveNode(n);
+  auto node = [&](const char* op, const std::string& suffix, std::vector<ir::Value*> ins, ir::Value* out = nullptr,
+                  int version = 13) { return AddNamed(g, base, op, suffix, std::move(ins), out, version); };
+  if (dynamic) {
+    const std::string name = g.UniqueName(base + "/quantize_a");
+    ir::Value *q = g.AddValue(g.UniqueName(name + "_out")), *qs = g.AddValue(g.UniqueName(name + "_scale")),
+              *qz = g.AddValue(g.UniqueName(name + "_zero_point"));
+    g.AddNode("DynamicQuantizeLinear", name, {a}, {q, qs, qz})->set_since_version(11);
+    a = q, as = qs, az = qz;
+  }
+  if (!az) az = Scalar(g, base + "/a_zero_point", a_type, 0.f);
+  if (!bz) bz = Scalar(g, base + "/b_zero_point", b_type, 0.f);
+  ir::Value* acc = node("MatMulInteger", "matmul", {a, b, az, bz}, nullptr, 10)->output(0);
+  ir::Node* cast = node("Cast", "to_float", {acc});
+  cast->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kFloat32)));
+  ir::Value* s = node("Mul", "scale", {as, bs})->output(0);
+  if (!bias) {
+    node("Mul", "scaled", {cast->output(0), s}, y);
+    return;
+  }
+  ir::Value* f = node("Mul", "scaled", {cast->output(0), s})->output(0);
+  node("Add", "bias", {f, bias}, y);
+}
+
 }  // namespace
 
 Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
-  std::vector<ir::Node*> qgemms, qpools, qwheres;
+  std::vector<ir::Node*> found;
   for (auto& n : g.nodes()) {
-    if (n->domain() != ops::kMicrosoftDomain) continue;
-    if (n->op_type() == "QGemm") qgemms.push_back(n.get());
-    if (n->op_type() == "QLinearAveragePool") qpools.push_back(n.get());
-    if (n->op_type() == "QLinearWhere") qwheres.push_back(n.get());
+    static const std::set<std::string> kLowered = {"QGemm", "QLinearAveragePool", "QLinearWhere",
+                                                   "MatMulIntegerToFloat", "DynamicQuantizeMatMul"};
+    if (n->domain() == ops::kMicrosoftDomain && kLowered.count(n->op_type())) found.push_back(n.get());
   }
-  if (qgemms.empty() && qpools.empty() && qwheres.empty()) return Status::Ok();
-  for (ir::Node* n : qgemms) LowerQGemm(g, n);
-  for (ir::Node* n : qpools) LowerQLinearAveragePool(g, n);
-  for (ir::Node* n : qwheres) LowerQLinearWhere(g, n);
+  if (found.empty()) return Status::Ok();
+  for (ir::Node* n : found) {
+    const std::string op = n->op_type();
+    if (op == "QGemm") LowerQGemm(g, n);
+    else if (op == "QLinearAveragePool") LowerQLinearAveragePool(g, n);
+    else if (op == "QLinearWhere") LowerQLinearWhere(g, n);
+    else LowerIntegerToFloat(g, n, op == "DynamicQuantizeMatMul");
+  }
   KILN_RETURN_IF_ERROR(g.TopologicalSort());
   return InferShapesAndFold(g, opts);
 }

@@ -1,6 +1,7 @@
 // ONNX Runtime's com.microsoft QLinear* ops (QOperator models): QLinearAdd,
 // QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-// QLinearConcat, QLinearAveragePool, QGemm, QLinearSoftmax and QLinearWhere, each against a double-precision reference written here
+// QLinearConcat, QLinearAveragePool, QGemm, QLinearSoftmax, QLinearWhere, MatMulIntegerToFloat and
+// DynamicQuantizeMatMul, each against a double-precision reference written here
 // from the op's definition (dequantize, compute, quantize with rounding to
 // nearest even and saturation), plus hand-derived values and the errors
 // hostile parameters get.
@@ -945,6 +946,166 @@ TEST(QLinearWhere, BadInputsAreErrorsNamingTheNode) {
     ASSERT_FALSE(r.ok()) << message[bad];
     EXPECT_NE(r.status().message().find(message[bad]), std::string::npos) << r.status().ToString();
     EXPECT_NE(r.status().message().find("qop"), std::string::npos) << r.status().ToString();
+  }
+}
+
+// com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul against ONNX
+// Runtime's kernels written out here: exact integer sums, float32(acc) *
+// float32(a_scale * b_scale[n]) + bias[n]; DynamicQuantizeMatMul quantizes A
+// first as DynamicQuantizeLinear defines (range widened to 0, scale (max -
+// min) / 255, zero point round_even(-min / scale), q = round_even(a /
+// scale) + zp, saturated).
+struct ToFloatCase {
+  bool dynamic = false;
+  DType a_type = DType::kUInt8, b_type = DType::kInt8;
+  Shape a_shape = {2, 3, 37};
+  std::int64_t n = 20;
+  bool per_column = true, zero_points = true, bias = true;
+};
+
+void CheckToFloat(const ToFloatCase& q) {
+  std::mt19937 rng(23);
+  const std::int64_t k = q.a_shape.back(), rows = NumElements(q.a_shape) / k, n = q.n, cols = q.per_column ? n : 1;
+  std::vector<float> af(static_cast<std::size_t>(rows * k));
+  std::vector<std::uint8_t> aq(af.size());
+  if (q.dynamic) {
+    std::normal_distribution<float> nd(0.4f, 1.6f);
+    for (auto& v : af) v = nd(rng);
+  } else {
+    aq = RandomBytes(aq.size(), rng);
+  }
+  const auto b = RandomBytes(static_cast<std::size_t>(k * n), rng);
+  std::vector<float> bs(static_cast<std::size_t>(cols)), bias(static_cast<std::size_t>(n));
+  std::vector<std::uint8_t> bz(static_cast<std::size_t>(cols));
+  for (std::int64_t j = 0; j < cols; ++j) {
+    bs[static_cast<std::size_t>(j)] = 0.004f + 0.0003f * static_cast<float>(j);
+    bz[static_cast<std::size_t>(j)] = static_cast<std::uint8_t>(q.zero_points ? (q.b_type == DType::kUInt8 ? 126 : -2) + j % 5 : 0);
+  }
+  for (std::int64_t j = 0; j < n; ++j) bias[static_cast<std::size_t>(j)] = q.bias ? 0.37f * static_cast<float>(j % 7) - 1.1f : 0.f;
+  const float as = 0.021f;
+  const int az = q.zero_points ? (q.a_type == DType::kUInt8 ? 117 : -7) : 0;
+  const Shape ps = q.per_column ? Shape{n} : Shape{};
+  auto g = std::make_unique<ir::Graph>();
+  ir::Value* a = g->AddValue("a", q.dynamic ? DType::kFloat32 : q.a_type, q.a_shape);
+  g->inputs().push_back(a);
+  std::vector<ir::Value*> ins = {a, g->AddConstant("b", Bytes(q.b_type, {k, n}, b))};
+  if (!q.dynamic) ins.push_back(g->AddConstant("a_s", Tensor(DType::kFloat32, {}, std::vector<float>{as})));
+  ins.push_back(g->AddConstant("b_s", Tensor(DType::kFloat32, ps, bs)));
+  if (!q.dynamic) {
+    ins.push_back(q.zero_points ? g->AddConstant("a_z", Bytes(q.a_type, {}, {static_cast<std::uint8_t>(az)})) : nullptr);
+  }
+  ins.push_back(q.zero_points ? g->AddConstant("b_z", Bytes(q.b_type, ps, bz)) : nullptr);
+  if (q.bias) ins.push_back(g->AddConstant("bias", Tensor(DType::kFloat32, {n}, bias)));
+  while (!ins.back()) ins.pop_back();
+  ir::Value* y = g->AddValue("y");
+  g->AddNode(q.dynamic ? "DynamicQuantizeMatMul" : "MatMulIntegerToFloat", "tofloat", ins, {y}, ops::kMicrosoftDomain);
+  g->outputs().push_back(y);
+  test::TempDir dir;
+  auto model = CompileAndLoad(std::move(g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Shape ys = q.a_shape;
+  ys.back() = n;
+  std::vector<float> got(static_cast<std::size_t>(rows * n));
+  const void* feed = q.dynamic ? static_cast<const void*>(af.data()) : aq.data();
+  ASSERT_TRUE((*model)->Execute({{const_cast<void*>(feed), q.dynamic ? DType::kFloat32 : q.a_type, q.a_shape}},
+                                {{got.data(), DType::kFloat32, ys}}).ok());
+  // A's integers (minus its zero point) and scale.
+  std::vector<std::int64_t> ai(af.size());
+  float a_scale = as;
+  if (q.dynamic) {
+    float lo = 0.f, hi = 0.f;
+    for (float v : af) lo = std::min(lo, v), hi = std::max(hi, v);
+    a_scale = (hi - lo) / 255.f;
+    const double zp = std::nearbyint(std::clamp(0.0 - lo / a_scale, 0.0, 255.0));
+    for (std::size_t i = 0; i < af.size(); ++i) {
+      ai[i] = static_cast<std::int64_t>(std::clamp(std::nearbyint(af[i] / a_scale) + zp, 0.0, 255.0) - zp);
+    }
+  } else {
+    for (std::size_t i = 0; i < aq.size(); ++i) ai[i] = static_cast<std::int64_t>(Value(aq, i, q.a_type)) - az;
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::size_t c = static_cast<std::size_t>(q.per_column ? j : 0);
+      std::int64_t acc = 0;
+      for (std::int64_t t = 0; t < k; ++t) {
+        acc += ai[static_cast<std::size_t>(r * k + t)] *
+               (static_cast<std::int64_t>(Value(b, static_cast<std::size_t>(t * n + j), q.b_type)) -
+                static_cast<std::int64_t>(Value(bz, c, q.b_type)));
+      }
+      const float want = static_cast<float>(acc) * (a_scale * bs[c]) + bias[static_cast<std::size_t>(j)];
+      ASSERT_EQ(got[static_cast<std::size_t>(r * n + j)], want) << "row " << r << " column " << j;
+    }
+  }
+}
+
+TEST(MatMulIntegerToFloat, Uint8Int8BatchedPerColumnWithBias) { CheckToFloat({}); }
+TEST(MatMulIntegerToFloat, Int8PerTensorNoZeroPointsNoBias) {
+  ToFloatCase q;
+  q.a_type = DType::kInt8;
+  q.a_shape = {5, 64};
+  q.per_column = q.zero_points = q.bias = false;
+  CheckToFloat(q);
+}
+TEST(DynamicQuantizeMatMul, Int8WeightsWithBias) {
+  ToFloatCase q;
+  q.dynamic = true;
+  q.a_shape = {2, 8, 64};
+  q.n = 32;
+  q.per_column = q.zero_points = false;
+  CheckToFloat(q);
+}
+TEST(DynamicQuantizeMatMul, Uint8PerColumnWithZeroPoints) {
+  ToFloatCase q;
+  q.dynamic = true;
+  q.b_type = DType::kUInt8;
+  q.a_shape = {4, 128};
+  q.n = 48;
+  q.bias = false;
+  CheckToFloat(q);
+}
+
+TEST(MatMulIntegerToFloat, BadParametersAreErrorsNamingTheNode) {
+  struct Bad {
+    const char* what;
+    std::function<void(ir::Graph&, std::vector<ir::Value*>&)> edit;
+    const char* message;
+  };
+  const std::vector<Bad> bad = {
+      {"bias of 3 for 4 columns", [](ir::Graph& g, std::vector<ir::Value*>& ins) {
+         ins.resize(7, nullptr);
+         ins[6] = g.AddConstant("bias3", Tensor(DType::kFloat32, {3}, std::vector<float>(3)));
+       }, "input 6 (bias) must have shape [4]"},
+      {"a_scale per row", [](ir::Graph& g, std::vector<ir::Value*>& ins) {
+         ins[2] = g.AddConstant("a_s2", Tensor(DType::kFloat32, {2}, std::vector<float>{1.f, 1.f}));
+       }, "input 2 (a_scale) must be a scalar"},
+      {"b_zero_point per column, b_scale per tensor", [](ir::Graph& g, std::vector<ir::Value*>& ins) {
+         ins.resize(6, nullptr);
+         ins[5] = g.AddConstant("b_z4", Bytes(DType::kInt8, {4}, std::vector<std::uint8_t>(4)));
+       }, "per column, they must match"},
+      {"a_zero_point of B's type", [](ir::Graph& g, std::vector<ir::Value*>& ins) {
+         ins.resize(5, nullptr);
+         ins[4] = g.AddConstant("a_z8", Bytes(DType::kInt8, {}, {0}));
+       }, "input 4 (a_zero_point) has type int8"},
+      {"int32 B", [](ir::Graph& g, std::vector<ir::Value*>& ins) {
+         ins[1] = g.AddConstant("b32", Tensor(DType::kInt32, {3, 4}, std::vector<std::int32_t>(12)));
+       }, "input 1 (B) has type int32"},
+  };
+  for (const Bad& t : bad) {
+    auto g = std::make_unique<ir::Graph>();
+    ir::Value* a = g->AddValue("a", DType::kUInt8, {2, 3});
+    g->inputs().push_back(a);
+    std::vector<ir::Value*> ins = {a, g->AddConstant("b", Bytes(DType::kInt8, {3, 4}, std::vector<std::uint8_t>(12))),
+                                   g->AddConstant("a_s", Tensor(DType::kFloat32, {}, std::vector<float>{1.f})),
+                                   g->AddConstant("b_s", Tensor(DType::kFloat32, {}, std::vector<float>{1.f}))};
+    t.edit(*g, ins);
+    ir::Value* y = g->AddValue("y");
+    g->AddNode("MatMulIntegerToFloat", "tofloat_node", ins, {y}, ops::kMicrosoftDomain);
+    g->outputs().push_back(y);
+    test::TempDir dir;
+    auto r = CompileAndLoad(std::move(g), dir);
+    ASSERT_FALSE(r.ok()) << t.what;
+    EXPECT_NE(r.status().message().find(t.message), std::string::npos) << t.what << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find("tofloat_node"), std::string::npos) << t.what << ": " << r.status().ToString();
   }
 }
 
