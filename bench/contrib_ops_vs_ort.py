@@ -351,6 +351,11 @@ def optimized_mlp(args, reduce_range):
     return ops, got, unopt, ort
 
 
+def same_bytes(x, y):
+    """Equal type, and equal bytes."""
+    return x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
 def run_both(args, path, tag, inputs=("a",)):
     k_out, o_out = os.path.join(args.work, "kiln_" + tag), os.path.join(args.work, "ort_" + tag)
     kfile = path[:-5] + ".kiln"
@@ -381,8 +386,8 @@ def main():
             p = make(path, case, wmax, rng)
             want = definition(case, p)
             got, ort = run_both(args, path, tag)
-            k_ok = got.dtype == want.dtype and got.tobytes() == want.tobytes()
-            o_ok = ort.dtype == want.dtype and ort.tobytes() == want.tobytes()
+            k_ok = same_bytes(got, want)
+            o_ok = same_bytes(ort, want)
             diff = float(np.abs(ort.astype(np.float64) - want.astype(np.float64)).max())
             bad += not k_ok
             print(f"{case[0]:48s} {('8-bit' if wmax == 128 else '7-bit'):>8s} {str(k_ok):>18s} {str(o_ok):>17s} {diff:16.6g}")
@@ -397,7 +402,7 @@ def main():
             bad += 1
             continue
         d = np.abs(got.astype(np.int32) - want.astype(np.int32))
-        o_ok = ort.dtype == want.dtype and ort.tobytes() == want.tobytes()
+        o_ok = same_bytes(ort, want)
         bad += int(d.max() > 1)
         print(f"{case[0]:48s} {float((d == 0).mean()):10.4f} {int(d.max()):17d} {str(o_ok):>17s}")
     print(f"\n{'QLinearSoftmax case':48s} {'Kiln = definition':>18s} {'Kiln = ORT':>11s} {'max |Kiln - softmax|':>21s}")
@@ -407,8 +412,8 @@ def main():
         p = make_softmax(path, case, rng)
         want, math = softmax_definition(case, p)
         got, ort = run_both(args, path, tag)
-        k_ok = got.dtype == want.dtype and got.tobytes() == want.tobytes()
-        o_ok = got.dtype == ort.dtype and got.tobytes() == ort.tobytes()
+        k_ok = same_bytes(got, want)
+        o_ok = same_bytes(got, ort)
         d = int(np.abs(got.astype(np.int32) - math.astype(np.int32)).max())
         bad += (not k_ok) + (d > 1)
         print(f"{case[0]:48s} {str(k_ok):>18s} {str(o_ok):>11s} {d:21d}")
@@ -418,8 +423,8 @@ def main():
         p = make_where(path, case, rng)
         want = where_definition(case, p)
         got, ort = run_both(args, path, case[0], ("a", "b"))
-        k_ok = got.dtype == want.dtype and got.tobytes() == want.tobytes()
-        o_ok = got.dtype == ort.dtype and got.tobytes() == ort.tobytes()
+        k_ok = same_bytes(got, want)
+        o_ok = same_bytes(got, ort)
         bad += not k_ok
         print(f"{case[0]:48s} {str(k_ok):>18s} {str(o_ok):>11s}")
     print(f"\n{'MatMulIntegerToFloat / DynamicQuantizeMatMul case':48s} {'weights':>8s} {'max |Kiln - def|':>17s} "
@@ -439,7 +444,7 @@ def main():
     print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")
     for reduce_range in (False, True):
         ops, got, unopt, ort = optimized_mlp(args, reduce_range)
-        same = got.tobytes() == unopt.tobytes()
+        same = same_bytes(got, unopt)
         bad += not same or "com.microsoft.DynamicQuantizeMatMul" not in ops
         print(f"  {'7-bit' if reduce_range else '8-bit'} weights, ops {', '.join(ops)}: Kiln = Kiln unoptimized {same}, "
               f"max |Kiln - ORT| {float(np.abs(got - ort).max()):.3g} (max |ORT| {float(np.abs(ort).max()):.3g})")
