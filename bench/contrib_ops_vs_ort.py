@@ -37,6 +37,15 @@ zero points, bias): the definition is exact int32 sums, float32(acc) * float32(a
 Kiln within 1e-6 of the largest output (float32 rounding of those steps), reported beside ONNX
 Runtime's (whose uint8 x int8 products saturate without VNNI with full-range weights, as above).
 
+DynamicQuantizeLSTM (what quantize_dynamic writes for an LSTM; forward / bidirectional, int8 per
+column / uint8 per direction, bias, sequence_lens): the definition is ONNX Runtime's DeepCPU LSTM
+with 8-bit weights: X over its first max(sequence_lens) steps and each step's H over the batch
+quantized as DynamicQuantizeLinear does, exact products, float32(acc) * (a_scale * w_scale), gate
+input (XW + HR) + (Wb + Rb), float32 gates. Y compared: Kiln within 1e-5 of the definition
+(float32 activation functions; a rounding of H that lands on the other side of a tie would move
+more, and is reported), ONNX Runtime's distance beside it (its sigmoid and tanh are its own
+approximations; its uint8 x int8 products saturate without VNNI with full-range weights).
+
 End to end: an MLP quantized by tools/quantize.py --format dynamic (8-bit and 7-bit weights) and
 saved by ONNX Runtime's graph optimizer (bench/ort_bench.js --save-optimized), which writes
 DynamicQuantizeMatMul: Kiln's output on it must be its output on the unoptimized file, bit for bit.
@@ -350,6 +359,89 @@ def optimized_mlp(args, reduce_range):
     unopt, _ = run_both(args, base + "_dyn.onnx", tag)
     return ops, got, unopt, ort
 
+# name, direction count, weight type, per-column scales, seq, batch, input, hidden, sequence_lens
+LSTMS = [
+    ("dqlstm fwd i8 per-column", 1, "i8", True, 5, 1, 16, 8, None),
+    ("dqlstm bidi u8 per-direction lens", 2, "u8", False, 4, 3, 6, 5, [4, 2, 3]),
+    ("dqlstm fwd i8 batch 4 hidden 64", 1, "i8", False, 6, 4, 32, 64, None),
+]
+
+
+def make_lstm(path, case, wmax, rng):
+    _, D, wt, per_col, S, B, I, H, lens = case
+    G = 4 * H
+    p = {"x": (rng.standard_normal((S, B, I)) * 1.2).astype(np.float32)}
+    if wt == "i8":
+        p["w"] = rng.integers(-wmax + 1, wmax, (D, I, G)).astype(np.int8)
+        p["r"] = rng.integers(-wmax + 1, wmax, (D, H, G)).astype(np.int8)
+        wz = rz = 0
+    else:
+        p["w"] = rng.integers(128 - wmax, 128 + wmax, (D, I, G)).astype(np.uint8)
+        p["r"] = rng.integers(128 - wmax, 128 + wmax, (D, H, G)).astype(np.uint8)
+        wz = rz = 128
+    sshape = (D, G) if per_col else (D,)
+    p["ws"] = rng.uniform(0.5, 1.5, sshape).astype(np.float32) / (wmax * np.sqrt(I))
+    p["rs"] = rng.uniform(0.5, 1.5, sshape).astype(np.float32) / (wmax * np.sqrt(H))
+    p["wz"] = np.full(sshape, wz, p["w"].dtype)
+    p["rz"] = np.full(sshape, rz, p["r"].dtype)
+    p["b"] = (rng.standard_normal((D, 2 * G)) * 0.2).astype(np.float32)
+    inits = ["w", "r", "b", "ws", "wz", "rs", "rz"]
+    ins = ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"]
+    if lens is not None:
+        p["lens"] = np.array(lens, np.int32)
+        ins[4] = "lens"
+        inits.append("lens")
+    node = helper.make_node("DynamicQuantizeLSTM", ins, ["y"], domain="com.microsoft", hidden_size=H,
+                            direction="bidirectional" if D == 2 else "forward")
+    save(path, node, [("x", TensorProto.FLOAT, p["x"])], TensorProto.FLOAT, [S, D, B, H], inits, p)
+    return p
+
+
+def lstm_quant(v):
+    mn, mx = np.float32(min(0.0, float(v.min()))), np.float32(max(0.0, float(v.max())))
+    s = np.float32((mx - mn) / np.float32(255))
+    if not s > 0:
+        return np.zeros(v.shape, np.int64), np.float32(0)
+    zp = int(np.clip(np.rint(np.float32(0) - mn / s), 0, 255))
+    q = np.clip(np.rint(v.astype(np.float32) / s) + np.float32(zp), 0, 255).astype(np.int64) - zp
+    return q, s
+
+
+def lstm_definition(case, p):
+    _, D, wt, per_col, S, B, I, H, lens = case
+    G = 4 * H
+    lens = list(lens) if lens is not None else [S] * B
+    steps = max(lens)
+    xq, xs = lstm_quant(p["x"][:steps])
+    y = np.zeros((S, D, B, H), np.float32)
+    sig = lambda v: (np.float32(1) / (np.float32(1) + np.exp(-v))).astype(np.float32)
+    for d in range(D):
+        ws = (p["ws"][d] if per_col else np.full(G, p["ws"][d])).astype(np.float32)
+        rs = (p["rs"][d] if per_col else np.full(G, p["rs"][d])).astype(np.float32)
+        w = p["w"][d].astype(np.int64) - int(p["wz"].flat[0])
+        r = p["r"][d].astype(np.int64) - int(p["rz"].flat[0])
+        h = np.zeros((B, H), np.float32)
+        c = np.zeros((B, H), np.float32)
+        bias = (p["b"][d, :G] + p["b"][d, G:]).astype(np.float32)
+        for s in range(steps):
+            hin = h.copy()
+            for b in range(B):
+                if lens[b] < s:
+                    hin[b] = 0
+            hq, hs = lstm_quant(hin)
+            for b in range(B):
+                if s >= lens[b]:
+                    continue
+                t = lens[b] - 1 - s if d == 1 else s
+                xw = (xq[t, b] @ w).astype(np.float32) * (np.float32(xs) * ws)
+                hr = (hq[b] @ r).astype(np.float32) * (np.float32(hs) * rs)
+                g = ((xw + hr).astype(np.float32) + bias).astype(np.float32)
+                i, o, f, cc = sig(g[:H]), sig(g[H:2 * H]), sig(g[2 * H:3 * H]), np.tanh(g[3 * H:])
+                c[b] = (f * c[b] + i * cc).astype(np.float32)
+                h[b] = (o * np.tanh(c[b])).astype(np.float32)
+                y[t, d, b] = h[b]
+    return y
+
 
 def same_bytes(x, y):
     """Equal type, and equal bytes."""
@@ -441,6 +533,20 @@ def main():
             top = float(np.abs(want).max())
             bad += not kd <= 1e-6 * top  # float32 rounding of the scale and bias steps only
             print(f"{case[0]:48s} {('8-bit' if wmax == 128 else '7-bit'):>8s} {kd:17.3g} {od:16.3g} {top:10.4g}")
+    print(f"\n{'DynamicQuantizeLSTM case':48s} {'weights':>8s} {'max |Kiln - def|':>17s} {'max |ORT - def|':>16s} "
+          f"{'max |Kiln - ORT|':>17s}")
+    for case in LSTMS:
+        for wmax in (128, 64):
+            tag = f"{case[0]}_w{wmax}".replace(" ", "_")
+            path = os.path.join(args.work, tag + ".onnx")
+            p = make_lstm(path, case, wmax, rng)
+            want = lstm_definition(case, p)
+            got, ort = run_both(args, path, tag)
+            kd = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
+            od = float(np.abs(ort - want).max())
+            bad += not kd <= 1e-5
+            print(f"{case[0]:48s} {('8-bit' if wmax == 128 else '7-bit'):>8s} {kd:17.3g} {od:16.3g} "
+                  f"{float(np.abs(got - ort).max()):17.3g}")
     print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")
     for reduce_range in (False, True):
         ops, got, unopt, ort = optimized_mlp(args, reduce_range)

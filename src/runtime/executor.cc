@@ -226,7 +226,7 @@ double MacNs(const ir::Node& n, bool int8_dot) {
     const double k = static_cast<double>(ta ? a->shape()[a->shape().size() - 2] : a->shape().back());
     return Elements(y) * k * (Int8(a) ? int_mac : kNsPerMac);
   }
-  if (op == "LSTM" || op == "GRU" || op == "RNN") {  // W [dirs, G*H, I], R [dirs, G*H, H], X [seq, batch, I]
+  if (op == "LSTM" || op == "GRU" || op == "RNN" || op == "DynamicQuantizeLSTM") {  // X [seq, batch, I]; W, R: G*H*I, G*H*H a direction
     const ir::Value* x = in(0);
     const ir::Value* w = in(1);
     const ir::Value* r = in(2);

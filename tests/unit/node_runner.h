@@ -41,7 +41,9 @@ struct In {
 
 class NodeRunner {
  public:
-  NodeRunner(const std::string& op, int version, std::vector<In> inputs, int outputs = 1) {
+  // `domain`: "" (ai.onnx) or e.g. ops::kMicrosoftDomain.
+  NodeRunner(const std::string& op, int version, std::vector<In> inputs, int outputs = 1,
+             const std::string& domain = "") {
     std::vector<ir::Value*> ins, outs;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const std::string name = "in" + std::to_string(i);
@@ -50,7 +52,7 @@ class NodeRunner {
       else ins.push_back(nullptr);
     }
     for (int j = 0; j < outputs; ++j) outs.push_back(g_.AddValue("out" + std::to_string(j)));
-    node_ = g_.AddNode(op, "node", ins, outs);
+    node_ = g_.AddNode(op, "node", ins, outs, domain);
     node_->set_since_version(version);
   }
   NodeRunner& Attr(const std::string& name, ir::Attribute a) {
@@ -63,7 +65,7 @@ class NodeRunner {
 
   // Import normalisation, then inference.
   Status Infer() {
-    const ops::OpDef* def = ops::OpRegistry::Get().Find(node_->op_type());
+    const ops::OpDef* def = ops::OpRegistry::Get().Find(node_->op_type(), node_->domain());
     if (def && def->normalize) KILN_RETURN_IF_ERROR(def->normalize(*node_, g_));
     return ops::InferNode(*node_);
   }

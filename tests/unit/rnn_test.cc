@@ -2,10 +2,14 @@
 // derived by hand from the ONNX equations, the options that change them
 // (direction, sequence_lens, layout, peepholes, clip, input_forget,
 // linear_before_reset, activations with alpha/beta), runtime vs constant
-// weights, and the error messages.
+// weights, and the error messages. com.microsoft DynamicQuantizeLSTM
+// against ONNX Runtime's DeepCPU LSTM with 8-bit weights, written out
+// below as a scalar loop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 
 #include "node_runner.h"
@@ -304,6 +308,208 @@ TEST(RnnErrors, InputShapesAndSequenceLens) {
     r.Attr("hidden_size", Int(1));
     ExpectError(r, {"sequence_lens", "3", "0..2"});
   }
+}
+
+
+// ---------------------------------------------------------------------------
+// DynamicQuantizeLSTM. The reference is ONNX Runtime's kernel written out
+// (onnxruntime/core/providers/cpu/rnn/uni_directional_lstm.cc and
+// rnn_helpers.cc ComputeGemm, uint8 activations): per direction, X over its
+// first max(sequence_lens) steps and each step's H over the batch are
+// quantized with DynamicQuantizeLinear's float32 arithmetic (scale (max -
+// min) / 255 over a range holding 0, zero point and values rounded to even,
+// saturated); the products are exact integers, scaled by a_scale *
+// w_scale[column] in float32; the gate input is (XW + HR) + (Wb + Rb); an
+// entry past its length is 0 in H from then on (Y is an output here).
+
+struct Quant {
+  float s = 0.f;
+  int zp = 0;
+};
+Quant RangeOf(const std::vector<float>& v) {
+  float mn = 0.f, mx = 0.f;
+  for (float x : v) {
+    mn = std::min(mn, x);
+    mx = std::max(mx, x);
+  }
+  Quant q;
+  q.s = (mx - mn) / 255.f;
+  q.zp = q.s > 0 ? static_cast<int>(std::clamp(std::nearbyint(0.f - mn / q.s), 0.f, 255.f)) : 0;
+  return q;
+}
+int Centered(float x, Quant q) {
+  if (!(q.s > 0)) return 0;
+  return static_cast<int>(std::clamp(std::nearbyint(x / q.s) + static_cast<float>(q.zp), 0.f, 255.f)) - q.zp;
+}
+
+struct QLstm {
+  int S = 0, B = 0, I = 0, H = 0, D = 1;
+  bool u8 = false, per_column = false;
+  std::vector<float> x, bias, h0, c0;          // bias [D, 8H], h0 / c0 [D, B, H] (empty: absent)
+  std::vector<int> wq, rq, lens;               // W [D, I, 4H], R [D, H, 4H] as stored
+  std::vector<float> ws, rs;                   // [D] or [D, 4H]
+  int wz = 0, rz = 0;                          // zero points (one value)
+};
+
+// Y [S, D, B, H], Y_h and Y_c [D, B, H].
+std::vector<std::vector<float>> QLstmReference(const QLstm& c) {
+  const int G = 4 * c.H;
+  std::vector<float> y(static_cast<std::size_t>(c.S * c.D * c.B * c.H), 0.f), yh(c.D * c.B * c.H, 0.f),
+      yc(c.D * c.B * c.H, 0.f);
+  std::vector<int> lens = c.lens.empty() ? std::vector<int>(c.B, c.S) : c.lens;
+  const int steps = *std::max_element(lens.begin(), lens.end());
+  const std::vector<float> xrows(c.x.begin(), c.x.begin() + steps * c.B * c.I);
+  const Quant xq = RangeOf(xrows);
+  auto scale = [&](const std::vector<float>& v, int d, int j) { return c.per_column ? v[d * G + j] : v[d]; };
+  for (int d = 0; d < c.D; ++d) {
+    const bool reverse = c.D == 2 ? d == 1 : false;
+    std::vector<float> h(c.B * c.H, 0.f), cs(c.B * c.H, 0.f);
+    if (!c.h0.empty()) std::copy(c.h0.begin() + d * c.B * c.H, c.h0.begin() + (d + 1) * c.B * c.H, h.begin());
+    if (!c.c0.empty()) std::copy(c.c0.begin() + d * c.B * c.H, c.c0.begin() + (d + 1) * c.B * c.H, cs.begin());
+    for (int s = 0; s < steps; ++s) {
+      std::vector<float> hin = h;
+      for (int b = 0; b < c.B; ++b) {
+        if (lens[b] < s) std::fill(hin.begin() + b * c.H, hin.begin() + (b + 1) * c.H, 0.f);
+      }
+      const Quant hq = RangeOf(hin);
+      for (int b = 0; b < c.B; ++b) {
+        if (s >= lens[b]) continue;
+        const int t = reverse ? lens[b] - 1 - s : s;
+        std::vector<float> g(G);
+        for (int j = 0; j < G; ++j) {
+          std::int64_t ax = 0, ah = 0;
+          for (int k = 0; k < c.I; ++k) {
+            ax += static_cast<std::int64_t>(Centered(c.x[(t * c.B + b) * c.I + k], xq)) *
+                  (c.wq[(d * c.I + k) * G + j] - c.wz);
+          }
+          for (int k = 0; k < c.H; ++k) {
+            ah += static_cast<std::int64_t>(Centered(hin[b * c.H + k], hq)) * (c.rq[(d * c.H + k) * G + j] - c.rz);
+          }
+          const float xw = static_cast<float>(ax) * (xq.s * scale(c.ws, d, j));
+          const float hr = static_cast<float>(ah) * (hq.s * scale(c.rs, d, j));
+          const float bias = c.bias.empty() ? 0.f : c.bias[d * 2 * G + j] + c.bias[d * 2 * G + G + j];
+          g[j] = (xw + hr) + bias;
+        }
+        for (int k = 0; k < c.H; ++k) {
+          const float i = Sig(g[k]), o = Sig(g[c.H + k]), f = Sig(g[2 * c.H + k]), cc = std::tanh(g[3 * c.H + k]);
+          float& cell = cs[b * c.H + k];
+          cell = f * cell + i * cc;
+          h[b * c.H + k] = o * std::tanh(cell);
+          y[((t * c.D + d) * c.B + b) * c.H + k] = h[b * c.H + k];
+        }
+      }
+    }
+    std::copy(h.begin(), h.end(), yh.begin() + d * c.B * c.H);
+    std::copy(cs.begin(), cs.end(), yc.begin() + d * c.B * c.H);
+  }
+  return {y, yh, yc};
+}
+
+HostTensorPtr Eight(bool u8, Shape s, const std::vector<int>& v) {
+  if (u8) return test::Tensor<std::uint8_t>(DType::kUInt8, std::move(s), std::vector<std::uint8_t>(v.begin(), v.end()));
+  return test::Tensor<std::int8_t>(DType::kInt8, std::move(s), std::vector<std::int8_t>(v.begin(), v.end()));
+}
+
+Result<std::vector<HostTensorPtr>> RunQLstm(const QLstm& c) {
+  const int G = 4 * c.H;
+  const Shape sc = c.per_column ? Shape{c.D, G} : Shape{c.D};
+  const std::int64_t nsc = c.per_column ? c.D * G : c.D;
+  std::vector<test::In> in = {F32T({c.S, c.B, c.I}, c.x), Eight(c.u8, {c.D, c.I, G}, c.wq),
+                              Eight(c.u8, {c.D, c.H, G}, c.rq)};
+  in.push_back(c.bias.empty() ? test::In(nullptr) : test::In(F32T({c.D, 2 * G}, c.bias)));
+  in.push_back(c.lens.empty() ? test::In(nullptr) : test::In(I32T({c.B}, std::vector<std::int32_t>(c.lens.begin(), c.lens.end()))));
+  in.push_back(c.h0.empty() ? test::In(nullptr) : test::In(F32T({c.D, c.B, c.H}, c.h0)));
+  in.push_back(c.c0.empty() ? test::In(nullptr) : test::In(F32T({c.D, c.B, c.H}, c.c0)));
+  in.push_back(nullptr);
+  in.push_back(F32T(sc, c.ws));
+  in.push_back(Eight(c.u8, sc, std::vector<int>(static_cast<std::size_t>(nsc), c.wz)));
+  in.push_back(F32T(sc, c.rs));
+  in.push_back(Eight(c.u8, sc, std::vector<int>(static_cast<std::size_t>(nsc), c.rz)));
+  NodeRunner r("DynamicQuantizeLSTM", 1, in, 3, ops::kMicrosoftDomain);
+  r.Attr("hidden_size", Int(c.H));
+  if (c.D == 2) r.Attr("direction", Str("bidirectional"));
+  return r.Run();
+}
+
+// Deterministic values: x in (-amp, amp), weights over the full 8-bit range.
+QLstm MakeQLstm(int S, int B, int I, int H, int D, bool u8, bool per_column) {
+  QLstm c;
+  c.S = S, c.B = B, c.I = I, c.H = H, c.D = D, c.u8 = u8, c.per_column = per_column;
+  const int G = 4 * H;
+  for (int i = 0; i < S * B * I; ++i) c.x.push_back(1.5f * std::sin(0.37f * i + 0.1f));
+  const int lo = u8 ? 0 : -128, span = u8 ? 256 : 255;
+  for (int i = 0; i < D * I * G; ++i) c.wq.push_back(lo + (i * 97 + 13) % span);
+  for (int i = 0; i < D * H * G; ++i) c.rq.push_back(lo + (i * 61 + 7) % span);
+  c.wz = u8 ? 128 : 0;
+  c.rz = u8 ? 131 : 0;
+  const int ns = per_column ? D * G : D;
+  for (int i = 0; i < ns; ++i) {
+    c.ws.push_back(0.004f + 0.0005f * (i % 5));
+    c.rs.push_back(0.006f + 0.0007f * (i % 3));
+  }
+  return c;
+}
+
+void ExpectQLstm(const QLstm& c, float tol = 2e-5f) {
+  auto got = RunQLstm(c);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto want = QLstmReference(c);
+  for (int j = 0; j < 3; ++j) {
+    const std::vector<float> g = Values<float>(got.value()[j]);
+    ASSERT_EQ(g.size(), want[j].size()) << "output " << j;
+    for (std::size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[j][i], tol) << "output " << j << " at " << i;
+  }
+}
+
+TEST(DynamicQuantizeLstm, ForwardInt8PerColumnWithBias) {
+  QLstm c = MakeQLstm(4, 2, 3, 3, 1, false, true);
+  for (int i = 0; i < 8 * c.H; ++i) c.bias.push_back(0.2f * std::cos(1.3f * i));
+  ExpectQLstm(c);
+}
+
+TEST(DynamicQuantizeLstm, BidirectionalUint8StatesAndSequenceLens) {
+  QLstm c = MakeQLstm(4, 3, 2, 2, 2, true, false);
+  for (int i = 0; i < 2 * 3 * 2; ++i) {
+    c.h0.push_back(0.3f * std::sin(0.9f * i));
+    c.c0.push_back(0.5f * std::cos(0.4f * i));
+  }
+  c.lens = {4, 1, 3};
+  ExpectQLstm(c);
+}
+
+// 640 inputs of full-range int8 weights: a column's sum can pass 2^24, so
+// the product is cut into exact runs.
+TEST(DynamicQuantizeLstm, LongReductionStaysExact) {
+  QLstm c = MakeQLstm(2, 1, 640, 2, 1, false, false);
+  for (std::size_t i = 0; i < c.wq.size(); ++i) c.wq[i] = (i % 2 ? 127 : -127) * ((i / 8) % 3 == 0 ? -1 : 1);
+  ExpectQLstm(c);
+}
+
+TEST(DynamicQuantizeLstm, ErrorsNameTheInput) {
+  QLstm c = MakeQLstm(2, 1, 2, 1, 1, false, false);
+  c.wz = 3;  // an int8 weight's zero point must be 0
+  auto r = RunQLstm(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("input 9 (W_zero_point) has 3"), std::string::npos) << r.status().message();
+  c = MakeQLstm(2, 1, 2, 1, 1, false, false);
+  c.rs[0] = 0.f;
+  r = RunQLstm(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("input 10 (R_scale) has 0"), std::string::npos) << r.status().message();
+  // LSTM's layout of W ([nd, 4H, I]) is not DynamicQuantizeLSTM's.
+  NodeRunner bad("DynamicQuantizeLSTM", 1,
+                 {F32T({1, 1, 3}, {1, 2, 3}), Eight(false, {1, 4, 3}, std::vector<int>(12, 1)),
+                  Eight(false, {1, 1, 4}, std::vector<int>(4, 1)), nullptr, nullptr, nullptr, nullptr, nullptr,
+                  F32T({1}, {0.1f}), Eight(false, {1}, {0}), F32T({1}, {0.1f}), Eight(false, {1}, {0})},
+                 3, ops::kMicrosoftDomain);
+  bad.Attr("hidden_size", Int(1));
+  ExpectError(bad, {"input 1 (W) of shape [1,4,3]: expected dim 2 = 4 * 1 = 4"});
+  NodeRunner f32("DynamicQuantizeLSTM", 1,
+                 {F32T({1, 1, 1}, {1}), F32T({1, 1, 4}, {1, 1, 1, 1}), Eight(false, {1, 1, 4}, {1, 1, 1, 1}),
+                  nullptr, nullptr, nullptr, nullptr, nullptr, F32T({1}, {0.1f}), Eight(false, {1}, {0}),
+                  F32T({1}, {0.1f}), Eight(false, {1}, {0})},
+                 3, ops::kMicrosoftDomain);
+  ExpectError(f32, {"input 1 (W) has type float32, expected int8 or uint8"});
 }
 
 }  // namespace

@@ -8,13 +8,27 @@
 //
 // sequence_lens: a batch entry past its length writes zeros to Y and keeps
 // its state; the reverse direction of an entry of length L runs L-1 .. 0.
+//
+// com.microsoft DynamicQuantizeLSTM is the same LSTM with ONNX Runtime's
+// quantized products (its DeepCPU LSTM with 8-bit weights): X, over the
+// rows of the first max(sequence_lens) steps, and each step's H, over the
+// whole batch, are quantized as DynamicQuantizeLinear does (uint8, scale
+// (max - min) / 255 of a range holding 0, ties to even); the products of
+// (q - zp) and (w - w_zp) are summed exactly (float32 sums of integers,
+// the reduction split where a sum could pass 2^24, accumulated in double),
+// then float(sum) * (a_scale * w_scale[column]). The gate input is
+// (X·W + H·R) + (Wb + Rb) in that order, as there. A batch entry past its
+// length counts as 0 in H's range when Y is an output (ONNX Runtime reads
+// its zeroed Y row), else as its held state.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 
 #include "backends/cpu/dnnl_util.h"
+#include "backends/cpu/kernels/quant.h"
 #include "backends/cpu/kernels/util.h"
+#include "ops/op_registry.h"
 
 namespace kiln::cpu {
 namespace {
@@ -191,6 +205,99 @@ class TransposedMatMul {
 };
 
 // ---------------------------------------------------------------------------
+// DynamicQuantizeLSTM's products: C[M, N] = exact sums of A[M, K] (integers
+// within [-255, 255] held as float32) times V - zp, where V is the k-major
+// [K, N] block `block` of an 8-bit weights tensor [blocks, K, N]. The
+// reduction is cut into runs of K within which 255 * sum |V - zp| stays
+// within 2^24 for every column, so each run's float32 product is exact in
+// any order; runs are summed in double (exact) and rounded once.
+
+class QuantizedProduct {
+ public:
+  Status Init(const char* what, std::int64_t m, std::int64_t k, std::int64_t n, const HostTensor& w,
+              const std::vector<std::int32_t>& zp) {
+    m_ = m;
+    k_ = k;
+    n_ = n;
+    const std::int64_t blocks = static_cast<std::int64_t>(zp.size());
+    const bool u8 = w.dtype() == DType::kUInt8;
+    auto at = [&](std::int64_t b, std::int64_t kk, std::int64_t nn) -> float {
+      const std::int64_t i = (b * k + kk) * n + nn;
+      const int v = u8 ? static_cast<int>(w.data_as<std::uint8_t>()[i]) : w.data_as<std::int8_t>()[i];
+      return static_cast<float>(v - zp[static_cast<std::size_t>(b)]);
+    };
+    // Runs: extend while every column's bound stays within 2^24.
+    bounds_ = {0};
+    std::vector<std::int64_t> bound(static_cast<std::size_t>(blocks * n), 0);
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      bool fits = true;
+      for (std::int64_t b = 0; b < blocks && fits; ++b) {
+        for (std::int64_t nn = 0; nn < n; ++nn) {
+          if (bound[b * n + nn] + 255 * static_cast<std::int64_t>(std::fabs(at(b, kk, nn))) > (std::int64_t{1} << 24)) {
+            fits = false;
+            break;
+          }
+        }
+      }
+      if (!fits) {
+        bounds_.push_back(kk);
+        std::fill(bound.begin(), bound.end(), 0);
+      }
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        for (std::int64_t nn = 0; nn < n; ++nn) bound[b * n + nn] += 255 * static_cast<std::int64_t>(std::fabs(at(b, kk, nn)));
+      }
+    }
+    bounds_.push_back(k);
+    runs_.resize(bounds_.size() - 1);
+    for (std::size_t r = 0; r + 1 < bounds_.size(); ++r) {
+      const std::int64_t k0 = bounds_[r], kk = bounds_[r + 1] - k0;
+      // [blocks][N][kk] row-major: TransposedMatMul's V.
+      std::vector<float> v(static_cast<std::size_t>(blocks * n * kk));
+      std::vector<std::int64_t> offsets;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        offsets.push_back(b * n * kk);
+        for (std::int64_t nn = 0; nn < n; ++nn) {
+          for (std::int64_t j = 0; j < kk; ++j) v[(b * n + nn) * kk + j] = at(b, k0 + j, nn);
+        }
+      }
+      KILN_RETURN_IF_ERROR(runs_[r].Init(what, m, kk, n, v.data(), offsets));
+    }
+    return Status::Ok();
+  }
+
+  void Run(const float* a, int block, float* c, const device::ExecContext* ctx) {
+    if (runs_.size() == 1) {
+      runs_[0].Run(a, nullptr, block, c, ctx);
+      return;
+    }
+    const std::size_t mn = static_cast<std::size_t>(m_ * n_);
+    if (acc_.size() < mn) acc_.resize(mn);
+    std::fill(acc_.begin(), acc_.begin() + static_cast<std::ptrdiff_t>(mn), 0.0);
+    for (std::size_t r = 0; r < runs_.size(); ++r) {
+      const std::int64_t k0 = bounds_[r], kk = bounds_[r + 1] - k0;
+      cols_.resize(static_cast<std::size_t>(m_ * kk));
+      for (std::int64_t i = 0; i < m_; ++i) std::memcpy(cols_.data() + i * kk, a + i * k_ + k0, kk * sizeof(float));
+      runs_[r].Run(cols_.data(), nullptr, block, c, ctx);
+      for (std::size_t i = 0; i < mn; ++i) acc_[i] += c[i];
+    }
+    for (std::size_t i = 0; i < mn; ++i) c[i] = static_cast<float>(acc_[i]);
+  }
+
+  std::size_t scratch_bytes() const {
+    std::size_t b = 0;
+    for (const TransposedMatMul& r : runs_) b = std::max(b, r.scratch_bytes());
+    return b;
+  }
+
+ private:
+  std::int64_t m_ = 0, k_ = 0, n_ = 0;
+  std::vector<std::int64_t> bounds_;
+  std::vector<TransposedMatMul> runs_;
+  std::vector<double> acc_;
+  std::vector<float> cols_;
+};
+
+// ---------------------------------------------------------------------------
 
 enum class Cell { kLstm, kGru, kRnn };
 
@@ -199,11 +306,13 @@ class RnnKernel : public Kernel {
   Status Init(const KernelInit& init) {
     const ir::Node& n = *init.node;
     const std::string& op = n.op_type();
-    cell_ = op == "LSTM" ? Cell::kLstm : op == "GRU" ? Cell::kGru : Cell::kRnn;
+    quantized_ = op == "DynamicQuantizeLSTM";
+    cell_ = op == "LSTM" || quantized_ ? Cell::kLstm : op == "GRU" ? Cell::kGru : Cell::kRnn;
     gates_ = cell_ == Cell::kLstm ? 4 : cell_ == Cell::kGru ? 3 : 1;
     const int acts_per_dir = cell_ == Cell::kLstm ? 3 : cell_ == Cell::kGru ? 2 : 1;
     for (std::size_t i = 0; i < init.inputs.size(); ++i) {
-      if (init.inputs[i].present() && i != 4 && init.inputs[i].dtype != DType::kFloat32) {
+      const bool eight_bit = quantized_ && (i == 1 || i == 2 || i == 9 || i == 11);
+      if (init.inputs[i].present() && i != 4 && !eight_bit && init.inputs[i].dtype != DType::kFloat32) {
         return Error(StatusCode::kUnimplemented, "input ", i, " has type ", DTypeName(init.inputs[i].dtype),
                      "; the CPU kernel supports float32 only");
       }
@@ -224,7 +333,7 @@ class RnnKernel : public Kernel {
     seq_ = layout_ ? x[1] : x[0];
     batch_ = layout_ ? x[0] : x[1];
     in_ = x[2];
-    hidden_ = init.inputs[2].shape[2];
+    hidden_ = quantized_ ? init.inputs[2].shape[1] : init.inputs[2].shape[2];
     gh_ = gates_ * hidden_;
 
     // Activations: the given names (f, g(, h) per direction), or the defaults.
@@ -272,6 +381,8 @@ class RnnKernel : public Kernel {
     rbh_.assign(static_cast<std::size_t>(nd_ * hidden_), 0.f);
     lens_.assign(static_cast<std::size_t>(batch_), seq_);
 
+    if (quantized_) return InitQuantized(init);
+
     // Matmuls. W: [nd, G*H, I] (all directions in one product); R: [nd, G*H, H].
     const HostTensor* w_const = init.const_input(1);
     const HostTensor* r_const = init.const_input(2);
@@ -292,8 +403,56 @@ class RnnKernel : public Kernel {
     return Status::Ok();
   }
 
+  // DynamicQuantizeLSTM: constant 8-bit W [nd, I, 4H] and R [nd, H, 4H],
+  // one zero point each (inference checked that a constant zero point
+  // tensor holds one value throughout), scales per direction or column.
+  Status InitQuantized(const KernelInit& init) {
+    const char* const names[] = {"", "W", "R", "", "", "", "", "", "W_scale", "W_zero_point", "R_scale",
+                                 "R_zero_point"};
+    for (int i : {1, 2, 8, 9, 10, 11}) {
+      if (!init.const_input(i)) {
+        return Error(StatusCode::kUnimplemented, "input ", i, " (", names[i],
+                     ") is computed at run time; DynamicQuantizeLSTM needs it constant");
+      }
+    }
+    auto zero_point = [&](int i) -> std::int32_t {
+      const HostTensor& z = *init.const_input(i);
+      if (z.numel() == 0) return 0;
+      return z.dtype() == DType::kUInt8 ? z.data_as<std::uint8_t>()[0] : z.data_as<std::int8_t>()[0];
+    };
+    auto scales = [&](int i) {
+      const HostTensor& t = *init.const_input(i);
+      const std::int64_t per = t.numel() / nd_;
+      std::vector<float> out(static_cast<std::size_t>(nd_ * gh_));
+      for (int d = 0; d < nd_; ++d) {
+        for (std::int64_t j = 0; j < gh_; ++j) out[d * gh_ + j] = t.data_as<float>()[d * per + (per == 1 ? 0 : j)];
+      }
+      return out;
+    };
+    w_scale_ = scales(8);
+    r_scale_ = scales(10);
+    // X·W for every direction in one product: W [nd, I, 4H] as one
+    // [I, nd * 4H] block (one zero point: inference checked that they are
+    // all equal).
+    const HostTensor& w = *init.const_input(1);
+    HostTensor joined(w.dtype(), {1, in_, nd_ * gh_});
+    for (int d = 0; d < nd_; ++d) {
+      for (std::int64_t i = 0; i < in_; ++i) {
+        std::memcpy(static_cast<std::uint8_t*>(joined.mutable_data()) + (i * nd_ + d) * gh_,
+                    static_cast<const std::uint8_t*>(w.data()) + (d * in_ + i) * gh_, static_cast<std::size_t>(gh_));
+      }
+    }
+    KILN_RETURN_IF_ERROR(qproj_.Init("input projection X·W", seq_ * batch_, in_, nd_ * gh_, joined, {zero_point(9)}));
+    KILN_RETURN_IF_ERROR(qrec_.Init("recurrent product H·R", batch_, hidden_, gh_, *init.const_input(2),
+                                     std::vector<std::int32_t>(static_cast<std::size_t>(nd_), zero_point(11))));
+    xq_.assign(static_cast<std::size_t>(seq_ * batch_ * in_), 0.f);
+    hq_.assign(static_cast<std::size_t>(batch_ * hidden_), 0.f);
+    return Status::Ok();
+  }
+
   std::size_t workspace_bytes() const override {
-    return std::max({proj_.scratch_bytes(), rec_.scratch_bytes(), rec_h_.scratch_bytes()});
+    return std::max({proj_.scratch_bytes(), rec_.scratch_bytes(), rec_h_.scratch_bytes(), qproj_.scratch_bytes(),
+                     qrec_.scratch_bytes()});
   }
 
   Status Run(const KernelArgs& args) override {
@@ -339,7 +498,8 @@ class RnnKernel : public Kernel {
       }
     }
 
-    proj_.Run(x, w, 0, gx_.data(), ctx_);
+    if (quantized_) ProjectQuantized(x);
+    else proj_.Run(x, w, 0, gx_.data(), ctx_);
 
     for (int d = 0; d < nd_; ++d) {
       KILN_RETURN_IF_ERROR(RunDirection(d, r, p, h0, c0, y));
@@ -360,6 +520,47 @@ class RnnKernel : public Kernel {
   }
 
  private:
+  // DynamicQuantizeLSTM's X·W into gx_: X quantized over its first
+  // max(sequence_lens) steps (the rows ONNX Runtime's product covers).
+  void ProjectQuantized(const float* x) {
+    const std::int64_t steps = lens_.empty() ? 0 : *std::max_element(lens_.begin(), lens_.end());
+    float xs = 0.f;
+    std::uint8_t xz = 0;
+    DynamicQuantizeParams(x, steps * batch_ * in_, nullptr, &xs, &xz);
+    QuantizeCenteredFloat(x, xq_.data(), seq_ * batch_ * in_, xs, xz);
+    const std::int64_t rows = seq_ * batch_, cols = nd_ * gh_;
+    qproj_.Run(xq_.data(), 0, gx_.data(), ctx_);
+    std::vector<float> mult(static_cast<std::size_t>(cols));
+    for (std::int64_t j = 0; j < cols; ++j) mult[j] = xs * w_scale_[j];
+    for (std::int64_t i = 0; i < rows; ++i) {
+      float* row = gx_.data() + i * cols;
+      for (std::int64_t j = 0; j < cols; ++j) row[j] = row[j] * mult[j];
+    }
+  }
+
+  // DynamicQuantizeLSTM's H·R of step s into g: H quantized over the whole
+  // batch, an entry past its length as 0 when Y is written.
+  void RecurrentQuantized(int d, std::int64_t s, const float* h, bool y_out, float* g) {
+    const std::int64_t H = hidden_;
+    for (std::int64_t bb = 0; bb < batch_; ++bb) {
+      float* dst = hq_.data() + bb * H;
+      if (y_out && lens_[bb] < s) std::fill(dst, dst + H, 0.f);
+      else std::memcpy(dst, h + bb * H, H * sizeof(float));
+    }
+    float hs = 0.f;
+    std::uint8_t hz = 0;
+    DynamicQuantizeParams(hq_.data(), batch_ * H, nullptr, &hs, &hz);
+    QuantizeCenteredFloat(hq_.data(), hq_.data(), batch_ * H, hs, hz);
+    qrec_.Run(hq_.data(), d, g, ctx_);
+    const float* rs = r_scale_.data() + d * gh_;
+    std::vector<float> mult(static_cast<std::size_t>(gh_));
+    for (std::int64_t j = 0; j < gh_; ++j) mult[j] = hs * rs[j];
+    for (std::int64_t bb = 0; bb < batch_; ++bb) {
+      float* row = g + bb * gh_;
+      for (std::int64_t j = 0; j < gh_; ++j) row[j] = row[j] * mult[j];
+    }
+  }
+
   // Element offset of (direction, batch entry) in initial_h / Y_h / Y_c.
   std::int64_t StateIndex(int d, std::int64_t b) const {
     return (layout_ ? b * nd_ + d : d * batch_ + b) * hidden_;
@@ -398,7 +599,8 @@ class RnnKernel : public Kernel {
 
     for (std::int64_t s = 0; s < seq_; ++s) {
       // Recurrent product for all entries (finished ones are ignored below).
-      rec_.Run(h, r, d, g, ctx_);
+      if (quantized_) RecurrentQuantized(d, s, h, y != nullptr, g);
+      else rec_.Run(h, r, d, g, ctx_);
       // Time index of entry bb at step s, or -1 when it is past its length.
       auto time_of = [&](std::int64_t bb) -> std::int64_t {
         const std::int64_t len = lens_[bb];
@@ -409,7 +611,11 @@ class RnnKernel : public Kernel {
       auto add_inputs = [&](std::int64_t bb, std::int64_t t, std::int64_t n_cols) {
         float* gr = g + bb * (cell_ == Cell::kGru && !linear_before_reset_ ? 2 * H : gh_);
         const float* xr = gx + XRow(t, bb) * gx_stride;
-        for (std::int64_t i = 0; i < n_cols; ++i) gr[i] += xr[i] + bias[i];
+        if (quantized_) {
+          for (std::int64_t i = 0; i < n_cols; ++i) gr[i] = (xr[i] + gr[i]) + bias[i];
+        } else {
+          for (std::int64_t i = 0; i < n_cols; ++i) gr[i] += xr[i] + bias[i];
+        }
         return gr;
       };
 
@@ -540,6 +746,11 @@ class RnnKernel : public Kernel {
   bool input_forget_ = false, linear_before_reset_ = false;
   bool has_b_ = false, has_lens_ = false, lens_int64_ = false, has_h0_ = false, has_c0_ = false, has_p_ = false;
   TransposedMatMul proj_, rec_, rec_h_;
+  // DynamicQuantizeLSTM: its products, quantized operands, scales per
+  // direction and column.
+  bool quantized_ = false;
+  QuantizedProduct qproj_, qrec_;
+  std::vector<float> xq_, hq_, w_scale_, r_scale_;
   const device::ExecContext* ctx_ = nullptr;  // of the run in progress (its workspace)
   std::vector<float> gx_, gates_buf_, h_, c_, rh_, hh_, bias_, rbh_;
   std::vector<std::int64_t> lens_;
@@ -557,6 +768,7 @@ void RegisterRnnKernels(KernelRegistry& r) {
   r.Register("LSTM", MakeRnn);
   r.Register("GRU", MakeRnn);
   r.Register("RNN", MakeRnn);
+  r.Register("DynamicQuantizeLSTM", MakeRnn, ops::kMicrosoftDomain);
 }
 
 }  // namespace kiln::cpu
