@@ -477,8 +477,22 @@ TEST(DynamicQuantizeLstm, BidirectionalUint8StatesAndSequenceLens) {
   ExpectQLstm(c);
 }
 
-// 640 inputs of full-range int8 weights: a column's sum can pass 2^24, so
-// the product is cut into exact runs.
+// Weights within [-64, 64] of their zero point (ONNX Runtime's reduce_range)
+// take the uint8 x int8 pair-sum kernel: inputs not a multiple of 4, five
+// batch rows (a row block and one more), int8 and uint8.
+TEST(DynamicQuantizeLstm, SevenBitWeights) {
+  for (bool u8 : {false, true}) {
+    QLstm c = MakeQLstm(3, 5, 7, 3, u8 ? 2 : 1, u8, !u8);
+    for (int& v : c.wq) v = c.wz + (v - c.wz) / 2;
+    c.rz = u8 ? 128 : 0;
+    for (std::size_t i = 0; i < c.rq.size(); ++i) c.rq[i] = c.rz + static_cast<int>((i * 37) % 129) - 64;
+    for (int i = 0; i < 8 * c.H * c.D; ++i) c.bias.push_back(0.1f * std::sin(0.8f * i));
+    ExpectQLstm(c);
+  }
+}
+
+// 640 inputs of full-range int8 weights: a column's sum can pass 2^24
+// (float32's exact range); the int32 sums stay exact.
 TEST(DynamicQuantizeLstm, LongReductionStaysExact) {
   QLstm c = MakeQLstm(2, 1, 640, 2, 1, false, false);
   for (std::size_t i = 0; i < c.wq.size(); ++i) c.wq[i] = (i % 2 ? 127 : -127) * ((i / 8) % 3 == 0 ? -1 : 1);

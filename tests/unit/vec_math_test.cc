@@ -25,6 +25,7 @@ std::vector<float> Sweep() {
 }
 
 double TanhRef(double x) { return std::tanh(x); }
+double SigmoidRef(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double GeluRef(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 // Worst error relative to max(|want|, floor).
@@ -43,11 +44,12 @@ double Worst(Fn f, double (*ref)(double), const std::vector<float>& x, double fl
   return worst;
 }
 
-TEST(VecMath, TanhAndGeluTanhBothPathsMatchDouble) {
+TEST(VecMath, TanhSigmoidAndGeluTanhBothPathsMatchDouble) {
   const std::vector<float> x = Sweep();
   for (bool portable : {false, true}) {
     SCOPED_TRACE(portable ? "portable" : (VecMathUsesAvx2() ? "avx2" : "dispatched (portable here)"));
     EXPECT_LE(Worst(portable ? TanhF32Portable : TanhF32, TanhRef, x, 1e-30), 4.8e-7);
+    EXPECT_LE(Worst(portable ? SigmoidF32Portable : SigmoidF32, SigmoidRef, x, 1e-30), 4.8e-7);
     // GELU: relative to max(|want|, 1e-6) (its values pass through zero).
     EXPECT_LE(Worst(portable ? GeluTanhF32Portable : GeluTanhF32, GeluRef, x, 1e-6), 1e-6);
     // NaN stays NaN.
@@ -57,6 +59,8 @@ TEST(VecMath, TanhAndGeluTanhBothPathsMatchDouble) {
     EXPECT_TRUE(std::isnan(y));
     (portable ? GeluTanhF32Portable : GeluTanhF32)(&nan, &y, 1);
     EXPECT_TRUE(std::isnan(y));
+    (portable ? SigmoidF32Portable : SigmoidF32)(&nan, &y, 1);
+    EXPECT_TRUE(std::isnan(y));
   }
 }
 
@@ -64,10 +68,10 @@ TEST(VecMath, EveryLengthAndInPlace) {
   for (std::int64_t n = 0; n <= 40; ++n) {
     std::vector<float> x(static_cast<std::size_t>(n) + 1, 7.f), y(static_cast<std::size_t>(n) + 1, 7.f);
     for (std::int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i) / 4.f - 5.f;
-    for (Fn f : {TanhF32, GeluTanhF32}) {
+    for (Fn f : {TanhF32, GeluTanhF32, SigmoidF32}) {
       f(x.data(), y.data(), n);
       for (std::int64_t i = 0; i < n; ++i) {
-        const double want = f == TanhF32 ? TanhRef(x[i]) : GeluRef(x[i]);
+        const double want = f == TanhF32 ? TanhRef(x[i]) : f == SigmoidF32 ? SigmoidRef(x[i]) : GeluRef(x[i]);
         EXPECT_NEAR(y[i], want, 1e-6 * std::max(1.0, std::fabs(want))) << "n " << n << " i " << i;
       }
       EXPECT_EQ(y[n], 7.f) << "n " << n << ": written past the end";

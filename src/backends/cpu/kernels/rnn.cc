@@ -14,9 +14,9 @@
 // rows of the first max(sequence_lens) steps, and each step's H, over the
 // whole batch, are quantized as DynamicQuantizeLinear does (uint8, scale
 // (max - min) / 255 of a range holding 0, ties to even); the products of
-// (q - zp) and (w - w_zp) are summed exactly (float32 sums of integers,
-// the reduction split where a sum could pass 2^24, accumulated in double),
-// then float(sum) * (a_scale * w_scale[column]). The gate input is
+// (q - zp) and (w - w_zp) are summed exactly in int32 (QuantizedProduct,
+// AVX2 vpmaddwd on weights kept 8-bit), then float(sum) * (a_scale *
+// w_scale[column]). The gate input is
 // (X·W + H·R) + (Wb + Rb) in that order, as there. A batch entry past its
 // length counts as 0 in H's range when Y is an output (ONNX Runtime reads
 // its zeroed Y row), else as its held state.
@@ -25,9 +25,13 @@
 #include <cmath>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "backends/cpu/dnnl_util.h"
 #include "backends/cpu/kernels/quant.h"
 #include "backends/cpu/kernels/util.h"
+#include "backends/cpu/kernels/vec_math.h"
+#include "common/checked.h"
 #include "ops/op_registry.h"
 
 namespace kiln::cpu {
@@ -81,10 +85,10 @@ void Apply(const ActFn& f, float* p, std::int64_t n) {
   const float a = f.alpha, b = f.beta;
   switch (f.kind) {
     case Act::kSigmoid:
-      for (std::int64_t i = 0; i < n; ++i) p[i] = 1.f / (1.f + std::exp(-p[i]));
+      SigmoidF32(p, p, n);
       break;
     case Act::kTanh:
-      for (std::int64_t i = 0; i < n; ++i) p[i] = std::tanh(p[i]);
+      TanhF32(p, p, n);
       break;
     case Act::kRelu:
       for (std::int64_t i = 0; i < n; ++i) p[i] = std::max(p[i], 0.f);
@@ -205,96 +209,211 @@ class TransposedMatMul {
 };
 
 // ---------------------------------------------------------------------------
-// DynamicQuantizeLSTM's products: C[M, N] = exact sums of A[M, K] (integers
-// within [-255, 255] held as float32) times V - zp, where V is the k-major
-// [K, N] block `block` of an 8-bit weights tensor [blocks, K, N]. The
-// reduction is cut into runs of K within which 255 * sum |V - zp| stays
-// within 2^24 for every column, so each run's float32 product is exact in
-// any order; runs are summed in double (exact) and rounded once.
+// DynamicQuantizeLSTM's products: C[M, N] = float(sum_k A[m, k] * (V[k, n] -
+// zp)) * mult[n], where A holds uint8 values minus their zero point (int16,
+// within [-255, 255]) and V is the k-major [K, N] block `block` of an 8-bit
+// weights tensor [blocks, K, N]. The sums are exact int32 (as ONNX Runtime's
+// u8 x s8 / u8 x u8 GEMM's, where its products are exact). The weights stay
+// 8-bit in memory (int8 with zero point 0; int16 where w - zp leaves int8),
+// packed as pairs of k per column for vpmaddwd: an LSTM's recurrent product
+// at batch 1 is a matrix-vector product bound by reading them, so they take
+// a quarter (or half) of float32's bytes.
 
 class QuantizedProduct {
  public:
-  Status Init(const char* what, std::int64_t m, std::int64_t k, std::int64_t n, const HostTensor& w,
-              const std::vector<std::int32_t>& zp) {
+  Status Init(std::int64_t m, std::int64_t k, std::int64_t n, const HostTensor& w, const std::vector<std::int32_t>& zp) {
     m_ = m;
     k_ = k;
     n_ = n;
+    kp_ = (k + 1) / 2 * 2;
+    np_ = (n + kCols - 1) / kCols * kCols;  // k and n: dims of a weights tensor in memory
     const std::int64_t blocks = static_cast<std::int64_t>(zp.size());
     const bool u8 = w.dtype() == DType::kUInt8;
-    auto at = [&](std::int64_t b, std::int64_t kk, std::int64_t nn) -> float {
-      const std::int64_t i = (b * k + kk) * n + nn;
-      const int v = u8 ? static_cast<int>(w.data_as<std::uint8_t>()[i]) : w.data_as<std::int8_t>()[i];
-      return static_cast<float>(v - zp[static_cast<std::size_t>(b)]);
-    };
-    // Runs: extend while every column's bound stays within 2^24.
-    bounds_ = {0};
-    std::vector<std::int64_t> bound(static_cast<std::size_t>(blocks * n), 0);
-    for (std::int64_t kk = 0; kk < k; ++kk) {
-      bool fits = true;
-      for (std::int64_t b = 0; b < blocks && fits; ++b) {
+    // w - zp, once.
+    std::vector<std::int16_t> v(static_cast<std::size_t>(blocks * k * n));
+    wide_ = false;
+    narrow_ = true;
+    for (std::int64_t i = 0; i < blocks * k * n; ++i) {
+      const int x = (u8 ? static_cast<int>(w.data_as<std::uint8_t>()[i]) : w.data_as<std::int8_t>()[i]) -
+                    zp[static_cast<std::size_t>(i / (k * n))];
+      v[static_cast<std::size_t>(i)] = static_cast<std::int16_t>(x);
+      wide_ = wide_ || x < -128 || x > 127;
+      narrow_ = narrow_ && x >= -64 && x <= 64;
+    }
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    narrow_ = narrow_ && avx2;
+    // Packed per block, column tile by column tile (each tile's weights
+    // contiguous, read in order): [np / kCols][k / g][kCols][g], g values of
+    // k per column together: 4 for vpmaddubsw (7-bit weights, whose pair
+    // sums of uint8 x int8 cannot saturate: 2 * 255 * 64 < 2^15; A then
+    // stays uint8 and zp times the column's weight sum is taken off after),
+    // else 2 for vpmaddwd on int16 (A centred).
+    group_ = narrow_ ? 4 : 2;
+    kg_ = (k + group_ - 1) / group_;
+    std::int64_t packed = 0, operand = 0;
+    if (!CheckedMul(np_, kg_ * group_, &block_len_) || !CheckedMul(block_len_, blocks * 2, &packed) ||
+        !CheckedMul(m, kg_ * group_ * 2, &operand) || packed > kMaxTensorBytes || operand > kMaxTensorBytes) {
+      return Error(StatusCode::kOutOfRange, "DynamicQuantizeLSTM: packed weights or operand of ", m, " x ", k,
+                   " x ", n, " pass ", kMaxTensorBytes, " bytes");
+    }
+    if (wide_) w16_.assign(static_cast<std::size_t>(blocks * block_len_), 0);
+    else w8_.assign(static_cast<std::size_t>(blocks * block_len_), 0);
+    if (narrow_) colsum_.assign(static_cast<std::size_t>(blocks * np_), 0);
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      for (std::int64_t kk = 0; kk < k; ++kk) {
         for (std::int64_t nn = 0; nn < n; ++nn) {
-          if (bound[b * n + nn] + 255 * static_cast<std::int64_t>(std::fabs(at(b, kk, nn))) > (std::int64_t{1} << 24)) {
-            fits = false;
-            break;
-          }
+          const int x = v[static_cast<std::size_t>((b * k + kk) * n + nn)];
+          const std::size_t i = static_cast<std::size_t>(
+              b * block_len_ + (((nn / kCols) * kg_ + kk / group_) * kCols + nn % kCols) * group_ + kk % group_);
+          if (wide_) w16_[i] = static_cast<std::int16_t>(x);
+          else w8_[i] = static_cast<std::int8_t>(x);
+          if (narrow_) colsum_[static_cast<std::size_t>(b * np_ + nn)] += x;
         }
       }
-      if (!fits) {
-        bounds_.push_back(kk);
-        std::fill(bound.begin(), bound.end(), 0);
-      }
-      for (std::int64_t b = 0; b < blocks; ++b) {
-        for (std::int64_t nn = 0; nn < n; ++nn) bound[b * n + nn] += 255 * static_cast<std::int64_t>(std::fabs(at(b, kk, nn)));
-      }
     }
-    bounds_.push_back(k);
-    runs_.resize(bounds_.size() - 1);
-    for (std::size_t r = 0; r + 1 < bounds_.size(); ++r) {
-      const std::int64_t k0 = bounds_[r], kk = bounds_[r + 1] - k0;
-      // [blocks][N][kk] row-major: TransposedMatMul's V.
-      std::vector<float> v(static_cast<std::size_t>(blocks * n * kk));
-      std::vector<std::int64_t> offsets;
-      for (std::int64_t b = 0; b < blocks; ++b) {
-        offsets.push_back(b * n * kk);
-        for (std::int64_t nn = 0; nn < n; ++nn) {
-          for (std::int64_t j = 0; j < kk; ++j) v[(b * n + nn) * kk + j] = at(b, k0 + j, nn);
-        }
-      }
-      KILN_RETURN_IF_ERROR(runs_[r].Init(what, m, kk, n, v.data(), offsets));
-    }
+    if (narrow_) a8_.assign(static_cast<std::size_t>(m * kg_ * 4), 0);
+    else a_.assign(static_cast<std::size_t>(m * kp_), 0);
     return Status::Ok();
   }
 
-  void Run(const float* a, int block, float* c, const device::ExecContext* ctx) {
-    if (runs_.size() == 1) {
-      runs_[0].Run(a, nullptr, block, c, ctx);
+  // Quantizes rows [0, m) of x ([m, k] float32) with scale s and zero point
+  // zp into A (DynamicQuantizeLinear's values minus zp).
+  void Quantize(const float* x, float s, std::int32_t zp) {
+    if (narrow_) {
+      zp_ = zp;
+      const std::int64_t ld = kg_ * 4;
+      if (ld == k_) DynamicQuantizeU8(x, a8_.data(), m_ * k_, s, zp);
+      else for (std::int64_t i = 0; i < m_; ++i) DynamicQuantizeU8(x + i * k_, a8_.data() + i * ld, k_, s, zp);
       return;
     }
-    const std::size_t mn = static_cast<std::size_t>(m_ * n_);
-    if (acc_.size() < mn) acc_.resize(mn);
-    std::fill(acc_.begin(), acc_.begin() + static_cast<std::ptrdiff_t>(mn), 0.0);
-    for (std::size_t r = 0; r < runs_.size(); ++r) {
-      const std::int64_t k0 = bounds_[r], kk = bounds_[r + 1] - k0;
-      cols_.resize(static_cast<std::size_t>(m_ * kk));
-      for (std::int64_t i = 0; i < m_; ++i) std::memcpy(cols_.data() + i * kk, a + i * k_ + k0, kk * sizeof(float));
-      runs_[r].Run(cols_.data(), nullptr, block, c, ctx);
-      for (std::size_t i = 0; i < mn; ++i) acc_[i] += c[i];
+    if (kp_ == k_) {
+      QuantizeCenteredInt16(x, a_.data(), m_ * k_, s, zp);
+      return;
     }
-    for (std::size_t i = 0; i < mn; ++i) c[i] = static_cast<float>(acc_[i]);
+    for (std::int64_t i = 0; i < m_; ++i) QuantizeCenteredInt16(x + i * k_, a_.data() + i * kp_, k_, s, zp);
   }
 
-  std::size_t scratch_bytes() const {
-    std::size_t b = 0;
-    for (const TransposedMatMul& r : runs_) b = std::max(b, r.scratch_bytes());
-    return b;
+  // C[M, N] (row stride ldc) = float(A · (V_block - zp)) * mult[n].
+  void Run(int block, const float* mult, float* c, std::int64_t ldc) const {
+    const std::int64_t col_blocks = np_ / kCols, row_blocks = (m_ + kRows - 1) / kRows;
+    const std::int64_t tasks = col_blocks * row_blocks;
+    // 256K multiply-adds a task at least: waking a thread costs about 15 us,
+    // a few times a small step's whole product.
+    const std::int64_t per_tile = std::min<std::int64_t>(m_, kRows) * kCols * kg_ * group_;
+    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / std::max<std::int64_t>(1, per_tile));
+    ParallelFor(tasks, grain, [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const std::int64_t rb = t / col_blocks, cb = t % col_blocks;
+        const std::int64_t r0 = rb * kRows, rows = std::min<std::int64_t>(kRows, m_ - r0);
+        Tile(block, r0, static_cast<int>(rows), cb * kCols, mult, c, ldc);
+      }
+    });
   }
 
  private:
-  std::int64_t m_ = 0, k_ = 0, n_ = 0;
-  std::vector<std::int64_t> bounds_;
-  std::vector<TransposedMatMul> runs_;
-  std::vector<double> acc_;
-  std::vector<float> cols_;
+  static constexpr std::int64_t kCols = 16, kRows = 4;
+
+  void Tile(int block, std::int64_t r0, int rows, std::int64_t n0, const float* mult, float* c, std::int64_t ldc) const {
+    std::int32_t acc[kRows][kCols];
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    const std::int16_t* a = a_.data() + r0 * kp_;
+    if (narrow_) TileNarrowAvx2(a8_.data() + r0 * kg_ * 4, w8_.data() + block * block_len_, rows, n0, acc);
+    else if (avx2 && wide_) TileAvx2(a, w16_.data() + block * block_len_, rows, n0, acc);
+    else if (avx2) TileAvx2(a, w8_.data() + block * block_len_, rows, n0, acc);
+    else TileScalar(a, block, rows, n0, acc);
+    const std::int64_t cols = std::min<std::int64_t>(kCols, n_ - n0);
+    const std::int32_t* cs = narrow_ ? colsum_.data() + block * np_ + n0 : nullptr;
+    for (int r = 0; r < rows; ++r) {
+      float* out = c + (r0 + r) * ldc + n0;
+      if (cs) for (std::int64_t j = 0; j < cols; ++j) acc[r][j] -= zp_ * cs[j];
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(acc[r][j]) * mult[n0 + j];
+    }
+  }
+
+  void TileScalar(const std::int16_t* a, int block, int rows, std::int64_t n0, std::int32_t (*acc)[kCols]) const {
+    for (int r = 0; r < rows; ++r) {
+      for (std::int64_t j = 0; j < kCols; ++j) {
+        std::uint32_t sum = 0;  // wraps as the vector sums do, past int32
+        for (std::int64_t p = 0; p < kg_; ++p) {
+          const std::size_t i = static_cast<std::size_t>(block * block_len_ + (((n0 / kCols) * kg_ + p) * kCols + j) * 2);
+          const int w0 = wide_ ? w16_[i] : w8_[i], w1 = wide_ ? w16_[i + 1] : w8_[i + 1];
+          sum += static_cast<std::uint32_t>(a[r * kp_ + 2 * p] * w0 + a[r * kp_ + 2 * p + 1] * w1);
+        }
+        acc[r][j] = static_cast<std::int32_t>(sum);
+      }
+    }
+  }
+
+  // Up to kRows rows by kCols columns: per pair of k, the 16 columns' two
+  // weights widened to int16 (two vectors), each row's pair of A values
+  // broadcast, and vpmaddwd: a0 * w(k0, n) + a1 * w(k1, n) per int32 lane.
+  template <typename T>
+  __attribute__((target("avx2"))) void TileAvx2(const std::int16_t* a, const T* w, int rows, std::int64_t n0,
+                                                std::int32_t (*acc)[kCols]) const {
+    __m256i c0[kRows], c1[kRows];
+    for (int r = 0; r < kRows; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
+    for (std::int64_t p = 0; p < kg_; ++p) {
+      const T* wr = w + ((n0 / kCols) * kg_ + p) * kCols * 2;
+      __m256i w0, w1;
+      if constexpr (sizeof(T) == 1) {
+        w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr)));
+        w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 16)));
+      } else {
+        w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr));
+        w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 16));
+      }
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= rows) break;
+        std::int32_t pair;
+        std::memcpy(&pair, a + r * kp_ + 2 * p, sizeof(pair));
+        const __m256i av = _mm256_set1_epi32(pair);
+        c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(av, w0));
+        c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(av, w1));
+      }
+    }
+    for (int r = 0; r < rows; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r]), c0[r]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r] + 8), c1[r]);
+    }
+  }
+
+  // 7-bit weights: per group of four k, each row's four uint8 values
+  // broadcast, vpmaddubsw against 8 columns' four weights (int16 pair sums),
+  // vpmaddwd by ones (int32 sums of four products).
+  __attribute__((target("avx2"))) void TileNarrowAvx2(const std::uint8_t* a, const std::int8_t* w, int rows,
+                                                      std::int64_t n0, std::int32_t (*acc)[kCols]) const {
+    __m256i c0[kRows], c1[kRows];
+    for (int r = 0; r < kRows; ++r) c0[r] = c1[r] = _mm256_setzero_si256();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const std::int64_t lda = kg_ * 4;
+    for (std::int64_t q = 0; q < kg_; ++q) {
+      const std::int8_t* wr = w + ((n0 / kCols) * kg_ + q) * kCols * 4;
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 32));
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= rows) break;
+        std::int32_t quad;
+        std::memcpy(&quad, a + r * lda + 4 * q, sizeof(quad));
+        const __m256i av = _mm256_set1_epi32(quad);
+        c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, w0), ones));
+        c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, w1), ones));
+      }
+    }
+    for (int r = 0; r < rows; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r]), c0[r]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc[r] + 8), c1[r]);
+    }
+  }
+
+  // kg_: groups of `group_` k values (kp_ = 2 kg_ on the int16 route).
+  std::int64_t m_ = 0, k_ = 0, n_ = 0, kp_ = 0, np_ = 0, block_len_ = 0, kg_ = 0, group_ = 2;
+  std::int32_t zp_ = 0;
+  bool wide_ = false, narrow_ = false;
+  std::vector<std::int32_t> colsum_;  // narrow: per block and column, the sum of w - zp
+  std::vector<std::uint8_t> a8_;      // narrow: [m][kq * 4] uint8 (DynamicQuantizeLinear's values)
+  std::vector<std::int8_t> w8_;    // [blocks][np / kCols][kg][kCols][group] (Init)
+  std::vector<std::int16_t> w16_;  // the same, where w - zp needs 16 bits
+  std::vector<std::int16_t> a_;    // [m][kp]
 };
 
 // ---------------------------------------------------------------------------
@@ -442,17 +561,16 @@ class RnnKernel : public Kernel {
                     static_cast<const std::uint8_t*>(w.data()) + (d * in_ + i) * gh_, static_cast<std::size_t>(gh_));
       }
     }
-    KILN_RETURN_IF_ERROR(qproj_.Init("input projection X·W", seq_ * batch_, in_, nd_ * gh_, joined, {zero_point(9)}));
-    KILN_RETURN_IF_ERROR(qrec_.Init("recurrent product H·R", batch_, hidden_, gh_, *init.const_input(2),
-                                     std::vector<std::int32_t>(static_cast<std::size_t>(nd_), zero_point(11))));
-    xq_.assign(static_cast<std::size_t>(seq_ * batch_ * in_), 0.f);
+    KILN_RETURN_IF_ERROR(qproj_.Init(seq_ * batch_, in_, nd_ * gh_, joined, {zero_point(9)}));
+    KILN_RETURN_IF_ERROR(qrec_.Init(batch_, hidden_, gh_, *init.const_input(2),
+                                    std::vector<std::int32_t>(static_cast<std::size_t>(nd_), zero_point(11))));
     hq_.assign(static_cast<std::size_t>(batch_ * hidden_), 0.f);
+    mult_.assign(static_cast<std::size_t>(nd_ * gh_), 0.f);
     return Status::Ok();
   }
 
   std::size_t workspace_bytes() const override {
-    return std::max({proj_.scratch_bytes(), rec_.scratch_bytes(), rec_h_.scratch_bytes(), qproj_.scratch_bytes(),
-                     qrec_.scratch_bytes()});
+    return std::max({proj_.scratch_bytes(), rec_.scratch_bytes(), rec_h_.scratch_bytes()});
   }
 
   Status Run(const KernelArgs& args) override {
@@ -527,15 +645,9 @@ class RnnKernel : public Kernel {
     float xs = 0.f;
     std::uint8_t xz = 0;
     DynamicQuantizeParams(x, steps * batch_ * in_, nullptr, &xs, &xz);
-    QuantizeCenteredFloat(x, xq_.data(), seq_ * batch_ * in_, xs, xz);
-    const std::int64_t rows = seq_ * batch_, cols = nd_ * gh_;
-    qproj_.Run(xq_.data(), 0, gx_.data(), ctx_);
-    std::vector<float> mult(static_cast<std::size_t>(cols));
-    for (std::int64_t j = 0; j < cols; ++j) mult[j] = xs * w_scale_[j];
-    for (std::int64_t i = 0; i < rows; ++i) {
-      float* row = gx_.data() + i * cols;
-      for (std::int64_t j = 0; j < cols; ++j) row[j] = row[j] * mult[j];
-    }
+    qproj_.Quantize(x, xs, xz);
+    for (std::int64_t j = 0; j < nd_ * gh_; ++j) mult_[j] = xs * w_scale_[j];
+    qproj_.Run(0, mult_.data(), gx_.data(), nd_ * gh_);
   }
 
   // DynamicQuantizeLSTM's H·R of step s into g: H quantized over the whole
@@ -550,15 +662,10 @@ class RnnKernel : public Kernel {
     float hs = 0.f;
     std::uint8_t hz = 0;
     DynamicQuantizeParams(hq_.data(), batch_ * H, nullptr, &hs, &hz);
-    QuantizeCenteredFloat(hq_.data(), hq_.data(), batch_ * H, hs, hz);
-    qrec_.Run(hq_.data(), d, g, ctx_);
+    qrec_.Quantize(hq_.data(), hs, hz);
     const float* rs = r_scale_.data() + d * gh_;
-    std::vector<float> mult(static_cast<std::size_t>(gh_));
-    for (std::int64_t j = 0; j < gh_; ++j) mult[j] = hs * rs[j];
-    for (std::int64_t bb = 0; bb < batch_; ++bb) {
-      float* row = g + bb * gh_;
-      for (std::int64_t j = 0; j < gh_; ++j) row[j] = row[j] * mult[j];
-    }
+    for (std::int64_t j = 0; j < gh_; ++j) mult_[j] = hs * rs[j];
+    qrec_.Run(d, mult_.data(), g, gh_);
   }
 
   // Element offset of (direction, batch entry) in initial_h / Y_h / Y_c.
@@ -750,7 +857,7 @@ class RnnKernel : public Kernel {
   // direction and column.
   bool quantized_ = false;
   QuantizedProduct qproj_, qrec_;
-  std::vector<float> xq_, hq_, w_scale_, r_scale_;
+  std::vector<float> hq_, mult_, w_scale_, r_scale_;
   const device::ExecContext* ctx_ = nullptr;  // of the run in progress (its workspace)
   std::vector<float> gx_, gates_buf_, h_, c_, rh_, hh_, bias_, rbh_;
   std::vector<std::int64_t> lens_;

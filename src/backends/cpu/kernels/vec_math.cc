@@ -1,4 +1,4 @@
-// Vectorised float32 tanh, tanh-GELU and LayerNormalization rows (see
+// Vectorised float32 tanh, sigmoid, tanh-GELU and LayerNormalization rows (see
 // vec_math.h). oneDNN 2.6's
 // AVX2 eltwise computes tanh and gelu_tanh at about 3.3 ns per element here
 // (table lookups with gathers), its logistic at 0.6: these use one exp
@@ -24,6 +24,7 @@ constexpr float kGeluK1 = 1.5957691216057308f * 0.044715f;  // ... * 0.044715
 constexpr float kTanhSmall = 0.625f;                      // below: the odd polynomial
 
 float TanhScalar(float x) { return std::tanh(x); }
+float SigmoidScalar(float x) { return 1.f / (1.f + std::exp(-x)); }
 float GeluTanhScalar(float x) {  // in double: the fallback's accuracy is the vector loop's
   const double xd = x, u = xd * (1.5957691216057308 + 1.5957691216057308 * 0.044715 * xd * xd);  // 2z
   return static_cast<float>(xd / (1.0 + std::exp(-u)));  // 0.5 (1 + tanh z) = sigmoid(2z)
@@ -68,6 +69,14 @@ KILN_AVX2 inline __m256 Tanh8(__m256 x) {
                                    _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(e, _mm256_set1_ps(1.f))));
   const __m256 large = _mm256_or_ps(big, _mm256_and_ps(sign, x));
   const __m256 y = _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, _mm256_set1_ps(kTanhSmall), _CMP_LT_OQ));
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
+}
+
+// 1 / (1 + e^-x); below -87.3 (Exp8's clamp) about 1e-38, where the
+// true value is smaller still.
+KILN_AVX2 inline __m256 Sigmoid8(__m256 x) {
+  const __m256 e = Exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.f)));
+  const __m256 y = _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_add_ps(_mm256_set1_ps(1.f), e));
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
 }
 
@@ -168,6 +177,17 @@ void TanhF32(const float* x, float* y, std::int64_t n) {
   if (HaveAvx2Fma()) return Apply8<Tanh8>(x, y, n);
 #endif
   TanhF32Portable(x, y, n);
+}
+
+void SigmoidF32Portable(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = SigmoidScalar(x[i]);
+}
+
+void SigmoidF32(const float* x, float* y, std::int64_t n) {
+#ifdef KILN_VEC_X86
+  if (HaveAvx2Fma()) return Apply8<Sigmoid8>(x, y, n);
+#endif
+  SigmoidF32Portable(x, y, n);
 }
 
 void LayerNormRowF32(const float* x, float* y, std::int64_t n, const float* scale, const float* bias, double eps,

@@ -9,6 +9,8 @@ namespace kiln::cpu {
 
 // y[i] = tanh(x[i]).
 void TanhF32(const float* x, float* y, std::int64_t n);
+// y[i] = 1 / (1 + e^-x[i]) (the recurrent ops' gates).
+void SigmoidF32(const float* x, float* y, std::int64_t n);
 // y[i] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU's tanh
 // approximation (GPT-2's "gelu_new", ONNX Gelu approximate="tanh"),
 // computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)).
@@ -23,6 +25,7 @@ bool VecMathUsesAvx2();
 // The scalar loops the functions above use on CPUs without AVX2+FMA (so
 // tests can check them on any machine).
 void TanhF32Portable(const float* x, float* y, std::int64_t n);
+void SigmoidF32Portable(const float* x, float* y, std::int64_t n);
 void GeluTanhF32Portable(const float* x, float* y, std::int64_t n);
 void LayerNormRowF32Portable(const float* x, float* y, std::int64_t n, const float* scale, const float* bias,
                              double eps, double* mean, double* rstd);
