@@ -3,10 +3,12 @@
 ONNX Runtime side by side (issue 15).
 
   /usr/bin/python3 bench/int8_bench.py --kiln build/kiln --work DIR [--threads 1,2]
-      [--models resnet18,mobilenet_v2,bert,bert_base] [--formats qdq,qoperator,dynamic,qdq-7bit] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
+      [--models resnet18,mobilenet_v2,bert,bert_base,lstm] [--skip-layers] [--formats qdq,qoperator,dynamic,qdq-7bit] [--runs 50] [--warmup 5] [--rounds 3] [--out bench/RESULTS.md]
 
 Models: the float32 torchvision export with BatchNorm folded, and its QDQ form from
-tools/quantize.py (which Kiln compiles to QLinearConv); Kiln's int8 output is compared with
+tools/quantize.py (which Kiln compiles to QLinearConv); the encoders of test_bert.py; `lstm`, a
+2-layer LSTM (seq 50, batch 1, input 256, hidden 512; its dynamic form is DynamicQuantizeLSTM,
+the only form that quantizes it). Kiln's int8 output is compared with
 ONNX Runtime's on the same file (max |difference| over max |output|).
 
 Layers of ResNet/MobileNet shapes, batch 1, random weights (seeded): a float32 Conv model
@@ -102,6 +104,11 @@ BERTS = {"bert": dict(vocab=1000, hidden=128, layers=2, heads=4, seq=16, batch=2
          "bert_base": dict(vocab=30522, hidden=768, layers=4, heads=12, seq=128, batch=1)}
 
 
+# A 2-layer torch.nn.LSTM (tests/models/test_lstm.py's export) of a speech / text model's size:
+# its dynamic form is two com.microsoft DynamicQuantizeLSTM.
+LSTMS = {"lstm": dict(seq=50, batch=1, input_size=256, hidden=512)}
+
+
 def model_pair(kiln, model, d, fmt="qdq"):
     """float32 (BatchNorm folded) and int8 (tools/quantize.py --format `fmt`: qdq, qoperator or
     dynamic) files of a torchvision model (with input.npy), or of `bert`,
@@ -117,6 +124,14 @@ def model_pair(kiln, model, d, fmt="qdq"):
             test_bert.export(md, types.SimpleNamespace(**BERTS[model], seed=0, opset=13, dynamic=False, max_pos=0,
                                                        shapes="", ranges=""))
         feeds = [a for f in ("input_ids", "attention_mask") for a in ("--feed", f"{f}={os.path.join(md, f + '.npy')}")]
+    elif model in LSTMS:
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "models"))
+        import types
+        import test_lstm
+        if not os.path.exists(os.path.join(md, "model.onnx")):
+            os.makedirs(md, exist_ok=True)
+            test_lstm.export(md, types.SimpleNamespace(**LSTMS[model], seed=0, opset=13))
+            os.replace(os.path.join(md, "x.npy"), os.path.join(md, "input.npy"))
     elif not os.path.exists(os.path.join(md, "model.onnx")):
         run([sys.executable, EXPORT, "--model", model, "--out", md, "--fuse-bn"], f"export {model}")
     q = os.path.join(md, fmt + ".onnx")
@@ -152,6 +167,7 @@ def main():
     ap.add_argument("--formats", default="qdq,qoperator,dynamic",
                     help="tools/quantize.py forms of each model: qdq, qoperator, dynamic; a -7bit suffix "
                          "(qdq-7bit) adds --reduce-range (weights in [-64, 64])")
+    ap.add_argument("--skip-layers", action="store_true", help="the models only, not the one-layer models")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
@@ -168,7 +184,8 @@ def main():
     ort_version = "unknown"
     t0 = time.time()
     variants = [("kiln", "float32"), ("kiln", "int8"), ("ort", "float32"), ("ort", "int8")]
-    jobs = [(name, lambda name=name, spec=spec: models(name, spec, d, rng)) for name, spec in LAYERS.items()]
+    jobs = [] if args.skip_layers else [(name, lambda name=name, spec=spec: models(name, spec, d, rng))
+                                        for name, spec in LAYERS.items()]
     for fmt in args.formats.split(","):
         jobs += [(m if fmt == "qdq" else f"{m} ({fmt})", lambda m=m, fmt=fmt: model_pair(kiln, m, d, fmt))
                  for m in args.models.split(",") if m]

@@ -26,7 +26,8 @@ output) (a Relu/Clip after a Conv or Add goes into the op when the
 output's quantization saturates exactly there), as ONNX Runtime's quantizer writes QOperator
 models; --qdq-output also writes the QDQ model it came from. --format dynamic writes ONNX
 Runtime's quantize_dynamic form: DynamicQuantizeLinear -> ConvInteger / MatMulInteger (int8
-weights per output channel) -> Cast -> Mul by x_scale * w_scale (-> Add of the bias); it needs
+weights per output channel) -> Cast -> Mul by x_scale * w_scale (-> Add of the bias), and
+com.microsoft DynamicQuantizeLSTM for an LSTM with constant weights (int8 per gate row); it needs
 no calibration.
 """
 import argparse
@@ -429,6 +430,15 @@ def dynamic(model):
     new_nodes, new_inits, dq = [], [], {}
     drop = set()
     for k, n in enumerate(list(g.node)):
+        if n.op_type == "LSTM" and n.domain in ("", "ai.onnx"):
+            lstm = dynamic_lstm(n, inits, n.name or f"node_{k}")
+            if lstm is not None:
+                node, quantized, used = lstm
+                new_nodes.append(node)
+                new_inits += quantized
+                drop.update(used)
+                n.op_type = "DROP"
+            continue
         conv = n.op_type == "Conv"
         if not ((conv or n.op_type == "MatMul") and n.input[1] in inits):
             continue
@@ -476,9 +486,44 @@ def dynamic(model):
     del g.node[:]
     g.node.extend(kept + new_nodes)
     g.initializer.extend(new_inits)
+    if any(x.domain == "com.microsoft" for x in new_nodes) and not any(
+            o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     drop_dead(g)
     topo_sort(g)
     return model
+
+
+def dynamic_lstm(n, inits, name):
+    """quantize_dynamic's LSTM: com.microsoft DynamicQuantizeLSTM with W [nd, 4H, I] and
+    R [nd, 4H, H] quantized to int8 per gate row (symmetric, scales and zero points
+    [nd, 4H]) and stored transposed, [nd, I, 4H] and [nd, H, 4H], as ONNX Runtime's quantizer
+    writes them with per_channel. None (the LSTM stays float) where W or R is computed or
+    not 3-D, or the node uses batch-first `layout` (DynamicQuantizeLSTM has none)."""
+    ins = list(n.input) + [""] * (8 - len(n.input))
+    if ins[1] not in inits or ins[2] not in inits:
+        return None
+    if any(a.name == "layout" and a.i != 0 for a in n.attribute):
+        return None
+    quantized, names = [], []
+    for i in (1, 2):
+        w = numpy_helper.to_array(inits[ins[i]]).astype(np.float32)
+        if w.ndim != 3:
+            return None
+        s = (np.abs(w).max(axis=2) / WEIGHT_MAX).astype(np.float32)  # [nd, 4H]
+        s[s == 0] = 1.0
+        q = np.clip(np.round(w / s[:, :, None]), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
+        base = f"{name}_{'WR'[i - 1]}"
+        quantized += [numpy_helper.from_array(np.ascontiguousarray(q.transpose(0, 2, 1)), base + "_q"),
+                      numpy_helper.from_array(s, base + "_scale"),
+                      numpy_helper.from_array(np.zeros(s.shape, np.int8), base + "_zp")]
+        names.append(base)
+    w, r = names
+    node = helper.make_node("DynamicQuantizeLSTM",
+                            [ins[0], w + "_q", r + "_q", *ins[3:8], w + "_scale", w + "_zp", r + "_scale", r + "_zp"],
+                            list(n.output), name=name + "_quant", domain="com.microsoft")
+    node.attribute.extend(a for a in n.attribute if a.name != "layout")
+    return node, quantized, {ins[1], ins[2]}
 
 
 def main():

@@ -6,9 +6,16 @@
 Exports the model (random weights, fixed seed) with torch.onnx.export into DIR/lstm/, compiles
 it with `kiln compile`, checks it with `kiln inspect --json` (input x and outputs y, h_n, c_n
 with static shapes), runs it with `kiln run --input x=x.npy`, and compares every output
-(Y, h_n, c_n) with PyTorch's (|out - expected| <= atol + rtol * |expected|). Prints one
+(Y, h_n, c_n) with PyTorch's (|out - expected| <= atol + rtol * |expected|). Then the same
+model dynamically quantized by tools/quantize.py --format dynamic (ONNX Runtime's
+quantize_dynamic form: each LSTM becomes com.microsoft DynamicQuantizeLSTM, int8 weights per gate
+row) must compile to two DynamicQuantizeLSTM nodes and no float LSTM, and stay within
+--dyn-tol (3%) of PyTorch's float32 outputs' magnitude (the int8 weights and the per-step
+uint8 quantization of X and H move each output by about 1% here; its arithmetic is checked
+against ONNX Runtime's in tests/unit/rnn_test.cc and bench/contrib_ops_vs_ort.py). Prints one
 PASS/FAIL line with the largest error per output; exits 0 on pass, 1 on failure.
 """
+import json
 import argparse
 import os
 import sys
@@ -43,6 +50,8 @@ def main():
     ap.add_argument("--work", required=True, help="work directory for the export and outputs")
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--dyn-tol", type=float, default=0.03,
+                    help="dynamically quantized model: max |out - expected| / max |expected| per output")
     ap.add_argument("--opset", type=int, default=13)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=2)
@@ -73,6 +82,26 @@ def main():
             good, m = compare(load_output(out_dir, i), refs[i], args.rtol, args.atol)
             ok &= good
             parts.append(f"{name}: {m}")
+        # The dynamically quantized form.
+        # (in a directory of its own: test_sim_identical.py runs the one .kiln file of lstm/)
+        ddir = os.path.abspath(os.path.join(args.work, "lstm_dynamic"))
+        os.makedirs(ddir, exist_ok=True)
+        dyn, dyn_kiln, dyn_out = (os.path.join(ddir, f) for f in ("model.onnx", "model.kiln", "out"))
+        here = os.path.dirname(os.path.abspath(__file__))
+        prepare_run_dirs(kiln, dyn_kiln, dyn_out)
+        run([sys.executable, os.path.join(here, "..", "..", "tools", "quantize.py"), os.path.join(mdir, "model.onnx"),
+             dyn, "--kiln", kiln, "--format", "dynamic"], "quantize --format dynamic", args.timeout)
+        run([kiln, "compile", "--model", dyn, "--output", dyn_kiln], "kiln compile (dynamic)", args.timeout)
+        counts = json.loads(run([kiln, "inspect", dyn_kiln, "--json"], "inspect", args.timeout, echo=False))["op_counts"]
+        if counts.get("DynamicQuantizeLSTM") != 2 or "LSTM" in counts:
+            raise TestError(f"dynamic model: expected two DynamicQuantizeLSTM and no LSTM, found {counts}")
+        run([kiln, "run", dyn_kiln, "--input", "x=" + os.path.join(mdir, "x.npy"), "--output-dir", dyn_out],
+            "kiln run (dynamic)", args.timeout)
+        for i, name in enumerate(names):
+            got = load_output(dyn_out, i)
+            rel = float(np.abs(got - refs[i]).max() / np.abs(refs[i]).max()) if got.shape == refs[i].shape else np.inf
+            ok &= rel <= args.dyn_tol
+            parts.append(f"dynamic {name}: {rel:.4f} of max|expected|")
         msg = ", ".join(parts)
     except TestError as e:
         ok, msg = False, str(e)
