@@ -345,13 +345,17 @@ Status CheckOutputParams(InferContext& c, int scale, int x) {
 
 // QLinearAdd / QLinearMul: A, A_scale, A_zp?, B, B_scale, B_zp?, C_scale,
 // C_zp?; A and B broadcast (NumPy).
+// Input `i` (named `what`) of input `j`'s (named `other`) type.
+Status CheckSameType(InferContext& c, int i, const char* what, int j, const char* other) {
+  if (c.in_dtype(i) == c.in_dtype(j)) return Status::Ok();
+  return c.Fail("input ", i, " (", what, ") has type ", DTypeName(c.in_dtype(i)), " but input ", j, " (", other,
+                ") has ", DTypeName(c.in_dtype(j)), " (they must match)");
+}
+
 Status InferQLinearBinary(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 0, 1));
   KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 3, 4));
-  if (c.in_dtype(3) != c.in_dtype(0)) {
-    return c.Fail("input 3 (B) has type ", DTypeName(c.in_dtype(3)), " but input 0 (A) has ", DTypeName(c.in_dtype(0)),
-                  " (they must match)");
-  }
+  KILN_RETURN_IF_ERROR(CheckSameType(c, 3, "B", 0, "A"));
   KILN_RETURN_IF_ERROR(CheckOutputParams(c, 6, 0));
   auto s = BroadcastShapes(c.in_shape(0), c.in_shape(3));
   if (!s.ok()) return c.Fail(s.status().message());
@@ -438,10 +442,7 @@ Status InferQLinearWhere(InferContext& c) {
   if (c.in_dtype(0) != DType::kBool) return c.Fail("input 0 (condition) must be bool, is ", DTypeName(c.in_dtype(0)));
   KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 1, 2));
   KILN_RETURN_IF_ERROR(CheckQuantTensor(c, 4, 5));
-  if (c.in_dtype(4) != c.in_dtype(1)) {
-    return c.Fail("input 4 (Y) has type ", DTypeName(c.in_dtype(4)), " but input 1 (X) has ", DTypeName(c.in_dtype(1)),
-                  " (they must match)");
-  }
+  KILN_RETURN_IF_ERROR(CheckSameType(c, 4, "Y", 1, "X"));
   KILN_RETURN_IF_ERROR(CheckOutputParams(c, 7, 1));
   Shape s = c.in_shape(0);
   for (int i : {1, 4}) {

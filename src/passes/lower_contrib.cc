@@ -45,13 +45,12 @@
 namespace kiln::passes {
 namespace {
 
+// A scalar constant: float32, or a zero point (uint8 / int8) holding v.
 ir::Value* Scalar(ir::Graph& g, const std::string& name, DType t, float v) {
   auto c = std::make_shared<HostTensor>(t, Shape{});
-  if (t == DType::kFloat32) {
-    *c->mutable_data_as<float>() = v;
-  } else {
-    *static_cast<std::uint8_t*>(c->mutable_data()) = 0;  // a zero point (uint8 or int8): 0
-  }
+  if (t == DType::kFloat32) *c->mutable_data_as<float>() = v;
+  else if (t == DType::kInt8) *c->mutable_data_as<std::int8_t>() = static_cast<std::int8_t>(v);
+  else *c->mutable_data_as<std::uint8_t>() = static_cast<std::uint8_t>(v);
   return g.AddConstant(g.UniqueName(name), c);
 }
 
@@ -64,6 +63,20 @@ ir::Node* AddNamed(ir::Graph& g, const std::string& base, const char* op, const 
   ir::Node* m = g.AddNode(op, name, std::move(ins), {out});
   m->set_since_version(version);
   return m;
+}
+
+// The exact integer product as float32, what QGemm and MatMulIntegerToFloat
+// share: MatMulInteger(a, b, a_zp, b_zp) (absent zero points: 0 of the
+// operand's type) [-> Add(c), int32] -> Cast(float32).
+ir::Value* IntegerSumsAsFloat(ir::Graph& g, const std::string& base, ir::Value* a, ir::Value* b, ir::Value* az,
+                              ir::Value* bz, DType a_type, DType b_type, ir::Value* c) {
+  if (!az) az = Scalar(g, base + "/a_zero_point", a_type, 0.f);
+  if (!bz) bz = Scalar(g, base + "/b_zero_point", b_type, 0.f);
+  ir::Value* acc = AddNamed(g, base, "MatMulInteger", "matmul", {a, b, az, bz}, nullptr, 10)->output(0);
+  if (c) acc = AddNamed(g, base, "Add", "add_c", {acc, c}, nullptr, 13)->output(0);
+  ir::Node* cast = AddNamed(g, base, "Cast", "to_float", {acc}, nullptr, 13);
+  cast->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kFloat32)));
+  return cast->output(0);
 }
 
 void LowerQGemm(ir::Graph& g, ir::Node* n) {
@@ -85,20 +98,12 @@ void LowerQGemm(ir::Graph& g, ir::Node* n) {
   };
   if (ta) a = transposed(a, "transpose_a");
   if (tb) b = transposed(b, "transpose_b");
-  if (!az) az = Scalar(g, base + "/a_zero_point", a_type, 0.f);
-  if (!bz) bz = Scalar(g, base + "/b_zero_point", b_type, 0.f);
-  ir::Value* acc = node("MatMulInteger", "matmul", {a, b, az, bz}, nullptr, 10)->output(0);
-  if (c) acc = node("Add", "add_c", {acc, c})->output(0);
-  ir::Node* cast = node("Cast", "to_float", {acc});
-  cast->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kFloat32)));
+  ir::Value* sums = IntegerSumsAsFloat(g, base, a, b, az, bz, a_type, b_type, c);
   ir::Value* s = node("Mul", "alpha_a_scale", {Scalar(g, base + "/alpha", DType::kFloat32, alpha), as})->output(0);
   s = node("Mul", "scale", {s, bs})->output(0);
   if (ys) s = node("Div", "requant_scale", {s, ys})->output(0);
-  if (!ys) {
-    node("Mul", "scaled", {cast->output(0), s}, y);
-    return;
-  }
-  ir::Value* f = node("Mul", "scaled", {cast->output(0), s})->output(0);
+  ir::Value* f = node("Mul", "scaled", {sums, s}, ys ? nullptr : y)->output(0);
+  if (!ys) return;
   auto one = std::make_shared<HostTensor>(DType::kFloat32, yz->shape());
   *one->mutable_data_as<float>() = 1.f;
   node("QuantizeLinear", "quantize", {f, g.AddConstant(g.UniqueName(base + "/one"), one), yz}, y);
@@ -180,18 +185,10 @@ void LowerIntegerToFloat(ir::Graph& g, ir::Node* n, bool dynamic) {
     g.AddNode("DynamicQuantizeLinear", name, {a}, {q, qs, qz})->set_since_version(11);
     a = q, as = qs, az = qz;
   }
-  if (!az) az = Scalar(g, base + "/a_zero_point", a_type, 0.f);
-  if (!bz) bz = Scalar(g, base + "/b_zero_point", b_type, 0.f);
-  ir::Value* acc = node("MatMulInteger", "matmul", {a, b, az, bz}, nullptr, 10)->output(0);
-  ir::Node* cast = node("Cast", "to_float", {acc});
-  cast->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kFloat32)));
+  ir::Value* sums = IntegerSumsAsFloat(g, base, a, b, az, bz, a_type, b_type, nullptr);
   ir::Value* s = node("Mul", "scale", {as, bs})->output(0);
-  if (!bias) {
-    node("Mul", "scaled", {cast->output(0), s}, y);
-    return;
-  }
-  ir::Value* f = node("Mul", "scaled", {cast->output(0), s})->output(0);
-  node("Add", "bias", {f, bias}, y);
+  ir::Value* f = node("Mul", "scaled", {sums, s}, bias ? nullptr : y)->output(0);
+  if (bias) node("Add", "bias", {f, bias}, y);
 }
 
 }  // namespace
