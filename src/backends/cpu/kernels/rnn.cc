@@ -319,11 +319,11 @@ class QuantizedProduct {
   void Tile(int block, std::int64_t r0, int rows, std::int64_t n0, const float* mult, float* c, std::int64_t ldc) const {
     std::int32_t acc[kRows][kCols];
     static const bool avx2 = __builtin_cpu_supports("avx2");
-    const std::int16_t* a = a_.data() + r0 * kp_;
+    // (Each route's buffers only: the others are empty.)
     if (narrow_) TileNarrowAvx2(a8_.data() + r0 * kg_ * 4, w8_.data() + block * block_len_, rows, n0, acc);
-    else if (avx2 && wide_) TileAvx2(a, w16_.data() + block * block_len_, rows, n0, acc);
-    else if (avx2) TileAvx2(a, w8_.data() + block * block_len_, rows, n0, acc);
-    else TileScalar(a, block, rows, n0, acc);
+    else if (avx2 && wide_) TileAvx2(a_.data() + r0 * kp_, w16_.data() + block * block_len_, rows, n0, acc);
+    else if (avx2) TileAvx2(a_.data() + r0 * kp_, w8_.data() + block * block_len_, rows, n0, acc);
+    else TileScalar(a_.data() + r0 * kp_, block, rows, n0, acc);
     const std::int64_t cols = std::min<std::int64_t>(kCols, n_ - n0);
     const std::int32_t* cs = narrow_ ? colsum_.data() + block * np_ + n0 : nullptr;
     for (int r = 0; r < rows; ++r) {
