@@ -47,6 +47,11 @@ input (XW + HR) + (Wb + Rb), float32 gates. Y compared: Kiln within 1e-5 of the 
 more, and is reported), ONNX Runtime's distance beside it (its sigmoid and tanh are its own
 approximations; its uint8 x int8 products saturate without VNNI with full-range weights).
 
+FusedConv, FusedGemm, FusedMatMul, Gelu, BiasGelu, FastGelu, QuickGelu and SkipLayerNormalization
+(what ONNX Runtime's optimizer writes into a saved optimized model): one node each, Kiln against
+ONNX Runtime within 1e-5 of the largest output (BiasAdd, which Kiln runs too, has no CPU kernel in
+ONNX Runtime).
+
 End to end: an MLP quantized by tools/quantize.py --format dynamic (8-bit and 7-bit weights) and
 saved by ONNX Runtime's graph optimizer (bench/ort_bench.js --save-optimized), which writes
 DynamicQuantizeMatMul: Kiln's output on it must be its output on the unoptimized file, bit for bit.
@@ -444,6 +449,51 @@ def lstm_definition(case, p):
     return y
 
 
+# ONNX Runtime's fused float ops (what its optimizer writes into a saved optimized model): one node
+# each; name, op, inputs (name, shape, initializer?), attributes, output shape.
+FUSED = [
+    ("fusedconv relu z", "FusedConv", [("x", (1, 8, 10, 10), False), ("w", (16, 8, 3, 3), True), ("b", (16,), True),
+                                       ("z", (1, 16, 10, 10), False)],
+     dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], activation="Relu"), (1, 16, 10, 10)),
+    ("fusedconv clip stride 2 group", "FusedConv", [("x", (1, 8, 9, 9), False), ("w", (8, 1, 3, 3), True),
+                                                    ("b", (8,), True)],
+     dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], group=8, activation="Clip",
+          activation_params=[0.0, 6.0]), (1, 8, 5, 5)),
+    ("fusedconv leakyrelu", "FusedConv", [("x", (2, 3, 6, 7), False), ("w", (4, 3, 1, 1), True)],
+     dict(activation="LeakyRelu", activation_params=[0.1]), (2, 4, 6, 7)),
+    ("fusedconv hardsigmoid", "FusedConv", [("x", (1, 3, 6, 6), False), ("w", (5, 3, 3, 3), True)],
+     dict(activation="HardSigmoid", activation_params=[0.2, 0.5]), (1, 5, 4, 4)),
+    ("fusedgemm relu transB", "FusedGemm", [("a", (4, 32), False), ("b", (16, 32), True), ("c", (16,), True)],
+     dict(transB=1, activation="Relu"), (4, 16)),
+    ("fusedgemm leakyrelu alpha beta", "FusedGemm", [("a", (8, 5), False), ("b", (8, 6), True), ("c", (6,), True)],
+     dict(transA=1, alpha=0.5, beta=2.0, activation="LeakyRelu", activation_alpha=0.2), (5, 6)),
+    ("fusedmatmul transB alpha", "FusedMatMul", [("a", (2, 4, 6, 8), False), ("b", (2, 4, 5, 8), False)],
+     dict(transB=1, alpha=0.125), (2, 4, 6, 5)),
+    ("fusedmatmul transA", "FusedMatMul", [("a", (3, 7, 5), False), ("b", (7, 4), True)], dict(transA=1),
+     (3, 5, 4)),
+    ("gelu", "Gelu", [("x", (2, 16, 64), False)], {}, (2, 16, 64)),
+    ("biasgelu", "BiasGelu", [("x", (2, 16, 64), False), ("b", (64,), True)], {}, (2, 16, 64)),
+    ("fastgelu bias", "FastGelu", [("x", (2, 16, 64), False), ("b", (64,), True)], {}, (2, 16, 64)),
+    ("quickgelu", "QuickGelu", [("x", (4, 33), False)], dict(alpha=1.702), (4, 33)),
+    ("skiplayernorm bias", "SkipLayerNormalization", [("x", (2, 8, 64), False), ("s", (2, 8, 64), False),
+                                                      ("g", (64,), True), ("be", (64,), True), ("bi", (64,), True)],
+     dict(epsilon=1e-5), (2, 8, 64)),
+    ("skiplayernorm no beta", "SkipLayerNormalization", [("x", (16, 48), False), ("s", (16, 48), False),
+                                                         ("g", (48,), True)],
+     dict(epsilon=1e-12), (16, 48)),
+]
+
+
+def make_fused(path, case, rng):
+    _, op, ins, attrs, out_shape = case
+    p = {n: (rng.standard_normal(s) * (0.3 if len(s) == 4 and n == "w" else 1.0)).astype(np.float32)
+         for n, s, _ in ins}
+    node = helper.make_node(op, [n for n, _, _ in ins], ["y"], domain="com.microsoft", **attrs)
+    data = [(n, TensorProto.FLOAT, p[n]) for n, _, init in ins if not init]
+    save(path, node, data, TensorProto.FLOAT, list(out_shape), [n for n, _, init in ins if init], p)
+    return [n for n, _, init in ins if not init]
+
+
 def same_bytes(x, y):
     """Equal type, and equal bytes."""
     return x.dtype == y.dtype and x.tobytes() == y.tobytes()
@@ -548,6 +598,15 @@ def main():
             bad += not kd <= 1e-5
             print(f"{case[0]:48s} {('8-bit' if wmax == 128 else '7-bit'):>8s} {kd:17.3g} {od:16.3g} "
                   f"{float(np.abs(got - ort).max()):17.3g}")
+    print(f"\n{'fused float op (ONNX Runtime optimizer)':48s} {'max |Kiln - ORT| / max |ORT|':>30s}")
+    for case in FUSED:
+        tag = case[0].replace(" ", "_")
+        path = os.path.join(args.work, tag + ".onnx")
+        data = make_fused(path, case, rng)
+        got, ort = run_both(args, path, tag, tuple("abc"[:len(data)]))
+        rel = float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30)) if got.shape == ort.shape else np.inf
+        bad += not rel <= 1e-5
+        print(f"{case[0]:48s} {rel:30.3g}")
     print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")
     for reduce_range in (False, True):
         ops, got, unopt, ort = optimized_mlp(args, reduce_range)
@@ -557,7 +616,7 @@ def main():
               f"max |Kiln - ORT| {float(np.abs(got - ort).max()):.3g} (max |ORT| {float(np.abs(ort).max()):.3g})")
     print("FAIL" if bad else "ok: QGemm, QLinearSoftmax and QLinearWhere bit for bit, QLinearAveragePool within one "
           "step, MatMulIntegerToFloat / DynamicQuantizeMatMul within float32 rounding, DynamicQuantizeLSTM within "
-          "1e-5, of the definition")
+          "1e-5, of the definition; the fused float ops within 1e-5 of ONNX Runtime")
     sys.exit(1 if bad else 0)
 
 

@@ -91,7 +91,10 @@ Status InferInstanceNorm(InferContext& c) {
 void RegisterNormOps(OpRegistry& r) {
   OpDef ln;
   ln.type = "LayerNormalization";
-  ln.versions = {17};
+  // 1: ONNX Runtime's own LayerNormalization in the ONNX domain, which its
+  // optimizer writes into models of opsets below 17 (the same inputs,
+  // attributes and arithmetic as opset 17's).
+  ln.versions = {1, 17};
   ln.min_inputs = 2;
   ln.max_inputs = 3;
   ln.max_outputs = 3;

@@ -82,6 +82,7 @@ OpRegistry& OpRegistry::Get() {
     RegisterInternalOps(*reg);
     RegisterControlFlowOps(*reg);
     RegisterDynamicOps(*reg);
+    RegisterOrtFusedOps(*reg);
     return reg;
   }();
   return *r;

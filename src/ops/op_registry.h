@@ -238,5 +238,6 @@ void RegisterInternalOps(OpRegistry& r);
 void RegisterControlFlowOps(OpRegistry& r);
 void RegisterDynamicOps(OpRegistry& r);
 void RegisterQuantOps(OpRegistry& r);
+void RegisterOrtFusedOps(OpRegistry& r);
 
 }  // namespace kiln::ops

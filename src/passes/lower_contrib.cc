@@ -191,13 +191,201 @@ void LowerIntegerToFloat(ir::Graph& g, ir::Node* n, bool dynamic) {
   if (bias) node("Add", "bias", {f, bias}, y);
 }
 
+// ---------------------------------------------------------------------------
+// ONNX Runtime's fused ops (src/ops/ort_fused.cc) back into the standard ops
+// they fuse; Kiln's fusions (fuse-gelu, fuse-layernorm's LayerNormalization
+// kernel, Conv / Gemm activations and residuals) take them from there.
+
+// The latest version Kiln implements of standard op `op`.
+int Latest(const char* op) { return ops::OpRegistry::Get().Find(op)->versions.back(); }
+
+// Standard op `op` of its latest version, named <base>/<suffix>.
+ir::Node* Std(ir::Graph& g, const std::string& base, const char* op, const std::string& suffix,
+              std::vector<ir::Value*> ins, ir::Value* out = nullptr) {
+  return AddNamed(g, base, op, suffix, std::move(ins), out, Latest(op));
+}
+
+// act(in) -> out, an ONNX activation with its parameters (absent: the op's
+// defaults). Clip takes them as inputs (min, max).
+void AddActivation(ir::Graph& g, const std::string& base, const std::string& act, ir::Value* in, ir::Value* out,
+                   const std::vector<std::pair<const char*, float>>& params) {
+  if (act == "Clip") {
+    std::vector<ir::Value*> ins = {in};
+    for (const auto& [k, v] : params) ins.push_back(Scalar(g, base + "/clip_" + k, DType::kFloat32, v));
+    Std(g, base, "Clip", "clip", ins, out);
+    return;
+  }
+  ir::Node* a = Std(g, base, act.c_str(), "activation", {in}, out);
+  for (const auto& [k, v] : params) a->SetAttr(k, ir::Attribute::Float(v));
+}
+
+// FusedConv(X, W, B?, Z?) -> Conv [-> Add(Z)] -> activation; its
+// activation_params are LeakyRelu's alpha, Clip's min and max,
+// HardSigmoid's alpha and beta.
+void LowerFusedConv(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "fused_conv" : n->name();
+  std::vector<ir::Value*> ins;
+  for (int i = 0; i < std::min(n->num_inputs(), 3); ++i) ins.push_back(n->input(i));
+  ir::Value* z = n->num_inputs() > 3 ? n->input(3) : nullptr;
+  ir::Value* y = n->output(0);
+  const std::string act = n->GetString("activation", "");
+  const std::vector<float> p = n->GetFloats("activation_params");
+  std::vector<std::pair<std::string, ir::Attribute>> attrs;
+  for (const auto& [k, a] : n->attrs()) {
+    if (k != "activation" && k != "activation_params") attrs.emplace_back(k, a);
+  }
+  g.RemoveNode(n);
+  ir::Node* conv = Std(g, base, "Conv", "conv", ins);
+  for (auto& [k, a] : attrs) conv->SetAttr(k, a);
+  ir::Value* t = conv->output(0);
+  if (z) t = Std(g, base, "Add", "add_z", {t, z})->output(0);
+  std::vector<std::pair<const char*, float>> params;
+  if (act == "LeakyRelu") params = {{"alpha", p[0]}};
+  else if (act == "Clip") params = {{"min", p[0]}, {"max", p[1]}};
+  else if (act == "HardSigmoid") params = {{"alpha", p[0]}, {"beta", p[1]}};
+  AddActivation(g, base, act, t, y, params);
+}
+
+// FusedGemm(A, B, C?) -> Gemm -> activation (activation_alpha / _beta /
+// _gamma as that activation's alpha / beta / gamma where it has them).
+void LowerFusedGemm(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "fused_gemm" : n->name();
+  std::vector<ir::Value*> ins(n->inputs().begin(), n->inputs().end());
+  ir::Value* y = n->output(0);
+  const std::string act = n->GetString("activation", "");
+  std::vector<std::pair<const char*, float>> params;
+  auto take = [&](const char* from, const char* to) {
+    if (n->HasAttr(from)) params.emplace_back(to, n->GetFloat(from, 0.f));
+  };
+  if (act == "LeakyRelu" || act == "Elu" || act == "ThresholdedRelu") take("activation_alpha", "alpha");
+  if (act == "HardSigmoid") {
+    take("activation_alpha", "alpha");
+    take("activation_beta", "beta");
+  }
+  if (act == "Selu") {
+    take("activation_alpha", "alpha");
+    take("activation_gamma", "gamma");
+  }
+  std::vector<std::pair<std::string, ir::Attribute>> attrs;
+  for (const char* k : {"alpha", "beta", "transA", "transB"}) {
+    if (const ir::Attribute* a = n->FindAttr(k)) attrs.emplace_back(k, *a);
+  }
+  g.RemoveNode(n);
+  ir::Node* gemm = Std(g, base, "Gemm", "gemm", ins);
+  for (auto& [k, a] : attrs) gemm->SetAttr(k, a);
+  AddActivation(g, base, act, gemm->output(0), y, params);
+}
+
+// FusedMatMul(A, B) -> [Transpose(A)] [Transpose(B)] -> MatMul [-> Mul(alpha)].
+void LowerFusedMatMul(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "fused_matmul" : n->name();
+  ir::Value *a = n->input(0), *b = n->input(1), *y = n->output(0);
+  const float alpha = n->GetFloat("alpha", 1.f);
+  const bool ta = n->GetInt("transA", 0) != 0, tb = n->GetInt("transB", 0) != 0;
+  g.RemoveNode(n);
+  auto transposed = [&](ir::Value* v, const char* what) {
+    const std::int64_t r = static_cast<std::int64_t>(v->shape().size());
+    if (r < 2) return v;  // a vector: nothing to transpose
+    std::vector<std::int64_t> perm(static_cast<std::size_t>(r));
+    for (std::int64_t i = 0; i < r; ++i) perm[i] = i;
+    std::swap(perm[r - 1], perm[r - 2]);
+    ir::Node* t = Std(g, base, "Transpose", what, {v});
+    t->SetAttr("perm", ir::Attribute::Ints(perm));
+    return t->output(0);
+  };
+  if (ta) a = transposed(a, "transpose_a");
+  if (tb) b = transposed(b, "transpose_b");
+  if (alpha == 1.f) {
+    Std(g, base, "MatMul", "matmul", {a, b}, y);
+    return;
+  }
+  ir::Value* p = Std(g, base, "MatMul", "matmul", {a, b})->output(0);
+  Std(g, base, "Mul", "alpha", {p, Scalar(g, base + "/alpha", DType::kFloat32, alpha)}, y);
+}
+
+// y = (x * (Erf(x / sqrt 2) + 1)) * 0.5, as fuse-gelu matches it.
+void ErfGelu(ir::Graph& g, const std::string& base, ir::Value* x, ir::Value* y) {
+  ir::Value* d = Std(g, base, "Div", "div_sqrt2", {x, Scalar(g, base + "/sqrt2", DType::kFloat32, 1.41421356f)})->output(0);
+  ir::Value* e = Std(g, base, "Erf", "erf", {d})->output(0);
+  ir::Value* a = Std(g, base, "Add", "add_one", {e, Scalar(g, base + "/one", DType::kFloat32, 1.f)})->output(0);
+  ir::Value* m = Std(g, base, "Mul", "mul_x", {x, a})->output(0);
+  Std(g, base, "Mul", "mul_half", {m, Scalar(g, base + "/half", DType::kFloat32, 0.5f)}, y);
+}
+
+// Gelu(X), BiasGelu(A, B) = Gelu(A + B), FastGelu(X, bias?) (tanh form of
+// X + bias), QuickGelu(X) = X sigmoid(alpha X).
+void LowerGelu(ir::Graph& g, ir::Node* n) {
+  const std::string op = n->op_type();
+  const std::string base = n->name().empty() ? op : n->name();
+  ir::Value *x = n->input(0), *bias = n->num_inputs() > 1 ? n->input(1) : nullptr, *y = n->output(0);
+  const float alpha = n->GetFloat("alpha", 1.702f);
+  g.RemoveNode(n);
+  if (bias) x = Std(g, base, "Add", "add_bias", {x, bias})->output(0);
+  if (op == "QuickGelu") {
+    ir::Value* s = Std(g, base, "Mul", "scale", {x, Scalar(g, base + "/alpha", DType::kFloat32, alpha)})->output(0);
+    s = Std(g, base, "Sigmoid", "sigmoid", {s})->output(0);
+    Std(g, base, "Mul", "mul_x", {x, s}, y);
+    return;
+  }
+  if (op != "FastGelu") {
+    ErfGelu(g, base, x, y);
+    return;
+  }
+  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+  ir::Value* x2 = Std(g, base, "Mul", "x2", {x, x})->output(0);
+  ir::Value* x3 = Std(g, base, "Mul", "x3", {x, x2})->output(0);
+  ir::Value* c = Std(g, base, "Mul", "cubic", {Scalar(g, base + "/k", DType::kFloat32, 0.044715f), x3})->output(0);
+  ir::Value* s = Std(g, base, "Add", "inner", {x, c})->output(0);
+  ir::Value* z =
+      Std(g, base, "Mul", "scale", {Scalar(g, base + "/sqrt_2_pi", DType::kFloat32, 0.7978845608f), s})->output(0);
+  ir::Value* t = Std(g, base, "Tanh", "tanh", {z})->output(0);
+  ir::Value* a = Std(g, base, "Add", "add_one", {t, Scalar(g, base + "/one", DType::kFloat32, 1.f)})->output(0);
+  ir::Value* m = Std(g, base, "Mul", "mul_x", {x, a})->output(0);
+  Std(g, base, "Mul", "mul_half", {m, Scalar(g, base + "/half", DType::kFloat32, 0.5f)}, y);
+}
+
+// BiasAdd(X, bias, skip) -> (X + bias) + skip.
+void LowerBiasAdd(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "bias_add" : n->name();
+  ir::Value *x = n->input(0), *bias = n->input(1), *skip = n->input(2), *y = n->output(0);
+  g.RemoveNode(n);
+  ir::Value* t = Std(g, base, "Add", "add_bias", {x, bias})->output(0);
+  Std(g, base, "Add", "add_skip", {t, skip}, y);
+}
+
+// SkipLayerNormalization(input, skip, gamma, beta?, bias?) -> s = (input +
+// skip) [+ bias] -> LayerNormalization(s, gamma, beta; axis -1, epsilon)
+// writing output, mean and inv_std_var; s is input_skip_bias_sum.
+void LowerSkipLayerNorm(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "skip_layernorm" : n->name();
+  auto in = [&](int i) { return i < n->num_inputs() ? n->input(i) : nullptr; };
+  ir::Value *x = in(0), *skip = in(1), *gamma = in(2), *beta = in(3), *bias = in(4);
+  std::vector<ir::Value*> outs(n->outputs().begin(), n->outputs().end());
+  const float eps = n->GetFloat("epsilon", 1e-12f);
+  g.RemoveNode(n);
+  ir::Value* sum_out = outs.size() > 3 ? outs[3] : nullptr;
+  ir::Value* s = Std(g, base, "Add", "add_skip", {x, skip}, bias ? nullptr : sum_out)->output(0);
+  if (bias) s = Std(g, base, "Add", "add_bias", {s, bias}, sum_out)->output(0);
+  std::vector<ir::Value*> ln_ins = {s, gamma};
+  if (beta) ln_ins.push_back(beta);
+  std::vector<ir::Value*> ln_outs = {outs[0]};
+  for (std::size_t j = 1; j < 3 && j < outs.size(); ++j) ln_outs.push_back(outs[j]);
+  const std::string name = g.UniqueName(base + "/layernorm");
+  ir::Node* ln = g.AddNode("LayerNormalization", name, ln_ins, ln_outs);
+  ln->set_since_version(17);
+  ln->SetAttr("axis", ir::Attribute::Int(-1));
+  ln->SetAttr("epsilon", ir::Attribute::Float(eps));
+}
+
 }  // namespace
 
 Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
   std::vector<ir::Node*> found;
   for (auto& n : g.nodes()) {
-    static const std::set<std::string> kLowered = {"QGemm", "QLinearAveragePool", "QLinearWhere",
-                                                   "MatMulIntegerToFloat", "DynamicQuantizeMatMul"};
+    static const std::set<std::string> kLowered = {
+        "QGemm",     "QLinearAveragePool", "QLinearWhere", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+        "FusedConv", "FusedGemm",          "FusedMatMul",  "Gelu",                 "BiasGelu",
+        "FastGelu",  "QuickGelu",          "BiasAdd",      "SkipLayerNormalization"};
     if (n->domain() == ops::kMicrosoftDomain && kLowered.count(n->op_type())) found.push_back(n.get());
   }
   if (found.empty()) return Status::Ok();
@@ -206,6 +394,12 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
     if (op == "QGemm") LowerQGemm(g, n);
     else if (op == "QLinearAveragePool") LowerQLinearAveragePool(g, n);
     else if (op == "QLinearWhere") LowerQLinearWhere(g, n);
+    else if (op == "FusedConv") LowerFusedConv(g, n);
+    else if (op == "FusedGemm") LowerFusedGemm(g, n);
+    else if (op == "FusedMatMul") LowerFusedMatMul(g, n);
+    else if (op == "BiasAdd") LowerBiasAdd(g, n);
+    else if (op == "SkipLayerNormalization") LowerSkipLayerNorm(g, n);
+    else if (op == "Gelu" || op == "BiasGelu" || op == "FastGelu" || op == "QuickGelu") LowerGelu(g, n);
     else LowerIntegerToFloat(g, n, op == "DynamicQuantizeMatMul");
   }
   KILN_RETURN_IF_ERROR(g.TopologicalSort());

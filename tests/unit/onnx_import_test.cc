@@ -922,4 +922,28 @@ TEST(OnnxInputShapes, RangesAndGears) {
 }
 
 }  // namespace
+
+// ONNX Runtime's optimizer writes LayerNormalization (its own, version 1)
+// into models below opset 17: imported as that version; other ops that do
+// not exist at the model's opset are still refused.
+TEST_F(OnnxImportTest, OrtLayerNormalizationBelowOpset17) {
+  onnx::ModelProto m = BaseModel(13);
+  auto* g = m.mutable_graph();
+  g->mutable_node(0)->set_output(0, "r");
+  auto* ln = AddNode(g, "LayerNormalization", "ln", {"r", "gamma"}, {"y"});
+  AddAttr(ln, "epsilon", onnx::AttributeProto::FLOAT)->set_f(1e-5f);
+  auto* gamma = g->add_initializer();
+  gamma->set_name("gamma");
+  gamma->set_data_type(onnx::TensorProto::FLOAT);
+  gamma->add_dims(3);
+  for (int i = 0; i < 3; ++i) gamma->add_float_data(1.f);
+  auto r = Import(m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r.value()->nodes().size(), 2u);
+  EXPECT_EQ(r.value()->nodes()[1]->op_type(), "LayerNormalization");
+  EXPECT_EQ(r.value()->nodes()[1]->since_version(), 1);
+  g->mutable_node(1)->set_op_type("Gelu");  // ONNX's Gelu is opset 20's
+  ExpectRefused(m, {"Gelu"});
+}
+
 }  // namespace kiln

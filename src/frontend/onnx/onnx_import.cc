@@ -699,11 +699,15 @@ Result<std::unique_ptr<ir::Graph>> ConvertGraph(const onnx::GraphProto& gp, ir::
       continue;
     }
     if (default_domain) {
-      if (!schema) {
+      // ONNX Runtime defines LayerNormalization in the ONNX domain for every
+      // opset (version 1, the arithmetic opset 17 adopted); its optimizer
+      // writes it into older models.
+      const bool ort_layernorm = !schema && n->op_type() == "LayerNormalization" && ctx.opset < 17;
+      if (!schema && !ort_layernorm) {
         return Error(StatusCode::kInvalidArgument, ctx.path, ": ", what, ": op '", n->op_type(),
                      "' does not exist in ONNX opset ", ctx.opset);
       }
-      n->set_since_version(schema->SinceVersion());
+      n->set_since_version(schema ? schema->SinceVersion() : 1);
     } else {
       n->set_since_version(1);
     }

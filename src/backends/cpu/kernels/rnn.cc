@@ -267,7 +267,10 @@ class QuantizedProduct {
               b * block_len_ + (((nn / kCols) * kg_ + kk / group_) * kCols + nn % kCols) * group_ + kk % group_);
           if (wide_) w16_[i] = static_cast<std::int16_t>(x);
           else w8_[i] = static_cast<std::int8_t>(x);
-          if (narrow_) colsum_[static_cast<std::size_t>(b * np_ + nn)] += x;
+          if (narrow_) {  // wrapping, as above
+            std::int32_t& cs = colsum_[static_cast<std::size_t>(b * np_ + nn)];
+            cs = static_cast<std::int32_t>(static_cast<std::uint32_t>(cs) + static_cast<std::uint32_t>(x));
+          }
         }
       }
     }
@@ -325,7 +328,14 @@ class QuantizedProduct {
     const std::int32_t* cs = narrow_ ? colsum_.data() + block * np_ + n0 : nullptr;
     for (int r = 0; r < rows; ++r) {
       float* out = c + (r0 + r) * ldc + n0;
-      if (cs) for (std::int64_t j = 0; j < cols; ++j) acc[r][j] -= zp_ * cs[j];
+      // Wrapping int32 arithmetic, as the vector sums wrap (only a
+      // reduction far past any real layer's could reach it).
+      if (cs) {
+        for (std::int64_t j = 0; j < cols; ++j) {
+          acc[r][j] = static_cast<std::int32_t>(static_cast<std::uint32_t>(acc[r][j]) -
+                                                static_cast<std::uint32_t>(zp_) * static_cast<std::uint32_t>(cs[j]));
+        }
+      }
       for (std::int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(acc[r][j]) * mult[n0 + j];
     }
   }

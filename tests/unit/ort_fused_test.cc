@@ -1,0 +1,383 @@
+// ONNX Runtime's fused contrib ops (com.microsoft FusedConv, FusedGemm,
+// FusedMatMul, Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd,
+// SkipLayerNormalization) and LayerNormalization below opset 17: each
+// one-node model compiled (lower-contrib rewrites it into standard ops) and
+// run, against a double-precision reference written here from the op's
+// definition; and the errors bad attributes and shapes get.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime.h"
+#include "ops/op_registry.h"
+#include "node_runner.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::CompileAndLoad;
+using test::Tensor;
+
+std::vector<float> Seq(std::size_t n, float a, float b) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = a * std::sin(b * static_cast<float>(i) + 0.3f);
+  return v;
+}
+
+// One com.microsoft node: `data` are model inputs, `consts` constants (a
+// null entry: an absent input), in input order as given by `order` ('d' /
+// 'c' / '-').
+struct Fused {
+  std::unique_ptr<ir::Graph> g = std::make_unique<ir::Graph>();
+  std::vector<ir::Value*> ins;
+  std::vector<std::pair<const float*, Shape>> feeds;
+  ir::Node* node = nullptr;
+
+  void Data(const std::vector<float>& v, Shape s) {
+    ir::Value* x = g->AddValue("x" + std::to_string(ins.size()), DType::kFloat32, s);
+    g->inputs().push_back(x);
+    ins.push_back(x);
+    feeds.push_back({v.data(), s});
+  }
+  void Const(const std::vector<float>& v, Shape s) {
+    ins.push_back(g->AddConstant("c" + std::to_string(ins.size()), Tensor(DType::kFloat32, s, v)));
+  }
+  void Absent() { ins.push_back(nullptr); }
+  ir::Node& Make(const std::string& op, int outputs = 1, const std::string& domain = ops::kMicrosoftDomain) {
+    std::vector<ir::Value*> outs;
+    for (int j = 0; j < outputs; ++j) {
+      outs.push_back(g->AddValue("y" + std::to_string(j)));
+      g->outputs().push_back(outs.back());
+    }
+    node = g->AddNode(op, "fused", ins, outs, domain);
+    node->set_since_version(1);
+    return *node;
+  }
+  // Runs it; out_shapes: each output's expected shape.
+  Result<std::vector<std::vector<float>>> Run(const std::vector<Shape>& out_shapes) {
+    test::TempDir dir;
+    auto model = CompileAndLoad(std::move(g), dir);
+    if (!model.ok()) return model.status();
+    std::vector<std::vector<float>> outs;
+    std::vector<TensorRef> orefs, irefs;
+    for (std::size_t j = 0; j < out_shapes.size(); ++j) {
+      if ((*model)->outputs()[j].shape != out_shapes[j]) {
+        return Error(StatusCode::kInternal, "output ", j, " shape ", ShapeToString((*model)->outputs()[j].shape));
+      }
+      outs.emplace_back(static_cast<std::size_t>(NumElements(out_shapes[j])));
+    }
+    for (std::size_t j = 0; j < outs.size(); ++j) orefs.push_back({outs[j].data(), DType::kFloat32, out_shapes[j]});
+    for (auto& [p, s] : feeds) irefs.push_back({const_cast<float*>(p), DType::kFloat32, s});
+    KILN_RETURN_IF_ERROR((*model)->Execute(irefs, orefs));
+    return outs;
+  }
+};
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i]))) << "at " << i;
+  }
+}
+
+double Sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+// FusedConv with a residual Z and each activation ONNX Runtime fuses:
+// y = act(conv(x, w) + b + z), a 3x3 convolution with padding 1 written out.
+TEST(OrtFused, FusedConvWithEachActivationAndZ) {
+  const int C = 2, M = 3, H = 4, W = 5;
+  const std::vector<float> x = Seq(C * H * W, 1.5f, 0.7f), w = Seq(M * C * 9, 0.6f, 1.3f), b = Seq(M, 0.3f, 2.1f),
+                           z = Seq(M * H * W, 0.8f, 0.37f);
+  struct Case {
+    const char* act;
+    std::vector<float> params;
+    std::function<double(double)> f;
+  };
+  const std::vector<Case> cases = {
+      {"Relu", {}, [](double v) { return std::max(v, 0.0); }},
+      {"Tanh", {}, [](double v) { return std::tanh(v); }},
+      {"Sigmoid", {}, Sigmoid},
+      {"LeakyRelu", {0.2f}, [](double v) { return v >= 0 ? v : 0.2 * v; }},
+      {"Clip", {-0.5f, 0.75f}, [](double v) { return std::clamp(v, -0.5, 0.75); }},
+      {"HardSigmoid", {0.3f, 0.4f}, [](double v) { return std::clamp(0.3 * v + 0.4, 0.0, 1.0); }},
+  };
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.act);
+    for (bool with_z : {false, true}) {
+      Fused f;
+      f.Data(x, {1, C, H, W});
+      f.Const(w, {M, C, 3, 3});
+      f.Const(b, {M});
+      if (with_z) f.Data(z, {1, M, H, W});
+      ir::Node& n = f.Make("FusedConv");
+      n.SetAttr("pads", ir::Attribute::Ints({1, 1, 1, 1}));
+      n.SetAttr("kernel_shape", ir::Attribute::Ints({3, 3}));
+      n.SetAttr("activation", ir::Attribute::String(cs.act));
+      if (!cs.params.empty()) n.SetAttr("activation_params", ir::Attribute::Floats(cs.params));
+      auto got = f.Run({{1, M, H, W}});
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      std::vector<double> want;
+      for (int m = 0; m < M; ++m) {
+        for (int i = 0; i < H; ++i) {
+          for (int j = 0; j < W; ++j) {
+            double s = b[m];
+            for (int c = 0; c < C; ++c) {
+              for (int ki = 0; ki < 3; ++ki) {
+                for (int kj = 0; kj < 3; ++kj) {
+                  const int ii = i + ki - 1, jj = j + kj - 1;
+                  if (ii < 0 || ii >= H || jj < 0 || jj >= W) continue;
+                  s += static_cast<double>(x[(c * H + ii) * W + jj]) * w[((m * C + c) * 3 + ki) * 3 + kj];
+                }
+              }
+            }
+            if (with_z) s += z[(m * H + i) * W + j];
+            want.push_back(cs.f(s));
+          }
+        }
+      }
+      ExpectNear(got.value()[0], want, 2e-5);
+    }
+  }
+}
+
+// FusedGemm: act(alpha A' B' + beta C) with activation_alpha / _beta /
+// _gamma as the activation's parameters.
+TEST(OrtFused, FusedGemmActivationsAndTheirParameters) {
+  const int Mr = 3, K = 4, N = 5;
+  const std::vector<float> a = Seq(K * Mr, 1.2f, 0.9f), bm = Seq(N * K, 0.8f, 1.7f), c = Seq(N, 0.5f, 0.4f);
+  struct Case {
+    const char* act;
+    std::vector<std::pair<const char*, float>> attrs;
+    std::function<double(double)> f;
+  };
+  const std::vector<Case> cases = {
+      {"LeakyRelu", {{"activation_alpha", 0.1f}}, [](double v) { return v >= 0 ? v : 0.1 * v; }},
+      {"HardSigmoid", {{"activation_alpha", 0.25f}, {"activation_beta", 0.45f}},
+       [](double v) { return std::clamp(0.25 * v + 0.45, 0.0, 1.0); }},
+      {"Selu", {{"activation_alpha", 1.5f}, {"activation_gamma", 1.1f}},
+       [](double v) { return v > 0 ? 1.1 * v : 1.1 * 1.5 * (std::exp(v) - 1); }},
+      {"Elu", {}, [](double v) { return v >= 0 ? v : std::exp(v) - 1; }},
+      {"Softplus", {}, [](double v) { return std::log1p(std::exp(v)); }},
+  };
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.act);
+    Fused f;
+    f.Data(a, {K, Mr});  // transA
+    f.Const(bm, {N, K});  // transB
+    f.Const(c, {N});
+    ir::Node& n = f.Make("FusedGemm");
+    n.SetAttr("transA", ir::Attribute::Int(1));
+    n.SetAttr("transB", ir::Attribute::Int(1));
+    n.SetAttr("alpha", ir::Attribute::Float(0.7f));
+    n.SetAttr("beta", ir::Attribute::Float(1.3f));
+    n.SetAttr("activation", ir::Attribute::String(cs.act));
+    for (auto& [k, v] : cs.attrs) n.SetAttr(k, ir::Attribute::Float(v));
+    auto got = f.Run({{Mr, N}});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    std::vector<double> want;
+    for (int i = 0; i < Mr; ++i) {
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < K; ++k) s += static_cast<double>(a[k * Mr + i]) * bm[j * K + k];
+        want.push_back(cs.f(0.7 * s + 1.3 * c[j]));
+      }
+    }
+    ExpectNear(got.value()[0], want, 2e-5);
+  }
+}
+
+// FusedMatMul: alpha * A^T B^T on batched operands (B broadcast).
+TEST(OrtFused, FusedMatMulTransposesAndScales) {
+  const int Bt = 2, Mr = 3, K = 4, N = 2;
+  const std::vector<float> a = Seq(Bt * K * Mr, 1.1f, 0.6f), bm = Seq(N * K, 0.9f, 1.1f);
+  Fused f;
+  f.Data(a, {Bt, K, Mr});
+  f.Const(bm, {N, K});
+  ir::Node& n = f.Make("FusedMatMul");
+  n.SetAttr("transA", ir::Attribute::Int(1));
+  n.SetAttr("transB", ir::Attribute::Int(1));
+  n.SetAttr("alpha", ir::Attribute::Float(0.125f));
+  auto got = f.Run({{Bt, Mr, N}});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::vector<double> want;
+  for (int t = 0; t < Bt; ++t) {
+    for (int i = 0; i < Mr; ++i) {
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < K; ++k) s += static_cast<double>(a[(t * K + k) * Mr + i]) * bm[j * K + k];
+        want.push_back(0.125 * s);
+      }
+    }
+  }
+  ExpectNear(got.value()[0], want, 1e-5);
+}
+
+// Gelu (erf), BiasGelu (erf of x + bias), FastGelu (tanh form of x +
+// bias), QuickGelu (x sigmoid(alpha x)).
+TEST(OrtFused, GeluFamily) {
+  const int S = 3, H = 8;
+  const std::vector<float> x = Seq(S * H, 3.f, 0.53f), bias = Seq(H, 0.4f, 1.9f);
+  auto erf_gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+  auto tanh_gelu = [](double v) {
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  struct Case {
+    const char* op;
+    bool bias;
+    std::function<double(double)> f;
+  };
+  const std::vector<Case> cases = {{"Gelu", false, erf_gelu},
+                                   {"BiasGelu", true, erf_gelu},
+                                   {"FastGelu", true, tanh_gelu},
+                                   {"FastGelu", false, tanh_gelu},
+                                   {"QuickGelu", false, [](double v) { return v * Sigmoid(1.5 * v); }}};
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(std::string(cs.op) + (cs.bias ? " with bias" : ""));
+    Fused f;
+    f.Data(x, {S, H});
+    if (cs.bias) f.Const(bias, {H});
+    ir::Node& n = f.Make(cs.op);
+    if (std::string(cs.op) == "QuickGelu") n.SetAttr("alpha", ir::Attribute::Float(1.5f));
+    auto got = f.Run({{S, H}});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    std::vector<double> want;
+    for (int i = 0; i < S * H; ++i) want.push_back(cs.f(static_cast<double>(x[i]) + (cs.bias ? bias[i % H] : 0.0)));
+    ExpectNear(got.value()[0], want, 2e-6);
+  }
+}
+
+// SkipLayerNormalization: all four outputs; BiasAdd.
+TEST(OrtFused, SkipLayerNormalizationOutputsAndBiasAdd) {
+  const int B = 2, S = 3, H = 6;
+  const std::vector<float> x = Seq(B * S * H, 2.f, 0.41f), skip = Seq(B * S * H, 1.f, 0.77f), gamma = Seq(H, 1.f, 0.9f),
+                           beta = Seq(H, 0.3f, 1.4f), bias = Seq(H, 0.5f, 2.3f);
+  Fused f;
+  f.Data(x, {B, S, H});
+  f.Data(skip, {B, S, H});
+  f.Const(gamma, {H});
+  f.Const(beta, {H});
+  f.Const(bias, {H});
+  f.Make("SkipLayerNormalization", 4).SetAttr("epsilon", ir::Attribute::Float(1e-5f));
+  auto got = f.Run({{B, S, H}, {B, S, 1}, {B, S, 1}, {B, S, H}});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::vector<double> y, mean, inv, sum;
+  for (int r = 0; r < B * S; ++r) {
+    double m = 0, v = 0;
+    std::vector<double> s(H);
+    for (int h = 0; h < H; ++h) {
+      s[h] = static_cast<double>(x[r * H + h]) + skip[r * H + h] + bias[h];
+      m += s[h] / H;
+    }
+    for (int h = 0; h < H; ++h) v += (s[h] - m) * (s[h] - m) / H;
+    const double iv = 1 / std::sqrt(v + 1e-5);
+    for (int h = 0; h < H; ++h) {
+      y.push_back((s[h] - m) * iv * gamma[h] + beta[h]);
+      sum.push_back(s[h]);
+    }
+    mean.push_back(m);
+    inv.push_back(iv);
+  }
+  ExpectNear(got.value()[0], y, 2e-5);
+  ExpectNear(got.value()[1], mean, 2e-6);
+  ExpectNear(got.value()[2], inv, 2e-5);
+  ExpectNear(got.value()[3], sum, 2e-6);
+
+  Fused ba;
+  ba.Data(x, {B, S, H});
+  ba.Const(bias, {H});
+  ba.Data(skip, {B, S, H});
+  ba.Make("BiasAdd");
+  auto got2 = ba.Run({{B, S, H}});
+  ASSERT_TRUE(got2.ok()) << got2.status().ToString();
+  std::vector<double> want;
+  for (int i = 0; i < B * S * H; ++i) want.push_back(static_cast<double>(x[i]) + bias[i % H] + skip[i]);
+  ExpectNear(got2.value()[0], want, 1e-6);
+}
+
+// ONNX Runtime's LayerNormalization in the ONNX domain below opset 17
+// (version 1): the same op.
+TEST(OrtFused, LayerNormalizationVersion1) {
+  const int R = 2, H = 5;
+  const std::vector<float> x = Seq(R * H, 2.f, 0.9f), gamma = Seq(H, 1.f, 0.5f);
+  Fused f;
+  f.Data(x, {R, H});
+  f.Const(gamma, {H});
+  ir::Node& n = f.Make("LayerNormalization", 1, "");
+  n.SetAttr("epsilon", ir::Attribute::Float(1e-5f));
+  const ops::OpDef* def = ops::OpRegistry::Get().Find("LayerNormalization");
+  ASSERT_NE(def, nullptr);
+  EXPECT_EQ(def->versions.front(), 1);
+  test::TempDir dir;
+  auto model = test::CompileAndLoadAsIs(std::move(f.g), dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::vector<float> out(R * H);
+  ASSERT_TRUE((*model)
+                  ->Execute({{const_cast<float*>(x.data()), DType::kFloat32, {R, H}}},
+                            {{out.data(), DType::kFloat32, {R, H}}})
+                  .ok());
+  std::vector<double> want;
+  for (int r = 0; r < R; ++r) {
+    double m = 0, v = 0;
+    for (int h = 0; h < H; ++h) m += x[r * H + h] / static_cast<double>(H);
+    for (int h = 0; h < H; ++h) v += (x[r * H + h] - m) * (x[r * H + h] - m) / H;
+    for (int h = 0; h < H; ++h) want.push_back((x[r * H + h] - m) / std::sqrt(v + 1e-5) * gamma[h]);
+  }
+  ExpectNear(out, want, 2e-5);
+}
+
+// Bad attributes and shapes: a clear error naming the node and the culprit.
+TEST(OrtFused, ErrorsNameTheCulprit) {
+  auto fails = [](Fused& f, const std::vector<Shape>& shapes, const std::string& part) {
+    auto r = f.Run(shapes);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  };
+  {
+    Fused f;
+    f.Data(Seq(8, 1, 1), {1, 2, 2, 2});
+    f.Const(Seq(2, 1, 1), {1, 2, 1, 1});
+    f.Make("FusedConv").SetAttr("activation", ir::Attribute::String("Gelu"));
+    fails(f, {{1, 1, 2, 2}}, "attribute 'activation' is 'Gelu'");
+  }
+  {
+    Fused f;
+    f.Data(Seq(8, 1, 1), {1, 2, 2, 2});
+    f.Const(Seq(2, 1, 1), {1, 2, 1, 1});
+    ir::Node& n = f.Make("FusedConv");
+    n.SetAttr("activation", ir::Attribute::String("Clip"));
+    n.SetAttr("activation_params", ir::Attribute::Floats({0.f}));
+    fails(f, {{1, 1, 2, 2}}, "'activation_params' has 1 values, Clip takes 2");
+  }
+  {
+    Fused f;
+    f.Data(Seq(8, 1, 1), {1, 2, 2, 2});
+    f.Const(Seq(2, 1, 1), {1, 2, 1, 1});
+    f.Absent();
+    f.Data(Seq(3, 1, 1), {1, 1, 3});
+    f.Make("FusedConv").SetAttr("activation", ir::Attribute::String("Relu"));
+    fails(f, {{1, 1, 2, 2}}, "input 3 (Z) has shape [1,1,3]");
+  }
+  {
+    Fused f;
+    f.Data(Seq(6, 1, 1), {2, 3});
+    f.Const(Seq(6, 1, 1), {3, 2});
+    f.Make("FusedMatMul").SetAttr("transBatchA", ir::Attribute::Int(1));
+    fails(f, {{2, 2}}, "'transBatchA' = 1 is not supported");
+  }
+  {
+    Fused f;
+    f.Data(Seq(6, 1, 1), {1, 1, 6});
+    f.Data(Seq(6, 1, 1), {1, 1, 6});
+    f.Const(Seq(5, 1, 1), {5});
+    f.Make("SkipLayerNormalization");
+    fails(f, {{1, 1, 6}}, "input 2 (gamma) has shape [5], expected [6]");
+  }
+}
+
+}  // namespace
+}  // namespace kiln
