@@ -457,6 +457,12 @@ Status InferCast(InferContext& c) {
     return Error(StatusCode::kUnimplemented, c.node().Describe(), ": attribute 'to' = ", to->i,
                  " is not an element type Kiln supports");
   }
+  // ir::kRoundAttr (half-in-float32's Cast to a declared bfloat16 output)
+  // means rounding to nearest from float32, and belongs on no other Cast
+  // (the loader refuses it there): where the model computes that output in
+  // another type (bool, an integer), the mark goes; such a Cast is exact
+  // or defined without it.
+  if (c.in_dtype(0) != DType::kFloat32 && c.in_dtype(0) != DType::kUndefined) c.node().attrs().erase(ir::kRoundAttr);
   c.SetOutput(0, t, c.in_shape(0));
   return Status::Ok();
 }

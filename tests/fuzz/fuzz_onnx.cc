@@ -4,6 +4,7 @@
 // crash, hang or read out of bounds.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "api/compiler.h"
@@ -47,6 +48,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static int shown = 0;
     if (shown++ < 5) std::fprintf(stderr, "fuzz_onnx: compiled model fails to load: %s\n",
                                   model.status().ToString().c_str());
+    // KILN_FUZZ_FINDINGS_DIR keeps the input (run_fuzz.sh sets it);
+    // KILN_FUZZ_STRICT_LOAD makes the disagreement fatal, as when the
+    // regression inputs that once showed it are replayed.
+    if (const char* dir = std::getenv("KILN_FUZZ_FINDINGS_DIR")) {
+      kiln_fuzz::WriteBytes(std::string(dir) + "/not-loadable-" + std::to_string(g_stats.c[3]) + ".onnx", data, size);
+    }
+    if (std::getenv("KILN_FUZZ_STRICT_LOAD")) std::abort();
     return 0;
   }
   ++g_stats.c[1];

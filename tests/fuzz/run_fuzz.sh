@@ -77,7 +77,7 @@ replay() {
   [ -d "$dir" ] || return 0
   for f in "$dir"/*; do
     [ -f "$f" ] || continue
-    if "$build/fuzz_$t" $(flags "$t") "$f" >"$work/replay.log" 2>&1; then
+    if KILN_FUZZ_STRICT_LOAD=1 "$build/fuzz_$t" $(flags "$t") "$f" >"$work/replay.log" 2>&1; then
       echo "  $label $t/$(basename "$f"): ok"
     else
       echo "  $label $t/$(basename "$f"): FAILS"; bad=1
@@ -100,13 +100,13 @@ for t in $targets; do replay "$t" "$here/regressions/$t" regression || status=1;
 echo "== fuzz: $seconds s per target, $jobs at once"
 fuzz_one() {
   local t="$1" log="$work/logs/$1.log"
-  rm -rf "$work/corpus/$t" "$work/artifacts/$t"
-  mkdir -p "$work/corpus/$t" "$work/artifacts/$t" "$work/logs"
+  rm -rf "$work/corpus/$t" "$work/artifacts/$t" "$work/findings/$t"
+  mkdir -p "$work/corpus/$t" "$work/artifacts/$t" "$work/findings/$t" "$work/logs"
   local dirs=("$work/corpus/$t" "$work/seeds/$t")
   [ -d "$here/regressions/$t" ] && dirs+=("$here/regressions/$t")
   local extra=""
   [ "$keep_going" = 1 ] && extra="-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1"
-  "$build/fuzz_$t" $(flags "$t") $extra -max_total_time="$seconds" -artifact_prefix="$work/artifacts/$t/" \
+  KILN_FUZZ_FINDINGS_DIR="$work/findings/$t" "$build/fuzz_$t" $(flags "$t") $extra -max_total_time="$seconds" -artifact_prefix="$work/artifacts/$t/" \
     "${dirs[@]}" >"$log" 2>&1
   echo $? >"$work/logs/$t.rc"
 }
@@ -130,6 +130,10 @@ for t in $targets; do
   fi
   printf '  %-5s rc=%s executions=%s (%s/s) new_units=%s\n' "$t" "$rc" "${execs:-?}" "${speed:-?}" "${units:-?}"
   grep -h "kiln-fuzz-stats" "$log" | grep -v "inputs=0 " | tail -1 | sed 's/^/        /'
+  if [ -n "$(ls "$work/findings/$t")" ]; then  # non-fatal findings (FINDINGS.md), kept for a look
+    echo "  findings (not crashes), inputs kept:"
+    ls "$work/findings/$t" | head -5 | sed "s|^|      $work/findings/$t/|"
+  fi
   if [ "$rc" != 0 ] || [ -n "$(ls "$work/artifacts/$t")" ]; then
     status=1
     echo "  FAILED: $t (log $log), reproducers:"
