@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ONNX Runtime's com.microsoft QGemm, QLinearAveragePool, QLinearSoftmax, QLinearWhere,
-MatMulIntegerToFloat, DynamicQuantizeMatMul and DynamicQuantizeLSTM: Kiln against ONNX Runtime and
-against the kernels' definitions.
+MatMulIntegerToFloat, DynamicQuantizeMatMul, DynamicQuantizeLSTM, fused float ops and Attention /
+QAttention: Kiln against ONNX Runtime and against the kernels' definitions.
 
   /usr/bin/python3 bench/contrib_ops_vs_ort.py --kiln build/kiln --work /tmp/contrib [--node node]
 
@@ -51,6 +51,12 @@ FusedConv, FusedGemm, FusedMatMul, Gelu, BiasGelu, FastGelu, QuickGelu and SkipL
 (what ONNX Runtime's optimizer writes into a saved optimized model): one node each, Kiln against
 ONNX Runtime within 1e-5 of the largest output (BiasAdd, which Kiln runs too, has no CPU kernel in
 ONNX Runtime).
+
+Attention and QAttention (what ONNX Runtime's transformer optimizer and quantize_dynamic write for
+BERT-style attention): one node each, every mask form ([B] ends, [2B] ends and starts with a batch
+entry wholly masked, [B, T], [B, S, T]), unidirectional with past (and present), unequal V size
+with scale and mask_filter_value, QAttention uint8 x 7-bit int8 per tensor and uint8 x uint8 per
+column: output 0 against ONNX Runtime's within 1e-5 of the largest output.
 
 End to end: an MLP quantized by tools/quantize.py --format dynamic (8-bit and 7-bit weights) and
 saved by ONNX Runtime's graph optimizer (bench/ort_bench.js --save-optimized), which writes
@@ -494,6 +500,88 @@ def make_fused(path, case, rng):
     return [n for n, _, init in ins if not init]
 
 
+# ONNX Runtime's Attention / QAttention (what its optimizer and quantize_dynamic write for BERT-style
+# attention): name, op, batch, seq, hidden in, num_heads, qkv sizes, mask ("": none, "1d", "2b",
+# "2d", "3d"), unidirectional, past length (None: no past), extra attributes.
+ATTENTIONS = [
+    ("attention", "Attention", 2, 16, 64, 4, (64, 64, 64), "", 0, None, {}),
+    ("attention mask [B]", "Attention", 2, 16, 64, 4, (64, 64, 64), "1d", 0, None, {}),
+    ("attention mask [2B]", "Attention", 3, 8, 32, 2, (32, 32, 32), "2b", 0, None, {}),
+    ("attention mask [B, T] unidirectional", "Attention", 2, 12, 48, 4, (48, 48, 48), "2d", 1, None, {}),
+    ("attention mask [B, S, T]", "Attention", 2, 6, 32, 2, (32, 32, 32), "3d", 0, None, {}),
+    ("attention unidirectional past 5", "Attention", 2, 4, 32, 4, (32, 32, 32), "", 1, 5, {}),
+    ("attention sizes scale filter", "Attention", 1, 10, 24, 2, (16, 16, 8), "2d", 0, None,
+     dict(scale=0.2, mask_filter_value=-100.0)),
+    ("qattention u8 x i8 7-bit, mask [B]", "QAttention", 2, 16, 64, 4, (64, 64, 64), "1d", 0, None, {}),
+    ("qattention u8 x u8 per column", "QAttention", 2, 8, 32, 2, (32, 32, 32), "2d", 0, None, {}),
+]
+
+
+def make_attention(path, case, rng):
+    name, op, B, S, D, N, sizes, mask_kind, uni, past_len, extra = case
+    C = sum(sizes)
+    T = S + (past_len or 0)
+    x = rng.standard_normal((B, S, D)).astype(np.float32)
+    w = (rng.standard_normal((D, C)) * 0.2).astype(np.float32)
+    bias = (rng.standard_normal(C) * 0.1).astype(np.float32)
+    p, inits, data = {}, [], []
+    attrs = dict(num_heads=N, **extra)
+    if uni:
+        attrs["unidirectional"] = 1
+    if op == "Attention":
+        if sizes[0] != sizes[2]:
+            attrs["qkv_hidden_sizes"] = list(sizes)
+        data.append(("x", TensorProto.FLOAT, x))
+        p.update(w=w, bias=bias)
+        inits += ["w", "bias"]
+        names = ["x", "w", "bias"]
+    else:
+        xs, xz = np.float32(0.03), np.uint8(125)
+        xq = np.clip(np.rint(x / xs) + xz, 0, 255).astype(np.uint8)
+        if "u8 x u8" in name:
+            ws = (np.abs(rng.standard_normal(C)) * 0.002 + 0.001).astype(np.float32)
+            wz = rng.integers(110, 140, C).astype(np.uint8)
+            wq = rng.integers(0, 256, (D, C)).astype(np.uint8)
+        else:  # 7-bit int8, exact in ONNX Runtime's pairwise products on every CPU
+            ws, wz = np.float32(0.003), np.int8(0)
+            wq = rng.integers(-64, 65, (D, C)).astype(np.int8)
+        data.append(("x", TensorProto.UINT8, xq))
+        p.update(w=wq, bias=bias, xs=xs, ws=ws, xz=xz, wz=wz)
+        inits += ["w", "bias", "xs", "ws", "xz", "wz"]
+        names = ["x", "w", "bias", "xs", "ws"]
+    mask = None
+    if mask_kind == "1d":
+        mask = rng.integers(1, T + 1, B).astype(np.int32)
+    elif mask_kind == "2b":
+        mask = np.concatenate([rng.integers(T // 2, T + 1, B), rng.integers(0, T // 2, B)]).astype(np.int32)
+        mask[B - 1], mask[2 * B - 1] = 2, T + 3  # a batch entry with every key masked
+    elif mask_kind == "2d":
+        mask = (rng.random((B, T)) > 0.3).astype(np.int32)
+    elif mask_kind == "3d":
+        mask = (rng.random((B, S, T)) > 0.3).astype(np.int32)
+    names.append("mask" if mask is not None else "")
+    if mask is not None:
+        data.append(("mask", TensorProto.INT32, mask))
+    if op == "QAttention":
+        names += ["xz", "wz"]
+    if past_len is not None:
+        H = sizes[0] // N
+        past = rng.standard_normal((2, B, N, past_len, H)).astype(np.float32)
+        names.append("past")
+        data.append(("past", TensorProto.FLOAT, past))
+    while names and names[-1] == "":
+        names.pop()
+    outs = ["y"] + (["present"] if past_len is not None else [])  # ONNX Runtime wants present with past
+    node = helper.make_node(op, names, outs, domain="com.microsoft", **attrs)
+    save(path, node, data, TensorProto.FLOAT, [B, S, sizes[2]], inits, p)
+    if past_len is not None:
+        model = onnx.load(path)
+        model.graph.output.append(helper.make_tensor_value_info("present", TensorProto.FLOAT,
+                                                                [2, B, N, T, sizes[0] // N]))
+        onnx.save(model, path)
+    return len(data)
+
+
 def same_bytes(x, y):
     """Equal type, and equal bytes."""
     return x.dtype == y.dtype and x.tobytes() == y.tobytes()
@@ -607,6 +695,15 @@ def main():
         rel = float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30)) if got.shape == ort.shape else np.inf
         bad += not rel <= 1e-5
         print(f"{case[0]:48s} {rel:30.3g}")
+    print(f"\n{'Attention / QAttention case':48s} {'max |Kiln - ORT| / max |ORT|':>30s}")
+    for case in ATTENTIONS:
+        tag = case[0].replace(" ", "_").replace(",", "").replace("[", "").replace("]", "")
+        path = os.path.join(args.work, tag + ".onnx")
+        n_data = make_attention(path, case, rng)
+        got, ort = run_both(args, path, tag, tuple("abc"[:n_data]))
+        rel = float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30)) if got.shape == ort.shape else np.inf
+        bad += not rel <= 1e-5
+        print(f"{case[0]:48s} {rel:30.3g}")
     print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")
     for reduce_range in (False, True):
         ops, got, unopt, ort = optimized_mlp(args, reduce_range)
@@ -616,7 +713,7 @@ def main():
               f"max |Kiln - ORT| {float(np.abs(got - ort).max()):.3g} (max |ORT| {float(np.abs(ort).max()):.3g})")
     print("FAIL" if bad else "ok: QGemm, QLinearSoftmax and QLinearWhere bit for bit, QLinearAveragePool within one "
           "step, MatMulIntegerToFloat / DynamicQuantizeMatMul within float32 rounding, DynamicQuantizeLSTM within "
-          "1e-5, of the definition; the fused float ops within 1e-5 of ONNX Runtime")
+          "1e-5, of the definition; the fused float ops and attention within 1e-5 of ONNX Runtime")
     sys.exit(1 if bad else 0)
 
 

@@ -2,13 +2,16 @@
 // its graph optimizer writes into a saved optimized model
 // (SessionOptions.optimized_model_filepath, 'extended' level): FusedConv,
 // FusedGemm, FusedMatMul, Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd and
-// SkipLayerNormalization. Inference here checks each one as ONNX Runtime's
+// SkipLayerNormalization; and Attention / QAttention, which its transformer
+// optimizer and quantize_dynamic write for BERT-style attention. Inference here checks each one as ONNX Runtime's
 // CPU kernel does and gives its outputs; the lower-contrib pass then
 // rewrites it into the standard ops it fuses (src/passes/lower_contrib.cc),
 // which Kiln's own fusions take from there. LayerNormalization below
 // opset 17, which ONNX Runtime also writes (its own definition in the ONNX
 // domain, the same as opset 17's), is registered in norm.cc.
+#include <array>
 #include <cmath>
+#include <tuple>
 
 #include "ops/common_infer.h"
 
@@ -206,6 +209,176 @@ Status InferSkipLayerNorm(InferContext& c) {
   return Status::Ok();
 }
 
+// ---- Attention and QAttention (ONNX Runtime's BERT attention) ------------
+
+// Known dims a and b differ (an unknown one, -1, matches anything).
+bool Differ(std::int64_t a, std::int64_t b) { return a >= 0 && b >= 0 && a != b; }
+
+// The sizes of Q, K and V in the packed projection: qkv_hidden_sizes
+// (Attention) or a third of the weights' columns each; each a multiple of
+// num_heads, Q's equal to K's. Returns {q, k, v}.
+Result<std::array<std::int64_t, 3>> AttentionSizes(InferContext& c, std::int64_t columns) {
+  const ir::Node& n = c.node();
+  const std::int64_t heads = n.GetInt("num_heads", 0);
+  KILN_RETURN_IF_ERROR(CheckAttrRange(c, "num_heads", heads, 1));
+  std::array<std::int64_t, 3> sz{};
+  const std::vector<std::int64_t> given = n.GetInts("qkv_hidden_sizes");
+  if (!given.empty()) {
+    if (given.size() != 3) return c.Fail("attribute 'qkv_hidden_sizes' has ", given.size(), " values, expected 3");
+    for (int i = 0; i < 3; ++i) {
+      KILN_RETURN_IF_ERROR(CheckAttrRange(c, "qkv_hidden_sizes", given[i], 1));
+      sz[i] = given[i];
+    }
+    std::int64_t sum = 0;
+    KILN_ASSIGN_OR_RETURN(sum, AddDims(c, sz[0], sz[1], "qkv_hidden_sizes"));
+    KILN_ASSIGN_OR_RETURN(sum, AddDims(c, sum, sz[2], "qkv_hidden_sizes"));
+    if (Differ(columns, sum)) {
+      return c.Fail("attribute 'qkv_hidden_sizes' sums to ", sum, " but the weights have ", columns, " columns");
+    }
+  } else {
+    if (columns < 0) return c.Fail("input 1 (weights) needs a known column count");
+    if (columns % 3 != 0) return c.Fail("input 1 (weights) has ", columns, " columns, expected a multiple of 3");
+    sz = {columns / 3, columns / 3, columns / 3};
+  }
+  if (sz[0] != sz[1]) {
+    return c.Fail("attribute 'qkv_hidden_sizes': Q's size ", sz[0], " differs from K's ", sz[1]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (sz[i] % heads != 0) {
+      return c.Fail("hidden size ", sz[i], " of ", "QKV"[i], " is not a multiple of num_heads (", heads, ")");
+    }
+  }
+  return sz;
+}
+
+// What Attention and QAttention share after the projection: the
+// attributes, mask_index (int32: [B] end positions, [2B] end and start
+// positions, [B, T] 0/1, [B, S, T] 0/1), past ([2, B, N, P, H]) and
+// attention_bias ([B or 1, N or 1, S, T]); sets output [B, S, v] and
+// present [2, B, N, T, H].
+Status InferAttentionTail(InferContext& c, const Shape& x, const std::array<std::int64_t, 3>& sz, int mask_i,
+                          int past_i, int bias_i) {
+  const ir::Node& n = c.node();
+  for (const char* a : {"do_rotary", "past_present_share_buffer"}) {
+    if (n.GetInt(a, 0) != 0) return c.Fail("attribute '", a, "' = ", n.GetInt(a, 0), " is not supported");
+  }
+  const std::int64_t uni = n.GetInt("unidirectional", 0);
+  if (uni != 0 && uni != 1) return c.Fail("attribute 'unidirectional' must be 0 or 1, found ", uni);
+  const float filter = n.GetFloat("mask_filter_value", -10000.f), scale = n.GetFloat("scale", 0.f);
+  if (!std::isfinite(filter)) return c.Fail("attribute 'mask_filter_value' must be finite, found ", filter);
+  if (!std::isfinite(scale) || scale < 0.f) {
+    return c.Fail("attribute 'scale' must be finite and >= 0 (0: 1 / sqrt(head size)), found ", scale);
+  }
+  const std::int64_t heads = n.GetInt("num_heads", 0), batch = x[0], seq = x[1];
+  const std::int64_t head = sz[0] / heads;
+  std::int64_t past = 0;
+  if (c.has_input(past_i)) {
+    KILN_RETURN_IF_ERROR(CheckFloat(c, past_i, "past"));
+    const Shape& p = c.in_shape(past_i);
+    if (sz[0] != sz[2]) return c.Fail("input ", past_i, " (past) needs V's hidden size equal to Q's and K's");
+    if (p.size() != 5 || Differ(p[0], 2) || Differ(p[1], batch) || Differ(p[2], heads) || Differ(p[4], head)) {
+      return c.Fail("input ", past_i, " (past) has shape ", ShapeToString(p), ", expected [2, ", batch, ", ", heads,
+                    ", past length, ", head, "]");
+    }
+    past = p[3];
+  }
+  std::int64_t total = -1;
+  if (past >= 0 && seq >= 0) {
+    KILN_ASSIGN_OR_RETURN(total, AddDims(c, past, seq, "past + sequence length"));
+  }
+  if (c.has_input(mask_i)) {
+    if (c.in_dtype(mask_i) != DType::kInt32) {
+      return c.Fail("input ", mask_i, " (mask_index) has type ", DTypeName(c.in_dtype(mask_i)), ", expected int32");
+    }
+    const Shape& m = c.in_shape(mask_i);
+    bool ok = false;
+    if (m.size() == 1) {
+      // The rewrite tells [B] from [2B] by the lengths, so they must be known.
+      ok = m[0] >= 0 && batch >= 0 && (m[0] == batch || m[0] == 2 * batch);
+    } else if (m.size() == 2) {
+      ok = !Differ(m[0], batch) && !Differ(m[1], total);
+    } else if (m.size() == 3) {
+      ok = !Differ(m[0], batch) && !Differ(m[1], seq) && !Differ(m[2], total);
+    }
+    if (!ok) {
+      return c.Fail("input ", mask_i, " (mask_index) has shape ", ShapeToString(m), ", expected [", batch, "], [2 x ",
+                    batch, "], [", batch, ", ", total, "] or [", batch, ", ", seq, ", ", total, "]");
+    }
+  }
+  if (bias_i >= 0 && c.has_input(bias_i)) {
+    KILN_RETURN_IF_ERROR(CheckFloat(c, bias_i, "attention_bias"));
+    const Shape& b = c.in_shape(bias_i);
+    if (b.size() != 4 || (b[0] != 1 && Differ(b[0], batch)) || (b[1] != 1 && Differ(b[1], heads)) ||
+        Differ(b[2], seq) || Differ(b[3], total)) {
+      return c.Fail("input ", bias_i, " (attention_bias) has shape ", ShapeToString(b), ", expected [", batch,
+                    " or 1, ", heads, " or 1, ", seq, ", ", total, "]");
+    }
+  }
+  c.SetOutput(0, DType::kFloat32, {batch, seq, sz[2]});
+  if (c.num_outputs() > 1 && n.output(1)) c.SetOutput(1, DType::kFloat32, {2, batch, heads, total, head});
+  return Status::Ok();
+}
+
+// Attention(input [B, S, D], weights [D, q + k + v], bias?, mask_index?,
+// past?, attention_bias?): multi-head self-attention on the packed
+// projection (ONNX Runtime's CPU kernel; past_sequence_length, rotary
+// embedding and a shared past / present buffer refused).
+Status InferAttention(InferContext& c) {
+  KILN_RETURN_IF_ERROR(CheckFloat(c, 0, "input"));
+  KILN_RETURN_IF_ERROR(CheckFloat(c, 1, "weights"));
+  const Shape& x = c.in_shape(0);
+  const Shape& w = c.in_shape(1);
+  if (x.size() != 3) return c.Fail("input 0 (input) has shape ", ShapeToString(x), ", expected [batch, sequence, hidden]");
+  if (w.size() != 2 || Differ(w[0], x[2])) {
+    return c.Fail("input 1 (weights) has shape ", ShapeToString(w), ", expected [", x[2], ", q + k + v hidden]");
+  }
+  KILN_ASSIGN_OR_RETURN(const auto sz, AttentionSizes(c, w[1]));
+  if (c.has_input(2)) KILN_RETURN_IF_ERROR(CheckVector(c, 2, "bias", sz[0] + sz[1] + sz[2]));
+  if (c.has_input(6)) return c.Fail("input 6 (past_sequence_length) is not supported");
+  return InferAttentionTail(c, x, sz, 3, 4, 5);
+}
+
+// QAttention(input, weight, bias, input_scale, weight_scale, mask_index?,
+// input_zero_point?, weight_zero_point?, past?): Attention on the
+// projection float(sum of (input - izp)(weight - wzp)) * (input_scale *
+// weight_scale) + bias, 8-bit input and weight; weight_scale and
+// weight_zero_point per tensor or per column.
+Status InferQAttention(InferContext& c) {
+  const DType xt = c.in_dtype(0), wt = c.in_dtype(1);
+  for (auto [i, t, what] : {std::tuple{0, xt, "input"}, std::tuple{1, wt, "weight"}}) {
+    if (t != DType::kUInt8 && t != DType::kInt8) {
+      return c.Fail("input ", i, " (", what, ") has type ", DTypeName(t), ", expected uint8 or int8");
+    }
+  }
+  const Shape& x = c.in_shape(0);
+  const Shape& w = c.in_shape(1);
+  if (x.size() != 3) return c.Fail("input 0 (input) has shape ", ShapeToString(x), ", expected [batch, sequence, hidden]");
+  if (w.size() != 2 || Differ(w[0], x[2])) {
+    return c.Fail("input 1 (weight) has shape ", ShapeToString(w), ", expected [", x[2], ", 3 x hidden]");
+  }
+  if (!c.node().GetInts("qkv_hidden_sizes").empty()) return c.Fail("attribute 'qkv_hidden_sizes' is not QAttention's");
+  KILN_ASSIGN_OR_RETURN(const auto sz, AttentionSizes(c, w[1]));
+  const std::int64_t cols = sz[0] * 3;
+  KILN_RETURN_IF_ERROR(CheckVector(c, 2, "bias", cols));
+  auto scalar_or_columns = [&](int i, const char* what, DType t) -> Status {
+    if (c.in_dtype(i) != t) {
+      return c.Fail("input ", i, " (", what, ") has type ", DTypeName(c.in_dtype(i)), ", expected ", DTypeName(t));
+    }
+    const Shape& s = c.in_shape(i);
+    const std::int64_t e = s.empty() ? 1 : s.size() == 1 ? s[0] : -2;
+    if (e != 1 && (i == 3 || i == 6 || Differ(e, cols) || e == -2)) {
+      return c.Fail("input ", i, " (", what, ") has shape ", ShapeToString(s), ", expected a scalar",
+                    i == 3 || i == 6 ? "" : StrCat(" or [", cols, "]"));
+    }
+    return Status::Ok();
+  };
+  KILN_RETURN_IF_ERROR(scalar_or_columns(3, "input_scale", DType::kFloat32));
+  KILN_RETURN_IF_ERROR(scalar_or_columns(4, "weight_scale", DType::kFloat32));
+  if (c.has_input(6)) KILN_RETURN_IF_ERROR(scalar_or_columns(6, "input_zero_point", xt));
+  if (c.has_input(7)) KILN_RETURN_IF_ERROR(scalar_or_columns(7, "weight_zero_point", wt));
+  return InferAttentionTail(c, x, sz, 5, 8, -1);
+}
+
 }  // namespace
 
 void RegisterOrtFusedOps(OpRegistry& r) {
@@ -231,6 +404,18 @@ void RegisterOrtFusedOps(OpRegistry& r) {
   skip.min_outputs = 1;
   skip.max_outputs = 4;
   ms(skip);
+  OpDef att = Def("Attention", {1}, 2, 7,
+                  {"num_heads", "qkv_hidden_sizes", "unidirectional", "mask_filter_value", "scale", "do_rotary",
+                   "rotary_embedding_dim", "past_present_share_buffer"},
+                  InferAttention);
+  att.max_outputs = 2;
+  ms(att);
+  OpDef qatt = Def("QAttention", {1}, 5, 9,
+                   {"num_heads", "unidirectional", "mask_filter_value", "scale", "do_rotary", "rotary_embedding_dim",
+                    "past_present_share_buffer"},
+                   InferQAttention);
+  qatt.max_outputs = 2;
+  ms(qatt, {DType::kUInt8, DType::kInt8});
 }
 
 }  // namespace kiln::ops

@@ -37,6 +37,13 @@
 // A as DynamicQuantizeLinear defines (range widened to 0, scale (max -
 // min) / 255, zero point rounded half to even, x / scale rounded), so the
 // int32 sums are its sums.
+//
+// ONNX Runtime's fused float ops (FusedConv, FusedGemm, FusedMatMul, the
+// Gelu forms, BiasAdd, SkipLayerNormalization) and its BERT attention
+// (Attention, QAttention) become the standard ops they fuse; each rewrite
+// says its arithmetic where it is written.
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "ops/op_registry.h"
@@ -377,6 +384,196 @@ void LowerSkipLayerNorm(ir::Graph& g, ir::Node* n) {
   ln->SetAttr("epsilon", ir::Attribute::Float(eps));
 }
 
+// ---- Attention and QAttention ---------------------------------------------
+
+// A 1-D int64 constant.
+ir::Value* Int64s(ir::Graph& g, const std::string& name, const std::vector<std::int64_t>& v) {
+  auto t = std::make_shared<HostTensor>(DType::kInt64, Shape{static_cast<std::int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t->mutable_data_as<std::int64_t>());
+  return g.AddConstant(g.UniqueName(name), t);
+}
+// A scalar int64 / int32 constant.
+ir::Value* IntScalar(ir::Graph& g, const std::string& name, DType t, std::int64_t v) {
+  auto c = std::make_shared<HostTensor>(t, Shape{});
+  if (t == DType::kInt64) *c->mutable_data_as<std::int64_t>() = v;
+  else *c->mutable_data_as<std::int32_t>() = static_cast<std::int32_t>(v);
+  return g.AddConstant(g.UniqueName(name), c);
+}
+
+struct AttentionSpec {
+  ir::Value *qkv, *mask, *past, *attn_bias, *out, *present;
+  std::int64_t heads, q_hidden, v_hidden, mask_len, batch;
+  float filter, scale;
+  bool causal;
+};
+
+// The attention of ONNX Runtime's kernel on the packed projection qkv
+// [B, S, q + k + v], as standard ops:
+//   Q, K, V = Split(qkv) -> Reshape [B, S, N, H] -> Transpose [B, N, S, H]
+//   K, V = Concat(past[0], K), Concat(past[1], V) (present = both, stacked)
+//   scores = (Q K^T) * scale + mask [+ attention_bias]
+//   output = Softmax(scores) V -> Transpose [B, S, N, Hv] -> Reshape [B, S, v]
+// mask is additive: mask_filter_value where a position is masked, else 0,
+// as ONNX Runtime's PrepareMask builds it: [B] masks positions at or past
+// each end, [2B] also those before min(start, T), [B, T] and [B, S, T]
+// where the value is <= 0; unidirectional sets (not adds) the filter value
+// for key j > P + i (P the past length).
+void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSpec& a) {
+  const std::int64_t head = a.q_hidden / a.heads, v_head = a.v_hidden / a.heads;
+  auto ints = [&](const char* what, std::vector<std::int64_t> v) { return Int64s(g, base + "/" + what, v); };
+  auto perm = [&](ir::Value* v, const char* what, std::vector<std::int64_t> p) {
+    ir::Node* t = Std(g, base, "Transpose", what, {v});
+    t->SetAttr("perm", ir::Attribute::Ints(p));
+    return t->output(0);
+  };
+  const std::string split_name = g.UniqueName(base + "/split_qkv");
+  ir::Value *q = g.AddValue(g.UniqueName(split_name + "_q")), *k = g.AddValue(g.UniqueName(split_name + "_k")),
+            *v = g.AddValue(g.UniqueName(split_name + "_v"));
+  ir::Node* split =
+      g.AddNode("Split", split_name, {a.qkv, ints("qkv_sizes", {a.q_hidden, a.q_hidden, a.v_hidden})}, {q, k, v});
+  split->set_since_version(13);
+  split->SetAttr("axis", ir::Attribute::Int(-1));
+  auto heads_first = [&](ir::Value* t, std::int64_t h, const char* what) {
+    ir::Value* r = Std(g, base, "Reshape", std::string(what) + "_heads", {t, ints("heads_shape", {0, 0, a.heads, h})})
+                       ->output(0);
+    return perm(r, what, {0, 2, 1, 3});
+  };
+  q = heads_first(q, head, "q");
+  k = heads_first(k, head, "k");
+  v = heads_first(v, v_head, "v");
+  if (a.past) {
+    auto half = [&](std::int64_t i, const char* what) {
+      return Std(g, base, "Gather", what, {a.past, IntScalar(g, base + "/index", DType::kInt64, i)})->output(0);
+    };
+    ir::Node* ck = Std(g, base, "Concat", "concat_past_k", {half(0, "past_k"), k});
+    ck->SetAttr("axis", ir::Attribute::Int(2));
+    ir::Node* cv = Std(g, base, "Concat", "concat_past_v", {half(1, "past_v"), v});
+    cv->SetAttr("axis", ir::Attribute::Int(2));
+    k = ck->output(0), v = cv->output(0);
+  }
+  if (a.present) {
+    ir::Value* zero = ints("axis0", {0});
+    ir::Value* pk = Std(g, base, "Unsqueeze", "present_k", {k, zero})->output(0);
+    ir::Value* pv = Std(g, base, "Unsqueeze", "present_v", {v, zero})->output(0);
+    Std(g, base, "Concat", "present", {pk, pv}, a.present)->SetAttr("axis", ir::Attribute::Int(0));
+  }
+  ir::Value* scores = Std(g, base, "MatMul", "scores", {q, perm(k, "k_transposed", {0, 1, 3, 2})})->output(0);
+  const float scale = a.scale != 0.f ? a.scale : 1.0f / std::sqrt(static_cast<float>(head));
+  scores = Std(g, base, "Mul", "scale", {scores, Scalar(g, base + "/scale", DType::kFloat32, scale)})->output(0);
+
+  // The additive mask.
+  ir::Value* filter = Scalar(g, base + "/mask_filter_value", DType::kFloat32, a.filter);
+  ir::Value* zero_f = Scalar(g, base + "/zero", DType::kFloat32, 0.f);
+  auto dim = [&](std::int64_t i, const char* what) {  // dim i of scores, a scalar int64
+    ir::Value* s = Std(g, base, "Shape", "shape", {scores})->output(0);
+    return Std(g, base, "Gather", what, {s, IntScalar(g, base + "/dim", DType::kInt64, i)})->output(0);
+  };
+  auto positions = [&](ir::Value* n, const char* what) {  // [0, n) as int64
+    return Std(g, base, "Range", what,
+                {IntScalar(g, base + "/start", DType::kInt64, 0), n, IntScalar(g, base + "/step", DType::kInt64, 1)})
+        ->output(0);
+  };
+  auto where = [&](ir::Value* cond, ir::Value* yes, ir::Value* no, const char* what) {
+    return Std(g, base, "Where", what, {cond, yes, no})->output(0);
+  };
+  ir::Value* mask = nullptr;
+  ir::Value* total = nullptr;
+  if (a.mask) {
+    const std::size_t rank = a.mask->shape().size();
+    if (rank == 1) {
+      total = dim(3, "total_length");
+      ir::Value* pos = positions(total, "key_positions");
+      ir::Value* m = Std(g, base, "Cast", "mask_int64", {a.mask})->output(0);
+      m->producer()->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kInt64)));
+      ir::Value *end = m, *start = nullptr;
+      if (a.mask_len == 2 * a.batch && a.batch != a.mask_len) {
+        const std::string name = g.UniqueName(base + "/split_mask");
+        end = g.AddValue(g.UniqueName(name + "_end"));
+        start = g.AddValue(g.UniqueName(name + "_start"));
+        ir::Node* sp = g.AddNode("Split", name, {m, ints("halves", {a.batch, a.batch})}, {end, start});
+        sp->set_since_version(13);
+        sp->SetAttr("axis", ir::Attribute::Int(0));
+      }
+      ir::Value* column = ints("column", {1});
+      end = Std(g, base, "Unsqueeze", "end_column", {end, column})->output(0);
+      ir::Value* out = Std(g, base, "GreaterOrEqual", "past_end", {pos, end})->output(0);
+      if (start) {
+        start = Std(g, base, "Unsqueeze", "start_column", {start, column})->output(0);
+        ir::Value* before = Std(g, base, "Less", "before_start", {pos, start})->output(0);
+        out = Std(g, base, "Or", "masked", {out, before})->output(0);
+      }
+      mask = Std(g, base, "Unsqueeze", "mask_4d", {where(out, filter, zero_f, "mask_values"), ints("axes", {1, 2})})
+                 ->output(0);
+    } else {
+      ir::Value* keep =
+          Std(g, base, "Greater", "kept", {a.mask, IntScalar(g, base + "/zero_i32", DType::kInt32, 0)})->output(0);
+      mask = Std(g, base, "Unsqueeze", "mask_4d",
+                 {where(keep, zero_f, filter, "mask_values"), ints("axes", rank == 2 ? std::vector<std::int64_t>{1, 2}
+                                                                                      : std::vector<std::int64_t>{1})})
+                 ->output(0);
+    }
+  }
+  if (a.causal) {
+    if (!total) total = dim(3, "total_length");
+    ir::Value* seq = dim(2, "sequence_length");
+    ir::Value* past_len = Std(g, base, "Sub", "past_length", {total, seq})->output(0);
+    ir::Value* rows = positions(seq, "query_positions");
+    rows = Std(g, base, "Add", "query_end", {rows, past_len})->output(0);
+    rows = Std(g, base, "Unsqueeze", "query_column", {rows, ints("column", {1})})->output(0);
+    ir::Value* later = Std(g, base, "Greater", "later", {positions(total, "key_positions"), rows})->output(0);
+    mask = where(later, filter, mask ? mask : zero_f, "causal_mask");
+  }
+  if (mask) scores = Std(g, base, "Add", "add_mask", {scores, mask})->output(0);
+  if (a.attn_bias) scores = Std(g, base, "Add", "add_attention_bias", {scores, a.attn_bias})->output(0);
+  ir::Value* probs = Std(g, base, "Softmax", "softmax", {scores})->output(0);
+  probs->producer()->SetAttr("axis", ir::Attribute::Int(-1));
+  ir::Value* ctx = Std(g, base, "MatMul", "context", {probs, v})->output(0);
+  ctx = perm(ctx, "context_transposed", {0, 2, 1, 3});
+  Std(g, base, "Reshape", "output", {ctx, ints("output_shape", {0, 0, a.v_hidden})}, a.out);
+}
+
+// Attention(input, weights, bias?, mask_index?, past?, attention_bias?):
+// qkv = input weights [+ bias], then the attention above.
+// QAttention(input, weight, bias, input_scale, weight_scale, mask_index?,
+// input_zero_point?, weight_zero_point?, past?): qkv = float(integer sums)
+// * (input_scale * weight_scale) + bias, as its kernel's GEMM output
+// processor computes it (the chain fuse-integer-rescale makes one kernel).
+void LowerAttention(ir::Graph& g, ir::Node* n, bool quantized) {
+  const std::string base = n->name().empty() ? (quantized ? "qattention" : "attention") : n->name();
+  auto in = [&](int i) { return i < n->num_inputs() ? n->input(i) : nullptr; };
+  AttentionSpec a{};
+  const Shape& x = in(0)->shape();
+  a.heads = n->GetInt("num_heads", 1);
+  const std::int64_t cols = in(1)->shape()[1];
+  const std::vector<std::int64_t> sizes = n->GetInts("qkv_hidden_sizes");
+  a.q_hidden = sizes.empty() ? cols / 3 : sizes[0];
+  a.v_hidden = sizes.empty() ? cols / 3 : sizes[2];
+  a.batch = x[0];
+  a.filter = n->GetFloat("mask_filter_value", -10000.f);
+  a.scale = n->GetFloat("scale", 0.f);
+  a.causal = n->GetInt("unidirectional", 0) != 0;
+  a.mask = in(quantized ? 5 : 3);
+  a.mask_len = a.mask && a.mask->shape().size() == 1 ? a.mask->shape()[0] : -1;
+  a.past = in(quantized ? 8 : 4);
+  a.attn_bias = quantized ? nullptr : in(5);
+  a.out = n->output(0);
+  a.present = n->num_outputs() > 1 ? n->output(1) : nullptr;
+  ir::Value *input = in(0), *w = in(1), *bias = in(2);
+  ir::Value *xs = in(3), *ws = in(4), *xz = in(6), *wz = in(7);
+  const DType xt = input->dtype(), wt = w->dtype();
+  g.RemoveNode(n);
+  if (quantized) {
+    ir::Value* sums = IntegerSumsAsFloat(g, base, input, w, xz, wz, xt, wt, nullptr);
+    ir::Value* s = Std(g, base, "Mul", "dequant_scale", {xs, ws})->output(0);
+    ir::Value* f = Std(g, base, "Mul", "scaled", {sums, s})->output(0);
+    a.qkv = Std(g, base, "Add", "add_bias", {f, bias})->output(0);
+  } else {
+    a.qkv = Std(g, base, "MatMul", "qkv", {input, w})->output(0);
+    if (bias) a.qkv = Std(g, base, "Add", "add_bias", {a.qkv, bias})->output(0);
+  }
+  LowerAttentionTail(g, base, a);
+}
+
 }  // namespace
 
 Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
@@ -385,7 +582,8 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
     static const std::set<std::string> kLowered = {
         "QGemm",     "QLinearAveragePool", "QLinearWhere", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
         "FusedConv", "FusedGemm",          "FusedMatMul",  "Gelu",                 "BiasGelu",
-        "FastGelu",  "QuickGelu",          "BiasAdd",      "SkipLayerNormalization"};
+        "FastGelu",  "QuickGelu",          "BiasAdd",      "SkipLayerNormalization", "Attention",
+        "QAttention"};
     if (n->domain() == ops::kMicrosoftDomain && kLowered.count(n->op_type())) found.push_back(n.get());
   }
   if (found.empty()) return Status::Ok();
@@ -399,6 +597,7 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
     else if (op == "FusedMatMul") LowerFusedMatMul(g, n);
     else if (op == "BiasAdd") LowerBiasAdd(g, n);
     else if (op == "SkipLayerNormalization") LowerSkipLayerNorm(g, n);
+    else if (op == "Attention" || op == "QAttention") LowerAttention(g, n, op == "QAttention");
     else if (op == "Gelu" || op == "BiasGelu" || op == "FastGelu" || op == "QuickGelu") LowerGelu(g, n);
     else LowerIntegerToFloat(g, n, op == "DynamicQuantizeMatMul");
   }

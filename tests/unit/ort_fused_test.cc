@@ -1,14 +1,16 @@
 // ONNX Runtime's fused contrib ops (com.microsoft FusedConv, FusedGemm,
 // FusedMatMul, Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd,
-// SkipLayerNormalization) and LayerNormalization below opset 17: each
-// one-node model compiled (lower-contrib rewrites it into standard ops) and
-// run, against a double-precision reference written here from the op's
+// SkipLayerNormalization, Attention, QAttention) and LayerNormalization
+// below opset 17: each one-node model compiled (lower-contrib rewrites it
+// into standard ops) and run, against a double-precision reference written here from the op's
 // definition; and the errors bad attributes and shapes get.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,17 +37,28 @@ std::vector<float> Seq(std::size_t n, float a, float b) {
 struct Fused {
   std::unique_ptr<ir::Graph> g = std::make_unique<ir::Graph>();
   std::vector<ir::Value*> ins;
-  std::vector<std::pair<const float*, Shape>> feeds;
+  struct Feed {
+    const void* p;
+    DType t;
+    Shape s;
+  };
+  std::vector<Feed> feeds;
   ir::Node* node = nullptr;
 
-  void Data(const std::vector<float>& v, Shape s) {
-    ir::Value* x = g->AddValue("x" + std::to_string(ins.size()), DType::kFloat32, s);
+  std::deque<std::vector<unsigned char>> kept;  // the feeds' bytes
+
+  template <typename T = float>
+  void Data(const std::vector<T>& v, Shape s, DType t = DType::kFloat32) {
+    ir::Value* x = g->AddValue("x" + std::to_string(ins.size()), t, s);
     g->inputs().push_back(x);
     ins.push_back(x);
-    feeds.push_back({v.data(), s});
+    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+    kept.emplace_back(b, b + v.size() * sizeof(T));
+    feeds.push_back({kept.back().data(), t, s});
   }
-  void Const(const std::vector<float>& v, Shape s) {
-    ins.push_back(g->AddConstant("c" + std::to_string(ins.size()), Tensor(DType::kFloat32, s, v)));
+  template <typename T = float>
+  void Const(const std::vector<T>& v, Shape s, DType t = DType::kFloat32) {
+    ins.push_back(g->AddConstant("c" + std::to_string(ins.size()), Tensor(t, s, v)));
   }
   void Absent() { ins.push_back(nullptr); }
   ir::Node& Make(const std::string& op, int outputs = 1, const std::string& domain = ops::kMicrosoftDomain) {
@@ -72,7 +85,7 @@ struct Fused {
       outs.emplace_back(static_cast<std::size_t>(NumElements(out_shapes[j])));
     }
     for (std::size_t j = 0; j < outs.size(); ++j) orefs.push_back({outs[j].data(), DType::kFloat32, out_shapes[j]});
-    for (auto& [p, s] : feeds) irefs.push_back({const_cast<float*>(p), DType::kFloat32, s});
+    for (auto& fd : feeds) irefs.push_back({const_cast<void*>(fd.p), fd.t, fd.s});
     KILN_RETURN_IF_ERROR((*model)->Execute(irefs, orefs));
     return outs;
   }
@@ -376,6 +389,332 @@ TEST(OrtFused, ErrorsNameTheCulprit) {
     f.Const(Seq(5, 1, 1), {5});
     f.Make("SkipLayerNormalization");
     fails(f, {{1, 1, 6}}, "input 2 (gamma) has shape [5], expected [6]");
+  }
+}
+
+// ---- Attention / QAttention ------------------------------------------------
+
+// ONNX Runtime's attention in double from the packed projection qkv [B, S,
+// q + q + v]: heads, optional past [2, B, N, P, H], an additive mask built
+// as its PrepareMask does (mask_filter_value where masked; unidirectional
+// sets it for key j > P + i), attention_bias [1 or B, 1 or N, S, T].
+// Returns output [B, S, v] followed by present [2, B, N, T, H].
+struct AttentionRef {
+  int B, S, N, qh, vh, P = 0;
+  std::vector<double> qkv, past, bias4;
+  std::vector<std::int32_t> mask;
+  Shape mask_shape, bias_shape;
+  bool causal = false;
+  double filter = -10000.0, scale = 0.0;
+  mutable std::set<std::size_t> loose;  // output rows (b * S + i) whose every key is masked
+
+  // got (output 0) against `want` within tol, 5e-3 on the loose rows.
+  void Expect(const std::vector<float>& got, const std::vector<double>& want, double tol) const {
+    ASSERT_EQ(got.size(), want.size());
+    const std::size_t row = want.size() / (static_cast<std::size_t>(B) * S);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double t = loose.count(i / row) ? 5e-3 : tol;
+      EXPECT_NEAR(got[i], want[i], t * std::max(1.0, std::fabs(want[i]))) << "at " << i;
+    }
+  }
+
+  std::pair<std::vector<double>, std::vector<double>> Run() const {
+    const int H = qh / N, Hv = vh / N, T = P + S, C = 2 * qh + vh;
+    auto at_qkv = [&](int b, int s, int col) { return qkv[(static_cast<std::size_t>(b) * S + s) * C + col]; };
+    // K and V with the past in front: [B][N][T][H].
+    auto key = [&](int b, int n, int t, int h) {
+      return t < P ? past[(((0 * B + b) * N + n) * P + t) * H + h] : at_qkv(b, t - P, qh + n * H + h);
+    };
+    auto val = [&](int b, int n, int t, int h) {
+      return t < P ? past[(((1 * B + b) * N + n) * P + t) * Hv + h] : at_qkv(b, t - P, 2 * qh + n * Hv + h);
+    };
+    const double alpha = scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(H));
+    std::vector<double> out(static_cast<std::size_t>(B) * S * vh);
+    for (int b = 0; b < B; ++b) {
+      for (int n = 0; n < N; ++n) {
+        for (int i = 0; i < S; ++i) {
+          std::vector<double> sc(T);
+          for (int j = 0; j < T; ++j) {
+            double d = 0;
+            for (int h = 0; h < H; ++h) d += at_qkv(b, i, n * H + h) * key(b, n, j, h);
+            double m = 0;
+            if (mask_shape.size() == 1) {
+              const int end = mask[b];
+              bool masked = j >= end;
+              if (mask_shape[0] == 2 * B) masked = masked || j < std::min<int>(mask[B + b], T);
+              if (masked) m = filter;
+            } else if (mask_shape.size() == 2) {
+              if (mask[b * T + j] <= 0) m = filter;
+            } else if (mask_shape.size() == 3) {
+              if (mask[(b * S + i) * T + j] <= 0) m = filter;
+            }
+            if (causal && j > P + i) m = filter;
+            sc[j] = d * alpha + m;
+            if (!bias_shape.empty()) {
+              const int bb = bias_shape[0] == 1 ? 0 : b, bn = bias_shape[1] == 1 ? 0 : n;
+              sc[j] += bias4[((static_cast<std::size_t>(bb) * bias_shape[1] + bn) * S + i) * T + j];
+            }
+          }
+          // Every key masked: the scores are d * alpha + filter in float32,
+          // whose resolution near 1e4 is 1e-3, and softmax weighs them by
+          // those rounded differences (in the kernels too): looser there.
+          bool all = T > 0;
+          for (double v : sc) all = all && v < filter / 2;
+          if (all) loose.insert(static_cast<std::size_t>(b) * S + i);
+          const double mx = *std::max_element(sc.begin(), sc.end());
+          double sum = 0;
+          for (double& v : sc) sum += (v = std::exp(v - mx));
+          for (int h = 0; h < Hv; ++h) {
+            double acc = 0;
+            for (int j = 0; j < T; ++j) acc += sc[j] / sum * val(b, n, j, h);
+            out[(static_cast<std::size_t>(b) * S + i) * vh + n * Hv + h] = acc;
+          }
+        }
+      }
+    }
+    std::vector<double> present;
+    if (qh == vh) {
+      for (int kv = 0; kv < 2; ++kv) {
+        for (int b = 0; b < B; ++b) {
+          for (int n = 0; n < N; ++n) {
+            for (int t = 0; t < T; ++t) {
+              for (int h = 0; h < H; ++h) present.push_back(kv == 0 ? key(b, n, t, h) : val(b, n, t, h));
+            }
+          }
+        }
+      }
+    }
+    return {out, present};
+  }
+};
+
+// qkv = x w + bias in double.
+std::vector<double> Project(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias,
+                            int rows, int D, int C) {
+  std::vector<double> r(static_cast<std::size_t>(rows) * C);
+  for (int i = 0; i < rows; ++i) {
+    for (int c = 0; c < C; ++c) {
+      double s = bias.empty() ? 0.0 : bias[c];
+      for (int d = 0; d < D; ++d) s += static_cast<double>(x[i * D + d]) * w[d * C + c];
+      r[static_cast<std::size_t>(i) * C + c] = s;
+    }
+  }
+  return r;
+}
+
+// Attention with each mask form ONNX Runtime's CPU kernel takes, with and
+// without unidirectional, against the reference above.
+TEST(OrtAttention, MaskFormsAndUnidirectional) {
+  const int B = 2, S = 5, D = 12, N = 3, qh = 12, vh = 12, C = 36;
+  const std::vector<float> x = Seq(B * S * D, 1.3f, 0.61f), w = Seq(D * C, 0.4f, 1.37f), bias = Seq(C, 0.2f, 0.83f);
+  struct Case {
+    const char* name;
+    Shape shape;
+    std::vector<std::int32_t> mask;
+  };
+  const std::vector<Case> cases = {
+      {"none", {}, {}},
+      {"[B] ends", {B}, {3, 5}},
+      {"[2B] ends and starts", {2 * B}, {4, 5, 1, 7}},  // batch 1: start past T masks every key
+      {"[B, T] raw", {B, S}, {1, 1, 0, 1, 0, 0, 0, 0, 0, 0}},  // batch 1 wholly masked
+      {"[B, S, T] raw", {B, S, S}, std::vector<std::int32_t>(B * S * S, 1)},
+  };
+  for (const Case& cs : cases) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(cs.name) + (causal ? " unidirectional" : ""));
+      std::vector<std::int32_t> mask = cs.mask;
+      if (cs.shape.size() == 3) {
+        for (std::size_t i = 0; i < mask.size(); i += 7) mask[i] = 0;
+      }
+      Fused f;
+      f.Data(x, {B, S, D});
+      f.Const(w, {D, C});
+      f.Const(bias, {C});
+      if (!cs.shape.empty()) f.Data(mask, cs.shape, DType::kInt32);
+      ir::Node& n = f.Make("Attention");
+      n.SetAttr("num_heads", ir::Attribute::Int(N));
+      if (causal) n.SetAttr("unidirectional", ir::Attribute::Int(1));
+      auto got = f.Run({{B, S, vh}});
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      AttentionRef ref{B, S, N, qh, vh};
+      ref.qkv = Project(x, w, bias, B * S, D, C);
+      ref.mask = mask;
+      ref.mask_shape = cs.shape;
+      ref.causal = causal;
+      const auto want = ref.Run().first;
+      ref.Expect(got.value()[0], want, 2e-5);
+    }
+  }
+}
+
+// Past and present, qkv_hidden_sizes with a smaller V, scale,
+// mask_filter_value and attention_bias.
+TEST(OrtAttention, PastPresentSizesScaleAndBias) {
+  {
+    const int B = 2, S = 3, P = 4, D = 8, N = 2, qh = 8, C = 24, H = 4, T = P + S;
+    const std::vector<float> x = Seq(B * S * D, 1.1f, 0.53f), w = Seq(D * C, 0.5f, 1.21f), bias = Seq(C, 0.3f, 0.7f),
+                             past = Seq(2 * B * N * P * H, 0.9f, 0.29f);
+    Fused f;
+    f.Data(x, {B, S, D});
+    f.Const(w, {D, C});
+    f.Const(bias, {C});
+    f.Data(std::vector<std::int32_t>{6, 7}, {B}, DType::kInt32);
+    f.Data(past, {2, B, N, P, H});
+    ir::Node& n = f.Make("Attention", 2);
+    n.SetAttr("num_heads", ir::Attribute::Int(N));
+    n.SetAttr("unidirectional", ir::Attribute::Int(1));
+    auto got = f.Run({{B, S, qh}, {2, B, N, T, H}});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    AttentionRef ref{B, S, N, qh, qh, P};
+    ref.qkv = Project(x, w, bias, B * S, D, C);
+    ref.past.assign(past.begin(), past.end());
+    ref.mask = {6, 7};
+    ref.mask_shape = {B};
+    ref.causal = true;
+    auto [out, present] = ref.Run();
+    ExpectNear(got.value()[0], out, 2e-5);
+    ExpectNear(got.value()[1], present, 1e-6);
+  }
+  {
+    const int B = 1, S = 4, D = 6, N = 2, qh = 8, vh = 4, C = 20;
+    const std::vector<float> x = Seq(B * S * D, 1.4f, 0.47f), w = Seq(D * C, 0.6f, 0.93f),
+                             ab = Seq(N * S * S, 2.0f, 0.71f);
+    Fused f;
+    f.Data(x, {B, S, D});
+    f.Const(w, {D, C});
+    f.Absent();
+    f.Data(std::vector<std::int32_t>{1, 1, 1, 0}, {B, S}, DType::kInt32);
+    f.Absent();
+    f.Data(ab, {1, N, S, S});
+    ir::Node& n = f.Make("Attention");
+    n.SetAttr("num_heads", ir::Attribute::Int(N));
+    n.SetAttr("qkv_hidden_sizes", ir::Attribute::Ints({qh, qh, vh}));
+    n.SetAttr("scale", ir::Attribute::Float(0.3f));
+    n.SetAttr("mask_filter_value", ir::Attribute::Float(-50.f));
+    auto got = f.Run({{B, S, vh}});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    AttentionRef ref{B, S, N, qh, vh};
+    ref.qkv = Project(x, w, {}, B * S, D, C);
+    ref.mask = {1, 1, 1, 0};
+    ref.mask_shape = {B, S};
+    ref.filter = -50.0;
+    ref.scale = static_cast<double>(0.3f);
+    ref.bias4.assign(ab.begin(), ab.end());
+    ref.bias_shape = {1, N, S, S};
+    ExpectNear(got.value()[0], ref.Run().first, 2e-5);
+  }
+}
+
+// QAttention: qkv = float(sum (x - xz)(w - wz)) * (x_scale * w_scale) +
+// bias, uint8 x int8 per tensor and uint8 x uint8 per column.
+TEST(OrtAttention, QAttentionPerTensorAndPerColumn) {
+  const int B = 2, S = 4, D = 8, N = 2, qh = 8, C = 24;
+  std::vector<std::uint8_t> xq(B * S * D);
+  for (std::size_t i = 0; i < xq.size(); ++i) xq[i] = static_cast<std::uint8_t>((i * 37 + 11) % 256);
+  const std::vector<float> bias = Seq(C, 0.2f, 0.9f);
+  for (bool per_column : {false, true}) {
+    SCOPED_TRACE(per_column ? "uint8 weights per column" : "int8 weights per tensor");
+    const std::uint8_t xz = 121;
+    const float xs = 0.02f;
+    std::vector<float> ws(per_column ? C : 1), wzf(per_column ? C : 1);
+    for (std::size_t c = 0; c < ws.size(); ++c) ws[c] = 0.004f + 0.0005f * static_cast<float>(c);
+    for (std::size_t c = 0; c < wzf.size(); ++c) wzf[c] = per_column ? static_cast<float>(100 + c * 3) : 0.f;
+    std::vector<std::int8_t> w8(D * C);
+    std::vector<std::uint8_t> wu(D * C);
+    for (int i = 0; i < D * C; ++i) {
+      w8[i] = static_cast<std::int8_t>((i * 53 + 7) % 255 - 127);
+      wu[i] = static_cast<std::uint8_t>((i * 71 + 5) % 256);
+    }
+    Fused f;
+    f.Data(xq, {B, S, D}, DType::kUInt8);
+    if (per_column) f.Const(wu, {D, C}, DType::kUInt8);
+    else f.Const(w8, {D, C}, DType::kInt8);
+    f.Const(bias, {C});
+    f.Const(std::vector<float>{xs}, {});
+    f.Const(ws, per_column ? Shape{C} : Shape{});
+    f.Data(std::vector<std::int32_t>{3, 4}, {B}, DType::kInt32);
+    f.Const(std::vector<std::uint8_t>{xz}, {}, DType::kUInt8);
+    if (per_column) {
+      std::vector<std::uint8_t> wz(C);
+      for (int c = 0; c < C; ++c) wz[c] = static_cast<std::uint8_t>(wzf[c]);
+      f.Const(wz, {C}, DType::kUInt8);
+    }
+    ir::Node& n = f.Make("QAttention");
+    n.SetAttr("num_heads", ir::Attribute::Int(N));
+    auto got = f.Run({{B, S, qh}});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    AttentionRef ref{B, S, N, qh, qh};
+    ref.qkv.resize(B * S * C);
+    for (int r = 0; r < B * S; ++r) {
+      for (int c = 0; c < C; ++c) {
+        std::int64_t acc = 0;
+        for (int d = 0; d < D; ++d) {
+          const int wv = per_column ? static_cast<int>(wu[d * C + c]) - static_cast<int>(wzf[c]) : w8[d * C + c];
+          acc += (static_cast<int>(xq[r * D + d]) - xz) * wv;
+        }
+        const float s = xs * ws[per_column ? c : 0];
+        ref.qkv[r * C + c] = static_cast<double>(acc) * s + bias[c];
+      }
+    }
+    ref.mask = {3, 4};
+    ref.mask_shape = {B};
+    ExpectNear(got.value()[0], ref.Run().first, 2e-5);
+  }
+}
+
+TEST(OrtAttention, ErrorsNameTheCulprit) {
+  auto fails = [](Fused& f, const std::vector<Shape>& shapes, const std::string& part) {
+    auto r = f.Run(shapes);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  };
+  auto attention = [](Fused& f, int D, int C) {
+    f.Data(Seq(2 * D, 1, 1), {1, 2, D});
+    f.Const(Seq(D * C, 1, 1), {D, C});
+  };
+  {
+    Fused f;
+    attention(f, 4, 12);
+    f.Make("Attention").SetAttr("num_heads", ir::Attribute::Int(3));
+    fails(f, {{1, 2, 4}}, "hidden size 4 of Q is not a multiple of num_heads (3)");
+  }
+  {
+    Fused f;
+    attention(f, 4, 12);
+    f.Make("Attention");
+    fails(f, {{1, 2, 4}}, "attribute 'num_heads' = 0 is out of range");
+  }
+  {
+    Fused f;
+    attention(f, 4, 12);
+    f.Absent();
+    f.Data(std::vector<std::int32_t>{1, 2, 3}, {3}, DType::kInt32);
+    f.Make("Attention").SetAttr("num_heads", ir::Attribute::Int(2));
+    fails(f, {{1, 2, 4}}, "input 3 (mask_index) has shape [3]");
+  }
+  {
+    Fused f;
+    attention(f, 4, 12);
+    ir::Node& n = f.Make("Attention");
+    n.SetAttr("num_heads", ir::Attribute::Int(2));
+    n.SetAttr("qkv_hidden_sizes", ir::Attribute::Ints({4, 2, 6}));
+    fails(f, {{1, 2, 6}}, "Q's size 4 differs from K's 2");
+  }
+  {
+    Fused f;
+    attention(f, 4, 12);
+    ir::Node& n = f.Make("Attention");
+    n.SetAttr("num_heads", ir::Attribute::Int(2));
+    n.SetAttr("do_rotary", ir::Attribute::Int(1));
+    fails(f, {{1, 2, 4}}, "attribute 'do_rotary' = 1 is not supported");
+  }
+  {
+    Fused f;
+    attention(f, 4, 12);
+    for (int i = 0; i < 3; ++i) f.Absent();
+    f.Data(Seq(2 * 2 * 2, 1, 1), {2, 1, 2, 2});
+    f.Make("Attention").SetAttr("num_heads", ir::Attribute::Int(2));
+    fails(f, {{1, 2, 4}}, "input 5 (attention_bias) has shape [2,1,2,2]");
   }
 }
 
