@@ -56,7 +56,9 @@ Attention and QAttention (what ONNX Runtime's transformer optimizer and quantize
 BERT-style attention): one node each, every mask form ([B] ends, [2B] ends and starts with a batch
 entry wholly masked, [B, T], [B, S, T]), unidirectional with past (and present), unequal V size
 with scale and mask_filter_value, QAttention uint8 x 7-bit int8 per tensor and uint8 x uint8 per
-column: output 0 against ONNX Runtime's within 1e-5 of the largest output.
+column: output 0 against ONNX Runtime's within 1e-5 of the largest output. EmbedLayerNormalization
+(segments and mask with a value 2, position_ids [1, S] and [B, S], no mask) and
+QEmbedLayerNormalization: the outputs within 1e-5, mask_index equal.
 
 End to end: an MLP quantized by tools/quantize.py --format dynamic (8-bit and 7-bit weights) and
 saved by ONNX Runtime's graph optimizer (bench/ort_bench.js --save-optimized), which writes
@@ -582,6 +584,78 @@ def make_attention(path, case, rng):
     return len(data)
 
 
+# ONNX Runtime's EmbedLayerNormalization / QEmbedLayerNormalization (BERT's embeddings as its
+# transformer optimizer and quantize_dynamic write them): name, op, batch, seq, vocab, hidden,
+# positions, segments (0: none), mask, position_ids ("": none, "b": [B, S], "1": [1, S]).
+EMBEDS = [
+    ("embedlayernorm segments mask sum", "EmbedLayerNormalization", 2, 8, 50, 32, 16, 2, True, ""),
+    ("embedlayernorm position_ids [1, S], no mask", "EmbedLayerNormalization", 3, 6, 40, 24, 12, 0, False, "1"),
+    ("embedlayernorm position_ids [B, S] mask", "EmbedLayerNormalization", 2, 5, 30, 16, 9, 0, True, "b"),
+    ("qembedlayernorm segments mask", "QEmbedLayerNormalization", 2, 8, 50, 32, 16, 2, True, ""),
+]
+
+
+def make_embed(path, case, rng):
+    """The model (outputs y, mask_index and, for the float op, embedding_sum); returns the data
+    input count and the output count."""
+    name, op, B, S, V, H, P, G, with_mask, pos_kind = case
+    q = op.startswith("Q")
+    tabs = {"word": (V, H), "pos": (P, H), "seg": (G, H), "gamma": (H,), "beta": (H,)}
+    p, inits, data = {}, [], []
+    f = {k: (rng.standard_normal(sh) * (0.5 if k != "gamma" else 0.2) + (1.0 if k == "gamma" else 0.0)).astype(np.float32)
+         for k, sh in tabs.items() if k != "seg" or G}
+    ids = rng.integers(0, V, (B, S)).astype(np.int32)
+    data.append(("ids", TensorProto.INT32, ids))
+    names = ["ids", ""]
+    if G:
+        data.append(("segs", TensorProto.INT32, rng.integers(0, G, (B, S)).astype(np.int32)))
+        names[1] = "segs"
+    for k in ("word", "pos", "seg", "gamma", "beta"):
+        if k not in f:
+            names.append("")
+            continue
+        if q:  # uint8 per tensor, as quantize_dynamic writes
+            lo, hi = min(float(f[k].min()), 0.0), max(float(f[k].max()), 0.0)
+            sc = np.float32((hi - lo) / 255.0)
+            zp = np.uint8(np.clip(np.rint(-lo / sc), 0, 255))
+            p[k] = np.clip(np.rint(f[k] / sc) + zp, 0, 255).astype(np.uint8)
+            p[k + "_s"], p[k + "_z"] = sc, zp
+        else:
+            p[k] = f[k]
+        inits.append(k)
+        names.append(k)
+    mask = None
+    if with_mask:
+        mask = (rng.random((B, S)) > 0.25).astype(np.int32)
+        mask[0, 1] = 2  # counted by ONNX Runtime only where == 1
+        data.append(("mask", TensorProto.INT32, mask))
+    names.append("mask" if with_mask else "")
+    if q:
+        for suffix in ("_s", "_z"):
+            for k in ("word", "pos", "seg", "gamma", "beta"):
+                if k in f:
+                    inits.append(k + suffix)
+                names.append(k + suffix if k in f else "")
+    elif pos_kind:
+        pid = rng.integers(0, P, (1 if pos_kind == "1" else B, S)).astype(np.int32)
+        data.append(("pids", TensorProto.INT32, pid))
+        names.append("pids")
+    while names[-1] == "":
+        names.pop()
+    outs = ["y", "mask_index"] + ([] if q else ["sum"])
+    node = helper.make_node(op, names, outs, domain="com.microsoft", epsilon=1e-12)
+    g = helper.make_graph([node], op, [helper.make_tensor_value_info(n, t, list(a.shape)) for n, t, a in data],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, H]),
+                           helper.make_tensor_value_info("mask_index", TensorProto.INT32, [B])] +
+                          ([] if q else [helper.make_tensor_value_info("sum", TensorProto.FLOAT, [B, S, H])]),
+                          [numpy_helper.from_array(np.asarray(p[v]), v) for v in inits])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]),
+              path)
+    for suffix, (_, _, a) in zip("abc", data):
+        np.save(path[:-5] + f"_{suffix}.npy", a)
+    return len(data), len(outs)
+
+
 def same_bytes(x, y):
     """Equal type, and equal bytes."""
     return x.dtype == y.dtype and x.tobytes() == y.tobytes()
@@ -704,6 +778,23 @@ def main():
         rel = float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30)) if got.shape == ort.shape else np.inf
         bad += not rel <= 1e-5
         print(f"{case[0]:48s} {rel:30.3g}")
+    print(f"\n{'(Q)EmbedLayerNormalization case':48s} {'max |Kiln - ORT| / max |ORT|':>30s} {'mask_index equal':>17s}")
+    for case in EMBEDS:
+        tag = case[0].replace(" ", "_").replace(",", "").replace("[", "").replace("]", "")
+        path = os.path.join(args.work, tag + ".onnx")
+        n_data, n_out = make_embed(path, case, rng)
+        run_both(args, path, tag, tuple("abc"[:n_data]))
+        rel, mask_same = 0.0, True
+        for j in range(n_out):
+            got = np.load(os.path.join(args.work, f"kiln_{tag}", f"output_{j}.npy"))
+            ort = np.load(os.path.join(args.work, f"ort_{tag}", f"output_{j}.npy"))
+            if j == 1:
+                mask_same = same_bytes(got, ort)
+            else:
+                rel = max(rel, float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30))
+                          if got.shape == ort.shape else np.inf)
+        bad += not (rel <= 1e-5 and mask_same)
+        print(f"{case[0]:48s} {rel:30.3g} {str(mask_same):>17s}")
     print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")
     for reduce_range in (False, True):
         ops, got, unopt, ort = optimized_mlp(args, reduce_range)

@@ -2,13 +2,15 @@
 // its graph optimizer writes into a saved optimized model
 // (SessionOptions.optimized_model_filepath, 'extended' level): FusedConv,
 // FusedGemm, FusedMatMul, Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd and
-// SkipLayerNormalization; and Attention / QAttention, which its transformer
-// optimizer and quantize_dynamic write for BERT-style attention. Inference here checks each one as ONNX Runtime's
+// SkipLayerNormalization; and Attention / QAttention and
+// EmbedLayerNormalization / QEmbedLayerNormalization, which its transformer
+// optimizer and quantize_dynamic write for BERT-style models. Inference here checks each one as ONNX Runtime's
 // CPU kernel does and gives its outputs; the lower-contrib pass then
 // rewrites it into the standard ops it fuses (src/passes/lower_contrib.cc),
 // which Kiln's own fusions take from there. LayerNormalization below
 // opset 17, which ONNX Runtime also writes (its own definition in the ONNX
 // domain, the same as opset 17's), is registered in norm.cc.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <tuple>
@@ -379,6 +381,126 @@ Status InferQAttention(InferContext& c) {
   return InferAttentionTail(c, x, sz, 5, 8, -1);
 }
 
+// ---- EmbedLayerNormalization and QEmbedLayerNormalization ------------------
+
+// A shape holding exactly one value (a scalar, [1], [1, 1]...).
+bool OneValue(const Shape& s) {
+  return std::all_of(s.begin(), s.end(), [](std::int64_t d) { return d == 1; });
+}
+
+// An int32 [B, S] ids input (or a mask) of input_ids' shape; position_ids
+// may also be [1, S].
+Status CheckIds(InferContext& c, int i, const char* what, const Shape& ids, bool broadcast_batch) {
+  if (c.in_dtype(i) != DType::kInt32) {
+    return c.Fail("input ", i, " (", what, ") has type ", DTypeName(c.in_dtype(i)), ", expected int32");
+  }
+  const Shape& s = c.in_shape(i);
+  if (s.size() != 2 || (Differ(s[0], ids[0]) && !(broadcast_batch && s[0] == 1)) || Differ(s[1], ids[1])) {
+    return c.Fail("input ", i, " (", what, ") has shape ", ShapeToString(s), ", expected input_ids' ",
+                  ShapeToString(ids), broadcast_batch ? " or [1, sequence]" : "");
+  }
+  return Status::Ok();
+}
+
+// The tables and vectors of (Q)EmbedLayerNormalization: word, position and
+// segment tables [rows, H], gamma and beta [H], each of type `t` (float32,
+// or 8-bit where quantized, `ts` then the other 8-bit type allowed too).
+Status CheckEmbedTables(InferContext& c, const int idx[5], DType t, std::int64_t* hidden) {
+  static const char* kNames[5] = {"word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"};
+  *hidden = c.in_shape(idx[0]).size() == 2 ? c.in_shape(idx[0])[1] : -1;
+  for (int k = 0; k < 5; ++k) {
+    const int i = idx[k];
+    if (!c.has_input(i)) continue;
+    const bool quantized = t != DType::kFloat32;
+    const DType it = c.in_dtype(i);
+    if (quantized ? (it != DType::kUInt8 && it != DType::kInt8) : it != DType::kFloat32) {
+      return c.Fail("input ", i, " (", kNames[k], ") has type ", DTypeName(it), ", expected ",
+                    quantized ? "uint8 or int8" : "float32");
+    }
+    const Shape& s = c.in_shape(i);
+    const bool table = k < 3;
+    if (s.size() != (table ? 2u : 1u) || Differ(s.back(), *hidden) || (table && s[0] == 0)) {
+      return c.Fail("input ", i, " (", kNames[k], ") has shape ", ShapeToString(s), ", expected ",
+                    table ? StrCat("[rows >= 1, ", *hidden, "]") : StrCat("[", *hidden, "]"));
+    }
+  }
+  if (*hidden == 0 || c.in_shape(idx[0]).size() != 2) return c.Fail("input ", idx[0], " (word_embedding) must be [rows, hidden >= 1]");
+  return Status::Ok();
+}
+
+// Outputs: [B, S, H] float32, mask_index int32 [B], embedding_sum [B, S, H].
+Status SetEmbedOutputs(InferContext& c, const Shape& ids, std::int64_t hidden) {
+  const float eps = c.node().GetFloat("epsilon", 1e-12f);
+  if (!(eps >= 0.f) || !std::isfinite(eps)) return c.Fail("attribute 'epsilon' must be finite and >= 0, found ", eps);
+  c.SetOutput(0, DType::kFloat32, {ids[0], ids[1], hidden});
+  if (c.num_outputs() > 1 && c.node().output(1)) c.SetOutput(1, DType::kInt32, {ids[0]});
+  if (c.num_outputs() > 2 && c.node().output(2)) c.SetOutput(2, DType::kFloat32, {ids[0], ids[1], hidden});
+  return Status::Ok();
+}
+
+// EmbedLayerNormalization(input_ids, segment_ids?, word_embedding,
+// position_embedding, segment_embedding?, gamma, beta?, mask?,
+// position_ids?): LayerNormalization(word[ids] + position[pos] +
+// segment[seg]) over the hidden dim; mask_index[b] = count of mask == 1.
+Status InferEmbedLayerNorm(InferContext& c) {
+  if (c.in_dtype(0) != DType::kInt32) {
+    return c.Fail("input 0 (input_ids) has type ", DTypeName(c.in_dtype(0)), ", expected int32");
+  }
+  const Shape ids = c.in_shape(0);
+  if (ids.size() != 2) return c.Fail("input 0 (input_ids) has shape ", ShapeToString(ids), ", expected [batch, sequence]");
+  if (c.has_input(1) != c.has_input(4)) {
+    return c.Fail("inputs 1 (segment_ids) and 4 (segment_embedding) must be both present or both absent");
+  }
+  if (c.has_input(1)) KILN_RETURN_IF_ERROR(CheckIds(c, 1, "segment_ids", ids, false));
+  for (auto [i, what] : {std::pair{2, "word_embedding"}, std::pair{3, "position_embedding"}, std::pair{5, "gamma"}}) {
+    if (!c.has_input(i)) return c.Fail("input ", i, " (", what, ") is required");
+  }
+  const int idx[5] = {2, 3, 4, 5, 6};
+  std::int64_t hidden = 0;
+  KILN_RETURN_IF_ERROR(CheckEmbedTables(c, idx, DType::kFloat32, &hidden));
+  if (c.has_input(7)) KILN_RETURN_IF_ERROR(CheckIds(c, 7, "mask", ids, false));
+  if (c.has_input(8)) KILN_RETURN_IF_ERROR(CheckIds(c, 8, "position_ids", ids, true));
+  return SetEmbedOutputs(c, ids, hidden);
+}
+
+// QEmbedLayerNormalization(input_ids, segment_ids?, word, position,
+// segment?, gamma, beta (8-bit), mask?, then the five scales and the five
+// zero points in that order): EmbedLayerNormalization of the dequantized
+// tables and vectors ((q - zp) * scale).
+Status InferQEmbedLayerNorm(InferContext& c) {
+  if (c.in_dtype(0) != DType::kInt32) {
+    return c.Fail("input 0 (input_ids) has type ", DTypeName(c.in_dtype(0)), ", expected int32");
+  }
+  const Shape ids = c.in_shape(0);
+  if (ids.size() != 2) return c.Fail("input 0 (input_ids) has shape ", ShapeToString(ids), ", expected [batch, sequence]");
+  if (c.has_input(1) != c.has_input(4) || c.has_input(4) != c.has_input(10) || c.has_input(4) != c.has_input(15)) {
+    return c.Fail("inputs 1 (segment_ids), 4 (segment_embedding), 10 and 15 (its scale and zero point) must be all "
+                  "present or all absent");
+  }
+  if (c.has_input(1)) KILN_RETURN_IF_ERROR(CheckIds(c, 1, "segment_ids", ids, false));
+  const int idx[5] = {2, 3, 4, 5, 6};
+  for (int k = 0; k < 5; ++k) {
+    if (k != 2 && !c.has_input(idx[k])) return c.Fail("input ", idx[k], " is required");
+  }
+  std::int64_t hidden = 0;
+  KILN_RETURN_IF_ERROR(CheckEmbedTables(c, idx, DType::kUInt8, &hidden));
+  if (c.has_input(7)) KILN_RETURN_IF_ERROR(CheckIds(c, 7, "mask", ids, false));
+  for (int k = 0; k < 5; ++k) {
+    const int table = idx[k], si = 8 + k, zi = 13 + k;
+    if (!c.has_input(table)) continue;
+    if (!c.has_input(si) || !c.has_input(zi)) return c.Fail("inputs ", si, " and ", zi, " (scale, zero point of input ", table, ") are required");
+    if (c.in_dtype(si) != DType::kFloat32 || !OneValue(c.in_shape(si))) {
+      return c.Fail("input ", si, " (a scale) has type ", DTypeName(c.in_dtype(si)), " and shape ",
+                    ShapeToString(c.in_shape(si)), ", expected one float32");
+    }
+    if (c.in_dtype(zi) != c.in_dtype(table) || !OneValue(c.in_shape(zi))) {
+      return c.Fail("input ", zi, " (a zero point) has type ", DTypeName(c.in_dtype(zi)), " and shape ",
+                    ShapeToString(c.in_shape(zi)), ", expected one ", DTypeName(c.in_dtype(table)));
+    }
+  }
+  return SetEmbedOutputs(c, ids, hidden);
+}
+
 }  // namespace
 
 void RegisterOrtFusedOps(OpRegistry& r) {
@@ -416,6 +538,13 @@ void RegisterOrtFusedOps(OpRegistry& r) {
                    InferQAttention);
   qatt.max_outputs = 2;
   ms(qatt, {DType::kUInt8, DType::kInt8});
+  // Inputs 0, 2, 3 and 5 are required, 1 and 4 optional: inference checks.
+  OpDef emb = Def("EmbedLayerNormalization", {1}, 1, 9, {"epsilon", "mask_index_type"}, InferEmbedLayerNorm);
+  emb.max_outputs = 3;
+  ms(emb, {DType::kInt32});
+  OpDef qemb = Def("QEmbedLayerNormalization", {1}, 1, 18, {"epsilon"}, InferQEmbedLayerNorm);
+  qemb.max_outputs = 2;
+  ms(qemb, {DType::kInt32});
 }
 
 }  // namespace kiln::ops

@@ -43,6 +43,7 @@
 // (Attention, QAttention) become the standard ops they fuse; each rewrite
 // says its arithmetic where it is written.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -574,6 +575,77 @@ void LowerAttention(ir::Graph& g, ir::Node* n, bool quantized) {
   LowerAttentionTail(g, base, a);
 }
 
+// EmbedLayerNormalization(input_ids, segment_ids?, word, position,
+// segment?, gamma, beta?, mask?, position_ids?) ->
+//   s = (Gather(word, ids) + Gather(position, position_ids or 0..S-1))
+//       [+ Gather(segment, segment_ids)]  (embedding_sum)
+//   output = LayerNormalization(s, gamma, beta; axis -1, epsilon)
+//   mask_index = ReduceSum(Cast(mask == 1), axis 1), zeros without a mask
+// as ONNX Runtime's kernel sums the rows (word + position + segment) and
+// counts the mask. QEmbedLayerNormalization (8-bit tables and vectors, then
+// their scales and zero points): the rows gathered 8-bit, then
+// DequantizeLinear ((q - zp) * scale, the kernel's dequantization), so the
+// tables stay 8-bit.
+void LowerEmbedLayerNorm(ir::Graph& g, ir::Node* n, bool quantized) {
+  const std::string base = n->name().empty() ? (quantized ? "qembed_layernorm" : "embed_layernorm") : n->name();
+  auto in = [&](int i) { return i < n->num_inputs() ? n->input(i) : nullptr; };
+  ir::Value *ids = in(0), *seg_ids = in(1), *word = in(2), *pos = in(3), *seg = in(4), *gamma = in(5),
+            *beta = in(6), *mask = in(7), *pos_ids = quantized ? nullptr : in(8);
+  auto out = [&](int j) { return j < n->num_outputs() ? n->output(j) : nullptr; };
+  ir::Value *y = out(0), *mask_index = out(1), *sum_out = quantized ? nullptr : out(2);
+  const float eps = n->GetFloat("epsilon", 1e-12f);
+  // Dequantization parameters (scale, zero point) of word, position,
+  // segment, gamma, beta.
+  std::array<std::pair<ir::Value*, ir::Value*>, 5> qp{};
+  if (quantized) {
+    for (int k = 0; k < 5; ++k) qp[k] = {in(8 + k), in(13 + k)};
+  }
+  g.RemoveNode(n);
+  auto dequantized = [&](ir::Value* v, int k, const char* what) {
+    if (!quantized) return v;
+    return Std(g, base, "DequantizeLinear", what, {v, qp[k].first, qp[k].second})->output(0);
+  };
+  auto rows = [&](ir::Value* table, ir::Value* index, int k, const char* what) {
+    ir::Value* r = Std(g, base, "Gather", what, {table, index})->output(0);
+    return dequantized(r, k, what);
+  };
+  ir::Value* shape = Std(g, base, "Shape", "ids_shape", {ids})->output(0);
+  auto dim = [&](std::int64_t i, const char* what) {
+    return Std(g, base, "Gather", what, {shape, IntScalar(g, base + "/dim", DType::kInt64, i)})->output(0);
+  };
+  if (!pos_ids) {
+    pos_ids = Std(g, base, "Range", "positions",
+                  {IntScalar(g, base + "/start", DType::kInt64, 0), dim(1, "sequence_length"),
+                   IntScalar(g, base + "/step", DType::kInt64, 1)})
+                  ->output(0);
+  }
+  ir::Value* s = Std(g, base, "Add", "word_plus_position",
+                     {rows(word, ids, 0, "word_rows"), rows(pos, pos_ids, 1, "position_rows")},
+                     seg ? nullptr : sum_out)
+                     ->output(0);
+  if (seg) s = Std(g, base, "Add", "plus_segment", {s, rows(seg, seg_ids, 2, "segment_rows")}, sum_out)->output(0);
+  std::vector<ir::Value*> ln_ins = {s, dequantized(gamma, 3, "gamma")};
+  if (beta) ln_ins.push_back(dequantized(beta, 4, "beta"));
+  const std::string ln_name = g.UniqueName(base + "/layernorm");
+  ir::Node* ln = g.AddNode("LayerNormalization", ln_name, ln_ins, {y});
+  ln->set_since_version(17);
+  ln->SetAttr("axis", ir::Attribute::Int(-1));
+  ln->SetAttr("epsilon", ir::Attribute::Float(eps));
+  if (!mask_index) return;
+  if (mask) {
+    ir::Value* one = Std(g, base, "Equal", "mask_is_one", {mask, IntScalar(g, base + "/one", DType::kInt32, 1)})->output(0);
+    ir::Node* c = Std(g, base, "Cast", "mask_count_terms", {one});
+    c->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kInt32)));
+    ir::Node* r = Std(g, base, "ReduceSum", "mask_index", {c->output(0), Int64s(g, base + "/axis1", {1})}, mask_index);
+    r->SetAttr("keepdims", ir::Attribute::Int(0));
+    return;
+  }
+  ir::Value* batch = Std(g, base, "Unsqueeze", "batch", {dim(0, "batch_size"), Int64s(g, base + "/axis0", {0})})->output(0);
+  auto zero = std::make_shared<HostTensor>(DType::kInt32, Shape{1});
+  *zero->mutable_data_as<std::int32_t>() = 0;
+  Std(g, base, "ConstantOfShape", "mask_index", {batch}, mask_index)->SetAttr("value", ir::Attribute::Tensor(zero));
+}
+
 }  // namespace
 
 Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
@@ -583,7 +655,7 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
         "QGemm",     "QLinearAveragePool", "QLinearWhere", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
         "FusedConv", "FusedGemm",          "FusedMatMul",  "Gelu",                 "BiasGelu",
         "FastGelu",  "QuickGelu",          "BiasAdd",      "SkipLayerNormalization", "Attention",
-        "QAttention"};
+        "QAttention", "EmbedLayerNormalization", "QEmbedLayerNormalization"};
     if (n->domain() == ops::kMicrosoftDomain && kLowered.count(n->op_type())) found.push_back(n.get());
   }
   if (found.empty()) return Status::Ok();
@@ -598,6 +670,9 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
     else if (op == "BiasAdd") LowerBiasAdd(g, n);
     else if (op == "SkipLayerNormalization") LowerSkipLayerNorm(g, n);
     else if (op == "Attention" || op == "QAttention") LowerAttention(g, n, op == "QAttention");
+    else if (op == "EmbedLayerNormalization" || op == "QEmbedLayerNormalization") {
+      LowerEmbedLayerNorm(g, n, op == "QEmbedLayerNormalization");
+    }
     else if (op == "Gelu" || op == "BiasGelu" || op == "FastGelu" || op == "QuickGelu") LowerGelu(g, n);
     else LowerIntegerToFloat(g, n, op == "DynamicQuantizeMatMul");
   }

@@ -1,6 +1,7 @@
 // ONNX Runtime's fused contrib ops (com.microsoft FusedConv, FusedGemm,
 // FusedMatMul, Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd,
-// SkipLayerNormalization, Attention, QAttention) and LayerNormalization
+// SkipLayerNormalization, Attention, QAttention, EmbedLayerNormalization,
+// QEmbedLayerNormalization) and LayerNormalization
 // below opset 17: each one-node model compiled (lower-contrib rewrites it
 // into standard ops) and run, against a double-precision reference written here from the op's
 // definition; and the errors bad attributes and shapes get.
@@ -715,6 +716,160 @@ TEST(OrtAttention, ErrorsNameTheCulprit) {
     f.Data(Seq(2 * 2 * 2, 1, 1), {2, 1, 2, 2});
     f.Make("Attention").SetAttr("num_heads", ir::Attribute::Int(2));
     fails(f, {{1, 2, 4}}, "input 5 (attention_bias) has shape [2,1,2,2]");
+  }
+}
+
+// EmbedLayerNormalization: LayerNormalization(word[ids] + position[pos] +
+// segment[seg]) in double; mask_index counts mask == 1 (zeros without a
+// mask); embedding_sum is the sum.
+TEST(OrtEmbedLayerNorm, SumsNormalisesAndCountsTheMask) {
+  const int B = 2, S = 4, V = 7, P = 6, G = 2, H = 5;
+  const std::vector<float> word = Seq(V * H, 1.2f, 0.77f), pos = Seq(P * H, 0.7f, 1.31f), seg = Seq(G * H, 0.4f, 0.5f),
+                           gamma = Seq(H, 0.5f, 0.9f), beta = Seq(H, 0.3f, 1.7f);
+  const std::vector<std::int32_t> ids = {0, 6, 3, 2, 5, 1, 1, 4}, segs = {0, 0, 1, 1, 0, 1, 0, 1},
+                                  mask = {1, 1, 2, 0, 1, 1, 1, 0}, pids = {5, 0, 2, 3};
+  for (bool with_segments : {true, false}) {
+    SCOPED_TRACE(with_segments ? "segments, mask" : "position_ids [1, S], no mask");
+    Fused f;
+    f.Data(ids, {B, S}, DType::kInt32);
+    if (with_segments) f.Data(segs, {B, S}, DType::kInt32);
+    else f.Absent();
+    f.Const(word, {V, H});
+    f.Const(pos, {P, H});
+    if (with_segments) f.Const(seg, {G, H});
+    else f.Absent();
+    f.Const(gamma, {H});
+    f.Const(beta, {H});
+    if (with_segments) {
+      f.Data(mask, {B, S}, DType::kInt32);
+    } else {
+      f.Absent();
+      f.Data(pids, {1, S}, DType::kInt32);
+    }
+    std::vector<ir::Value*> outs;
+    ir::Node& n = f.Make("EmbedLayerNormalization", 3);
+    n.SetAttr("epsilon", ir::Attribute::Float(1e-5f));
+    // mask_index is int32: run it as its own output type.
+    f.g->outputs()[1]->set_dtype(DType::kInt32);
+    test::TempDir dir;
+    auto model = CompileAndLoad(std::move(f.g), dir);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    std::vector<float> y(B * S * H), sum(B * S * H);
+    std::vector<std::int32_t> mi(B, -1);
+    std::vector<TensorRef> irefs, orefs = {{y.data(), DType::kFloat32, {B, S, H}},
+                                           {mi.data(), DType::kInt32, {B}},
+                                           {sum.data(), DType::kFloat32, {B, S, H}}};
+    for (auto& fd : f.feeds) irefs.push_back({const_cast<void*>(fd.p), fd.t, fd.s});
+    ASSERT_TRUE((*model)->Execute(irefs, orefs).ok());
+    std::vector<double> want_y, want_sum;
+    for (int b = 0; b < B; ++b) {
+      for (int i = 0; i < S; ++i) {
+        const int r = b * S + i, pr = with_segments ? i : pids[i];
+        std::vector<double> e(H);
+        double mean = 0, var = 0;
+        for (int h = 0; h < H; ++h) {
+          e[h] = static_cast<double>(word[ids[r] * H + h]) + pos[pr * H + h] + (with_segments ? seg[segs[r] * H + h] : 0.0);
+          mean += e[h] / H;
+        }
+        for (int h = 0; h < H; ++h) var += (e[h] - mean) * (e[h] - mean) / H;
+        for (int h = 0; h < H; ++h) {
+          want_sum.push_back(e[h]);
+          want_y.push_back((e[h] - mean) / std::sqrt(var + 1e-5) * gamma[h] + beta[h]);
+        }
+      }
+    }
+    ExpectNear(y, want_y, 2e-5);
+    ExpectNear(sum, want_sum, 1e-6);
+    const std::vector<std::int32_t> want_mi = with_segments ? std::vector<std::int32_t>{2, 3}
+                                                            : std::vector<std::int32_t>{0, 0};
+    EXPECT_EQ(mi, want_mi);
+  }
+}
+
+// QEmbedLayerNormalization: the tables 8-bit, dequantized ((q - zp) *
+// scale) before the sum; against the same double reference.
+TEST(OrtEmbedLayerNorm, QuantizedTablesDequantizeFirst) {
+  const int B = 1, S = 3, V = 4, P = 3, H = 4;
+  std::vector<std::uint8_t> word(V * H), pos(P * H), gamma(H), beta(H);
+  for (int i = 0; i < V * H; ++i) word[i] = static_cast<std::uint8_t>((i * 29 + 3) % 256);
+  for (int i = 0; i < P * H; ++i) pos[i] = static_cast<std::uint8_t>((i * 61 + 17) % 256);
+  for (int i = 0; i < H; ++i) gamma[i] = static_cast<std::uint8_t>(200 + i * 9), beta[i] = static_cast<std::uint8_t>(i * 50);
+  const float sw = 0.01f, sp = 0.02f, sg = 0.005f, sb = 0.004f;
+  const std::uint8_t zw = 128, zpos = 100, zg = 10, zb = 90;
+  const std::vector<std::int32_t> ids = {3, 0, 2}, mask = {1, 0, 1};
+  Fused f;
+  f.Data(ids, {B, S}, DType::kInt32);
+  f.Absent();
+  f.Const(word, {V, H}, DType::kUInt8);
+  f.Const(pos, {P, H}, DType::kUInt8);
+  f.Absent();
+  f.Const(gamma, {H}, DType::kUInt8);
+  f.Const(beta, {H}, DType::kUInt8);
+  f.Data(mask, {B, S}, DType::kInt32);
+  for (float v : {sw, sp}) f.Const(std::vector<float>{v}, {});
+  f.Absent();
+  for (float v : {sg, sb}) f.Const(std::vector<float>{v}, {});
+  for (std::uint8_t z : {zw, zpos}) f.Const(std::vector<std::uint8_t>{z}, {}, DType::kUInt8);
+  f.Absent();
+  for (std::uint8_t z : {zg, zb}) f.Const(std::vector<std::uint8_t>{z}, {}, DType::kUInt8);
+  f.Make("QEmbedLayerNormalization");
+  auto got = f.Run({{B, S, H}});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  std::vector<double> want;
+  for (int i = 0; i < S; ++i) {
+    std::vector<double> e(H);
+    double mean = 0, var = 0;
+    for (int h = 0; h < H; ++h) {
+      e[h] = (word[ids[i] * H + h] - zw) * static_cast<double>(sw) + (pos[i * H + h] - zpos) * static_cast<double>(sp);
+      mean += e[h] / H;
+    }
+    for (int h = 0; h < H; ++h) var += (e[h] - mean) * (e[h] - mean) / H;
+    for (int h = 0; h < H; ++h) {
+      want.push_back((e[h] - mean) / std::sqrt(var + 1e-12) * ((gamma[h] - zg) * static_cast<double>(sg)) +
+                     (beta[h] - zb) * static_cast<double>(sb));
+    }
+  }
+  ExpectNear(got.value()[0], want, 2e-5);
+}
+
+TEST(OrtEmbedLayerNorm, ErrorsNameTheCulprit) {
+  auto fails = [](Fused& f, const std::string& part) {
+    auto r = f.Run({{1, 2, 3}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  };
+  {
+    Fused f;
+    f.Data(std::vector<std::int32_t>{0, 1}, {1, 2}, DType::kInt32);
+    f.Data(std::vector<std::int32_t>{0, 1}, {1, 2}, DType::kInt32);
+    f.Const(Seq(9, 1, 1), {3, 3});
+    f.Const(Seq(6, 1, 1), {2, 3});
+    f.Absent();
+    f.Const(Seq(3, 1, 1), {3});
+    f.Make("EmbedLayerNormalization");
+    fails(f, "inputs 1 (segment_ids) and 4 (segment_embedding) must be both present or both absent");
+  }
+  {
+    Fused f;
+    f.Data(std::vector<std::int32_t>{0, 1}, {1, 2}, DType::kInt32);
+    f.Absent();
+    f.Const(Seq(9, 1, 1), {3, 3});
+    f.Const(Seq(8, 1, 1), {2, 4});
+    f.Absent();
+    f.Const(Seq(3, 1, 1), {3});
+    f.Make("EmbedLayerNormalization");
+    fails(f, "input 3 (position_embedding) has shape [2,4], expected [rows >= 1, 3]");
+  }
+  {
+    Fused f;
+    f.Data(std::vector<float>{0, 1}, {1, 2});
+    f.Absent();
+    f.Const(Seq(9, 1, 1), {3, 3});
+    f.Const(Seq(6, 1, 1), {2, 3});
+    f.Absent();
+    f.Const(Seq(3, 1, 1), {3});
+    f.Make("EmbedLayerNormalization");
+    fails(f, "input type float32 is not supported (supported: int32)");
   }
 }
 
