@@ -428,6 +428,17 @@ Status CheckEmbedTables(InferContext& c, const int idx[5], DType t, std::int64_t
   return Status::Ok();
 }
 
+// Without position_ids, positions 0..S-1 index the position table (input
+// 3): a known S past its rows fails here, as ONNX Runtime's kernel fails.
+Status CheckPositions(InferContext& c, const Shape& ids, bool given) {
+  const std::int64_t rows = c.in_shape(3)[0];
+  if (!given && ids[1] >= 0 && rows >= 0 && ids[1] > rows) {
+    return c.Fail("sequence length ", ids[1], " exceeds input 3 (position_embedding)'s ", rows,
+                  " rows (positions 0..", ids[1] - 1, " without position_ids)");
+  }
+  return Status::Ok();
+}
+
 // Outputs: [B, S, H] float32, mask_index int32 [B], embedding_sum [B, S, H].
 Status SetEmbedOutputs(InferContext& c, const Shape& ids, std::int64_t hidden) {
   const float eps = c.node().GetFloat("epsilon", 1e-12f);
@@ -460,6 +471,7 @@ Status InferEmbedLayerNorm(InferContext& c) {
   KILN_RETURN_IF_ERROR(CheckEmbedTables(c, idx, DType::kFloat32, &hidden));
   if (c.has_input(7)) KILN_RETURN_IF_ERROR(CheckIds(c, 7, "mask", ids, false));
   if (c.has_input(8)) KILN_RETURN_IF_ERROR(CheckIds(c, 8, "position_ids", ids, true));
+  KILN_RETURN_IF_ERROR(CheckPositions(c, ids, c.has_input(8)));
   return SetEmbedOutputs(c, ids, hidden);
 }
 
@@ -485,6 +497,7 @@ Status InferQEmbedLayerNorm(InferContext& c) {
   std::int64_t hidden = 0;
   KILN_RETURN_IF_ERROR(CheckEmbedTables(c, idx, DType::kUInt8, &hidden));
   if (c.has_input(7)) KILN_RETURN_IF_ERROR(CheckIds(c, 7, "mask", ids, false));
+  KILN_RETURN_IF_ERROR(CheckPositions(c, ids, false));
   for (int k = 0; k < 5; ++k) {
     const int table = idx[k], si = 8 + k, zi = 13 + k;
     if (!c.has_input(table)) continue;

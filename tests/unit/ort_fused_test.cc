@@ -871,6 +871,17 @@ TEST(OrtEmbedLayerNorm, ErrorsNameTheCulprit) {
     f.Make("EmbedLayerNormalization");
     fails(f, "input type float32 is not supported (supported: int32)");
   }
+  {
+    Fused f;
+    f.Data(std::vector<std::int32_t>{0, 1, 2}, {1, 3}, DType::kInt32);
+    f.Absent();
+    f.Const(Seq(9, 1, 1), {3, 3});
+    f.Const(Seq(6, 1, 1), {2, 3});
+    f.Absent();
+    f.Const(Seq(3, 1, 1), {3});
+    f.Make("EmbedLayerNormalization");
+    fails(f, "sequence length 3 exceeds input 3 (position_embedding)'s 2 rows");
+  }
 }
 
 }  // namespace
