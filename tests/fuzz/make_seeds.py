@@ -37,9 +37,10 @@ def init(name, arr):
     return numpy_helper.from_array(np.asarray(arr), name)
 
 
-def model(nodes, inputs, outputs, inits=(), opset=13, name="g"):
+def model(nodes, inputs, outputs, inits=(), opset=13, name="g", ms=False):
     g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)] +
+                          ([helper.make_opsetid("com.microsoft", 1)] if ms else []))
     m.ir_version = 8
     return m
 
@@ -284,6 +285,25 @@ def models():
          init("s", np.array([1.0, 0.5, 2.0], np.float32)), init("bb", np.array([0.1, -0.2, 0.3], np.float32)),
          init("m", np.array([0.0, 0.5, -0.5], np.float32)), init("v", np.array([1.0, 2.0, 0.5], np.float32)),
          init("ratio", np.array(0.25, np.float32)), init("train", np.array(False))])
+    # ONNX Runtime's BERT ops (com.microsoft): EmbedLayerNormalization ->
+    # Attention (its mask_index, unidirectional, past / present) ->
+    # SkipLayerNormalization; and DynamicQuantizeLinear -> QAttention.
+    I32 = TensorProto.INT32
+    msd = dict(domain="com.microsoft")
+    out["bert_contrib"] = model(
+        [helper.make_node("EmbedLayerNormalization", ["ids", "", "word", "pos", "", "g", "b", "mask"],
+                          ["e", "mask_index"], name="emb", epsilon=1e-12, **msd),
+         helper.make_node("Attention", ["e", "w", "wb", "mask_index", "past"], ["a", "present"], name="att",
+                          num_heads=2, unidirectional=1, **msd),
+         helper.make_node("SkipLayerNormalization", ["a", "e", "g", "b"], ["y"], name="skipln", **msd),
+         helper.make_node("DynamicQuantizeLinear", ["y"], ["yq", "ys", "yz"], name="dql"),
+         helper.make_node("QAttention", ["yq", "wq", "wb", "ys", "wqs", "", "yz"], ["z"], name="qatt",
+                          num_heads=2, **msd)],
+        [vi("ids", I32, [2, 3]), vi("mask", I32, [2, 3]), vi("past", F, [2, 2, 2, 1, 2])],
+        [vi("z", F, [2, 3, 4]), vi("present", F, [2, 2, 2, 4, 2])],
+        [init("word", r(5, 4)), init("pos", r(3, 4)), init("g", r(4)), init("b", r(4)), init("w", r(4, 12)),
+         init("wb", r(12)), init("wq", (np.arange(48) % 9 - 4).astype(np.int8).reshape(4, 12)),
+         init("wqs", np.array(0.05, np.float32))], ms=True)
     return out
 
 
