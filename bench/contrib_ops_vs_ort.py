@@ -69,6 +69,7 @@ pooling: more than a step; the float outputs: beyond the bounds above).
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -656,6 +657,18 @@ def make_embed(path, case, rng):
     return len(data), len(outs)
 
 
+def file_tag(name):
+    """A case name as a file name."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def relative_diff(got, ort):
+    """max |got - ort| over max |ort| (inf where the shapes differ)."""
+    if got.shape != ort.shape:
+        return np.inf
+    return float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30))
+
+
 def same_bytes(x, y):
     """Equal type, and equal bytes."""
     return x.dtype == y.dtype and x.tobytes() == y.tobytes()
@@ -760,27 +773,21 @@ def main():
             bad += not kd <= 1e-5
             print(f"{case[0]:48s} {('8-bit' if wmax == 128 else '7-bit'):>8s} {kd:17.3g} {od:16.3g} "
                   f"{float(np.abs(got - ort).max()):17.3g}")
-    print(f"\n{'fused float op (ONNX Runtime optimizer)':48s} {'max |Kiln - ORT| / max |ORT|':>30s}")
-    for case in FUSED:
-        tag = case[0].replace(" ", "_")
-        path = os.path.join(args.work, tag + ".onnx")
-        data = make_fused(path, case, rng)
-        got, ort = run_both(args, path, tag, tuple("abc"[:len(data)]))
-        rel = float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30)) if got.shape == ort.shape else np.inf
-        bad += not rel <= 1e-5
-        print(f"{case[0]:48s} {rel:30.3g}")
-    print(f"\n{'Attention / QAttention case':48s} {'max |Kiln - ORT| / max |ORT|':>30s}")
-    for case in ATTENTIONS:
-        tag = case[0].replace(" ", "_").replace(",", "").replace("[", "").replace("]", "")
-        path = os.path.join(args.work, tag + ".onnx")
-        n_data = make_attention(path, case, rng)
-        got, ort = run_both(args, path, tag, tuple("abc"[:n_data]))
-        rel = float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30)) if got.shape == ort.shape else np.inf
-        bad += not rel <= 1e-5
-        print(f"{case[0]:48s} {rel:30.3g}")
+    one_output = (("fused float op (ONNX Runtime optimizer)", FUSED, lambda p, c: len(make_fused(p, c, rng))),
+                  ("Attention / QAttention case", ATTENTIONS, lambda p, c: make_attention(p, c, rng)))
+    for title, cases, make_case in one_output:
+        print(f"\n{title:48s} {'max |Kiln - ORT| / max |ORT|':>30s}")
+        for case in cases:
+            tag = file_tag(case[0])
+            path = os.path.join(args.work, tag + ".onnx")
+            n_data = make_case(path, case)
+            got, ort = run_both(args, path, tag, tuple("abc"[:n_data]))
+            rel = relative_diff(got, ort)
+            bad += not rel <= 1e-5
+            print(f"{case[0]:48s} {rel:30.3g}")
     print(f"\n{'(Q)EmbedLayerNormalization case':48s} {'max |Kiln - ORT| / max |ORT|':>30s} {'mask_index equal':>17s}")
     for case in EMBEDS:
-        tag = case[0].replace(" ", "_").replace(",", "").replace("[", "").replace("]", "")
+        tag = file_tag(case[0])
         path = os.path.join(args.work, tag + ".onnx")
         n_data, n_out = make_embed(path, case, rng)
         run_both(args, path, tag, tuple("abc"[:n_data]))
@@ -791,8 +798,7 @@ def main():
             if j == 1:
                 mask_same = same_bytes(got, ort)
             else:
-                rel = max(rel, float(np.abs(got - ort).max() / max(float(np.abs(ort).max()), 1e-30))
-                          if got.shape == ort.shape else np.inf)
+                rel = max(rel, relative_diff(got, ort))
         bad += not (rel <= 1e-5 and mask_same)
         print(f"{case[0]:48s} {rel:30.3g} {str(mask_same):>17s}")
     print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")
