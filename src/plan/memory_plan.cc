@@ -133,8 +133,16 @@ Result<MemoryPlan> PlanMemory(ir::Graph& g) {
       if (!in_arena(o)) continue;
       KILN_ASSIGN_OR_RETURN(std::uint64_t size, value_bytes(o));
       ir::Value* src = n.input(0);
+      // A view shares its input's bytes, which the plan (and the loader's
+      // check of it) requires to be as many as its output's: not so where
+      // the output's planned shape is a bound of a data-dependent one (a
+      // Reshape to a target computed at run time), which then runs as a copy.
+      const auto same_bytes = [&]() {
+        auto sb = value_bytes(src);
+        return sb.ok() && sb.value() == size;
+      };
       if (IsViewOp(n) && in_arena(src) && group_of.count(src) && o == n.output(0) &&
-          LivesOnHost(src) == LivesOnHost(o)) {
+          LivesOnHost(src) == LivesOnHost(o) && same_bytes()) {
         int gi = group_of[src];
         group_of[o] = gi;
         groups[gi].members.push_back(o->name());
