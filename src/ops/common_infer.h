@@ -71,6 +71,14 @@ inline Status MergeConcatShape(const InferContext& c, int i, int first, const Sh
   return Status::Ok();
 }
 
+// An attribute, when present, of kind `k`: ONNX's schema check covers only
+// the default domain, and a mistyped attribute would read as its default.
+inline Status CheckAttrKind(InferContext& c, const char* name, ir::Attribute::Kind k, const char* kind) {
+  const ir::Attribute* a = c.node().FindAttr(name);
+  if (a && a->kind != k) return c.Fail("attribute '", name, "' must be ", kind);
+  return Status::Ok();
+}
+
 // Output 0 = input 0's type and shape.
 inline Status InferSameAsInput(InferContext& c) {
   c.SetOutput(0, c.in_dtype(0), c.in_shape(0));

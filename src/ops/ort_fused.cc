@@ -246,6 +246,7 @@ Result<std::array<std::int64_t, 3>> AttentionSizes(InferContext& c, std::int64_t
     return c.Fail("attribute 'qkv_hidden_sizes': Q's size ", sz[0], " differs from K's ", sz[1]);
   }
   for (int i = 0; i < 3; ++i) {
+    if (sz[i] == 0) return c.Fail("hidden size of ", "QKV"[i], " is 0 (the weights have ", columns, " columns)");
     if (sz[i] % heads != 0) {
       return c.Fail("hidden size ", sz[i], " of ", "QKV"[i], " is not a multiple of num_heads (", heads, ")");
     }
@@ -317,7 +318,10 @@ Status InferAttentionTail(InferContext& c, const Shape& x, const std::array<std:
     }
   }
   c.SetOutput(0, DType::kFloat32, {batch, seq, sz[2]});
-  if (c.num_outputs() > 1 && n.output(1)) c.SetOutput(1, DType::kFloat32, {2, batch, heads, total, head});
+  if (c.num_outputs() > 1 && n.output(1)) {
+    if (sz[1] != sz[2]) return c.Fail("output 1 (present) needs V's hidden size equal to K's");
+    c.SetOutput(1, DType::kFloat32, {2, batch, heads, total, head});
+  }
   return Status::Ok();
 }
 
@@ -516,9 +520,35 @@ Status InferQEmbedLayerNorm(InferContext& c) {
 
 }  // namespace
 
+// The kinds of the attributes these ops take (com.microsoft attributes get
+// no schema check at import): a mistyped one is an error, not its default.
+Status CheckOrtAttrKinds(InferContext& c) {
+  using K = ir::Attribute::Kind;
+  static const std::pair<const char*, K> kKinds[] = {
+      {"num_heads", K::kInt},         {"qkv_hidden_sizes", K::kInts},   {"unidirectional", K::kInt},
+      {"mask_filter_value", K::kFloat}, {"scale", K::kFloat},           {"do_rotary", K::kInt},
+      {"rotary_embedding_dim", K::kInt}, {"past_present_share_buffer", K::kInt}, {"epsilon", K::kFloat},
+      {"mask_index_type", K::kInt},   {"activation", K::kString},       {"activation_params", K::kFloats},
+      {"activation_alpha", K::kFloat}, {"activation_beta", K::kFloat},  {"activation_gamma", K::kFloat},
+      {"alpha", K::kFloat},           {"beta", K::kFloat},              {"transA", K::kInt},
+      {"transB", K::kInt},            {"transBatchA", K::kInt},         {"transBatchB", K::kInt},
+      {"auto_pad", K::kString},       {"dilations", K::kInts},          {"group", K::kInt},
+      {"kernel_shape", K::kInts},     {"pads", K::kInts},               {"strides", K::kInts}};
+  static const char* kNames[] = {"an int", "a float", "a string", "ints", "floats"};
+  for (const auto& [name, kind] : kKinds) {
+    const int k = kind == K::kInt ? 0 : kind == K::kFloat ? 1 : kind == K::kString ? 2 : kind == K::kInts ? 3 : 4;
+    KILN_RETURN_IF_ERROR(CheckAttrKind(c, name, kind, kNames[k]));
+  }
+  return Status::Ok();
+}
+
 void RegisterOrtFusedOps(OpRegistry& r) {
   auto ms = [&r](OpDef d, std::vector<DType> types = {DType::kFloat32}) {
     d.domain = kMicrosoftDomain;
+    d.infer = [infer = std::move(d.infer)](InferContext& c) {
+      KILN_RETURN_IF_ERROR(CheckOrtAttrKinds(c));
+      return infer(c);
+    };
     d.input_types = std::set<DType>(types.begin(), types.end());
     r.Register(std::move(d));
   };

@@ -8,14 +8,6 @@
 namespace kiln::ops {
 namespace {
 
-// An attribute, when present, of kind `k`: ONNX's schema check covers only
-// the default domain, and a mistyped attribute would read as its default.
-Status CheckAttrKind(InferContext& c, const char* name, ir::Attribute::Kind k, const char* kind) {
-  const ir::Attribute* a = c.node().FindAttr(name);
-  if (a && a->kind != k) return c.Fail("attribute '", name, "' must be ", kind);
-  return Status::Ok();
-}
-
 // A scale or zero point: a scalar / one element (per tensor), or 1-D with
 // `per` elements (per channel or row) when `per` >= 0. Names the input.
 Status CheckQuantParam(InferContext& c, int i, const char* what, std::int64_t per) {

@@ -481,37 +481,51 @@ void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSp
   ir::Value* total = nullptr;
   if (a.mask) {
     const std::size_t rank = a.mask->shape().size();
+    // The mask's own shape is checked where it is used, at run time too:
+    // a Reshape to the extents the scores have (the element count must
+    // match), so a mask of another batch or length fails the run rather
+    // than broadcasting.
+    ir::Value* score_shape = Std(g, base, "Shape", "score_shape", {scores})->output(0);
+    auto score_dims = [&](std::vector<std::int64_t> idx, const char* what) {
+      return Std(g, base, "Gather", what, {score_shape, ints("dims", idx)})->output(0);
+    };
+    auto reshaped = [&](ir::Value* v, std::vector<ir::Value*> parts, const char* what) {
+      ir::Node* target = Std(g, base, "Concat", std::string(what) + "_shape", parts);
+      target->SetAttr("axis", ir::Attribute::Int(0));
+      return Std(g, base, "Reshape", what, {v, target->output(0)})->output(0);
+    };
     if (rank == 1) {
+      // [B] end positions, or [2B] ends then starts (the form decided from
+      // the compile-time lengths; another length fails the Reshape).
       total = dim(3, "total_length");
       ir::Value* pos = positions(total, "key_positions");
       ir::Value* m = Std(g, base, "Cast", "mask_int64", {a.mask})->output(0);
       m->producer()->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kInt64)));
+      const bool starts = a.mask_len == 2 * a.batch && a.batch != a.mask_len;
+      ir::Value* batch = score_dims({0}, "batch");
       ir::Value *end = m, *start = nullptr;
-      if (a.mask_len == 2 * a.batch && a.batch != a.mask_len) {
-        const std::string name = g.UniqueName(base + "/split_mask");
-        end = g.AddValue(g.UniqueName(name + "_end"));
-        start = g.AddValue(g.UniqueName(name + "_start"));
-        ir::Node* sp = g.AddNode("Split", name, {m, ints("halves", {a.batch, a.batch})}, {end, start});
-        sp->set_since_version(13);
-        sp->SetAttr("axis", ir::Attribute::Int(0));
+      if (starts) {
+        m = reshaped(m, {ints("two", {2}), batch, ints("one", {1})}, "ends_and_starts");
+        end = Std(g, base, "Gather", "ends", {m, IntScalar(g, base + "/row0", DType::kInt64, 0)})->output(0);
+        start = Std(g, base, "Gather", "starts", {m, IntScalar(g, base + "/row1", DType::kInt64, 1)})->output(0);
+      } else {
+        end = reshaped(m, {batch, ints("one", {1})}, "ends");
       }
-      ir::Value* column = ints("column", {1});
-      end = Std(g, base, "Unsqueeze", "end_column", {end, column})->output(0);
       ir::Value* out = Std(g, base, "GreaterOrEqual", "past_end", {pos, end})->output(0);
       if (start) {
-        start = Std(g, base, "Unsqueeze", "start_column", {start, column})->output(0);
         ir::Value* before = Std(g, base, "Less", "before_start", {pos, start})->output(0);
         out = Std(g, base, "Or", "masked", {out, before})->output(0);
       }
-      mask = Std(g, base, "Unsqueeze", "mask_4d", {where(out, filter, zero_f, "mask_values"), ints("axes", {1, 2})})
-                 ->output(0);
+      mask = reshaped(where(out, filter, zero_f, "mask_values"),
+                      {batch, ints("one_one", {1, 1}), score_dims({3}, "key_length")}, "mask_4d");
     } else {
       ir::Value* keep =
           Std(g, base, "Greater", "kept", {a.mask, IntScalar(g, base + "/zero_i32", DType::kInt32, 0)})->output(0);
-      mask = Std(g, base, "Unsqueeze", "mask_4d",
-                 {where(keep, zero_f, filter, "mask_values"), ints("axes", rank == 2 ? std::vector<std::int64_t>{1, 2}
-                                                                                      : std::vector<std::int64_t>{1})})
-                 ->output(0);
+      ir::Value* values = where(keep, zero_f, filter, "mask_values");
+      mask = rank == 2 ? reshaped(values, {score_dims({0}, "batch"), ints("one_one", {1, 1}),
+                                           score_dims({3}, "key_length")}, "mask_4d")
+                       : reshaped(values, {score_dims({0}, "batch"), ints("one", {1}),
+                                           score_dims({2, 3}, "query_key_lengths")}, "mask_4d");
     }
   }
   if (a.causal) {
@@ -659,6 +673,22 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
     if (n->domain() == ops::kMicrosoftDomain && kLowered.count(n->op_type())) found.push_back(n.get());
   }
   if (found.empty()) return Status::Ok();
+  // The attention and embedding rewrites read their inputs' ranks and
+  // lengths as inference checked them: an input whose rank depends on the
+  // data (an If's branches) is not supported there.
+  for (ir::Node* n : found) {
+    const std::string& op = n->op_type();
+    if (op != "Attention" && op != "QAttention" && op != "EmbedLayerNormalization" &&
+        op != "QEmbedLayerNormalization") {
+      continue;
+    }
+    for (int i = 0; i < n->num_inputs(); ++i) {
+      if (n->input(i) && n->input(i)->rank_varies()) {
+        return Error(StatusCode::kUnimplemented, n->Describe(), ": input ", i, " '", n->input(i)->name(),
+                     "' has a rank that depends on the data, which this op does not support");
+      }
+    }
+  }
   for (ir::Node* n : found) {
     const std::string op = n->op_type();
     if (op == "QGemm") LowerQGemm(g, n);

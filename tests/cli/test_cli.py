@@ -337,6 +337,42 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", save(m, "softmax_str.onnx"), "--output", os.path.join(WORK, "sm.kiln"))
         self.assertCleanError(rc, out, "Softmax node 'sm'", "'axis'", "INT", "STRING")
 
+    def test_attention_mask_of_another_batch_fails_at_run_time(self):
+        """com.microsoft Attention with a symbolic batch: the mask forms are checked against the
+        scores' extents when the run's shapes are known (a mask of another batch must not
+        broadcast), and a mistyped com.microsoft attribute is an error, not its default."""
+        rng = np.random.default_rng(0)
+        w = numpy_helper.from_array(rng.standard_normal((8, 24)).astype(np.float32), "w")
+        b = numpy_helper.from_array(rng.standard_normal(24).astype(np.float32), "b")
+        x = os.path.join(WORK, "att_x.npy")
+        np.save(x, rng.standard_normal((2, 5, 8)).astype(np.float32))
+        for form, mshape, ok, bad, needle in (
+                ("1d", ["m"], np.array([3, 5], np.int32), np.array([3, 5, 4], np.int32), "cannot reshape [3] to [2,1]"),
+                ("2d", ["mb", "mt"], np.ones((2, 5), np.int32), np.ones((1, 5), np.int32),
+                 "cannot reshape [1,5] to [2,1,1,5]")):
+            node = helper.make_node("Attention", ["x", "w", "b", "mask"], ["y"], name="att", domain="com.microsoft",
+                                    num_heads=2)
+            g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8]),
+                                                helper.make_tensor_value_info("mask", TensorProto.INT32, mshape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])], [w, b])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)])
+            k = os.path.join(WORK, f"att_{form}.kiln")
+            rc, out = kiln("compile", "--model", save(m, f"att_{form}.onnx"), "--output", k)
+            self.assertEqual(rc, 0, out)
+            good, wrong = os.path.join(WORK, f"att_{form}_ok.npy"), os.path.join(WORK, f"att_{form}_bad.npy")
+            np.save(good, ok)
+            np.save(wrong, bad)
+            rc, out = kiln("run", k, "--input", f"0={x}", "--input", f"1={good}")
+            self.assertEqual(rc, 0, out)
+            self.assertCleanError(*kiln("run", k, "--input", f"0={x}", "--input", f"1={wrong}"), "att/", needle)
+        node = helper.make_node("Attention", ["x", "w", "b"], ["y"], name="att", domain="com.microsoft",
+                                num_heads=2, unidirectional=1.0)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 8])], [w, b])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)])
+        rc, out = kiln("compile", "--model", save(m, "att_float_attr.onnx"), "--output", os.path.join(WORK, "af.kiln"))
+        self.assertCleanError(rc, out, "Attention node 'att'", "attribute 'unidirectional' must be an int")
+
     def test_external_data_inside_model_dir(self):
         path, w = self.external_model("ext_ok", "w.bin")
         k = os.path.join(WORK, "ext.kiln")

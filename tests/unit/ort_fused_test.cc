@@ -717,6 +717,20 @@ TEST(OrtAttention, ErrorsNameTheCulprit) {
     f.Make("Attention").SetAttr("num_heads", ir::Attribute::Int(2));
     fails(f, {{1, 2, 4}}, "input 5 (attention_bias) has shape [2,1,2,2]");
   }
+  {
+    Fused f;
+    attention(f, 4, 0);
+    f.Make("Attention").SetAttr("num_heads", ir::Attribute::Int(1));
+    fails(f, {{1, 2, 0}}, "hidden size of Q is 0");
+  }
+  {
+    Fused f;
+    attention(f, 4, 10);
+    ir::Node& n = f.Make("Attention", 2);
+    n.SetAttr("num_heads", ir::Attribute::Int(2));
+    n.SetAttr("qkv_hidden_sizes", ir::Attribute::Ints({4, 4, 2}));
+    fails(f, {{1, 2, 2}, {2, 1, 2, 2, 2}}, "output 1 (present) needs V's hidden size equal to K's");
+  }
 }
 
 // EmbedLayerNormalization: LayerNormalization(word[ids] + position[pos] +
