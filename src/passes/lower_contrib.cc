@@ -624,6 +624,14 @@ void LowerEmbedLayerNorm(ir::Graph& g, ir::Node* n, bool quantized) {
     return dequantized(r, k, what);
   };
   ir::Value* shape = Std(g, base, "Shape", "ids_shape", {ids})->output(0);
+  // segment_ids and mask have input_ids' shape, at run time too: a Reshape
+  // to it fails the run for another batch or length (rather than a batch of
+  // 1 broadcasting), as ONNX Runtime's kernel checks.
+  auto as_ids = [&](ir::Value* v, const char* what) {
+    return v ? Std(g, base, "Reshape", what, {v, shape})->output(0) : nullptr;
+  };
+  seg_ids = as_ids(seg_ids, "segment_ids_checked");
+  mask = as_ids(mask, "mask_checked");
   auto dim = [&](std::int64_t i, const char* what) {
     return Std(g, base, "Gather", what, {shape, IntScalar(g, base + "/dim", DType::kInt64, i)})->output(0);
   };

@@ -373,6 +373,33 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", save(m, "att_float_attr.onnx"), "--output", os.path.join(WORK, "af.kiln"))
         self.assertCleanError(rc, out, "Attention node 'att'", "attribute 'unidirectional' must be an int")
 
+    def test_embed_layernorm_inputs_of_another_batch_fail_at_run_time(self):
+        """com.microsoft EmbedLayerNormalization with symbolic dims: segment_ids and mask must have
+        input_ids' shape when the run's shapes are known (a batch of 1 must not broadcast)."""
+        rng = np.random.default_rng(0)
+        node = helper.make_node("EmbedLayerNormalization", ["ids", "seg", "word", "pos", "segemb", "g", "b", "mask"],
+                                ["y", "mi"], name="emb", domain="com.microsoft")
+        inits = [numpy_helper.from_array(rng.standard_normal(sh).astype(np.float32), k)
+                 for k, sh in (("word", (10, 4)), ("pos", (128, 4)), ("segemb", (2, 4)), ("g", (4,)), ("b", (4,)))]
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.INT32, [f"{n}_b", f"{n}_s"])
+                                            for n in ("ids", "seg", "mask")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["ids_b", "ids_s", 4]),
+                               helper.make_tensor_value_info("mi", TensorProto.INT32, ["ids_b"])], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)])
+        k = os.path.join(WORK, "emb.kiln")
+        rc, out = kiln("compile", "--model", save(m, "emb.onnx"), "--output", k)
+        self.assertEqual(rc, 0, out)
+        files = {}
+        for name, a in (("ids", [[1, 2, 3], [4, 5, 6]]), ("two", [[0, 1, 1], [0, 0, 1]]), ("one", [[0, 1, 1]])):
+            files[name] = os.path.join(WORK, f"emb_{name}.npy")
+            np.save(files[name], np.array(a, np.int32))
+        run = lambda seg, mask: kiln("run", k, "--input", f"0={files['ids']}", "--input", f"1={files[seg]}",
+                                     "--input", f"2={files[mask]}")
+        rc, out = run("two", "two")
+        self.assertEqual(rc, 0, out)
+        self.assertCleanError(*run("one", "two"), "emb/segment_ids_checked", "cannot reshape [1,3] to [2,3]")
+        self.assertCleanError(*run("two", "one"), "emb/mask_checked", "cannot reshape [1,3] to [2,3]")
+
     def test_external_data_inside_model_dir(self):
         path, w = self.external_model("ext_ok", "w.bin")
         k = os.path.join(WORK, "ext.kiln")
