@@ -128,6 +128,9 @@ class PatchDeconvKernel : public Kernel {
   static bool Applies(const KernelInit& init, const ops::DeconvGeometry& geo) {
     const ir::Node& node = *init.node;
     const Shape& w = init.inputs[1].shape;
+    // An empty input (a batch of 0): oneDNN's matmul takes no M of 0; the
+    // deconvolution does.
+    if (NumElements(init.inputs[0].shape) == 0) return false;
     if (node.GetInt(ops::kNhwcAttr, 0) == 0 || node.GetInt("group", 1) != 1 || w.size() != 4 ||
         !init.const_input(1) || (init.inputs.size() > 2 && init.inputs[2].present() && !init.const_input(2))) {
       return false;
