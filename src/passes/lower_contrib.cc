@@ -465,9 +465,14 @@ void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSp
   // The additive mask.
   ir::Value* filter = Scalar(g, base + "/mask_filter_value", DType::kFloat32, a.filter);
   ir::Value* zero_f = Scalar(g, base + "/zero", DType::kFloat32, 0.f);
+  // The scores' shape, made once when the mask or causality needs it.
+  ir::Value* score_shape = nullptr;
+  auto shape_of_scores = [&] {
+    if (!score_shape) score_shape = Std(g, base, "Shape", "score_shape", {scores})->output(0);
+    return score_shape;
+  };
   auto dim = [&](std::int64_t i, const char* what) {  // dim i of scores, a scalar int64
-    ir::Value* s = Std(g, base, "Shape", "shape", {scores})->output(0);
-    return Std(g, base, "Gather", what, {s, IntScalar(g, base + "/dim", DType::kInt64, i)})->output(0);
+    return Std(g, base, "Gather", what, {shape_of_scores(), IntScalar(g, base + "/dim", DType::kInt64, i)})->output(0);
   };
   auto positions = [&](ir::Value* n, const char* what) {  // [0, n) as int64
     return Std(g, base, "Range", what,
@@ -485,9 +490,8 @@ void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSp
     // a Reshape to the extents the scores have (the element count must
     // match), so a mask of another batch or length fails the run rather
     // than broadcasting.
-    ir::Value* score_shape = Std(g, base, "Shape", "score_shape", {scores})->output(0);
     auto score_dims = [&](std::vector<std::int64_t> idx, const char* what) {
-      return Std(g, base, "Gather", what, {score_shape, ints("dims", idx)})->output(0);
+      return Std(g, base, "Gather", what, {shape_of_scores(), ints("dims", idx)})->output(0);
     };
     auto reshaped = [&](ir::Value* v, std::vector<ir::Value*> parts, const char* what) {
       ir::Node* target = Std(g, base, "Concat", std::string(what) + "_shape", parts);

@@ -852,48 +852,40 @@ TEST(OrtEmbedLayerNorm, ErrorsNameTheCulprit) {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
   };
-  {
-    Fused f;
-    f.Data(std::vector<std::int32_t>{0, 1}, {1, 2}, DType::kInt32);
-    f.Data(std::vector<std::int32_t>{0, 1}, {1, 2}, DType::kInt32);
+  // input_ids (int32 [1, S] 0..S-1, or float32 where `float_ids`), an
+  // optional segment_ids, word [3, 3], position `pos`, no segment table,
+  // gamma [3].
+  auto embed = [](Fused& f, int seq, Shape pos, bool segment_ids = false, bool float_ids = false) {
+    std::vector<std::int32_t> ids(seq);
+    for (int i = 0; i < seq; ++i) ids[i] = i;
+    if (float_ids) f.Data(std::vector<float>(ids.begin(), ids.end()), {1, seq});
+    else f.Data(ids, {1, seq}, DType::kInt32);
+    if (segment_ids) f.Data(std::vector<std::int32_t>(seq, 0), {1, seq}, DType::kInt32);
+    else f.Absent();
     f.Const(Seq(9, 1, 1), {3, 3});
-    f.Const(Seq(6, 1, 1), {2, 3});
+    f.Const(Seq(static_cast<std::size_t>(pos[0] * pos[1]), 1, 1), pos);
     f.Absent();
     f.Const(Seq(3, 1, 1), {3});
     f.Make("EmbedLayerNormalization");
+  };
+  {
+    Fused f;
+    embed(f, 2, {2, 3}, /*segment_ids=*/true);
     fails(f, "inputs 1 (segment_ids) and 4 (segment_embedding) must be both present or both absent");
   }
   {
     Fused f;
-    f.Data(std::vector<std::int32_t>{0, 1}, {1, 2}, DType::kInt32);
-    f.Absent();
-    f.Const(Seq(9, 1, 1), {3, 3});
-    f.Const(Seq(8, 1, 1), {2, 4});
-    f.Absent();
-    f.Const(Seq(3, 1, 1), {3});
-    f.Make("EmbedLayerNormalization");
+    embed(f, 2, {2, 4});
     fails(f, "input 3 (position_embedding) has shape [2,4], expected [rows >= 1, 3]");
   }
   {
     Fused f;
-    f.Data(std::vector<float>{0, 1}, {1, 2});
-    f.Absent();
-    f.Const(Seq(9, 1, 1), {3, 3});
-    f.Const(Seq(6, 1, 1), {2, 3});
-    f.Absent();
-    f.Const(Seq(3, 1, 1), {3});
-    f.Make("EmbedLayerNormalization");
+    embed(f, 2, {2, 3}, false, /*float_ids=*/true);
     fails(f, "input type float32 is not supported (supported: int32)");
   }
   {
     Fused f;
-    f.Data(std::vector<std::int32_t>{0, 1, 2}, {1, 3}, DType::kInt32);
-    f.Absent();
-    f.Const(Seq(9, 1, 1), {3, 3});
-    f.Const(Seq(6, 1, 1), {2, 3});
-    f.Absent();
-    f.Const(Seq(3, 1, 1), {3});
-    f.Make("EmbedLayerNormalization");
+    embed(f, 3, {2, 3});
     fails(f, "sequence length 3 exceeds input 3 (position_embedding)'s 2 rows");
   }
 }
