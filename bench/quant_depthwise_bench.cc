@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     std::uniform_real_distribution<float> dist(0.f, 10.f);  // ties (x / s within 2^-13 of n + 0.5) rare
     for (auto& v : x) v = dist(rng);
     std::vector<float> sc(static_cast<std::size_t>(c), 1e-3f);
-    auto epi = [&](float* row, std::int64_t pixels, float*, float*) {
+    auto epi = [&](std::int64_t, float* row, std::int64_t pixels, float*, float*) {
       if (!rescale) return;
       for (std::int64_t p = 0; p < pixels; ++p)
         for (long j = 0; j < c; ++j) row[p * c + j] *= sc[static_cast<std::size_t>(j)];

@@ -33,6 +33,10 @@ struct QConvCase {
   // products summed in int16 (oneDNN's vpmaddubsw without VNNI) saturates.
   bool extreme = false;
   int zero_zps = 0;  // 1: the activation's zero point 0, 2: the output's, 3: both (oneDNN without those attributes)
+  // Added to every bias, + on even output channels, - on odd ones; and a
+  // factor on the weight scales (biases past 2^24 with outputs in range).
+  std::int64_t bias_base = 0;
+  float wscale_mul = 1.f;
 };
 
 // y = saturate(round(x_scale * w_scale[oc] / y_scale * (sum (x - xzp)(w - wzp) + B)) + yzp), uint8.
@@ -51,9 +55,10 @@ void CheckQLinearConv(const QConvCase& q) {
     wu[i] = static_cast<std::uint8_t>(v + 128);
   }
   std::vector<float> wscale(q.per_channel ? q.cout : 1);
-  for (auto& s : wscale) s = 0.002f + 0.001f * static_cast<float>(rng() % 10);
+  for (auto& s : wscale) s = (0.002f + 0.001f * static_cast<float>(rng() % 10)) * q.wscale_mul;
   std::vector<std::int32_t> bias(q.cout);
   for (auto& b : bias) b = static_cast<std::int32_t>(rng() % 2001) - 1000;
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] += static_cast<std::int32_t>(i % 2 ? -q.bias_base : q.bias_base);
   const float xs = 0.02f, ys = 0.05f;
   const int xzp = q.zero_zps & 1 ? 0 : q.int8_act ? -7 : 120, yzp = q.zero_zps & 2 ? 0 : q.int8_act ? 5 : 100;
   const int wzp = q.u8_weights ? 128 : 0;
@@ -332,6 +337,22 @@ TEST(QLinearConv, DepthwiseShapesAreExact) {
     q.per_channel = d.per_channel;
     CheckQLinearConv(q);
   }
+}
+// Biases past 2^24, where float(sum) + float(bias) is not float(sum +
+// bias): without VNNI a depthwise layer's sums are then requantised with
+// the bias added in int32 (RequantSums, quant.cc) rather than in float32
+// over tiled factors (RequantRunBiasAvx2). Outputs within 1 of the double
+// reference either way; a bias dropped or added twice is off by 60 or more.
+TEST(QLinearConv, DepthwiseBiasPastFloatPrecision) {
+  QConvCase q;
+  q.cin = q.cout = q.group = 24;
+  q.h = q.w = 9;
+  q.bias_base = (std::int64_t{1} << 24) + 12345;
+  q.wscale_mul = 1e-3f;  // (sum + bias) * scale within about +-75
+  CheckQLinearConv(q);
+  q.int8_act = true;
+  q.stride = 2;
+  CheckQLinearConv(q);
 }
 // Zero points of 0 (what a quantizer gives a ReLU's output): oneDNN's
 // primitive without zero-point attributes, a depthwise one on its brdgmm

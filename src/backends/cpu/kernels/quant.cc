@@ -1023,12 +1023,13 @@ bool SrcZeroPointAlwaysZero(const ir::Node* node) {
          p->output(2) == z && NonNegative(p->input(0));
 }
 
-// Whether 255 * sum_k |w[o, k]| <= 2^24 for every output channel o of
-// `rows` (the leading dim): then each int32 sum of 8-bit activations (and a
-// zero point's compensation) is exact in float32.
-bool SumsFitFloat(const HostTensor& w, bool u8w, std::int64_t rows) {
+// Whether 255 * sum_k |w[o, k]| + |bias[o]| <= 2^24 for every output
+// channel o of `rows` (the leading dim; bias empty: none): then each int32
+// sum of 8-bit activations (and a zero point's compensation) is exact in
+// float32, and so is float(sum) + float(bias), float(sum + bias).
+bool SumsWithBiasFitFloat(const HostTensor& w, bool u8w, std::int64_t rows, const std::vector<std::int32_t>& bias) {
   const std::int64_t n = NumElements(w.shape());
-  if (rows <= 0 || n % rows != 0) return false;
+  if (rows <= 0 || n % rows != 0 || (!bias.empty() && static_cast<std::int64_t>(bias.size()) != rows)) return false;
   const std::int64_t per = n / rows;
   for (std::int64_t o = 0; o < rows; ++o) {
     std::int64_t sum = 0;
@@ -1036,10 +1037,14 @@ bool SumsFitFloat(const HostTensor& w, bool u8w, std::int64_t rows) {
       const int v = u8w ? static_cast<int>(w.data_as<std::uint8_t>()[i]) - 128 : w.data_as<std::int8_t>()[i];
       sum += v < 0 ? -v : v;
     }
-    if (255 * sum > (std::int64_t{1} << 24)) return false;
+    const std::int64_t b = bias.empty() ? 0 : bias[static_cast<std::size_t>(o)];
+    if (255 * sum + (b < 0 ? -b : b) > (std::int64_t{1} << 24)) return false;
   }
   return true;
 }
+
+// The same without a bias.
+bool SumsFitFloat(const HostTensor& w, bool u8w, std::int64_t rows) { return SumsWithBiasFitFloat(w, u8w, rows, {}); }
 
 // Whether the weights' zero point (input `i`, constant or absent = 0) lets
 // oneDNN's int8 weights hold w - zp exactly: 0 for int8, 128 for uint8
@@ -1154,6 +1159,81 @@ void RequantRun(const float* a, const float* sc, float s, Q* o, std::int64_t n, 
   }
   for (; i < n; ++i) o[i] = RoundToQ<Q>(a[i] * (sc ? sc[i] : s), b, zp);
 }
+// QLinearConv's output from exact float32 sums (integers within 2^24):
+// o = saturate(round_even(float(sum + bias[c]) * scale[c]) + zp) over
+// `pixels` channels-last pixels of `channels` values, the sum and bias
+// added in int32 (the definition's order; the int16 kernel's kUInt8 /
+// kInt8 modes do the same), bias null: none. scale: one per channel
+// (finite). AVX2 eight channels at a time; the channels past the last
+// multiple of 8 a value at a time.
+template <typename Q>
+__attribute__((target("avx2"))) void RequantSumsAvx2(const float* sums, const std::int32_t* bias, const float* scale,
+                                                     Q* o, std::int64_t pixels, std::int64_t channels, float zp) {
+  const QBounds b = Bounds<Q>(zp);
+  const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
+  const __m256i z = _mm256_set1_epi32(static_cast<int>(zp));
+  const std::int64_t cv = channels / 8 * 8;
+  for (std::int64_t p = 0; p < pixels; ++p, sums += channels, o += channels) {
+    for (std::int64_t c = 0; c < cv; c += 8) {
+      __m256i acc = _mm256_cvttps_epi32(_mm256_loadu_ps(sums + c));  // exact: integers within 2^24
+      if (bias) acc = _mm256_add_epi32(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + c)));
+      const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(scale + c));
+      const __m256i r = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi)), z);
+      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+      const __m128i q = std::is_same_v<Q, std::uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + c), q);
+    }
+    for (std::int64_t c = cv; c < channels; ++c) {
+      const std::int32_t acc = static_cast<std::int32_t>(
+          static_cast<std::uint32_t>(static_cast<std::int32_t>(sums[c])) + static_cast<std::uint32_t>(bias ? bias[c] : 0));
+      o[c] = RoundToQ<Q>(static_cast<float>(acc) * scale[c], b, zp);
+    }
+  }
+}
+// The same where every float(sum) + float(bias) is exact (|sum| + |bias|
+// within 2^24; SumsWithBiasFitFloat): o[i] = saturate(round_even((a[i] +
+// bt[i]) * st[i]) + zp) over a run of n values with per-value factors
+// (tiled: TileRows), bt null: no bias. 32 at a time, packed as QuantizeAvx2
+// packs; then 8; the rest a value at a time. The float bias saves the
+// integer round trip: 0.5x the time of RequantSumsAvx2 (Zen 3).
+template <typename Q>
+__attribute__((target("avx2"))) void RequantRunBiasAvx2(const float* a, const float* bt, const float* st, Q* o,
+                                                        std::int64_t n, float zp) {
+  const QBounds b = Bounds<Q>(zp);
+  const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
+  const __m256i z = _mm256_set1_epi32(static_cast<int>(zp));
+  auto lanes = [&](std::int64_t i) __attribute__((always_inline, target("avx2"))) {
+    __m256 v = _mm256_loadu_ps(a + i);
+    if (bt) v = _mm256_add_ps(v, _mm256_loadu_ps(bt + i));
+    v = _mm256_mul_ps(v, _mm256_loadu_ps(st + i));
+    return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi)), z);
+  };
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) Store32(o + i, lanes(i), lanes(i + 8), lanes(i + 16), lanes(i + 24));
+  for (; i + 8 <= n; i += 8) {
+    const __m256i r = lanes(i);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    const __m128i q = std::is_same_v<Q, std::uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o + i), q);
+  }
+  for (; i < n; ++i) o[i] = RoundToQ<Q>((a[i] + (bt ? bt[i] : 0.f)) * st[i], b, zp);
+}
+template <typename Q>
+void RequantSums(const float* sums, const std::int32_t* bias, const float* scale, Q* o, std::int64_t pixels,
+                 std::int64_t channels, float zp) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    RequantSumsAvx2(sums, bias, scale, o, pixels, channels, zp);
+    return;
+  }
+  const QBounds b = Bounds<Q>(zp);
+  for (std::int64_t i = 0; i < pixels * channels; ++i) {
+    const std::int64_t c = i % channels;
+    const std::int32_t acc = static_cast<std::int32_t>(
+        static_cast<std::uint32_t>(static_cast<std::int32_t>(sums[i])) + static_cast<std::uint32_t>(bias ? bias[c] : 0));
+    o[i] = RoundToQ<Q>(static_cast<float>(acc) * scale[c], b, zp);
+  }
+}
 // Per-channel factors of channels-last rows tiled over whole rows: the
 // length, a multiple of lcm(channels, lanes) of at least 256 values, or 0
 // where lcm passes 4096 (or there are no channels). TileRows fills one.
@@ -1262,16 +1342,57 @@ __attribute__((target("avx"))) std::int64_t RescaleAvxRange(float* y, const floa
   FoldRange(vlo, vhi, lo, hi);
   return done;
 }
+// RescaleRowsAvx's loop for one activation, with or without the range: the
+// rows' per-channel factors in registers' reach (each row's channels swept
+// in order, no call or branch per row; a 112x112 map of 32 channels is
+// 12544 rows of four vectors, whose per-row calls with the activation and
+// the range tested in the loop cost as much as the arithmetic).
+template <int kAct, bool kRange>
+__attribute__((target("avx"))) void RescaleRowsAvxT(float* y, const float* s, const float* b, std::int64_t rows,
+                                                    std::int64_t channels, float al, float be, __m256* vlo,
+                                                    __m256* vhi) {
+  const __m256 zero = _mm256_setzero_ps(), va = _mm256_set1_ps(al), vb = _mm256_set1_ps(be);
+  __m256 lo = *vlo, hi = *vhi;
+  for (std::int64_t r = 0; r < rows; ++r, y += channels) {
+    for (std::int64_t c = 0; c < channels; c += 8) {
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(y + c), _mm256_loadu_ps(s + c));
+      if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + c));
+      if constexpr (kAct == 1) {
+        v = _mm256_max_ps(zero, v);  // v < 0 ? 0 : v
+      } else if constexpr (kAct == 2) {
+        v = _mm256_blendv_ps(v, _mm256_mul_ps(va, v), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+      } else if constexpr (kAct == 3) {
+        v = _mm256_min_ps(vb, _mm256_max_ps(va, v));  // min(max(v, al), be)
+      }
+      _mm256_storeu_ps(y + c, v);
+      if constexpr (kRange) {
+        lo = _mm256_min_ps(v, lo);
+        hi = _mm256_max_ps(v, hi);
+      }
+    }
+  }
+  *vlo = lo;
+  *vhi = hi;
+}
 // With lo / hi: the results' min and max folded in (NaNs skipped).
 __attribute__((target("avx"))) void RescaleRowsAvx(float* y, const float* s, const float* b, std::int64_t rows,
                                                    std::int64_t channels, int act, float al, float be,
                                                    float* lo = nullptr, float* hi = nullptr) {
+  __m256 vlo = _mm256_setzero_ps(), vhi = vlo;
+  auto run = [&](auto range) {
+    constexpr bool kRange = decltype(range)::value;
+    switch (act) {
+      case 1: RescaleRowsAvxT<1, kRange>(y, s, b, rows, channels, al, be, &vlo, &vhi); break;
+      case 2: RescaleRowsAvxT<2, kRange>(y, s, b, rows, channels, al, be, &vlo, &vhi); break;
+      case 3: RescaleRowsAvxT<3, kRange>(y, s, b, rows, channels, al, be, &vlo, &vhi); break;
+      default: RescaleRowsAvxT<0, kRange>(y, s, b, rows, channels, al, be, &vlo, &vhi); break;
+    }
+  };
   if (!lo) {
-    for (std::int64_t r = 0; r < rows; ++r) RescaleAvx(y + r * channels, s, b, true, channels, act, al, be);
+    run(std::false_type{});
     return;
   }
-  __m256 vlo = _mm256_setzero_ps(), vhi = vlo;
-  for (std::int64_t r = 0; r < rows; ++r) RescaleAvx(y + r * channels, s, b, true, channels, act, al, be, &vlo, &vhi);
+  run(std::true_type{});
   FoldRange(vlo, vhi, lo, hi);
 }
 
@@ -1664,16 +1785,31 @@ class DnnlQConvKernel : public Kernel {
     // it quantizes x's rows as its windows reach them and convolves them
     // from cache, so neither the float32 copy of x nor the uint8 one is
     // written (quant_depthwise.h). $KILN_INT8_QDEPTHWISE=off keeps them.
-    if (float_in_ && f32_allowed && depthwise && !pairs_exact && nhwc && x.size() == 4 && ws.size() == 4 &&
-        y.size() == 4 && QuantDepthwiseAvailable() && QuantDepthwiseEnabled()) {
+    // So does a channels-last 2-D depthwise QLinearConv (or rescaled
+    // ConvInteger) on uint8 / int8 activations, each input row widened
+    // into the ring as x - x_zp in float32: in place of the float32
+    // route's copy of x (int8 activations), and of oneDNN's int8 depthwise
+    // kernel (uint8 ones; exact there, one product per 32-bit lane) at
+    // stride 1, where that ran 1.4-1.8x the float32 kernel's time (static
+    // MobileNetV2, Zen 3: its six stride-1 layer shapes 0.85-0.89 of their
+    // time on it). Strided layers keep it (QuantDepthwise's were 1.2-1.4x
+    // its time there). QLinearConv requantises each row of sums as it is
+    // made (RequantRunBiasAvx2).
+    if (depthwise && !pairs_exact && nhwc && x.size() == 4 && ws.size() == 4 && y.size() == 4 &&
+        QuantDepthwiseAvailable() && QuantDepthwiseEnabled()) {
       KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
+      const bool strided = std::any_of(cw.strides.begin(), cw.strides.end(), [](std::int64_t v) { return v != 1; });
+      const DType xt = init.inputs[0].dtype;
+      const bool float_route = float_in_ && f32_allowed;
+      const bool byte_route = !float_in_ && !(dw_int8 && strided) && (!integer || rescale) &&
+                              (xt == DType::kUInt8 || xt == DType::kInt8) && SumsFitFloat(*w, u8w, cout);
       QuantDepthwiseShape ds;
       ds.n = x[0], ds.c = x[1], ds.h = x[2], ds.w = x[3], ds.oh = y[2], ds.ow = y[3];
       ds.kh = ws[2], ds.kw = ws[3], ds.sh = cw.strides[0], ds.sw = cw.strides[1];
       ds.dh = cw.dilations[0] + 1, ds.dw = cw.dilations[1] + 1;
       ds.pad_top = cw.pads_begin[0], ds.pad_left = cw.pads_begin[1];
       auto dw = std::make_shared<QuantDepthwise>();
-      if (dw->Plan(ds)) {
+      if ((float_route || byte_route) && dw->Plan(ds)) {
         dw->PackWeights(ShiftedWeights(*w, u8w).data());
         w->ReleasePages();
         qdw_ = dw;
@@ -1765,6 +1901,17 @@ class DnnlQConvKernel : public Kernel {
       const HostTensor* b = init.const_input(8);
       bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
       fbias_.assign(bias_.begin(), bias_.end());
+    }
+    if (qdw_ && !integer) {  // the requantisation's factors: one per channel
+      qdw_scales_.assign(static_cast<std::size_t>(cout), scales.empty() ? 0.f : scales[0]);
+      if (scales.size() == static_cast<std::size_t>(cout)) qdw_scales_ = scales;
+      // Where float(sum) + float(bias) is exact, RequantRunBiasAvx2 over
+      // whole rows with the factors tiled (TilePeriod, 32 lanes).
+      qdw_period_ = SumsWithBiasFitFloat(*w, u8w, cout, bias_) && __builtin_cpu_supports("avx2") ? TilePeriod(cout, 32) : 0;
+      if (qdw_period_ > 0) {
+        TileRows(qdw_scales_.data(), cout, qdw_period_, &qdw_st_);
+        if (!fbias_.empty()) TileRows(fbias_.data(), cout, qdw_period_, &qdw_bt_);
+      }
     }
     if (i16_ || qdw_) return true;  // no oneDNN primitive
     bool ok = false;
@@ -1879,7 +2026,7 @@ class DnnlQConvKernel : public Kernel {
   // int16-product kernel's rescaled route, which quantizes it row by row.
   // Or the float32 route of such an op, which quantizes it into its
   // float32 copy.
-  bool TakesFloatInput() const { return rescale_ && (i16_ || qdw_ || (f32_ && float_in_)); }
+  bool TakesFloatInput() const { return rescale_ && (i16_ || (f32_ && float_in_)); }
   // x_scale: input 0 is float32, quantized with *x_scale and input 2
   // (TakesFloatInput routes only).
   Status RunWith(const KernelArgs& a, const float* x_scale) {
@@ -1918,21 +2065,7 @@ class DnnlQConvKernel : public Kernel {
       if (range_) range_->valid = true;
       return Status::Ok();
     }
-    if (qdw_) {  // x quantized and convolved a few rows at a time; each output row rescaled as it is made
-      if (!x_scale) return Error(StatusCode::kInternal, "a quantized-input depthwise layer without its x_scale");
-      thread_local std::vector<float> sv, bv;
-      epilogue_.Load(a, cout_, sv, bv);
-      const float *sp = sv.data(), *bp = bv.data();
-      const std::int64_t channels = cout_;
-      const RescaleEpilogue& epi = epilogue_;
-      qdw_->Run(static_cast<const float*>(x), *x_scale, src_zp_, a.out_as<float>(0),
-                [sp, bp, channels, &epi](float* row, std::int64_t pixels, float* lo, float* hi) {
-                  epi.ApplyRows(row, sp, bp, pixels, channels, lo, hi);
-                },
-                range_ ? &range_->min : nullptr, range_ ? &range_->max : nullptr);
-      if (range_) range_->valid = true;
-      return Status::Ok();
-    }
+    if (qdw_) return RunDepthwise(a, x_scale);
     RunOneDnn(a, x, y, s, src_buf, dst_buf, xf, yf, x_scale);
     if (rescale_) {  // float(sum) -> act(float(sum) * S + B), in place
       thread_local std::vector<float> sv, bv;
@@ -1948,6 +2081,70 @@ class DnnlQConvKernel : public Kernel {
   std::size_t workspace_bytes() const override { return std::max(scratch_.bytes, zero_zp_scratch_.bytes); }
 
  private:
+  // QuantDepthwise's route: x's rows quantized (kiln.quantize_input) or
+  // widened into the ring and convolved a few rows at a time; each output
+  // row rescaled in place (kiln.rescale) or requantised into the 8-bit
+  // output as it is made.
+  Status RunDepthwise(const KernelArgs& a, const float* x_scale) {
+    if (float_in_ != (x_scale != nullptr)) {
+      return Error(StatusCode::kInternal, "a depthwise layer's input is not of the type it was planned for");
+    }
+    const QuantDepthwiseShape& ds = qdw_->shape();
+    const std::int64_t in_row = ds.w * ds.c, h = ds.h, values = ds.ow * ds.c, channels = ds.c;
+    const std::int32_t zp = src_zp_;
+    QuantDepthwise::RowSource source;
+    if (x_scale) {
+      const float* x = a.in_as<float>(0);
+      const float sc = *x_scale;
+      source = [x, sc, zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
+        QuantizeCenteredFloat(x + (n * h + iy) * in_row, dst, in_row, sc, zp);
+      };
+    } else if (x_type_ == DType::kUInt8) {
+      const auto* x = a.in_as<std::uint8_t>(0);
+      source = [x, zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
+        CenterToFloat(x + (n * h + iy) * in_row, dst, in_row, static_cast<float>(zp));
+      };
+    } else {
+      const auto* x = a.in_as<std::int8_t>(0);
+      source = [x, zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
+        CenterToFloat(x + (n * h + iy) * in_row, dst, in_row, static_cast<float>(zp));
+      };
+    }
+    if (rescale_) {
+      thread_local std::vector<float> sv, bv;
+      epilogue_.Load(a, cout_, sv, bv);
+      const float *sp = sv.data(), *bp = bv.data();
+      const RescaleEpilogue& epi = epilogue_;
+      qdw_->Run(source, a.out_as<float>(0),
+                [sp, bp, channels, &epi](std::int64_t, float* row, std::int64_t pixels, float* lo, float* hi) {
+                  epi.ApplyRows(row, sp, bp, pixels, channels, lo, hi);
+                },
+                range_ ? &range_->min : nullptr, range_ ? &range_->max : nullptr);
+      if (range_) range_->valid = true;
+      return Status::Ok();
+    }
+    const std::int32_t* bias = bias_.empty() ? nullptr : bias_.data();
+    const float* scale = qdw_scales_.data();
+    const float yzp = static_cast<float>(dst_zp_);
+    void* out = a.out(0);
+    const bool u8 = out_type_ == DType::kUInt8;
+    const std::int64_t period = qdw_period_;
+    const float* st = qdw_st_.data();
+    const float* bt = qdw_bt_.empty() ? nullptr : qdw_bt_.data();
+    qdw_->Run(source, nullptr, [=](std::int64_t r, float* sums, std::int64_t pixels, float*, float*) {
+      auto store = [&](auto* o) {
+        if (period > 0) {  // whole rows a run, the factors tiled
+          const std::int64_t n = pixels * channels;
+          for (std::int64_t i = 0; i < n; i += period) RequantRunBiasAvx2(sums + i, bt, st, o + i, std::min(period, n - i), yzp);
+        } else {
+          RequantSums(sums, bias, scale, o, pixels, channels, yzp);
+        }
+      };
+      if (u8) store(static_cast<std::uint8_t*>(out) + r * values);
+      else store(static_cast<std::int8_t*>(out) + r * values);
+    });
+    return Status::Ok();
+  }
   // The oneDNN primitive's part of Run: the float32 route's centred input,
   // layout reorders, the primitive.
   void RunOneDnn(const KernelArgs& a, const void* x, void* y, dnnl::stream& s, std::vector<std::uint8_t>& src_buf,
@@ -2008,6 +2205,11 @@ class DnnlQConvKernel : public Kernel {
   std::shared_ptr<const Int16Conv> i16_packed_;
   // kiln.quantize_input depthwise layers without VNNI (f32_ stays set).
   std::shared_ptr<QuantDepthwise> qdw_;
+  std::vector<float> qdw_scales_;  // its QLinearConv requantisation's factors, [cout]
+  // Where the bias adds exactly in float32: the factors tiled over
+  // qdw_period_ values (0: RequantSums instead).
+  std::int64_t qdw_period_ = 0;
+  std::vector<float> qdw_st_, qdw_bt_;
   // Depthwise ConvInteger: the primitive without a zero point, its weights
   // and arguments, for runs whose zero point is 0 (zero_zp_packed_ set).
   dnnl::convolution_forward zero_zp_prim_;

@@ -182,6 +182,15 @@ void QuantDepthwise::PackWeights(const std::int8_t* w) {
 
 void QuantDepthwise::Run(const float* x, float x_scale, std::int32_t x_zp, float* y, const RowEpilogue& epilogue,
                          float* range_min, float* range_max) const {
+  const std::int64_t in_row = s_.w * s_.c, h = s_.h;
+  Run([x, x_scale, x_zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
+        QuantizeCenteredFloat(x + (n * h + iy) * in_row, dst, in_row, x_scale, x_zp);
+      },
+      y, epilogue, range_min, range_max);
+}
+
+void QuantDepthwise::Run(const RowSource& source, float* y, const RowEpilogue& epilogue, float* range_min,
+                         float* range_max) const {
   const QuantDepthwiseShape& s = s_;
   const std::int64_t rows = s.n * s.oh, values = s.ow * s.c, in_row = s.w * s.c;
   const bool range = range_min && range_max;
@@ -196,12 +205,14 @@ void QuantDepthwise::Run(const float* x, float x_scale, std::int32_t x_zp, float
     thread_local std::vector<float> ring;
     thread_local std::vector<std::int64_t> held;
     thread_local std::vector<const float*> win;
+    thread_local std::vector<float> sums;  // an output row's sums where y is not given
     const std::size_t ring_len = static_cast<std::size_t>(span_ * row_len_ + 16);
     if (ring.size() < ring_len) ring.resize(ring_len);
     float* const ring0 = Align64(ring.data());
     const float* const zero = zero_.data() + zero_offset_;
     held.assign(static_cast<std::size_t>(span_), -1);
     win.resize(static_cast<std::size_t>(s.kh));
+    if (!y && sums.size() < static_cast<std::size_t>(values + 16)) sums.resize(static_cast<std::size_t>(values + 16));
     for (std::int64_t slot = 0; slot < span_; ++slot) {  // the pad columns: 0 (the zero point, centred)
       float* r = ring0 + slot * row_len_;
       std::fill(r, r + s.pad_left * s.c, 0.f);
@@ -225,16 +236,16 @@ void QuantDepthwise::Run(const float* x, float x_scale, std::int32_t x_zp, float
         const std::int64_t slot = iy % span_;
         float* dst = ring0 + slot * row_len_;
         if (held[static_cast<std::size_t>(slot)] != iy) {
-          QuantizeCenteredFloat(x + (n * s.h + iy) * in_row, dst + s.pad_left * s.c, in_row, x_scale, x_zp);
+          source(n, iy, dst + s.pad_left * s.c);
           held[static_cast<std::size_t>(slot)] = iy;
         }
         win[static_cast<std::size_t>(ky)] = dst;
       }
-      float* out = y + r * values;
+      float* out = y ? y + r * values : Align64(sums.data());
       if (fast == 1) Row3x3<1>(win.data(), w_.data(), out, s.ow, s.c);
       else if (fast == 2) Row3x3<2>(win.data(), w_.data(), out, s.ow, s.c);
       else DepthwiseRow(win.data(), w_.data(), out, s.ow, s.c, s.kh, s.kw, s.sw, s.dw);
-      epilogue(out, s.ow, range ? &lo : nullptr, range ? &hi : nullptr);
+      epilogue(r, out, s.ow, range ? &lo : nullptr, range ? &hi : nullptr);
     }
     if (range) {
       std::lock_guard<std::mutex> lock(mu);

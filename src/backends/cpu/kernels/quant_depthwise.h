@@ -1,25 +1,28 @@
-// Depthwise convolution of a dynamically quantized float32 input, for x86
-// CPUs without VNNI: a rescaled ConvInteger with kiln.quantize_input whose
+// Exact depthwise convolution of 8-bit operands for x86 CPUs without VNNI,
+// in float32 FMA: a rescaled ConvInteger with kiln.quantize_input whose
 // groups have one input and one output channel each (dynamic MobileNetV2's
-// 3x3 layers).
+// 3x3 layers), and a channels-last depthwise QLinearConv or rescaled
+// ConvInteger on uint8 / int8 activations (static MobileNetV2's).
 //
-// The operand is DynamicQuantizeLinear's uint8 of x minus its zero point
-// (QuantizeCenteredFloat, quant.h), held as float32: exact integers within
-// [-255, 255]. The weights are w - w_zp within [-128, 127], as float32.
-// Each output sums kh * kw products with FMA; while every sum stays within
-// 2^24 (the caller checks: SumsFitFloat) each step is exact, so the result
-// is the integer sum whatever the order, the definition bit for bit.
+// The operand is x minus its zero point as float32, exact integers within
+// [-255, 255]: DynamicQuantizeLinear's uint8 of a float32 x minus its zero
+// point (QuantizeCenteredFloat, quant.h), or the 8-bit input widened. The
+// weights are w - w_zp within [-128, 127], as float32. Each output sums
+// kh * kw products with FMA; while every sum stays within 2^24 (the caller
+// checks: SumsFitFloat) each step is exact, so the result is the integer
+// sum whatever the order, the definition bit for bit.
 //
-// Unlike the float32 route (quantize all of x into a float32 copy, then
-// oneDNN's float32 depthwise kernel), each worker quantizes the input rows
-// its output rows read into a ring of kh-window rows (zero columns either
-// side: a padded position is the zero point, so 0) as it reaches them, and
-// the convolution reads them from cache: the float32 copy of x (four times
-// the uint8 bytes) is never written to memory. Each output row is then
-// handed to the caller's epilogue (RescaleEpilogue's steps and range) while
-// it is still in cache.
+// Each worker fills the input rows its output rows read into a ring of
+// kh-window rows (zero columns either side: a padded position is the zero
+// point, so 0) as it reaches them, and the convolution reads them from
+// cache: no float32 copy of x is written to memory (a quantized-input
+// layer's float32 route wrote one; oneDNN's int8 depthwise kernel without
+// VNNI ran 1.4-1.8x the float32 one's time on MobileNetV2's stride-1
+// layers, Zen 3). Each output row of sums is then handed to the caller's
+// epilogue (RescaleEpilogue's steps and range, or QLinearConv's
+// requantisation into an 8-bit output) while it is still in cache.
 //
-// Layout: x NHWC [n, h, w, c] float32, y NHWC [n, oh, ow, c] float32;
+// Layout: x NHWC [n, h, w, c], y NHWC [n, oh, ow, c];
 // weights [c, 1, kh, kw] packed once as [kh * kw][c] float32.
 #pragma once
 
@@ -48,13 +51,21 @@ class QuantDepthwise {
   bool Plan(const QuantDepthwiseShape& s);
   // w: [c, 1, kh, kw], each value w - w_zp within [-128, 127].
   void PackWeights(const std::int8_t* w);
-  // Called once per output row with its ow * c float sums, in place: the
-  // caller's rescale. lo / hi (null: no range wanted) fold in the row's
-  // min and max.
-  using RowEpilogue = std::function<void(float* row, std::int64_t pixels, float* lo, float* hi)>;
-  // x quantized with x_scale and x_zp (QuantizeCenteredFloat); y the
-  // epilogue's results. With range_min / range_max: min(0, min) and
-  // max(0, max) over all rows, as the epilogue folded them.
+  // Fills `dst` with input row iy of image n (w * c values), x minus its
+  // zero point as float32 integers within [-255, 255].
+  using RowSource = std::function<void(std::int64_t n, std::int64_t iy, float* dst)>;
+  // Called once per output row `row` (n * oh + oy) with its ow * c float
+  // sums, in y's row where Run was given y (the caller's rescale, in
+  // place), else in a buffer of the worker's (the caller stores them its
+  // own way). lo / hi (null: no range wanted) fold in the results' min
+  // and max.
+  using RowEpilogue = std::function<void(std::int64_t row, float* sums, std::int64_t pixels, float* lo, float* hi)>;
+  // With range_min / range_max: min(0, min) and max(0, max) over all rows,
+  // as the epilogue folded them.
+  void Run(const RowSource& source, float* y, const RowEpilogue& epilogue, float* range_min = nullptr,
+           float* range_max = nullptr) const;
+  // x float32 quantized with x_scale and x_zp (QuantizeCenteredFloat); y
+  // the epilogue's results.
   void Run(const float* x, float x_scale, std::int32_t x_zp, float* y, const RowEpilogue& epilogue,
            float* range_min = nullptr, float* range_max = nullptr) const;
 
