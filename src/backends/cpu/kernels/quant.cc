@@ -196,6 +196,26 @@ __attribute__((target("avx2"), always_inline)) inline bool RoundedAwayFromTies(c
   }
   return _mm256_testz_ps(near, near);
 }
+// RoundedAwayFromTies with the quotient clamped to [lo, hi] first (integer
+// bounds: clamping is 1-Lipschitz and keeps a value's distance from the
+// half-integers between them, and a clamped value is an integer, so the
+// test and the rounding stay valid), so r[j] is the clamped rounded value
+// itself: no cut at 2^24 and no clamp after. The operand order keeps NaN
+// (vmaxps / vminps return their second operand when either is NaN), which
+// the tie test then flags. 8 vector ops a vector against 10.
+template <int kVecs>
+__attribute__((target("avx2"), always_inline)) inline bool ClampedAwayFromTies(const float* x, __m256 inv, __m256 lo,
+                                                                               __m256 hi, __m256* r) {
+  const __m256 near_tie = _mm256_set1_ps(0.5f - 0x1p-13f), sign = _mm256_set1_ps(-0.f);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m256 near = _mm256_setzero_ps();
+  for (int j = 0; j < kVecs; ++j) {
+    const __m256 v = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), inv)));
+    r[j] = _mm256_round_ps(v, kNearest);
+    near = _mm256_or_ps(near, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r[j])), near_tie, _CMP_NLT_UQ));
+  }
+  return _mm256_testz_ps(near, near);
+}
 template <typename Q>
 __attribute__((target("avx2"))) std::int64_t QuantizeAvx2(const float* x, Q* y, std::int64_t n, float s, float zp) {
   const QBounds b = Bounds<Q>(zp);
@@ -488,43 +508,13 @@ void DynamicQuantizeU8(const float* x, std::uint8_t* y, std::int64_t n, float s,
 }
 
 namespace {
-// QuantizeCenteredInt16 in AVX2, 16 at a time: QuantizeAvx2's multiply by
-// fl(1/s) and tie test (a group with a lane within 2^-13 of a
-// half-integer, or NaN, is computed again by the definition, a value at a
-// time), then the rounded values packed to int16 (saturating) and clamped
-// to [-zp, 255 - zp]: saturate(round(v) + zp) - zp, as clamping first
-// gives (the bounds are integers). Returns the count done.
+// QuantizeCenteredInt16 in AVX2, 16 at a time: x * fl(1/s) clamped to
+// [-zp, 255 - zp] and rounded with the tie test (ClampedAwayFromTies: a
+// group with a lane within 2^-13 of a half-integer, or NaN, is computed
+// again by the definition, a value at a time), then converted and packed
+// to int16 (exact: integers within the bounds). Returns the count done.
 __attribute__((target("avx2"))) std::int64_t QuantizeCenteredAvx2(const float* x, std::int16_t* y, std::int64_t n,
                                                                   float s, std::int32_t zp) {
-  const float inv = 1.f / s;
-  if (!std::isnormal(s) || !std::isnormal(inv)) return 0;
-  const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
-  const __m256 vinv = _mm256_set1_ps(inv);
-  const __m256i lo = _mm256_set1_epi16(static_cast<std::int16_t>(-zp)), hi = _mm256_set1_epi16(static_cast<std::int16_t>(255 - zp));
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 r[2];
-    if (!RoundedAwayFromTies<2>(x + i, vinv, r)) {
-      for (int j = 0; j < 16; ++j) {
-        y[i + j] = static_cast<std::int16_t>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
-      }
-      continue;
-    }
-    // Below -2^31 (or -inf) the conversion gives INT_MIN: saturated, then -zp.
-    __m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(r[0]), _mm256_cvtps_epi32(r[1]));
-    p = _mm256_permute4x64_epi64(p, 0xD8);  // the packs interleave 128-bit halves
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_min_epi16(_mm256_max_epi16(p, lo), hi));
-  }
-  return i;
-}
-}  // namespace
-
-namespace {
-// QuantizeCenteredFloat in AVX2, 16 at a time: QuantizeCenteredAvx2's
-// steps, the rounded value clamped to [-zp, 255 - zp] as float (the bounds
-// are integers, so clamping after rounding gives what clamping first does).
-__attribute__((target("avx2"))) std::int64_t QuantizeCenteredFloatAvx2(const float* x, float* y, std::int64_t n,
-                                                                       float s, std::int32_t zp) {
   const float inv = 1.f / s;
   if (!std::isnormal(s) || !std::isnormal(inv)) return 0;
   const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
@@ -532,14 +522,55 @@ __attribute__((target("avx2"))) std::int64_t QuantizeCenteredFloatAvx2(const flo
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m256 r[2];
-    if (!RoundedAwayFromTies<2>(x + i, vinv, r)) {  // near a tie, or NaN: the definition
+    if (!ClampedAwayFromTies<2>(x + i, vinv, lo, hi, r)) {
       for (int j = 0; j < 16; ++j) {
-        y[i + j] = static_cast<float>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
+        y[i + j] = static_cast<std::int16_t>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
       }
       continue;
     }
-    _mm256_storeu_ps(y + i, _mm256_min_ps(_mm256_max_ps(r[0], lo), hi));
-    _mm256_storeu_ps(y + i + 8, _mm256_min_ps(_mm256_max_ps(r[1], lo), hi));
+    __m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(r[0]), _mm256_cvtps_epi32(r[1]));
+    p = _mm256_permute4x64_epi64(p, 0xD8);  // the packs interleave 128-bit halves
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), p);
+  }
+  return i;
+}
+}  // namespace
+
+namespace {
+// QuantizeCenteredFloat in AVX2, 32 at a time: x * fl(1/s) clamped to
+// [-zp, 255 - zp] and rounded, with the tie test (ClampedAwayFromTies; a
+// group with a lane within 2^-13 of a half-integer, or NaN, is computed
+// again by the definition, a value at a time); the clamped value rounded
+// is what clamping the rounded value gives (the bounds are integers).
+// Then 16 at a time.
+__attribute__((target("avx2"))) std::int64_t QuantizeCenteredFloatAvx2(const float* x, float* y, std::int64_t n,
+                                                                       float s, std::int32_t zp) {
+  const float inv = 1.f / s;
+  if (!std::isnormal(s) || !std::isnormal(inv)) return 0;
+  const QBounds b = Bounds<std::uint8_t>(static_cast<float>(zp));
+  const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
+  auto by_definition = [&](std::int64_t i, int count) {
+    for (int j = 0; j < count; ++j) {
+      y[i + j] = static_cast<float>(RoundToQ<std::uint8_t>(x[i + j] / s, b, static_cast<float>(zp)) - zp);
+    }
+  };
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256 r[4];
+    if (!ClampedAwayFromTies<4>(x + i, vinv, lo, hi, r)) {  // near a tie, or NaN: the definition
+      by_definition(i, 32);
+      continue;
+    }
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(y + i + 8 * j, r[j]);
+  }
+  for (; i + 16 <= n; i += 16) {
+    __m256 r[2];
+    if (!ClampedAwayFromTies<2>(x + i, vinv, lo, hi, r)) {
+      by_definition(i, 16);
+      continue;
+    }
+    _mm256_storeu_ps(y + i, r[0]);
+    _mm256_storeu_ps(y + i + 8, r[1]);
   }
   return i;
 }
