@@ -105,6 +105,23 @@ TEST(Gemm, EmptyReductionGivesBetaTimesC) {
   ExpectEqual(Values<float>(z.value()[0]), std::vector<double>(static_cast<std::size_t>(m * n), 0.0));
 }
 
+// A batch of 0 against a constant matrix (B's leading dims broadcast from
+// 1): the output is empty, [0, 3, 6], with and without a fused bias (the
+// kernel broadcast 0 with 1 as 1 and asked oneDNN for a one-row output
+// from a 0-row A, which failed the load; fuzz).
+TEST(MatMul, EmptyBatchAgainstAMatrixIsEmpty) {
+  for (bool bias : {false, true}) {
+    SCOPED_TRACE(bias ? "fused bias" : "no bias");
+    std::vector<In> ins = {In(DType::kFloat32, {0, 3, 4}), F32T({4, 6}, Quarters(24, 3))};
+    if (bias) ins.push_back(F32T({6}, Quarters(6, 4)));
+    NodeRunner r("MatMul", 13, ins);
+    if (bias) r.Attr(ops::kBiasAttr, Int(1));
+    auto out = r.Run({F32T({0, 3, 4}, {})});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out.value()[0]->shape(), (Shape{0, 3, 6}));
+  }
+}
+
 // Resident bytes (smaps "Rss") of this process's mappings of files whose
 // path contains `part`.
 std::int64_t MappedRssBytes(const std::string& part) {

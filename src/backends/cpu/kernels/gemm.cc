@@ -345,7 +345,9 @@ Result<std::unique_ptr<Kernel>> MakeMatMul(const KernelInit& init) {
   while (a.size() < b.size()) a.insert(a.begin(), 1);
   while (b.size() < a.size()) b.insert(b.begin(), 1);
   Shape y(a.begin(), a.end() - 2);
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::max(a[i], b[i]);
+  // Broadcast: a dim of 1 takes the other's, 0 included (max would make
+  // [0] against [1] a row; fuzz: batch 0 reached oneDNN and failed to load).
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = a[i] == 1 ? b[i] : a[i];
   y.push_back(a[a.size() - 2]);
   y.push_back(b.back());
   if (a.back() == 0 && NumElements(y) != 0 && init.node->GetInt(ops::kBiasAttr, 0) == 1) {
