@@ -101,7 +101,7 @@ def save(path, node, inputs, output_type, output_shape, inits, p, opset=13):
                           [numpy_helper.from_array(np.asarray(p[v]), v) for v in inits])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
     onnx.save(model, path)
-    for suffix, (_, _, a) in zip("abc", inputs):
+    for suffix, (_, _, a) in zip("abcdefgh", inputs):
         np.save(path[:-5] + f"_{suffix}.npy", a)
 
 
@@ -520,6 +520,25 @@ ATTENTIONS = [
 ]
 
 
+def add_mask(kind, B, S, T, rng, names, data):
+    """An attention mask input of ONNX Runtime's forms ("": none; "1d": [B] key ends; "2b": [2B] ends
+    then starts, one batch entry with every key masked; "2d": [B, T] 0 / 1; "3d": [B, S, T]) appended
+    to the node's input names (an empty name for none) and to the data inputs."""
+    mask = None
+    if kind == "1d":
+        mask = rng.integers(1, T + 1, B).astype(np.int32)
+    elif kind == "2b":
+        mask = np.concatenate([rng.integers(T // 2, T + 1, B), rng.integers(0, T // 2, B)]).astype(np.int32)
+        mask[B - 1], mask[2 * B - 1] = 2, T + 3  # a batch entry with every key masked
+    elif kind == "2d":
+        mask = (rng.random((B, T)) > 0.3).astype(np.int32)
+    elif kind == "3d":
+        mask = (rng.random((B, S, T)) > 0.3).astype(np.int32)
+    names.append("mask" if mask is not None else "")
+    if mask is not None:
+        data.append(("mask", TensorProto.INT32, mask))
+
+
 def make_attention(path, case, rng):
     name, op, B, S, D, N, sizes, mask_kind, uni, past_len, extra = case
     C = sum(sizes)
@@ -552,19 +571,7 @@ def make_attention(path, case, rng):
         p.update(w=wq, bias=bias, xs=xs, ws=ws, xz=xz, wz=wz)
         inits += ["w", "bias", "xs", "ws", "xz", "wz"]
         names = ["x", "w", "bias", "xs", "ws"]
-    mask = None
-    if mask_kind == "1d":
-        mask = rng.integers(1, T + 1, B).astype(np.int32)
-    elif mask_kind == "2b":
-        mask = np.concatenate([rng.integers(T // 2, T + 1, B), rng.integers(0, T // 2, B)]).astype(np.int32)
-        mask[B - 1], mask[2 * B - 1] = 2, T + 3  # a batch entry with every key masked
-    elif mask_kind == "2d":
-        mask = (rng.random((B, T)) > 0.3).astype(np.int32)
-    elif mask_kind == "3d":
-        mask = (rng.random((B, S, T)) > 0.3).astype(np.int32)
-    names.append("mask" if mask is not None else "")
-    if mask is not None:
-        data.append(("mask", TensorProto.INT32, mask))
+    add_mask(mask_kind, B, S, T, rng, names, data)
     if op == "QAttention":
         names += ["xz", "wz"]
     if past_len is not None:
@@ -583,6 +590,70 @@ def make_attention(path, case, rng):
                                                                 [2, B, N, T, sizes[0] // N]))
         onnx.save(model, path)
     return len(data)
+
+
+# ONNX Runtime's MultiHeadAttention (what its transformer optimizer writes for attention with Q, K
+# and V projected apart: cross-attention, ViT, CLIP, decoders): name, batch, seq, kv length, hidden,
+# v hidden, num_heads, form ("3d": key / value [B, L, D]; "4d": split into heads), bias, mask ("",
+# "1d", "2d", "3d"), attention_bias, past length (None: no past), present outputs, unidirectional,
+# extra attributes.
+MHAS = [
+    ("mha q k v", 2, 5, 7, 16, 16, 2, "3d", False, "", False, None, False, 0, {}),
+    ("mha bias mask [B, L]", 2, 5, 7, 16, 16, 2, "3d", True, "2d", False, None, False, 0, {}),
+    ("mha mask [B]", 3, 4, 9, 24, 24, 3, "3d", True, "1d", False, None, False, 0, {}),
+    ("mha mask [B, S, T] attention_bias [1, N, S, T]", 2, 6, 6, 32, 32, 4, "3d", False, "3d", True, None, False, 0,
+     {}),
+    ("mha key value split into heads", 2, 5, 8, 16, 16, 2, "4d", False, "2d", False, None, False, 0, {}),
+    ("mha past unidirectional present", 2, 4, 4, 16, 16, 2, "3d", True, "", False, 3, True, 1, {}),
+    ("mha past mask [B, T] present", 2, 3, 3, 32, 32, 4, "3d", False, "2d", False, 5, True, 0, {}),
+    ("mha v size 8 scale filter", 1, 6, 10, 16, 8, 2, "3d", True, "2d", False, None, False, 0,
+     dict(scale=0.3, mask_filter_value=-50.0)),
+    ("mha unidirectional mask [B]", 2, 6, 6, 16, 16, 2, "3d", True, "1d", False, None, False, 1, {}),
+    ("mha present without past", 1, 5, 5, 16, 16, 4, "3d", True, "", False, None, True, 0, {}),
+]
+
+
+def make_mha(path, case, rng):
+    """The model; returns (data inputs, outputs)."""
+    _, B, S, L, D, DV, N, form, use_bias, mask_kind, use_ab, past_len, present, uni, extra = case
+    H, HV = D // N, DV // N
+    P = past_len or 0
+    T = P + L
+    q = rng.standard_normal((B, S, D)).astype(np.float32)
+    if form == "4d":
+        k = rng.standard_normal((B, N, L, H)).astype(np.float32)
+        v = rng.standard_normal((B, N, L, HV)).astype(np.float32)
+    else:
+        k = rng.standard_normal((B, L, D)).astype(np.float32)
+        v = rng.standard_normal((B, L, DV)).astype(np.float32)
+    data = [("q", TensorProto.FLOAT, q), ("k", TensorProto.FLOAT, k), ("v", TensorProto.FLOAT, v)]
+    names, inits, p = ["q", "k", "v"], [], {}
+    if use_bias:
+        p["bias"] = (rng.standard_normal(2 * D + DV) * 0.3).astype(np.float32)
+        inits.append("bias")
+    names.append("bias" if use_bias else "")
+    add_mask(mask_kind, B, S, T, rng, names, data)
+    names.append("ab" if use_ab else "")
+    if use_ab:
+        data.append(("ab", TensorProto.FLOAT, rng.standard_normal((1, N, S, T)).astype(np.float32)))
+    if past_len is not None:
+        data.append(("pk", TensorProto.FLOAT, rng.standard_normal((B, N, P, H)).astype(np.float32)))
+        data.append(("pv", TensorProto.FLOAT, rng.standard_normal((B, N, P, HV)).astype(np.float32)))
+        names += ["pk", "pv"]
+    while names and names[-1] == "":
+        names.pop()
+    outs = ["y"] + (["present_key", "present_value"] if present else [])
+    attrs = dict(num_heads=N, **extra)
+    if uni:
+        attrs["unidirectional"] = 1
+    node = helper.make_node("MultiHeadAttention", names, outs, domain="com.microsoft", **attrs)
+    save(path, node, data, TensorProto.FLOAT, [B, S, DV], inits, p)
+    if present:
+        model = onnx.load(path)
+        model.graph.output.append(helper.make_tensor_value_info("present_key", TensorProto.FLOAT, [B, N, T, H]))
+        model.graph.output.append(helper.make_tensor_value_info("present_value", TensorProto.FLOAT, [B, N, T, HV]))
+        onnx.save(model, path)
+    return len(data), len(outs)
 
 
 # ONNX Runtime's EmbedLayerNormalization / QEmbedLayerNormalization (BERT's embeddings as its
@@ -672,6 +743,12 @@ def relative_diff(got, ort):
 def same_bytes(x, y):
     """Equal type, and equal bytes."""
     return x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+def outputs(args, tag, indices):
+    """(Kiln's, ONNX Runtime's) output j of the last run_both of `tag`, for each j."""
+    load = lambda who, j: np.load(os.path.join(args.work, f"{who}_{tag}", f"output_{j}.npy"))
+    return [(load("kiln", j), load("ort", j)) for j in indices]
 
 
 def run_both(args, path, tag, inputs=("a",)):
@@ -785,20 +862,24 @@ def main():
             rel = relative_diff(got, ort)
             bad += not rel <= 1e-5
             print(f"{case[0]:48s} {rel:30.3g}")
+    print(f"\n{'MultiHeadAttention case':48s} {'max |Kiln - ORT| / max |ORT|':>30s} {'presents':>9s}")
+    for case in MHAS:
+        tag = file_tag(case[0])
+        path = os.path.join(args.work, tag + ".onnx")
+        n_data, n_out = make_mha(path, case, rng)
+        run_both(args, path, tag, tuple("abcdefgh"[:n_data]))
+        rel = max(relative_diff(*pair) for pair in outputs(args, tag, range(n_out)))
+        bad += not rel <= 1e-5
+        print(f"{case[0]:48s} {rel:30.3g} {n_out - 1:9d}")
     print(f"\n{'(Q)EmbedLayerNormalization case':48s} {'max |Kiln - ORT| / max |ORT|':>30s} {'mask_index equal':>17s}")
     for case in EMBEDS:
         tag = file_tag(case[0])
         path = os.path.join(args.work, tag + ".onnx")
         n_data, n_out = make_embed(path, case, rng)
         run_both(args, path, tag, tuple("abc"[:n_data]))
-        rel, mask_same = 0.0, True
-        for j in range(n_out):
-            got = np.load(os.path.join(args.work, f"kiln_{tag}", f"output_{j}.npy"))
-            ort = np.load(os.path.join(args.work, f"ort_{tag}", f"output_{j}.npy"))
-            if j == 1:
-                mask_same = same_bytes(got, ort)
-            else:
-                rel = max(rel, relative_diff(got, ort))
+        pairs = outputs(args, tag, range(n_out))
+        mask_same = same_bytes(*pairs[1])
+        rel = max(relative_diff(*pair) for j, pair in enumerate(pairs) if j != 1)
         bad += not (rel <= 1e-5 and mask_same)
         print(f"{case[0]:48s} {rel:30.3g} {str(mask_same):>17s}")
     print("\nONNX Runtime's optimized dynamic MLP: Kiln on it against Kiln on the unoptimized file, and ONNX Runtime")

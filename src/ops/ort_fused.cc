@@ -254,13 +254,10 @@ Result<std::array<std::int64_t, 3>> AttentionSizes(InferContext& c, std::int64_t
   return sz;
 }
 
-// What Attention and QAttention share after the projection: the
-// attributes, mask_index (int32: [B] end positions, [2B] end and start
-// positions, [B, T] 0/1, [B, S, T] 0/1), past ([2, B, N, P, H]) and
-// attention_bias ([B or 1, N or 1, S, T]); sets output [B, S, v] and
-// present [2, B, N, T, H].
-Status InferAttentionTail(InferContext& c, const Shape& x, const std::array<std::int64_t, 3>& sz, int mask_i,
-                          int past_i, int bias_i) {
+// The attention attributes every form checks: rotary embedding and a
+// shared past / present buffer refused; unidirectional 0 or 1;
+// mask_filter_value finite; scale finite and >= 0 (0: 1 / sqrt(head size)).
+Status CheckAttentionAttrs(InferContext& c) {
   const ir::Node& n = c.node();
   for (const char* a : {"do_rotary", "past_present_share_buffer"}) {
     if (n.GetInt(a, 0) != 0) return c.Fail("attribute '", a, "' = ", n.GetInt(a, 0), " is not supported");
@@ -272,6 +269,57 @@ Status InferAttentionTail(InferContext& c, const Shape& x, const std::array<std:
   if (!std::isfinite(scale) || scale < 0.f) {
     return c.Fail("attribute 'scale' must be finite and >= 0 (0: 1 / sqrt(head size)), found ", scale);
   }
+  return Status::Ok();
+}
+
+// The mask (input mask_i, int32: [B] end positions, [2B] end and start
+// positions where `starts`, [B, T] 0/1, [B, S, T] 0/1) and attention_bias
+// (input bias_i, [B or 1, N or 1, S, T]) of an attention of `heads` heads
+// over batch B, S queries and T keys in all (past included).
+Status CheckMaskAndBias(InferContext& c, int mask_i, const char* mask_name, bool starts, int bias_i,
+                        std::int64_t batch, std::int64_t heads, std::int64_t seq, std::int64_t total) {
+  if (c.has_input(mask_i)) {
+    if (c.in_dtype(mask_i) != DType::kInt32) {
+      return c.Fail("input ", mask_i, " (", mask_name, ") has type ", DTypeName(c.in_dtype(mask_i)),
+                    ", expected int32");
+    }
+    const Shape& m = c.in_shape(mask_i);
+    bool ok = false;
+    if (m.size() == 1) {
+      // The rewrite tells [B] from [2B] by the lengths, so they must be known.
+      ok = m[0] >= 0 && batch >= 0 && (m[0] == batch || (starts && m[0] == 2 * batch));
+    } else if (m.size() == 2) {
+      ok = !Differ(m[0], batch) && !Differ(m[1], total);
+    } else if (m.size() == 3) {
+      ok = !Differ(m[0], batch) && !Differ(m[1], seq) && !Differ(m[2], total);
+    }
+    if (!ok) {
+      return c.Fail("input ", mask_i, " (", mask_name, ") has shape ", ShapeToString(m), ", expected [", batch, "], ",
+                    starts ? "[2 x " + std::to_string(batch) + "], " : std::string(), "[", batch, ", ", total,
+                    "] or [", batch, ", ", seq, ", ", total, "]");
+    }
+  }
+  if (bias_i >= 0 && c.has_input(bias_i)) {
+    KILN_RETURN_IF_ERROR(CheckFloat(c, bias_i, "attention_bias"));
+    const Shape& b = c.in_shape(bias_i);
+    if (b.size() != 4 || (b[0] != 1 && Differ(b[0], batch)) || (b[1] != 1 && Differ(b[1], heads)) ||
+        Differ(b[2], seq) || Differ(b[3], total)) {
+      return c.Fail("input ", bias_i, " (attention_bias) has shape ", ShapeToString(b), ", expected [", batch,
+                    " or 1, ", heads, " or 1, ", seq, ", ", total, "]");
+    }
+  }
+  return Status::Ok();
+}
+
+// What Attention and QAttention share after the projection: the
+// attributes, mask_index (int32: [B] end positions, [2B] end and start
+// positions, [B, T] 0/1, [B, S, T] 0/1), past ([2, B, N, P, H]) and
+// attention_bias ([B or 1, N or 1, S, T]); sets output [B, S, v] and
+// present [2, B, N, T, H].
+Status InferAttentionTail(InferContext& c, const Shape& x, const std::array<std::int64_t, 3>& sz, int mask_i,
+                          int past_i, int bias_i) {
+  const ir::Node& n = c.node();
+  KILN_RETURN_IF_ERROR(CheckAttentionAttrs(c));
   const std::int64_t heads = n.GetInt("num_heads", 0), batch = x[0], seq = x[1];
   const std::int64_t head = sz[0] / heads;
   std::int64_t past = 0;
@@ -289,34 +337,7 @@ Status InferAttentionTail(InferContext& c, const Shape& x, const std::array<std:
   if (past >= 0 && seq >= 0) {
     KILN_ASSIGN_OR_RETURN(total, AddDims(c, past, seq, "past + sequence length"));
   }
-  if (c.has_input(mask_i)) {
-    if (c.in_dtype(mask_i) != DType::kInt32) {
-      return c.Fail("input ", mask_i, " (mask_index) has type ", DTypeName(c.in_dtype(mask_i)), ", expected int32");
-    }
-    const Shape& m = c.in_shape(mask_i);
-    bool ok = false;
-    if (m.size() == 1) {
-      // The rewrite tells [B] from [2B] by the lengths, so they must be known.
-      ok = m[0] >= 0 && batch >= 0 && (m[0] == batch || m[0] == 2 * batch);
-    } else if (m.size() == 2) {
-      ok = !Differ(m[0], batch) && !Differ(m[1], total);
-    } else if (m.size() == 3) {
-      ok = !Differ(m[0], batch) && !Differ(m[1], seq) && !Differ(m[2], total);
-    }
-    if (!ok) {
-      return c.Fail("input ", mask_i, " (mask_index) has shape ", ShapeToString(m), ", expected [", batch, "], [2 x ",
-                    batch, "], [", batch, ", ", total, "] or [", batch, ", ", seq, ", ", total, "]");
-    }
-  }
-  if (bias_i >= 0 && c.has_input(bias_i)) {
-    KILN_RETURN_IF_ERROR(CheckFloat(c, bias_i, "attention_bias"));
-    const Shape& b = c.in_shape(bias_i);
-    if (b.size() != 4 || (b[0] != 1 && Differ(b[0], batch)) || (b[1] != 1 && Differ(b[1], heads)) ||
-        Differ(b[2], seq) || Differ(b[3], total)) {
-      return c.Fail("input ", bias_i, " (attention_bias) has shape ", ShapeToString(b), ", expected [", batch,
-                    " or 1, ", heads, " or 1, ", seq, ", ", total, "]");
-    }
-  }
+  KILN_RETURN_IF_ERROR(CheckMaskAndBias(c, mask_i, "mask_index", true, bias_i, batch, heads, seq, total));
   c.SetOutput(0, DType::kFloat32, {batch, seq, sz[2]});
   if (c.num_outputs() > 1 && n.output(1)) {
     if (sz[1] != sz[2]) return c.Fail("output 1 (present) needs V's hidden size equal to K's");
@@ -518,6 +539,121 @@ Status InferQEmbedLayerNorm(InferContext& c) {
   return SetEmbedOutputs(c, ids, hidden);
 }
 
+// MultiHeadAttention(query [B, S, D], key, value, bias?, key_padding_mask?,
+// attention_bias?, past_key?, past_value?) -> output [B, S, Dv],
+// present_key?, present_value? (ONNX Runtime's CPU kernel's forms): key
+// [B, L, D] and value [B, L, Dv], each projected slice plus its part of
+// bias [D + D + Dv]; or key and value already split into heads, [B, N, L,
+// H] and [B, N, L, Hv] (cross-attention's cached K and V; no bias there,
+// no past); past_key [B, N, P, H] and past_value [B, N, P, Hv] together.
+// Refused, each named: packed QKV in query, packed KV in key (ONNX
+// Runtime's CPU kernel refuses both), past_sequence_length,
+// cache_indirection and the qk output.
+Status InferMultiHeadAttention(InferContext& c) {
+  const ir::Node& n = c.node();
+  const std::int64_t heads = n.GetInt("num_heads", 0);
+  KILN_RETURN_IF_ERROR(CheckAttrRange(c, "num_heads", heads, 1));
+  KILN_RETURN_IF_ERROR(CheckAttentionAttrs(c));
+  if (c.has_input(8)) return c.Fail("input 8 (past_sequence_length) is not supported");
+  if (c.has_input(9)) return c.Fail("input 9 (cache_indirection) is not supported");
+  if (c.num_outputs() > 3 && n.output(3)) return c.Fail("output 3 (qk) is not supported");
+  KILN_RETURN_IF_ERROR(CheckFloat(c, 0, "query"));
+  const Shape& q = c.in_shape(0);
+  if (q.size() == 5) return c.Fail("input 0 (query) is packed Q, K and V ", ShapeToString(q), ", which is not supported");
+  if (q.size() != 3) return c.Fail("input 0 (query) has shape ", ShapeToString(q), ", expected [batch, sequence, hidden]");
+  const std::int64_t batch = q[0], seq = q[1], hidden = q[2];
+  if (hidden < 0) return c.Fail("input 0 (query) needs a known hidden size, found ", ShapeToString(q));
+  if (hidden == 0 || hidden % heads != 0) {
+    return c.Fail("input 0 (query) has hidden size ", hidden, ", expected a positive multiple of num_heads (", heads, ")");
+  }
+  const std::int64_t head = hidden / heads;
+  if (c.has_input(1) && c.in_shape(1).size() == 5) {
+    return c.Fail("input 1 (key) is packed K and V ", ShapeToString(c.in_shape(1)), ", which is not supported");
+  }
+  if (!c.has_input(1) || !c.has_input(2)) {
+    return c.Fail("inputs 1 (key) and 2 (value) are required (packed Q, K and V in query is not supported)");
+  }
+  KILN_RETURN_IF_ERROR(CheckFloat(c, 1, "key"));
+  KILN_RETURN_IF_ERROR(CheckFloat(c, 2, "value"));
+  const Shape& k = c.in_shape(1);
+  const Shape& v = c.in_shape(2);
+  std::int64_t kv_len = -1, v_hidden = -1;
+  if (k.size() == 3) {
+    if (Differ(k[0], batch) || Differ(k[2], hidden)) {
+      return c.Fail("input 1 (key) has shape ", ShapeToString(k), ", expected [", batch, ", kv length, ", hidden, "]");
+    }
+    if (v.size() != 3 || Differ(v[0], batch) || Differ(v[1], k[1]) || v[2] < 0) {
+      return c.Fail("input 2 (value) has shape ", ShapeToString(v), ", expected [", batch, ", ", k[1],
+                    ", v hidden] (a known v hidden)");
+    }
+    kv_len = k[1];
+    v_hidden = v[2];
+  } else if (k.size() == 4) {
+    if (Differ(k[0], batch) || Differ(k[1], heads) || Differ(k[3], head)) {
+      return c.Fail("input 1 (key) has shape ", ShapeToString(k), ", expected [", batch, ", ", heads, ", kv length, ",
+                    head, "]");
+    }
+    if (v.size() != 4 || Differ(v[0], batch) || Differ(v[1], heads) || Differ(v[2], k[2]) || v[3] < 0) {
+      return c.Fail("input 2 (value) has shape ", ShapeToString(v), ", expected [", batch, ", ", heads, ", ", k[2],
+                    ", v head size] (a known v head size)");
+    }
+    if (c.has_input(3)) return c.Fail("input 3 (bias) with key and value split into heads is not supported");
+    if (c.has_input(6) || c.has_input(7)) {
+      return c.Fail("inputs 6 and 7 (past_key, past_value) with key and value split into heads are not supported");
+    }
+    kv_len = k[2];
+    KILN_ASSIGN_OR_RETURN(v_hidden, MulDims(c, v[3], heads, "v hidden size"));
+  } else {
+    return c.Fail("input 1 (key) has shape ", ShapeToString(k), ", expected [", batch, ", kv length, ", hidden,
+                  "] or [", batch, ", ", heads, ", kv length, ", head, "]");
+  }
+  if (v_hidden == 0 || v_hidden % heads != 0) {
+    return c.Fail("input 2 (value) has hidden size ", v_hidden, ", expected a positive multiple of num_heads (", heads,
+                  ")");
+  }
+  const std::int64_t v_head = v_hidden / heads;
+  if (c.has_input(3)) {
+    std::int64_t all = 0;
+    KILN_ASSIGN_OR_RETURN(all, AddDims(c, hidden, hidden, "bias size"));
+    KILN_ASSIGN_OR_RETURN(all, AddDims(c, all, v_hidden, "bias size"));
+    KILN_RETURN_IF_ERROR(CheckVector(c, 3, "bias", all));
+  }
+  std::int64_t past = 0;
+  if (c.has_input(6) != c.has_input(7)) return c.Fail("inputs 6 (past_key) and 7 (past_value) go together");
+  if (c.has_input(6)) {
+    KILN_RETURN_IF_ERROR(CheckFloat(c, 6, "past_key"));
+    KILN_RETURN_IF_ERROR(CheckFloat(c, 7, "past_value"));
+    const Shape& pk = c.in_shape(6);
+    const Shape& pv = c.in_shape(7);
+    if (pk.size() != 4 || Differ(pk[0], batch) || Differ(pk[1], heads) || Differ(pk[3], head)) {
+      return c.Fail("input 6 (past_key) has shape ", ShapeToString(pk), ", expected [", batch, ", ", heads,
+                    ", past length, ", head, "]");
+    }
+    if (pv.size() != 4 || Differ(pv[0], batch) || Differ(pv[1], heads) || Differ(pv[2], pk[2]) ||
+        Differ(pv[3], v_head)) {
+      return c.Fail("input 7 (past_value) has shape ", ShapeToString(pv), ", expected [", batch, ", ", heads, ", ",
+                    pk[2], ", ", v_head, "]");
+    }
+    past = pk[2];
+  }
+  std::int64_t total = -1;
+  if (past >= 0 && kv_len >= 0) {
+    KILN_ASSIGN_OR_RETURN(total, AddDims(c, past, kv_len, "past + kv length"));
+  }
+  // ONNX Runtime's causal mask is self-attention's: query i sees keys up
+  // to P + i. Keys of another length (unknown ones: checked at run time)
+  // are refused.
+  if (n.GetInt("unidirectional", 0) == 1 && Differ(kv_len, seq)) {
+    return c.Fail("attribute 'unidirectional' with ", kv_len, " keys for ", seq,
+                  " queries (cross-attention) is not supported");
+  }
+  KILN_RETURN_IF_ERROR(CheckMaskAndBias(c, 4, "key_padding_mask", false, 5, batch, heads, seq, total));
+  c.SetOutput(0, DType::kFloat32, {batch, seq, v_hidden});
+  if (c.num_outputs() > 1 && n.output(1)) c.SetOutput(1, DType::kFloat32, {batch, heads, total, head});
+  if (c.num_outputs() > 2 && n.output(2)) c.SetOutput(2, DType::kFloat32, {batch, heads, total, v_head});
+  return Status::Ok();
+}
+
 }  // namespace
 
 // The kinds of the attributes these ops take (com.microsoft attributes get
@@ -575,6 +711,10 @@ void RegisterOrtFusedOps(OpRegistry& r) {
                   InferAttention);
   att.max_outputs = 2;
   ms(att);
+  OpDef mha = Def("MultiHeadAttention", {1}, 1, 10, {"num_heads", "unidirectional", "mask_filter_value", "scale"},
+                  InferMultiHeadAttention);
+  mha.max_outputs = 4;
+  ms(mha);
   OpDef qatt = Def("QAttention", {1}, 5, 9,
                    {"num_heads", "unidirectional", "mask_filter_value", "scale", "do_rotary", "rotary_embedding_dim",
                     "past_present_share_buffer"},

@@ -402,10 +402,23 @@ ir::Value* IntScalar(ir::Graph& g, const std::string& name, DType t, std::int64_
 }
 
 struct AttentionSpec {
-  ir::Value *qkv, *mask, *past, *attn_bias, *out, *present;
-  std::int64_t heads, q_hidden, v_hidden, mask_len, batch;
-  float filter, scale;
-  bool causal;
+  // qkv: the packed projection [B, S, q + k + v] (Attention), else q, k
+  // and v apart (MultiHeadAttention): q [B, S, q], k and v [B, L, k] and
+  // [B, L, v], or with kv_split [B, N, L, H] already.
+  ir::Value *qkv = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
+  bool kv_split = false;
+  // past: [2, B, N, P, H] stacked (Attention), or past_k / past_v apart;
+  // present: stacked, or present_k / present_v apart.
+  ir::Value *mask = nullptr, *past = nullptr, *past_k = nullptr, *past_v = nullptr, *attn_bias = nullptr;
+  ir::Value *out = nullptr, *present = nullptr, *present_k = nullptr, *present_v = nullptr;
+  std::int64_t heads = 1, q_hidden = 0, v_hidden = 0, mask_len = -1, batch = -1;
+  float filter = -10000.f, scale = 0.f;
+  bool causal = false;
+  bool mask_starts = true;  // a 1-D mask of 2B values holds end and start positions
+  // unidirectional where the keys need not be the queries (MultiHeadAttention):
+  // the new keys' count L, a scalar int64 that must equal S at run time
+  // (ONNX Runtime's causal mask is self-attention's).
+  ir::Value* causal_keys = nullptr;
 };
 
 // The attention of ONNX Runtime's kernel on the packed projection qkv
@@ -427,28 +440,37 @@ void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSp
     t->SetAttr("perm", ir::Attribute::Ints(p));
     return t->output(0);
   };
-  const std::string split_name = g.UniqueName(base + "/split_qkv");
-  ir::Value *q = g.AddValue(g.UniqueName(split_name + "_q")), *k = g.AddValue(g.UniqueName(split_name + "_k")),
-            *v = g.AddValue(g.UniqueName(split_name + "_v"));
-  ir::Node* split =
-      g.AddNode("Split", split_name, {a.qkv, ints("qkv_sizes", {a.q_hidden, a.q_hidden, a.v_hidden})}, {q, k, v});
-  split->set_since_version(13);
-  split->SetAttr("axis", ir::Attribute::Int(-1));
+  ir::Value *q = a.q, *k = a.k, *v = a.v;
+  if (a.qkv) {
+    const std::string split_name = g.UniqueName(base + "/split_qkv");
+    q = g.AddValue(g.UniqueName(split_name + "_q")), k = g.AddValue(g.UniqueName(split_name + "_k")),
+    v = g.AddValue(g.UniqueName(split_name + "_v"));
+    ir::Node* split =
+        g.AddNode("Split", split_name, {a.qkv, ints("qkv_sizes", {a.q_hidden, a.q_hidden, a.v_hidden})}, {q, k, v});
+    split->set_since_version(13);
+    split->SetAttr("axis", ir::Attribute::Int(-1));
+  }
   auto heads_first = [&](ir::Value* t, std::int64_t h, const char* what) {
     ir::Value* r = Std(g, base, "Reshape", std::string(what) + "_heads", {t, ints("heads_shape", {0, 0, a.heads, h})})
                        ->output(0);
     return perm(r, what, {0, 2, 1, 3});
   };
   q = heads_first(q, head, "q");
-  k = heads_first(k, head, "k");
-  v = heads_first(v, v_head, "v");
+  if (!a.kv_split) {
+    k = heads_first(k, head, "k");
+    v = heads_first(v, v_head, "v");
+  }
+  ir::Value *past_k = a.past_k, *past_v = a.past_v;
   if (a.past) {
     auto half = [&](std::int64_t i, const char* what) {
       return Std(g, base, "Gather", what, {a.past, IntScalar(g, base + "/index", DType::kInt64, i)})->output(0);
     };
-    ir::Node* ck = Std(g, base, "Concat", "concat_past_k", {half(0, "past_k"), k});
+    past_k = half(0, "past_k"), past_v = half(1, "past_v");
+  }
+  if (past_k) {
+    ir::Node* ck = Std(g, base, "Concat", "concat_past_k", {past_k, k});
     ck->SetAttr("axis", ir::Attribute::Int(2));
-    ir::Node* cv = Std(g, base, "Concat", "concat_past_v", {half(1, "past_v"), v});
+    ir::Node* cv = Std(g, base, "Concat", "concat_past_v", {past_v, v});
     cv->SetAttr("axis", ir::Attribute::Int(2));
     k = ck->output(0), v = cv->output(0);
   }
@@ -458,6 +480,8 @@ void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSp
     ir::Value* pv = Std(g, base, "Unsqueeze", "present_v", {v, zero})->output(0);
     Std(g, base, "Concat", "present", {pk, pv}, a.present)->SetAttr("axis", ir::Attribute::Int(0));
   }
+  if (a.present_k) Std(g, base, "Identity", "present_key", {k}, a.present_k);
+  if (a.present_v) Std(g, base, "Identity", "present_value", {v}, a.present_v);
   ir::Value* scores = Std(g, base, "MatMul", "scores", {q, perm(k, "k_transposed", {0, 1, 3, 2})})->output(0);
   const float scale = a.scale != 0.f ? a.scale : 1.0f / std::sqrt(static_cast<float>(head));
   scores = Std(g, base, "Mul", "scale", {scores, Scalar(g, base + "/scale", DType::kFloat32, scale)})->output(0);
@@ -505,7 +529,7 @@ void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSp
       ir::Value* pos = positions(total, "key_positions");
       ir::Value* m = Std(g, base, "Cast", "mask_int64", {a.mask})->output(0);
       m->producer()->SetAttr("to", ir::Attribute::Int(static_cast<std::int64_t>(DType::kInt64)));
-      const bool starts = a.mask_len == 2 * a.batch && a.batch != a.mask_len;
+      const bool starts = a.mask_starts && a.mask_len == 2 * a.batch && a.batch != a.mask_len;
       ir::Value* batch = score_dims({0}, "batch");
       ir::Value *end = m, *start = nullptr;
       if (starts) {
@@ -537,6 +561,10 @@ void LowerAttentionTail(ir::Graph& g, const std::string& base, const AttentionSp
     ir::Value* seq = dim(2, "sequence_length");
     ir::Value* past_len = Std(g, base, "Sub", "past_length", {total, seq})->output(0);
     ir::Value* rows = positions(seq, "query_positions");
+    if (a.causal_keys) {  // [S] reshaped to [L]: a run with L != S fails here rather than mask wrongly
+      ir::Value* len = Std(g, base, "Unsqueeze", "key_length_1d", {a.causal_keys, ints("axis0", {0})})->output(0);
+      rows = Std(g, base, "Reshape", "query_positions_as_keys", {rows, len})->output(0);
+    }
     rows = Std(g, base, "Add", "query_end", {rows, past_len})->output(0);
     rows = Std(g, base, "Unsqueeze", "query_column", {rows, ints("column", {1})})->output(0);
     ir::Value* later = Std(g, base, "Greater", "later", {positions(total, "key_positions"), rows})->output(0);
@@ -589,6 +617,53 @@ void LowerAttention(ir::Graph& g, ir::Node* n, bool quantized) {
   } else {
     a.qkv = Std(g, base, "MatMul", "qkv", {input, w})->output(0);
     if (bias) a.qkv = Std(g, base, "Add", "add_bias", {a.qkv, bias})->output(0);
+  }
+  LowerAttentionTail(g, base, a);
+}
+
+// MultiHeadAttention(query, key, value, bias?, key_padding_mask?,
+// attention_bias?, past_key?, past_value?) -> output, present_key?,
+// present_value?: bias [q + k + v] split and added to query, key and value
+// (3-D), then the attention above on them apart.
+void LowerMultiHeadAttention(ir::Graph& g, ir::Node* n) {
+  const std::string base = n->name().empty() ? "multi_head_attention" : n->name();
+  auto in = [&](int i) { return i < n->num_inputs() ? n->input(i) : nullptr; };
+  auto out = [&](int i) { return i < n->num_outputs() ? n->output(i) : nullptr; };
+  AttentionSpec a;
+  a.heads = n->GetInt("num_heads", 1);
+  a.q = in(0), a.k = in(1), a.v = in(2);
+  const Shape &qs = a.q->shape(), &vs = a.v->shape();
+  a.kv_split = a.k->shape().size() == 4;
+  a.q_hidden = qs[2];
+  a.v_hidden = a.kv_split ? vs[3] * a.heads : vs[2];
+  a.batch = qs[0];
+  a.filter = n->GetFloat("mask_filter_value", -10000.f);
+  a.scale = n->GetFloat("scale", 0.f);
+  a.causal = n->GetInt("unidirectional", 0) != 0;
+  a.mask = in(4);
+  a.mask_len = a.mask && a.mask->shape().size() == 1 ? a.mask->shape()[0] : -1;
+  a.mask_starts = false;
+  a.attn_bias = in(5);
+  a.past_k = in(6), a.past_v = in(7);
+  a.out = out(0), a.present_k = out(1), a.present_v = out(2);
+  ir::Value* bias = in(3);
+  g.RemoveNode(n);
+  if (a.causal) {
+    ir::Value* ks = Std(g, base, "Shape", "key_shape", {a.k})->output(0);
+    a.causal_keys = Std(g, base, "Gather", "key_length",
+                        {ks, IntScalar(g, base + "/length_axis", DType::kInt64, a.kv_split ? 2 : 1)})->output(0);
+  }
+  if (bias) {
+    const std::string split_name = g.UniqueName(base + "/split_bias");
+    ir::Value *bq = g.AddValue(g.UniqueName(split_name + "_q")), *bk = g.AddValue(g.UniqueName(split_name + "_k")),
+              *bv = g.AddValue(g.UniqueName(split_name + "_v"));
+    ir::Node* split = g.AddNode(
+        "Split", split_name, {bias, Int64s(g, base + "/bias_sizes", {a.q_hidden, a.q_hidden, a.v_hidden})}, {bq, bk, bv});
+    split->set_since_version(13);
+    split->SetAttr("axis", ir::Attribute::Int(0));
+    a.q = Std(g, base, "Add", "q_bias", {a.q, bq})->output(0);
+    a.k = Std(g, base, "Add", "k_bias", {a.k, bk})->output(0);
+    a.v = Std(g, base, "Add", "v_bias", {a.v, bv})->output(0);
   }
   LowerAttentionTail(g, base, a);
 }
@@ -681,7 +756,7 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
         "QGemm",     "QLinearAveragePool", "QLinearWhere", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
         "FusedConv", "FusedGemm",          "FusedMatMul",  "Gelu",                 "BiasGelu",
         "FastGelu",  "QuickGelu",          "BiasAdd",      "SkipLayerNormalization", "Attention",
-        "QAttention", "EmbedLayerNormalization", "QEmbedLayerNormalization"};
+        "QAttention", "EmbedLayerNormalization", "QEmbedLayerNormalization", "MultiHeadAttention"};
     if (n->domain() == ops::kMicrosoftDomain && kLowered.count(n->op_type())) found.push_back(n.get());
   }
   if (found.empty()) return Status::Ok();
@@ -691,7 +766,7 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
   for (ir::Node* n : found) {
     const std::string& op = n->op_type();
     if (op != "Attention" && op != "QAttention" && op != "EmbedLayerNormalization" &&
-        op != "QEmbedLayerNormalization") {
+        op != "QEmbedLayerNormalization" && op != "MultiHeadAttention") {
       continue;
     }
     for (int i = 0; i < n->num_inputs(); ++i) {
@@ -712,6 +787,7 @@ Status LowerContribOps(ir::Graph& g, const PassOptions& opts) {
     else if (op == "BiasAdd") LowerBiasAdd(g, n);
     else if (op == "SkipLayerNormalization") LowerSkipLayerNorm(g, n);
     else if (op == "Attention" || op == "QAttention") LowerAttention(g, n, op == "QAttention");
+    else if (op == "MultiHeadAttention") LowerMultiHeadAttention(g, n);
     else if (op == "EmbedLayerNormalization" || op == "QEmbedLayerNormalization") {
       LowerEmbedLayerNorm(g, n, op == "QEmbedLayerNormalization");
     }

@@ -373,6 +373,31 @@ class CliBadInput(unittest.TestCase):
         rc, out = kiln("compile", "--model", save(m, "att_float_attr.onnx"), "--output", os.path.join(WORK, "af.kiln"))
         self.assertCleanError(rc, out, "Attention node 'att'", "attribute 'unidirectional' must be an int")
 
+    def test_multi_head_attention_causal_keys_checked_at_run_time(self):
+        """com.microsoft MultiHeadAttention, unidirectional, with symbolic query and key lengths:
+        ONNX Runtime's causal mask is self-attention's, so a run whose key length differs from
+        the query's fails with the node named rather than masking by some other rule."""
+        rng = np.random.default_rng(1)
+        node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], name="mha", domain="com.microsoft",
+                                num_heads=2, unidirectional=1)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, "s", 8]),
+                                            helper.make_tensor_value_info("k", TensorProto.FLOAT, [2, "l", 8]),
+                                            helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, "l", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "s", 8])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)])
+        k = os.path.join(WORK, "mha_causal.kiln")
+        rc, out = kiln("compile", "--model", save(m, "mha_causal.onnx"), "--output", k)
+        self.assertEqual(rc, 0, out)
+        feeds = {}
+        for name, length in (("q", 5), ("k5", 5), ("k4", 4)):
+            feeds[name] = os.path.join(WORK, f"mha_{name}.npy")
+            np.save(feeds[name], rng.standard_normal((2, length, 8)).astype(np.float32))
+        rc, out = kiln("run", k, "--input", f"0={feeds['q']}", "--input", f"1={feeds['k5']}", "--input",
+                       f"2={feeds['k5']}")
+        self.assertEqual(rc, 0, out)
+        self.assertCleanError(*kiln("run", k, "--input", f"0={feeds['q']}", "--input", f"1={feeds['k4']}", "--input",
+                                    f"2={feeds['k4']}"), "mha/", "cannot reshape [5] to [4]")
+
     def test_embed_layernorm_inputs_of_another_batch_fail_at_run_time(self):
         """com.microsoft EmbedLayerNormalization with symbolic dims: segment_ids and mask must have
         input_ids' shape when the run's shapes are known (a batch of 1 must not broadcast)."""

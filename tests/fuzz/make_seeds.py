@@ -304,6 +304,17 @@ def models():
         [init("word", r(5, 4)), init("pos", r(3, 4)), init("g", r(4)), init("b", r(4)), init("w", r(4, 12)),
          init("wb", r(12)), init("wq", (np.arange(48) % 9 - 4).astype(np.int8).reshape(4, 12)),
          init("wqs", np.array(0.05, np.float32))], ms=True)
+    # MultiHeadAttention: cross-attention with bias and a [B, T] key mask,
+    # then self-attention with past_key / past_value and the presents.
+    out["mha_contrib"] = model(
+        [helper.make_node("MultiHeadAttention", ["q", "k", "v", "mb", "kmask"], ["c"], name="cross", num_heads=2,
+                          **msd),
+         helper.make_node("MultiHeadAttention", ["c", "c", "c", "", "", "", "pk", "pv"], ["y", "prk", "prv"],
+                          name="self", num_heads=2, unidirectional=1, **msd)],
+        [vi("q", F, [2, 3, 4]), vi("k", F, [2, 5, 4]), vi("v", F, [2, 5, 4]), vi("kmask", I32, [2, 5]),
+         vi("pk", F, [2, 2, 1, 2]), vi("pv", F, [2, 2, 1, 2])],
+        [vi("y", F, [2, 3, 4]), vi("prk", F, [2, 2, 4, 2]), vi("prv", F, [2, 2, 4, 2])],
+        [init("mb", r(12))], ms=True)
     return out
 
 

@@ -26,6 +26,15 @@ namespace {
 using test::CompileAndLoad;
 using test::Tensor;
 
+// float32 values as double, and back (exact both ways for values that
+// came from float32).
+std::vector<double> D64(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<float> F32(const std::vector<double>& v) {
+  std::vector<float> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = static_cast<float>(v[i]);
+  return r;
+}
+
 std::vector<float> Seq(std::size_t n, float a, float b) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = a * std::sin(b * static_cast<float>(i) + 0.3f);
@@ -395,11 +404,101 @@ TEST(OrtFused, ErrorsNameTheCulprit) {
 
 // ---- Attention / QAttention ------------------------------------------------
 
-// ONNX Runtime's attention in double from the packed projection qkv [B, S,
-// q + q + v]: heads, optional past [2, B, N, P, H], an additive mask built
-// as its PrepareMask does (mask_filter_value where masked; unidirectional
-// sets it for key j > P + i), attention_bias [1 or B, 1 or N, S, T].
-// Returns output [B, S, v] followed by present [2, B, N, T, H].
+// ONNX Runtime's attention in double, written out: q [B, S, D], k [B, L, D]
+// and v [B, L, Dv] (each plus its slice of bias [D + D + Dv]), or k and v
+// split into heads [B, N, L, H] / [B, N, L, Hv]; past_k / past_v [B, N, P,
+// *] in front; an additive mask built as its PrepareMask does
+// (mask_filter_value where masked: [B] keys at or past each end, [2B] also
+// those before min(start, T), [B, T] and [B, S, T] where <= 0;
+// unidirectional sets it (not adds it) for key j > T - S + i); attention_bias [1 or B, 1
+// or N, S, T]. Returns output [B, S, Dv], present_key [B, N, T, H],
+// present_value [B, N, T, Hv].
+struct MhaRef {
+  int B, S, L, N, D, Dv, P = 0;
+  bool split = false, causal = false;
+  std::vector<double> q, k, v, bias, past_k, past_v, ab;
+  std::vector<std::int32_t> mask;
+  Shape mask_shape, ab_shape;
+  double filter = -10000.0, scale = 0.0;
+  mutable std::set<std::size_t> loose;  // output rows (b * S + i) whose every key is masked
+
+  std::array<std::vector<double>, 3> Run() const {
+    const int H = D / N, Hv = Dv / N, T = P + L;
+    auto b_at = [&](int i) { return bias.empty() ? 0.0 : bias[i]; };
+    auto query = [&](int b, int n, int i, int h) {
+      return q[(static_cast<std::size_t>(b) * S + i) * D + n * H + h] + b_at(n * H + h);
+    };
+    auto key = [&](int b, int n, int t, int h) -> double {
+      if (t < P) return past_k[((static_cast<std::size_t>(b) * N + n) * P + t) * H + h];
+      const int j = t - P;
+      if (split) return k[((static_cast<std::size_t>(b) * N + n) * L + j) * H + h];
+      return k[(static_cast<std::size_t>(b) * L + j) * D + n * H + h] + b_at(D + n * H + h);
+    };
+    auto val = [&](int b, int n, int t, int h) -> double {
+      if (t < P) return past_v[((static_cast<std::size_t>(b) * N + n) * P + t) * Hv + h];
+      const int j = t - P;
+      if (split) return v[((static_cast<std::size_t>(b) * N + n) * L + j) * Hv + h];
+      return v[(static_cast<std::size_t>(b) * L + j) * Dv + n * Hv + h] + b_at(2 * D + n * Hv + h);
+    };
+    const double alpha = scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(H));
+    std::array<std::vector<double>, 3> r;
+    r[0].resize(static_cast<std::size_t>(B) * S * Dv);
+    for (int b = 0; b < B; ++b) {
+      for (int n = 0; n < N; ++n) {
+        for (int i = 0; i < S; ++i) {
+          std::vector<double> sc(T);
+          for (int j = 0; j < T; ++j) {
+            double d = 0;
+            for (int h = 0; h < H; ++h) d += query(b, n, i, h) * key(b, n, j, h);
+            bool masked = false;
+            if (mask_shape.size() == 1) {
+              masked = j >= mask[b];
+              if (mask_shape[0] == 2 * B) masked = masked || j < std::min<int>(mask[B + b], T);
+            } else if (mask_shape.size() == 2) {
+              masked = mask[b * T + j] <= 0;
+            } else if (mask_shape.size() == 3) {
+              masked = mask[(b * S + i) * T + j] <= 0;
+            }
+            // unidirectional sets the mask's value (not adds to it)
+            if (causal && j > T - S + i) masked = true;
+            sc[j] = d * alpha + (masked ? filter : 0.0);
+            if (!ab_shape.empty()) {
+              const int bb = ab_shape[0] == 1 ? 0 : b, bn = ab_shape[1] == 1 ? 0 : n;
+              sc[j] += ab[((static_cast<std::size_t>(bb) * ab_shape[1] + bn) * S + i) * T + j];
+            }
+          }
+          // Every key masked: the scores are d * alpha + filter in float32,
+          // whose resolution near 1e4 is 1e-3, and softmax weighs them by
+          // those rounded differences (in the kernels too): looser there.
+          bool all = T > 0;
+          for (double x : sc) all = all && x < filter / 2;
+          if (all) loose.insert(static_cast<std::size_t>(b) * S + i);
+          const double mx = *std::max_element(sc.begin(), sc.end());
+          double sum = 0;
+          for (double& x : sc) sum += (x = std::exp(x - mx));
+          for (int h = 0; h < Hv; ++h) {
+            double acc = 0;
+            for (int j = 0; j < T; ++j) acc += sc[j] / sum * val(b, n, j, h);
+            r[0][(static_cast<std::size_t>(b) * S + i) * Dv + n * Hv + h] = acc;
+          }
+        }
+      }
+    }
+    for (int b = 0; b < B; ++b) {
+      for (int n = 0; n < N; ++n) {
+        for (int t = 0; t < T; ++t) {
+          for (int h = 0; h < H; ++h) r[1].push_back(key(b, n, t, h));
+          for (int h = 0; h < Hv; ++h) r[2].push_back(val(b, n, t, h));
+        }
+      }
+    }
+    return r;
+  }
+};
+
+// Attention on the packed projection qkv [B, S, q + q + v] and past [2, B,
+// N, P, H]: MhaRef on its Q, K and V. Returns output [B, S, v] followed by
+// present [2, B, N, T, H].
 struct AttentionRef {
   int B, S, N, qh, vh, P = 0;
   std::vector<double> qkv, past, bias4;
@@ -420,72 +519,34 @@ struct AttentionRef {
   }
 
   std::pair<std::vector<double>, std::vector<double>> Run() const {
-    const int H = qh / N, Hv = vh / N, T = P + S, C = 2 * qh + vh;
-    auto at_qkv = [&](int b, int s, int col) { return qkv[(static_cast<std::size_t>(b) * S + s) * C + col]; };
-    // K and V with the past in front: [B][N][T][H].
-    auto key = [&](int b, int n, int t, int h) {
-      return t < P ? past[(((0 * B + b) * N + n) * P + t) * H + h] : at_qkv(b, t - P, qh + n * H + h);
-    };
-    auto val = [&](int b, int n, int t, int h) {
-      return t < P ? past[(((1 * B + b) * N + n) * P + t) * Hv + h] : at_qkv(b, t - P, 2 * qh + n * Hv + h);
-    };
-    const double alpha = scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(H));
-    std::vector<double> out(static_cast<std::size_t>(B) * S * vh);
-    for (int b = 0; b < B; ++b) {
-      for (int n = 0; n < N; ++n) {
-        for (int i = 0; i < S; ++i) {
-          std::vector<double> sc(T);
-          for (int j = 0; j < T; ++j) {
-            double d = 0;
-            for (int h = 0; h < H; ++h) d += at_qkv(b, i, n * H + h) * key(b, n, j, h);
-            double m = 0;
-            if (mask_shape.size() == 1) {
-              const int end = mask[b];
-              bool masked = j >= end;
-              if (mask_shape[0] == 2 * B) masked = masked || j < std::min<int>(mask[B + b], T);
-              if (masked) m = filter;
-            } else if (mask_shape.size() == 2) {
-              if (mask[b * T + j] <= 0) m = filter;
-            } else if (mask_shape.size() == 3) {
-              if (mask[(b * S + i) * T + j] <= 0) m = filter;
-            }
-            if (causal && j > P + i) m = filter;
-            sc[j] = d * alpha + m;
-            if (!bias_shape.empty()) {
-              const int bb = bias_shape[0] == 1 ? 0 : b, bn = bias_shape[1] == 1 ? 0 : n;
-              sc[j] += bias4[((static_cast<std::size_t>(bb) * bias_shape[1] + bn) * S + i) * T + j];
-            }
-          }
-          // Every key masked: the scores are d * alpha + filter in float32,
-          // whose resolution near 1e4 is 1e-3, and softmax weighs them by
-          // those rounded differences (in the kernels too): looser there.
-          bool all = T > 0;
-          for (double v : sc) all = all && v < filter / 2;
-          if (all) loose.insert(static_cast<std::size_t>(b) * S + i);
-          const double mx = *std::max_element(sc.begin(), sc.end());
-          double sum = 0;
-          for (double& v : sc) sum += (v = std::exp(v - mx));
-          for (int h = 0; h < Hv; ++h) {
-            double acc = 0;
-            for (int j = 0; j < T; ++j) acc += sc[j] / sum * val(b, n, j, h);
-            out[(static_cast<std::size_t>(b) * S + i) * vh + n * Hv + h] = acc;
-          }
-        }
-      }
+    const int C = 2 * qh + vh;
+    MhaRef m{B, S, S, N, qh, vh, P};
+    for (std::size_t r = 0; r < static_cast<std::size_t>(B) * S; ++r) {
+      const double* row = qkv.data() + r * C;
+      m.q.insert(m.q.end(), row, row + qh);
+      m.k.insert(m.k.end(), row + qh, row + 2 * qh);
+      m.v.insert(m.v.end(), row + 2 * qh, row + C);
     }
+    if (!past.empty()) {
+      const std::size_t half = past.size() / 2;
+      m.past_k.assign(past.begin(), past.begin() + static_cast<std::ptrdiff_t>(half));
+      m.past_v.assign(past.begin() + static_cast<std::ptrdiff_t>(half), past.end());
+    }
+    m.mask = mask;
+    m.mask_shape = mask_shape;
+    m.ab = bias4;
+    m.ab_shape = bias_shape;
+    m.causal = causal;
+    m.filter = filter;
+    m.scale = scale;
+    auto r = m.Run();
+    loose = m.loose;
     std::vector<double> present;
     if (qh == vh) {
-      for (int kv = 0; kv < 2; ++kv) {
-        for (int b = 0; b < B; ++b) {
-          for (int n = 0; n < N; ++n) {
-            for (int t = 0; t < T; ++t) {
-              for (int h = 0; h < H; ++h) present.push_back(kv == 0 ? key(b, n, t, h) : val(b, n, t, h));
-            }
-          }
-        }
-      }
+      present = r[1];
+      present.insert(present.end(), r[2].begin(), r[2].end());
     }
-    return {out, present};
+    return {r[0], present};
   }
 };
 
@@ -730,6 +791,169 @@ TEST(OrtAttention, ErrorsNameTheCulprit) {
     n.SetAttr("num_heads", ir::Attribute::Int(2));
     n.SetAttr("qkv_hidden_sizes", ir::Attribute::Ints({4, 4, 2}));
     fails(f, {{1, 2, 2}, {2, 1, 2, 2, 2}}, "output 1 (present) needs V's hidden size equal to K's");
+  }
+}
+
+// Cross-attention (L keys for S queries) with bias, a smaller V, each mask
+// form and attention_bias, and with key and value split into heads.
+TEST(OrtMultiHeadAttention, CrossAttentionBiasMasksAndSplitKeys) {
+  const int B = 2, S = 3, L = 5, D = 8, Dv = 4, N = 2;
+  struct Case {
+    const char* name;
+    Shape mask_shape;
+    std::vector<std::int32_t> mask;
+    bool ab, split, bias;
+  };
+  const std::vector<Case> cases = {
+      {"bias, no mask", {}, {}, false, false, true},
+      {"[B] key ends", {B}, {2, 5}, false, false, true},
+      {"[B, T]", {B, L}, {1, 0, 1, 1, 0, 0, 1, 1, 1, 1}, true, false, false},
+      {"[B, S, T]", {B, S, L}, std::vector<std::int32_t>(B * S * L, 1), false, false, true},
+      {"split into heads, [B, T]", {B, L}, {1, 1, 1, 0, 0, 1, 1, 1, 1, 0}, true, true, false},
+  };
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.name);
+    MhaRef ref{B, S, L, N, D, Dv};
+    ref.split = cs.split;
+    ref.q = D64(Seq(B * S * D, 1.2f, 0.37f));
+    ref.k = D64(Seq(B * L * D, 0.9f, 0.71f));
+    ref.v = D64(Seq(B * L * Dv, 1.5f, 0.29f));
+    if (cs.bias) ref.bias = D64(Seq(2 * D + Dv, 0.4f, 1.1f));
+    ref.mask = cs.mask;
+    if (cs.mask_shape.size() == 3) {
+      for (std::size_t i = 0; i < ref.mask.size(); i += 4) ref.mask[i] = 0;
+    }
+    ref.mask_shape = cs.mask_shape;
+    Fused f;
+    f.Data(F32(ref.q), {B, S, D});
+    f.Data(F32(ref.k), cs.split ? Shape{B, N, L, D / N} : Shape{B, L, D});
+    f.Data(F32(ref.v), cs.split ? Shape{B, N, L, Dv / N} : Shape{B, L, Dv});
+    if (cs.bias) f.Const(F32(ref.bias), {2 * D + Dv});
+    else f.Absent();
+    if (!cs.mask_shape.empty()) f.Data(ref.mask, cs.mask_shape, DType::kInt32);
+    else f.Absent();
+    if (cs.ab) {
+      ref.ab = D64(Seq(B * S * L, 2.0f, 0.53f));
+      ref.ab_shape = {B, 1, S, L};
+      f.Data(F32(ref.ab), ref.ab_shape);
+    }
+    f.Make("MultiHeadAttention").SetAttr("num_heads", ir::Attribute::Int(N));
+    auto got = f.Run({{B, S, Dv}});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ExpectNear(got.value()[0], ref.Run()[0], 2e-5);
+  }
+}
+
+// Self-attention with past_key / past_value, unidirectional, the presents,
+// scale and mask_filter_value.
+TEST(OrtMultiHeadAttention, PastPresentUnidirectional) {
+  const int B = 2, S = 3, P = 4, D = 8, N = 2, H = 4, T = P + S;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "unidirectional" : "bidirectional");
+    MhaRef ref{B, S, S, N, D, D, P};
+    ref.causal = causal;
+    ref.q = D64(Seq(B * S * D, 1.1f, 0.43f));
+    ref.k = D64(Seq(B * S * D, 0.8f, 0.67f));
+    ref.v = D64(Seq(B * S * D, 1.3f, 0.31f));
+    ref.bias = D64(Seq(3 * D, 0.3f, 0.9f));
+    ref.past_k = D64(Seq(B * N * P * H, 0.7f, 0.23f));
+    ref.past_v = D64(Seq(B * N * P * H, 0.6f, 0.19f));
+    ref.mask = {1, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1};
+    ref.mask_shape = {B, T};
+    ref.filter = -60.0;
+    ref.scale = static_cast<double>(0.25f);
+    Fused f;
+    f.Data(F32(ref.q), {B, S, D});
+    f.Data(F32(ref.k), {B, S, D});
+    f.Data(F32(ref.v), {B, S, D});
+    f.Const(F32(ref.bias), {3 * D});
+    f.Data(ref.mask, ref.mask_shape, DType::kInt32);
+    f.Absent();
+    f.Data(F32(ref.past_k), {B, N, P, H});
+    f.Data(F32(ref.past_v), {B, N, P, H});
+    ir::Node& n = f.Make("MultiHeadAttention", 3);
+    n.SetAttr("num_heads", ir::Attribute::Int(N));
+    n.SetAttr("scale", ir::Attribute::Float(0.25f));
+    n.SetAttr("mask_filter_value", ir::Attribute::Float(-60.f));
+    if (causal) n.SetAttr("unidirectional", ir::Attribute::Int(1));
+    auto got = f.Run({{B, S, D}, {B, N, T, H}, {B, N, T, H}});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const auto want = ref.Run();
+    ExpectNear(got.value()[0], want[0], 2e-5);
+    ExpectNear(got.value()[1], want[1], 1e-6);
+    ExpectNear(got.value()[2], want[2], 1e-6);
+  }
+}
+
+TEST(OrtMultiHeadAttention, ErrorsNameTheCulprit) {
+  auto fails = [](Fused& f, const std::vector<Shape>& shapes, const std::string& part) {
+    auto r = f.Run(shapes);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  };
+  auto qkv = [](Fused& f, Shape q, Shape k, Shape v) {
+    f.Data(Seq(static_cast<std::size_t>(NumElements(q)), 1, 1), q);
+    f.Data(Seq(static_cast<std::size_t>(NumElements(k)), 1, 1), k);
+    f.Data(Seq(static_cast<std::size_t>(NumElements(v)), 1, 1), v);
+  };
+  auto mha = [](Fused& f, int outputs = 1) -> ir::Node& {
+    ir::Node& n = f.Make("MultiHeadAttention", outputs);
+    n.SetAttr("num_heads", ir::Attribute::Int(2));
+    return n;
+  };
+  {
+    Fused f;
+    f.Data(Seq(2 * 3 * 2 * 3 * 2, 1, 1), {2, 3, 2, 3, 2});
+    mha(f);
+    fails(f, {{2, 3, 4}}, "input 0 (query) is packed Q, K and V [2,3,2,3,2], which is not supported");
+  }
+  {
+    Fused f;
+    f.Data(Seq(2 * 3 * 4, 1, 1), {2, 3, 4});
+    f.Data(Seq(2 * 5 * 2 * 2 * 2, 1, 1), {2, 5, 2, 2, 2});
+    mha(f);
+    fails(f, {{2, 3, 4}}, "input 1 (key) is packed K and V");
+  }
+  // query, key and value of these shapes (and a bias of `bias` values,
+  // 0: none; a 1-D mask of `mask` values, 0: none; unidirectional) fail.
+  struct Case {
+    Shape q, k, v;
+    int bias, mask;
+    bool causal;
+    const char* part;
+  };
+  for (const Case& cs : {Case{{2, 3, 4}, {2, 5, 6}, {2, 5, 4}, 0, 0, false,
+                              "input 1 (key) has shape [2,5,6], expected [2, kv length, 4]"},
+                         Case{{2, 3, 4}, {2, 5, 4}, {2, 5, 4}, 0, 0, true,
+                              "attribute 'unidirectional' with 5 keys for 3 queries (cross-attention) is not supported"},
+                         Case{{2, 3, 4}, {2, 2, 5, 2}, {2, 2, 5, 2}, 12, 0, false,
+                              "input 3 (bias) with key and value split into heads is not supported"},
+                         Case{{2, 3, 4}, {2, 3, 4}, {2, 3, 4}, 0, 4, false,
+                              "input 4 (key_padding_mask) has shape [4], expected [2], [2, 3] or [2, 3, 3]"},
+                         Case{{2, 3, 5}, {2, 3, 5}, {2, 3, 5}, 0, 0, false,
+                              "input 0 (query) has hidden size 5, expected a positive multiple of num_heads (2)"}}) {
+    Fused f;
+    qkv(f, cs.q, cs.k, cs.v);
+    if (cs.bias > 0) f.Const(Seq(static_cast<std::size_t>(cs.bias), 1, 1), {cs.bias});
+    else if (cs.mask > 0) f.Absent();
+    if (cs.mask > 0) f.Data(std::vector<std::int32_t>(static_cast<std::size_t>(cs.mask), 3), {cs.mask}, DType::kInt32);
+    ir::Node& n = mha(f);
+    if (cs.causal) n.SetAttr("unidirectional", ir::Attribute::Int(1));
+    fails(f, {{cs.q[0], cs.q[1], cs.v.size() == 3 ? cs.v[2] : cs.v[1] * cs.v[3]}}, cs.part);
+  }
+  {
+    Fused f;
+    qkv(f, {2, 3, 4}, {2, 3, 4}, {2, 3, 4});
+    for (int i = 0; i < 3; ++i) f.Absent();
+    f.Data(Seq(2 * 2 * 1 * 2, 1, 1), {2, 2, 1, 2});
+    mha(f);
+    fails(f, {{2, 3, 4}}, "inputs 6 (past_key) and 7 (past_value) go together");
+  }
+  {
+    Fused f;
+    qkv(f, {2, 3, 4}, {2, 3, 4}, {2, 3, 4});
+    mha(f, 4);
+    fails(f, {{2, 3, 4}, {2, 2, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 3}}, "output 3 (qk) is not supported");
   }
 }
 
