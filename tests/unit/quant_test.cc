@@ -339,10 +339,11 @@ TEST(QLinearConv, DepthwiseShapesAreExact) {
   }
 }
 // Biases past 2^24, where float(sum) + float(bias) is not float(sum +
-// bias): without VNNI a depthwise layer's sums are then requantised with
-// the bias added in int32 (RequantSums, quant.cc) rather than in float32
-// over tiled factors (RequantRunBiasAvx2). Outputs within 1 of the double
-// reference either way; a bias dropped or added twice is off by 60 or more.
+// bias): without VNNI such a depthwise layer keeps the earlier routes
+// (oneDNN's int8 kernel or the float32 route) rather than QuantDepthwise,
+// whose requantization adds the bias in float32 (SumsWithBiasFitFloat,
+// quant.cc). Outputs within 1 of the double reference either way; a bias
+// dropped or added twice is off by 60 or more.
 TEST(QLinearConv, DepthwiseBiasPastFloatPrecision) {
   QConvCase q;
   q.cin = q.cout = q.group = 24;

@@ -1140,33 +1140,36 @@ void CenterToFloat(DType t, const void* x, float* y, std::int64_t n, float zp) {
 // acc [outer, channels, inner] (inner = 1 for channels-last) -> saturate(
 // round(acc * scales[c]) + zp); one scale for all when scales has one value.
 // o[i] = saturate(round_even(a[i] * scale) + zp), scale sc[i] (per element)
-// or s; eight at a time in SSE2 (its float->int conversion rounds to even,
+// or s; with bt (per element; null: none) a[i] + bt[i] in place of a[i]
+// (QuantDepthwise's sums plus QLinearConv's bias, where that add is exact); eight at a time in SSE2 (its float->int conversion rounds to even,
 // as RoundToQ does; values are clamped first, so the packs never saturate).
 // Unlike RoundToQ a NaN gives the type's minimum: the callers' sums and
 // scales are finite.
 // The same steps in AVX2: 32 at a time (packed as QuantizeAvx2 packs),
 // then 8 at a time. Returns the count done.
 template <typename Q>
-__attribute__((target("avx2"))) inline __m256i RequantLanes(const float* a, const float* sc, __m256 sv, __m256 lo,
-                                                            __m256 hi, __m256i z) {
-  const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(a), sc ? _mm256_loadu_ps(sc) : sv);
+__attribute__((target("avx2"))) inline __m256i RequantLanes(const float* a, const float* bt, const float* sc, __m256 sv,
+                                                            __m256 lo, __m256 hi, __m256i z) {
+  __m256 v = _mm256_loadu_ps(a);
+  if (bt) v = _mm256_add_ps(v, _mm256_loadu_ps(bt));
+  v = _mm256_mul_ps(v, sc ? _mm256_loadu_ps(sc) : sv);
   return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi)), z);
 }
 template <typename Q>
-__attribute__((target("avx2"))) std::int64_t RequantAvx2(const float* a, const float* sc, float s, Q* o,
-                                                         std::int64_t n, QBounds b, float zp) {
+__attribute__((target("avx2"))) std::int64_t RequantAvx2(const float* a, const float* bt, const float* sc, float s,
+                                                         Q* o, std::int64_t n, QBounds b, float zp) {
   const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi), sv = _mm256_set1_ps(s);
   const __m256i z = _mm256_set1_epi32(static_cast<int>(zp));
   std::int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m256i r0 = RequantLanes<Q>(a + i, sc ? sc + i : nullptr, sv, lo, hi, z),
-                  r1 = RequantLanes<Q>(a + i + 8, sc ? sc + i + 8 : nullptr, sv, lo, hi, z),
-                  r2 = RequantLanes<Q>(a + i + 16, sc ? sc + i + 16 : nullptr, sv, lo, hi, z),
-                  r3 = RequantLanes<Q>(a + i + 24, sc ? sc + i + 24 : nullptr, sv, lo, hi, z);
+    const __m256i r0 = RequantLanes<Q>(a + i, bt ? bt + i : nullptr, sc ? sc + i : nullptr, sv, lo, hi, z),
+                  r1 = RequantLanes<Q>(a + i + 8, bt ? bt + i + 8 : nullptr, sc ? sc + i + 8 : nullptr, sv, lo, hi, z),
+                  r2 = RequantLanes<Q>(a + i + 16, bt ? bt + i + 16 : nullptr, sc ? sc + i + 16 : nullptr, sv, lo, hi, z),
+                  r3 = RequantLanes<Q>(a + i + 24, bt ? bt + i + 24 : nullptr, sc ? sc + i + 24 : nullptr, sv, lo, hi, z);
     Store32(o + i, r0, r1, r2, r3);  // within Q's range: the saturating packs only narrow
   }
   for (; i + 8 <= n; i += 8) {
-    const __m256i r = RequantLanes<Q>(a + i, sc ? sc + i : nullptr, sv, lo, hi, z);
+    const __m256i r = RequantLanes<Q>(a + i, bt ? bt + i : nullptr, sc ? sc + i : nullptr, sv, lo, hi, z);
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
     const __m128i q = std::is_same_v<Q, std::uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(o + i), q);
@@ -1174,96 +1177,24 @@ __attribute__((target("avx2"))) std::int64_t RequantAvx2(const float* a, const f
   return i;
 }
 template <typename Q>
-void RequantRun(const float* a, const float* sc, float s, Q* o, std::int64_t n, QBounds b, float zp) {
+void RequantRun(const float* a, const float* sc, float s, Q* o, std::int64_t n, QBounds b, float zp,
+                const float* bt = nullptr) {
   const __m128 lo = _mm_set1_ps(b.lo), hi = _mm_set1_ps(b.hi), sv = _mm_set1_ps(s);
   const __m128i z = _mm_set1_epi32(static_cast<int>(zp));
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  std::int64_t i = avx2 ? RequantAvx2(a, sc, s, o, n, b, zp) : 0;
+  std::int64_t i = avx2 ? RequantAvx2(a, bt, sc, s, o, n, b, zp) : 0;
   for (; i + 8 <= n; i += 8) {
-    __m128 v0 = _mm_mul_ps(_mm_loadu_ps(a + i), sc ? _mm_loadu_ps(sc + i) : sv);
-    __m128 v1 = _mm_mul_ps(_mm_loadu_ps(a + i + 4), sc ? _mm_loadu_ps(sc + i + 4) : sv);
+    __m128 a0 = _mm_loadu_ps(a + i), a1 = _mm_loadu_ps(a + i + 4);
+    if (bt) a0 = _mm_add_ps(a0, _mm_loadu_ps(bt + i)), a1 = _mm_add_ps(a1, _mm_loadu_ps(bt + i + 4));
+    __m128 v0 = _mm_mul_ps(a0, sc ? _mm_loadu_ps(sc + i) : sv);
+    __m128 v1 = _mm_mul_ps(a1, sc ? _mm_loadu_ps(sc + i + 4) : sv);
     v0 = _mm_min_ps(_mm_max_ps(v0, lo), hi);
     v1 = _mm_min_ps(_mm_max_ps(v1, lo), hi);
     const __m128i w = _mm_packs_epi32(_mm_add_epi32(_mm_cvtps_epi32(v0), z), _mm_add_epi32(_mm_cvtps_epi32(v1), z));
     const __m128i q = std::is_same_v<Q, std::uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(o + i), q);
   }
-  for (; i < n; ++i) o[i] = RoundToQ<Q>(a[i] * (sc ? sc[i] : s), b, zp);
-}
-// QLinearConv's output from exact float32 sums (integers within 2^24):
-// o = saturate(round_even(float(sum + bias[c]) * scale[c]) + zp) over
-// `pixels` channels-last pixels of `channels` values, the sum and bias
-// added in int32 (the definition's order; the int16 kernel's kUInt8 /
-// kInt8 modes do the same), bias null: none. scale: one per channel
-// (finite). AVX2 eight channels at a time; the channels past the last
-// multiple of 8 a value at a time.
-template <typename Q>
-__attribute__((target("avx2"))) void RequantSumsAvx2(const float* sums, const std::int32_t* bias, const float* scale,
-                                                     Q* o, std::int64_t pixels, std::int64_t channels, float zp) {
-  const QBounds b = Bounds<Q>(zp);
-  const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
-  const __m256i z = _mm256_set1_epi32(static_cast<int>(zp));
-  const std::int64_t cv = channels / 8 * 8;
-  for (std::int64_t p = 0; p < pixels; ++p, sums += channels, o += channels) {
-    for (std::int64_t c = 0; c < cv; c += 8) {
-      __m256i acc = _mm256_cvttps_epi32(_mm256_loadu_ps(sums + c));  // exact: integers within 2^24
-      if (bias) acc = _mm256_add_epi32(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + c)));
-      const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(scale + c));
-      const __m256i r = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi)), z);
-      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-      const __m128i q = std::is_same_v<Q, std::uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + c), q);
-    }
-    for (std::int64_t c = cv; c < channels; ++c) {
-      const std::int32_t acc = static_cast<std::int32_t>(
-          static_cast<std::uint32_t>(static_cast<std::int32_t>(sums[c])) + static_cast<std::uint32_t>(bias ? bias[c] : 0));
-      o[c] = RoundToQ<Q>(static_cast<float>(acc) * scale[c], b, zp);
-    }
-  }
-}
-// The same where every float(sum) + float(bias) is exact (|sum| + |bias|
-// within 2^24; SumsWithBiasFitFloat): o[i] = saturate(round_even((a[i] +
-// bt[i]) * st[i]) + zp) over a run of n values with per-value factors
-// (tiled: TileRows), bt null: no bias. 32 at a time, packed as QuantizeAvx2
-// packs; then 8; the rest a value at a time. The float bias saves the
-// integer round trip: 0.5x the time of RequantSumsAvx2 (Zen 3).
-template <typename Q>
-__attribute__((target("avx2"))) void RequantRunBiasAvx2(const float* a, const float* bt, const float* st, Q* o,
-                                                        std::int64_t n, float zp) {
-  const QBounds b = Bounds<Q>(zp);
-  const __m256 lo = _mm256_set1_ps(b.lo), hi = _mm256_set1_ps(b.hi);
-  const __m256i z = _mm256_set1_epi32(static_cast<int>(zp));
-  auto lanes = [&](std::int64_t i) __attribute__((always_inline, target("avx2"))) {
-    __m256 v = _mm256_loadu_ps(a + i);
-    if (bt) v = _mm256_add_ps(v, _mm256_loadu_ps(bt + i));
-    v = _mm256_mul_ps(v, _mm256_loadu_ps(st + i));
-    return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi)), z);
-  };
-  std::int64_t i = 0;
-  for (; i + 32 <= n; i += 32) Store32(o + i, lanes(i), lanes(i + 8), lanes(i + 16), lanes(i + 24));
-  for (; i + 8 <= n; i += 8) {
-    const __m256i r = lanes(i);
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    const __m128i q = std::is_same_v<Q, std::uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(o + i), q);
-  }
-  for (; i < n; ++i) o[i] = RoundToQ<Q>((a[i] + (bt ? bt[i] : 0.f)) * st[i], b, zp);
-}
-template <typename Q>
-void RequantSums(const float* sums, const std::int32_t* bias, const float* scale, Q* o, std::int64_t pixels,
-                 std::int64_t channels, float zp) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
-    RequantSumsAvx2(sums, bias, scale, o, pixels, channels, zp);
-    return;
-  }
-  const QBounds b = Bounds<Q>(zp);
-  for (std::int64_t i = 0; i < pixels * channels; ++i) {
-    const std::int64_t c = i % channels;
-    const std::int32_t acc = static_cast<std::int32_t>(
-        static_cast<std::uint32_t>(static_cast<std::int32_t>(sums[i])) + static_cast<std::uint32_t>(bias ? bias[c] : 0));
-    o[i] = RoundToQ<Q>(static_cast<float>(acc) * scale[c], b, zp);
-  }
+  for (; i < n; ++i) o[i] = RoundToQ<Q>((bt ? a[i] + bt[i] : a[i]) * (sc ? sc[i] : s), b, zp);
 }
 // Per-channel factors of channels-last rows tiled over whole rows: the
 // length, a multiple of lcm(channels, lanes) of at least 256 values, or 0
@@ -1825,7 +1756,14 @@ class DnnlQConvKernel : public Kernel {
     // MobileNetV2, Zen 3: its six stride-1 layer shapes 0.85-0.89 of their
     // time on it). Strided layers keep it (QuantDepthwise's were 1.2-1.4x
     // its time there). QLinearConv requantises each row of sums as it is
-    // made (RequantRunBiasAvx2).
+    // made (RequantRun, its bias added in float32: the route needs every
+    // |sum| + |bias| within 2^24, so that float(sum) + float(bias) is
+    // float(sum + bias); a larger bias keeps the earlier routes).
+    if (has_bias) {
+      const HostTensor* b = init.const_input(8);
+      bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
+      fbias_.assign(bias_.begin(), bias_.end());
+    }
     if (depthwise && !pairs_exact && nhwc && x.size() == 4 && ws.size() == 4 && y.size() == 4 &&
         QuantDepthwiseAvailable() && QuantDepthwiseEnabled()) {
       KILN_ASSIGN_OR_RETURN(const DnnlConvWindow cw, ConvWindow(*init.node, x, ws));
@@ -1833,7 +1771,7 @@ class DnnlQConvKernel : public Kernel {
       const DType xt = init.inputs[0].dtype;
       const bool float_route = float_in_ && f32_allowed;
       const bool byte_route = !float_in_ && !(dw_int8 && strided) && (!integer || rescale) &&
-                              (xt == DType::kUInt8 || xt == DType::kInt8) && SumsFitFloat(*w, u8w, cout);
+                              (xt == DType::kUInt8 || xt == DType::kInt8) && SumsWithBiasFitFloat(*w, u8w, cout, bias_);
       QuantDepthwiseShape ds;
       ds.n = x[0], ds.c = x[1], ds.h = x[2], ds.w = x[3], ds.oh = y[2], ds.ow = y[3];
       ds.kh = ws[2], ds.kw = ws[3], ds.sh = cw.strides[0], ds.sw = cw.strides[1];
@@ -1928,21 +1866,13 @@ class DnnlQConvKernel : public Kernel {
     const dnnl::memory::dims &strides = win.strides, &dil = win.dilations, &pl = win.pads_begin, &pr = win.pads_end;
     const Shape wg = GroupedWeights(ws, group);
     using tag = dnnl::memory::format_tag;
-    if (has_bias) {
-      const HostTensor* b = init.const_input(8);
-      bias_.assign(b->data_as<std::int32_t>(), b->data_as<std::int32_t>() + NumElements(b->shape()));
-      fbias_.assign(bias_.begin(), bias_.end());
-    }
-    if (qdw_ && !integer) {  // the requantisation's factors: one per channel
-      qdw_scales_.assign(static_cast<std::size_t>(cout), scales.empty() ? 0.f : scales[0]);
-      if (scales.size() == static_cast<std::size_t>(cout)) qdw_scales_ = scales;
-      // Where float(sum) + float(bias) is exact, RequantRunBiasAvx2 over
-      // whole rows with the factors tiled (TilePeriod, 32 lanes).
-      qdw_period_ = SumsWithBiasFitFloat(*w, u8w, cout, bias_) && __builtin_cpu_supports("avx2") ? TilePeriod(cout, 32) : 0;
-      if (qdw_period_ > 0) {
-        TileRows(qdw_scales_.data(), cout, qdw_period_, &qdw_st_);
-        if (!fbias_.empty()) TileRows(fbias_.data(), cout, qdw_period_, &qdw_bt_);
-      }
+    if (qdw_ && !integer) {  // the requantisation's factors, tiled over whole rows (TilePeriod; else a row)
+      std::vector<float> per_channel(static_cast<std::size_t>(cout), scales.empty() ? 0.f : scales[0]);
+      if (scales.size() == static_cast<std::size_t>(cout)) per_channel = scales;
+      qdw_period_ = TilePeriod(cout, 32);
+      if (qdw_period_ == 0) qdw_period_ = cout;
+      TileRows(per_channel.data(), cout, qdw_period_, &qdw_st_);
+      if (!fbias_.empty()) TileRows(fbias_.data(), cout, qdw_period_, &qdw_bt_);
     }
     if (i16_ || qdw_) return true;  // no oneDNN primitive
     bool ok = false;
@@ -2124,23 +2054,14 @@ class DnnlQConvKernel : public Kernel {
     const std::int64_t in_row = ds.w * ds.c, h = ds.h, values = ds.ow * ds.c, channels = ds.c;
     const std::int32_t zp = src_zp_;
     QuantDepthwise::RowSource source;
-    if (x_scale) {
-      const float* x = a.in_as<float>(0);
-      const float sc = *x_scale;
-      source = [x, sc, zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
-        QuantizeCenteredFloat(x + (n * h + iy) * in_row, dst, in_row, sc, zp);
-      };
-    } else if (x_type_ == DType::kUInt8) {
-      const auto* x = a.in_as<std::uint8_t>(0);
-      source = [x, zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
+    auto widened = [&](const auto* x) {
+      return [x, zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
         CenterToFloat(x + (n * h + iy) * in_row, dst, in_row, static_cast<float>(zp));
       };
-    } else {
-      const auto* x = a.in_as<std::int8_t>(0);
-      source = [x, zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
-        CenterToFloat(x + (n * h + iy) * in_row, dst, in_row, static_cast<float>(zp));
-      };
-    }
+    };
+    if (x_scale) source = qdw_->QuantizedRows(a.in_as<float>(0), *x_scale, zp);
+    else if (x_type_ == DType::kUInt8) source = widened(a.in_as<std::uint8_t>(0));
+    else source = widened(a.in_as<std::int8_t>(0));
     if (rescale_) {
       thread_local std::vector<float> sv, bv;
       epilogue_.Load(a, cout_, sv, bv);
@@ -2154,8 +2075,7 @@ class DnnlQConvKernel : public Kernel {
       if (range_) range_->valid = true;
       return Status::Ok();
     }
-    const std::int32_t* bias = bias_.empty() ? nullptr : bias_.data();
-    const float* scale = qdw_scales_.data();
+    // QLinearConv: each row of sums requantised over runs of the tiled factors.
     const float yzp = static_cast<float>(dst_zp_);
     void* out = a.out(0);
     const bool u8 = out_type_ == DType::kUInt8;
@@ -2164,12 +2084,9 @@ class DnnlQConvKernel : public Kernel {
     const float* bt = qdw_bt_.empty() ? nullptr : qdw_bt_.data();
     qdw_->Run(source, nullptr, [=](std::int64_t r, float* sums, std::int64_t pixels, float*, float*) {
       auto store = [&](auto* o) {
-        if (period > 0) {  // whole rows a run, the factors tiled
-          const std::int64_t n = pixels * channels;
-          for (std::int64_t i = 0; i < n; i += period) RequantRunBiasAvx2(sums + i, bt, st, o + i, std::min(period, n - i), yzp);
-        } else {
-          RequantSums(sums, bias, scale, o, pixels, channels, yzp);
-        }
+        const QBounds qb = Bounds<std::remove_pointer_t<decltype(o)>>(yzp);
+        const std::int64_t n = pixels * channels;
+        for (std::int64_t i = 0; i < n; i += period) RequantRun(sums + i, st, 0.f, o + i, std::min(period, n - i), qb, yzp, bt);
       };
       if (u8) store(static_cast<std::uint8_t*>(out) + r * values);
       else store(static_cast<std::int8_t*>(out) + r * values);
@@ -2236,9 +2153,8 @@ class DnnlQConvKernel : public Kernel {
   std::shared_ptr<const Int16Conv> i16_packed_;
   // kiln.quantize_input depthwise layers without VNNI (f32_ stays set).
   std::shared_ptr<QuantDepthwise> qdw_;
-  std::vector<float> qdw_scales_;  // its QLinearConv requantisation's factors, [cout]
-  // Where the bias adds exactly in float32: the factors tiled over
-  // qdw_period_ values (0: RequantSums instead).
+  // Its QLinearConv requantisation's scales and float32 bias (none: empty),
+  // tiled over qdw_period_ values (whole rows).
   std::int64_t qdw_period_ = 0;
   std::vector<float> qdw_st_, qdw_bt_;
   // Depthwise ConvInteger: the primitive without a zero point, its weights

@@ -180,13 +180,16 @@ void QuantDepthwise::PackWeights(const std::int8_t* w) {
   }
 }
 
+QuantDepthwise::RowSource QuantDepthwise::QuantizedRows(const float* x, float x_scale, std::int32_t x_zp) const {
+  const std::int64_t in_row = s_.w * s_.c, h = s_.h;
+  return [x, x_scale, x_zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
+    QuantizeCenteredFloat(x + (n * h + iy) * in_row, dst, in_row, x_scale, x_zp);
+  };
+}
+
 void QuantDepthwise::Run(const float* x, float x_scale, std::int32_t x_zp, float* y, const RowEpilogue& epilogue,
                          float* range_min, float* range_max) const {
-  const std::int64_t in_row = s_.w * s_.c, h = s_.h;
-  Run([x, x_scale, x_zp, in_row, h](std::int64_t n, std::int64_t iy, float* dst) {
-        QuantizeCenteredFloat(x + (n * h + iy) * in_row, dst, in_row, x_scale, x_zp);
-      },
-      y, epilogue, range_min, range_max);
+  Run(QuantizedRows(x, x_scale, x_zp), y, epilogue, range_min, range_max);
 }
 
 void QuantDepthwise::Run(const RowSource& source, float* y, const RowEpilogue& epilogue, float* range_min,

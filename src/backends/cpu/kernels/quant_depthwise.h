@@ -64,8 +64,10 @@ class QuantDepthwise {
   // as the epilogue folded them.
   void Run(const RowSource& source, float* y, const RowEpilogue& epilogue, float* range_min = nullptr,
            float* range_max = nullptr) const;
-  // x float32 quantized with x_scale and x_zp (QuantizeCenteredFloat); y
-  // the epilogue's results.
+  // The source of x float32 (NHWC, this plan's extents) quantized with
+  // x_scale and x_zp (QuantizeCenteredFloat, as DynamicQuantizeLinear).
+  RowSource QuantizedRows(const float* x, float x_scale, std::int32_t x_zp) const;
+  // Run on QuantizedRows(x, x_scale, x_zp); y the epilogue's results.
   void Run(const float* x, float x_scale, std::int32_t x_zp, float* y, const RowEpilogue& epilogue,
            float* range_min = nullptr, float* range_max = nullptr) const;
 
